@@ -1,0 +1,45 @@
+#pragma once
+// What a compute backend does: hold the weights and the paged KV storage, and run one step.
+// The CPU backend (fp32, the test oracle) and the CUDA backend implement the same interface and
+// are driven by the same scheduler, KV manager and sampler semantics.
+#include <memory>
+#include <string>
+
+#include "backend/forward_batch.h"
+#include "core/status.h"
+#include "kv/kv_layout.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace origami {
+
+struct BackendOptions {
+  std::string device = "cpu";  // "cpu" or "cuda"
+  int num_threads = 0;         // CPU: 0 = all cores
+  float gpu_memory_utilization = 0.9f;  // CUDA: share of device memory the engine may take
+  bool enable_cuda_graphs = true;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Takes the weights (converting them to the backend's storage).
+  virtual Status load(const ModelConfig& config, const ModelWeights& weights) = 0;
+  // Bytes available for the KV cache after the weights and activations, given a requested cap
+  // (0 = as much as the backend allows).
+  virtual size_t available_kv_bytes(size_t requested_bytes) const = 0;
+  // Allocates the paged KV storage.
+  virtual Status allocate_kv_cache(const KVLayout& layout) = 0;
+  // Runs the model on a batch and samples (see LogitsMode). The batch's page tables must cover
+  // every entry it reads and writes.
+  virtual Status execute(const ForwardBatch& batch, StepOutput* out) = 0;
+  // Copies one page's KV (all layers) into another (copy-on-write of a partly shared page).
+  virtual void copy_block(int group, BlockId src, BlockId dst) = 0;
+};
+
+// Creates the backend named in options.device ("cpu", or "cuda" when built with ORIGAMI_CUDA).
+Expected<std::unique_ptr<Backend>> create_backend(const BackendOptions& options);
+
+}  // namespace origami

@@ -1,0 +1,51 @@
+#pragma once
+// One model step over a batch of sequences, as the backend sees it: flattened new tokens, their
+// logical positions, and for every sequence its page table and where its new KV entries go.
+// Built by the engine from the scheduler's plan; backends only compute.
+#include <cstdint>
+#include <vector>
+
+#include "kv/block_table.h"
+#include "sampling/sampling_params.h"
+
+namespace origami {
+
+enum class LogitsMode {
+  kNone,  // a prefill chunk that ends before the prompt does: nothing to sample
+  kLast,  // sample from the last new token's logits
+  kAll,   // return logits of every new token (teacher forcing, prompt logprobs); samples the last
+};
+
+struct SequenceInput {
+  uint64_t request_id = 0;
+  int query_start = 0;      // offset of this sequence's first new token in ForwardBatch::token_ids
+  int num_query_tokens = 0; // new tokens this step (a prefill chunk, or 1 when decoding)
+  int start_position = 0;   // logical position of the first new token (RoPE position)
+  int num_cached_entries = 0;  // KV entries already in the cache; new entries are written after them
+  // Page table of head group 0 (full KV: one group). Must hold num_cached_entries + num_query_tokens.
+  const std::vector<BlockId>* block_table = nullptr;
+  LogitsMode logits_mode = LogitsMode::kLast;
+  // Sampling of the next token (ignored with kNone).
+  const SamplingParams* sampling = nullptr;
+  uint64_t seed = 0;
+  int sample_index = 0;  // index of the token being sampled in the output (keys the RNG)
+};
+
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;  // [num_tokens]
+  std::vector<int32_t> positions;  // [num_tokens]
+  std::vector<SequenceInput> sequences;
+  bool is_decode_only() const {
+    for (const auto& s : sequences) if (s.num_query_tokens != 1) return false;
+    return true;
+  }
+};
+
+struct StepOutput {
+  // One entry per sequence: the sampled token, or -1 for LogitsMode::kNone.
+  std::vector<int32_t> sampled_tokens;
+  // For sequences with LogitsMode::kAll: [num_query_tokens * vocab] logits, fp32; else empty.
+  std::vector<std::vector<float>> all_logits;
+};
+
+}  // namespace origami
