@@ -27,6 +27,12 @@ class Backend {
 
   // Takes the weights (converting them to the backend's storage).
   virtual Status load(const ModelConfig& config, const ModelWeights& weights) = 0;
+  // Random weights for `config` (benchmarks of shapes whose weights are not available). The
+  // default builds them on the host with make_dummy_weights; the CUDA backend overrides it to
+  // generate them on the device, so 8B/32B shapes need no host memory.
+  virtual Status load_dummy(const ModelConfig& config, uint64_t seed) {
+    return load(config, make_dummy_weights(config, DType::kBF16, seed));
+  }
   // Bytes available for the KV cache after the weights and activations, given a requested cap
   // (0 = as much as the backend allows).
   virtual size_t available_kv_bytes(size_t requested_bytes) const = 0;

@@ -5,12 +5,22 @@
 #include <memory>
 #include <vector>
 
+#include "kv/block_hash.h"
 #include "kv/block_pool.h"
 #include "kv/kv_layout.h"
 
 namespace origami {
 
 struct Request;
+
+// Prefix-cache effectiveness, in tokens, over admissions (a retried admission counts once).
+struct PrefixCacheStats {
+  int64_t num_queried_tokens = 0;
+  int64_t num_hit_tokens = 0;
+  double hit_rate() const {
+    return num_queried_tokens > 0 ? static_cast<double>(num_hit_tokens) / static_cast<double>(num_queried_tokens) : 0.0;
+  }
+};
 
 class KVCacheManager {
  public:
@@ -26,6 +36,9 @@ class KVCacheManager {
   void cache_full_blocks(Request& request, int num_computed_tokens);
   // Drops the request's references (cached blocks stay reusable until evicted, LRU).
   void free(Request& request);
+  // Undoes an admission that acquire_cached_prefix began but allocate_slots could not finish:
+  // frees like free() and takes the lookup back out of the hit-rate statistics.
+  void abandon_admission(Request& request);
 
   int num_free_blocks(int group = 0) const;
   int num_used_blocks(int group = 0) const;
@@ -33,11 +46,23 @@ class KVCacheManager {
   BlockPool& pool(int group = 0) { return *pools_[group]; }
   bool prefix_caching_enabled() const { return enable_prefix_caching_; }
   int blocks_needed(int num_entries) const;
+  // Blocks that can be handed out at most in any group (the pool minus the null block).
+  int num_usable_blocks() const;
+  int num_groups() const { return static_cast<int>(pools_.size()); }
+  const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
+  // Tests force hash collisions with a degenerate hasher; lookups must stay correct.
+  void set_block_hasher_for_testing(BlockHasher hasher) { hasher_ = hasher; }
 
  private:
   KVLayout layout_;
   bool enable_prefix_caching_;
   std::vector<std::unique_ptr<BlockPool>> pools_;
+  BlockHasher hasher_ = &hash_block_tokens;
+  PrefixCacheStats stats_;
+
+  void ensure_tables(Request& request) const;
+  // Key of block `index` of the request's tokens, chained on `parent_hash`.
+  uint64_t block_hash(const Request& request, int index, uint64_t parent_hash, std::vector<int32_t>* scratch) const;
 };
 
 }  // namespace origami

@@ -21,9 +21,14 @@ struct SamplingParams {
   std::vector<int> stop_token_ids;    // stop tokens in addition to EOS
   bool include_stop_str_in_output = false;
 
-  bool is_greedy() const { return temperature <= 0.0f || top_k == 1; }
-  // Rejects NaN/negative temperature, top_p outside (0, 1], min_p outside [0, 1], top_k < -1,
-  // max_tokens < 1, empty stop strings; the message names the field.
+  // Below this temperature sampling is greedy: dividing logits by a tiny temperature only
+  // amplifies rounding noise, and the argmax is what such a request asks for.
+  static constexpr float kGreedyTemperature = 1e-5f;
+
+  bool is_greedy() const { return temperature < kGreedyTemperature || top_k == 1; }
+  // Rejects NaN/inf/negative temperature, top_p outside (0, 1], min_p outside [0, 1], top_k < -1,
+  // max_tokens < 1, empty stop strings, negative stop token ids; the message names the field
+  // and the value.
   Status validate() const;
 };
 

@@ -6,6 +6,7 @@
 // preempted (its KV freed; it is recomputed later) until the block fits.
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
@@ -28,6 +29,10 @@ struct ScheduledSequence {
 struct SchedulerOutput {
   std::vector<ScheduledSequence> sequences;  // running requests first, then newly admitted ones
   std::vector<Request*> preempted;           // preempted during this schedule() call
+  // Requests that can never run (they need more KV blocks than the whole cache holds, or, with
+  // chunked prefill off, more tokens than one step allows). They have left the queues and hold
+  // no blocks; `error` says why; the caller finishes them with FinishReason::kError.
+  std::vector<Request*> rejected;
   int num_batched_tokens = 0;
   bool empty() const { return sequences.empty(); }
 };
@@ -51,12 +56,21 @@ class Scheduler {
   size_t num_running() const { return running_.size(); }
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
   const SchedulerConfig& config() const { return config_; }
+  // Running requests in admission order (the order preemption undoes).
+  const std::vector<Request*>& running() const { return running_; }
+  const std::deque<Request*>& waiting() const { return waiting_; }
 
  private:
   SchedulerConfig config_;
   KVCacheManager* kv_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;
+
+  // Drops the request's KV and sends it to the front of the waiting queue for recompute.
+  void preempt(Request* request, SchedulerOutput* out);
+  // Why the request can never be scheduled, or empty if it can.
+  std::string never_fits(const Request& request, int num_entries_after) const;
+  void reject(Request* request, std::string why, SchedulerOutput* out);
 };
 
 }  // namespace origami

@@ -1,0 +1,206 @@
+// `origami bench`: offline throughput benchmark (all requests submitted at once).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "engine/batch_runner.h"
+#include "engine/engine.h"
+#include "engine/prompt_builder.h"
+#include "engine/sampling_json.h"
+#include "progress_bar.h"
+
+namespace origami::cli {
+namespace {
+
+struct BenchFlags {
+  EngineFlags engine;
+  int num_prompts = 64;
+  int input_len = 128;
+  int output_len = 128;
+  std::string input_path;
+  bool json = false;
+  bool quiet = false;
+  uint64_t dataset_seed = 0;
+};
+
+// Random prompts of exactly input_len tokens, outputs of exactly output_len (ignore_eos).
+std::vector<BatchItem> random_dataset(const BenchFlags& f, int vocab_size) {
+  std::mt19937_64 rng(f.dataset_seed);
+  std::uniform_int_distribution<int32_t> token(0, vocab_size - 1);
+  std::vector<BatchItem> items(f.num_prompts);
+  for (auto& item : items) {
+    item.prompt_token_ids.resize(f.input_len);
+    for (auto& t : item.prompt_token_ids) t = token(rng);
+    item.sampling.temperature = 0.0f;
+    item.sampling.max_tokens = f.output_len;
+    item.sampling.ignore_eos = true;
+  }
+  return items;
+}
+
+bool file_dataset(const BenchFlags& f, const PromptBuilder& builder, std::vector<BatchItem>* items) {
+  std::ifstream in(f.input_path);
+  if (!in) {
+    print_error("--input: cannot open '" + f.input_path + "'");
+    return false;
+  }
+  SamplingParams defaults;
+  defaults.temperature = 0.0f;
+  defaults.max_tokens = f.output_len;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    BatchItem item;
+    const std::string where = f.input_path + ":" + std::to_string(line_no) + ": ";
+    nlohmann::json obj = nlohmann::json::parse(line, nullptr, false);
+    if (obj.is_discarded()) {
+      item.error = where + "not valid JSON";
+    } else {
+      auto ids = builder.from_json(obj);
+      auto sp = sampling_params_from_json(obj, defaults);
+      if (!ids) item.error = where + ids.status().message();
+      else if (!sp) item.error = where + sp.status().message();
+      else {
+        item.prompt_token_ids = std::move(*ids);
+        item.sampling = std::move(*sp);
+      }
+    }
+    items->push_back(std::move(item));
+  }
+  return true;
+}
+
+double mean(const std::vector<double>& v) {
+  if (v.empty()) return 0.0;
+  double s = 0;
+  for (double x : v) s += x;
+  return s / v.size();
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+int run_bench(BenchFlags& f) {
+  if (!finalize_engine_flags(&f.engine)) return 2;
+  if (f.input_path.empty() && (f.num_prompts < 1 || f.input_len < 1 || f.output_len < 1)) {
+    print_error("--num-prompts, --input-len and --output-len must be >= 1");
+    return 2;
+  }
+  auto engine = Engine::create(f.engine.config);
+  if (!engine) {
+    print_error(engine.status().to_string());
+    return 1;
+  }
+  Engine& eng = **engine;
+  std::vector<BatchItem> items;
+  if (f.input_path.empty()) {
+    items = random_dataset(f, eng.model_config().vocab_size);
+  } else {
+    PromptBuilder builder(eng.tokenizer());
+    if (!file_dataset(f, builder, &items)) return 2;
+  }
+
+  ProgressBar bar("bench");
+  const double start = eng.now();
+  std::vector<BatchResult> results = run_batch(eng, items, [&](size_t done, size_t total) {
+    if (!f.quiet) bar.update(done, total, eng.metrics().num_generated_tokens);
+  });
+  const double wall = eng.now() - start;
+  if (!f.quiet) bar.finish();
+
+  std::vector<double> ttft, tpot, e2e;
+  int64_t out_tokens = 0, in_tokens = 0;
+  int failed = 0;
+  for (const BatchResult& r : results) {
+    if (!r.ok) {
+      ++failed;
+      continue;
+    }
+    out_tokens += static_cast<int64_t>(r.output_token_ids.size());
+    in_tokens += r.num_prompt_tokens;
+    ttft.push_back(r.first_token_time - start);
+    e2e.push_back(r.finish_time - start);
+    if (r.output_token_ids.size() > 1)
+      tpot.push_back((r.finish_time - r.first_token_time) / static_cast<double>(r.output_token_ids.size() - 1));
+  }
+  const EngineMetrics& m = eng.metrics();
+  nlohmann::json j;
+  j["model"] = f.engine.config.model_dir;
+  j["device"] = f.engine.config.device;
+  j["dummy_weights"] = f.engine.config.dummy_weights;
+  j["num_prompts"] = results.size();
+  j["failed"] = failed;
+  j["input_tokens"] = in_tokens;
+  j["output_tokens"] = out_tokens;
+  j["wall_seconds"] = wall;
+  j["output_tokens_per_second"] = wall > 0 ? out_tokens / wall : 0.0;
+  j["total_tokens_per_second"] = wall > 0 ? (out_tokens + in_tokens) / wall : 0.0;
+  j["mean_ttft_ms"] = mean(ttft) * 1e3;
+  j["p99_ttft_ms"] = percentile(ttft, 99) * 1e3;
+  j["mean_tpot_ms"] = mean(tpot) * 1e3;
+  j["p99_tpot_ms"] = percentile(tpot, 99) * 1e3;
+  j["mean_e2e_ms"] = mean(e2e) * 1e3;
+  j["peak_running_requests"] = m.peak_running;
+  j["peak_kv_blocks"] = m.peak_kv_blocks_used;
+  j["kv_blocks_total"] = m.num_kv_blocks_total;
+  j["block_size"] = f.engine.config.block_size;
+  j["num_steps"] = m.num_steps;
+  j["num_preemptions"] = m.num_preemptions;
+  j["prefix_cached_tokens"] = m.num_prefix_cached_tokens;
+  j["execute_seconds"] = m.execute_seconds;
+  j["schedule_seconds"] = m.schedule_seconds;
+  if (f.json) {
+    std::cout << j.dump() << std::endl;
+  } else {
+    std::printf("requests            %zu (%d failed)\n", results.size(), failed);
+    std::printf("input / output tok  %lld / %lld\n", static_cast<long long>(in_tokens), static_cast<long long>(out_tokens));
+    std::printf("wall time           %.3f s\n", wall);
+    std::printf("output throughput   %.1f tok/s (TPS)\n", j["output_tokens_per_second"].get<double>());
+    std::printf("total throughput    %.1f tok/s\n", j["total_tokens_per_second"].get<double>());
+    std::printf("mean TTFT           %.2f ms (p99 %.2f)\n", j["mean_ttft_ms"].get<double>(), j["p99_ttft_ms"].get<double>());
+    std::printf("mean TPOT           %.2f ms (p99 %.2f)\n", j["mean_tpot_ms"].get<double>(), j["p99_tpot_ms"].get<double>());
+    std::printf("peak running        %d\n", m.peak_running);
+    std::printf("peak KV blocks      %d of %d (block size %d)\n", m.peak_kv_blocks_used, m.num_kv_blocks_total,
+                f.engine.config.block_size);
+    std::printf("preemptions         %lld\n", static_cast<long long>(m.num_preemptions));
+  }
+  return failed == static_cast<int>(results.size()) ? 1 : 0;
+}
+
+}  // namespace
+
+void register_bench_command(CLI::App& app) {
+  auto flags = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand("bench", "Offline throughput benchmark");
+  add_engine_flags(cmd, &flags->engine);
+  cmd->add_option("--num-prompts", flags->num_prompts, "Number of random prompts")->capture_default_str();
+  cmd->add_option("--input-len", flags->input_len, "Prompt length of random prompts")->capture_default_str();
+  cmd->add_option("--output-len", flags->output_len, "Tokens generated per request (ignore_eos)")->capture_default_str();
+  cmd->add_option("--input", flags->input_path, "JSONL requests instead of random prompts");
+  cmd->add_option("--dataset-seed", flags->dataset_seed, "Seed of the random prompts");
+  cmd->add_flag("--json", flags->json, "Print the results as one JSON object");
+  cmd->add_flag("--quiet", flags->quiet, "No progress bar");
+  cmd->callback([flags] { set_exit_code(run_bench(*flags)); });
+}
+
+namespace {
+int g_exit_code = 0;
+}
+void set_exit_code(int code) { g_exit_code = code; }
+int exit_code() { return g_exit_code; }
+
+}  // namespace origami::cli

@@ -1,0 +1,113 @@
+#include "cli_common.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+namespace origami::cli {
+
+std::string default_model_dir() {
+  // Looked up relative to the working directory first (the README runs from the checkout), then
+  // to the executable's checkout (build/ sits inside it).
+  for (const char* candidate : {"../shared/models/origami-tiny-qwen3", "../../shared/models/origami-tiny-qwen3"}) {
+    if (std::filesystem::exists(std::filesystem::path(candidate) / "config.json")) return candidate;
+  }
+  return "../shared/models/origami-tiny-qwen3";
+}
+
+void print_error(const std::string& message) { std::fprintf(stderr, "origami: error: %s\n", message.c_str()); }
+
+bool parse_memory_size(const std::string& text, int64_t* bytes) {
+  if (text.empty()) return false;
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    return false;
+  }
+  std::string unit = text.substr(pos);
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 1;
+  if (unit.empty() || unit == "b") scale = 1;
+  else if (unit == "kb") scale = 1e3;
+  else if (unit == "mb") scale = 1e6;
+  else if (unit == "gb") scale = 1e9;
+  else if (unit == "kib" || unit == "k") scale = 1024.0;
+  else if (unit == "mib" || unit == "m") scale = 1024.0 * 1024;
+  else if (unit == "gib" || unit == "g") scale = 1024.0 * 1024 * 1024;
+  else return false;
+  if (!(value >= 0) || !std::isfinite(value)) return false;
+  *bytes = static_cast<int64_t>(value * scale);
+  return true;
+}
+
+void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
+  EngineConfig& c = flags->config;
+  c.model_dir = default_model_dir();
+  cmd->add_option("--model", c.model_dir, "HuggingFace model folder (config.json, *.safetensors, tokenizer.json)")
+      ->capture_default_str();
+  cmd->add_option("--tokenizer", c.tokenizer_dir, "Tokenizer folder (default: the model folder)");
+  cmd->add_flag("--dummy-weights", c.dummy_weights, "Use random weights for the model's config (benchmarks)");
+  cmd->add_option("--device", c.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  cmd->add_option("--threads", c.num_threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--gpu-memory-utilization", c.gpu_memory_utilization, "Share of GPU memory the engine may use")
+      ->check(CLI::Range(0.05f, 1.0f))->capture_default_str();
+  cmd->add_flag("!--no-cuda-graphs", c.enable_cuda_graphs, "Run decode steps eagerly (no CUDA graphs)");
+  cmd->add_option("--block-size", c.block_size, "Tokens per KV block")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--max-num-seqs", c.max_num_seqs, "Most requests running at once")->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "Most new tokens per step (chunked prefill budget)")
+      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  cmd->add_flag("!--no-chunked-prefill", c.enable_chunked_prefill, "Prefill each prompt in one step");
+  cmd->add_option("--max-model-len", c.max_model_len, "Longest prompt + output (default: the model's context)");
+  cmd->add_option("--kv-cache-memory", flags->kv_cache_memory, "KV cache size, e.g. 2GiB (default: CPU 1GiB, CUDA from free memory)");
+  cmd->add_option("--num-kv-blocks", c.num_kv_blocks, "KV cache size in blocks (overrides --kv-cache-memory)")
+      ->check(CLI::Range(1, 1 << 30));
+  cmd->add_flag("--enable-prefix-caching", c.enable_prefix_caching, "Reuse KV blocks of shared prompt prefixes");
+}
+
+bool finalize_engine_flags(EngineFlags* flags) {
+  if (!flags->kv_cache_memory.empty()) {
+    int64_t bytes = 0;
+    if (!parse_memory_size(flags->kv_cache_memory, &bytes) || bytes <= 0) {
+      print_error("--kv-cache-memory: cannot read '" + flags->kv_cache_memory + "' as a size (e.g. 2GiB, 512MiB)");
+      return false;
+    }
+    flags->config.kv_cache_bytes = bytes;
+  }
+  return true;
+}
+
+void add_sampling_flags(CLI::App* cmd, SamplingParams* p, std::string* seed_text) {
+  cmd->add_option("--max-tokens", p->max_tokens, "Most tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", p->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--top-p", p->top_p, "Nucleus sampling threshold");
+  cmd->add_option("--top-k", p->top_k, "Keep the k most likely tokens (0 = off)");
+  cmd->add_option("--min-p", p->min_p, "Drop tokens below min_p * p(max)");
+  cmd->add_option("--seed", *seed_text, "Sampling seed");
+  cmd->add_flag("--ignore-eos", p->ignore_eos, "Keep generating after EOS");
+  cmd->add_option("--stop", p->stop, "Stop string (repeatable)");
+  cmd->add_option("--stop-token-ids", p->stop_token_ids, "Stop token ids");
+}
+
+bool finalize_sampling_flags(SamplingParams* p, const std::string& seed_text) {
+  if (!seed_text.empty()) {
+    try {
+      size_t pos = 0;
+      p->seed = std::stoull(seed_text, &pos);
+      if (pos != seed_text.size()) throw std::invalid_argument("trailing");
+    } catch (...) {
+      print_error("--seed: '" + seed_text + "' is not a non-negative integer");
+      return false;
+    }
+  }
+  Status st = p->validate();
+  if (!st.is_ok()) {
+    print_error(st.message());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace origami::cli

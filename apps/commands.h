@@ -1,0 +1,13 @@
+#pragma once
+// Each subcommand registers itself on the CLI app and records the process exit code when it runs.
+#include <CLI/CLI.hpp>
+
+namespace origami::cli {
+
+void register_generate_command(CLI::App& app);
+void register_bench_command(CLI::App& app);
+
+void set_exit_code(int code);
+int exit_code();
+
+}  // namespace origami::cli

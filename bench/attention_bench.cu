@@ -1,0 +1,202 @@
+// Decode-attention bandwidth for the Qwen3-8B attention shape (32 query heads, 8 KV heads,
+// head_dim 128), next to a measured device-to-device copy bandwidth. Bytes counted: K and V of
+// every cached entry read once (the floor), plus q and out. Random data, shuffled page ids, and
+// several page-table copies rotated between iterations so small cases do not sit in L2.
+// Build: nvcc -std=c++20 -O3 -arch=sm_90 -Isrc bench/attention_bench.cu src/backend/cuda/paged_attention.cu
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/paged_attention.h"
+
+using namespace origami::cuda;
+
+#define CK(call)                                                                               \
+  do {                                                                                         \
+    cudaError_t e_ = (call);                                                                   \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #call); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+static __global__ void fill_random(__nv_bfloat16* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned x = (unsigned)i * 2654435761u ^ seed;
+    x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
+    p[i] = __float2bfloat16(((x & 0xffff) / 65536.f - 0.5f) * 2.f);
+  }
+}
+
+template <typename F>
+static float median_ms(F&& body, int iters) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < iters; ++i) {
+    CK(cudaEventRecord(a));
+    body(i);
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+int main() {
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, dev));
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, sms, prop.l2CacheSize >> 20);
+
+  // Copy ceiling: 1 GiB device-to-device, bytes read + written.
+  double copy_gbs = 0;
+  {
+    const size_t n = size_t(1) << 30;
+    void *src, *dst;
+    CK(cudaMalloc(&src, n));
+    CK(cudaMalloc(&dst, n));
+    CK(cudaMemset(src, 1, n));
+    for (int i = 0; i < 3; ++i) CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice));
+    const float ms = median_ms([&](int) { CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice)); }, 20);
+    copy_gbs = 2.0 * n / ms / 1e6;
+    std::printf("device-to-device copy: %.0f GB/s (read+write)\n", copy_gbs);
+    CK(cudaFree(src));
+    CK(cudaFree(dst));
+  }
+
+  const int num_heads = 32, num_kv_heads = 8, D = 128;
+  // One pool large enough for the largest case (256 x 4K entries: 4.3 GB of K+V).
+  const size_t pool_entries = size_t(256) * 4096 + 4096;
+  const size_t entry_bytes = size_t(num_kv_heads) * D * 2;  // one entry of K (or V), all heads
+  __nv_bfloat16 *k_cache, *v_cache;
+  CK(cudaMalloc(&k_cache, pool_entries * entry_bytes));
+  CK(cudaMalloc(&v_cache, pool_entries * entry_bytes));
+  fill_random<<<4096, 256>>>(k_cache, pool_entries * entry_bytes / 2, 1);
+  fill_random<<<4096, 256>>>(v_cache, pool_entries * entry_bytes / 2, 2);
+  CK(cudaGetLastError());
+
+  std::printf("%6s %6s %6s %7s %10s %10s %8s %10s\n", "block", "batch", "ctx", "splits", "time_us", "GB/s", "of_copy",
+              "single_us");
+  std::mt19937 rng(42);
+  for (int block_size : {16, 256})
+    for (int batch : {1, 64, 256})
+      for (int ctx : {1024, 4096}) {
+        const int pages_per_seq = (ctx + block_size - 1) / block_size;
+        const int pool_pages = static_cast<int>(pool_entries / block_size) - 1;
+        const size_t kv_bytes = size_t(batch) * ctx * entry_bytes * 2;
+        // Rotate among page tables that together cover >= 400 MB (past L2), within the pool.
+        int rotations = static_cast<int>(std::min<size_t>(16, (size_t(400) << 20) / kv_bytes + 1));
+        rotations = std::max(1, std::min(rotations, pool_pages / (batch * pages_per_seq)));
+        std::vector<int32_t> ids(pool_pages);
+        std::iota(ids.begin(), ids.end(), 1);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        std::vector<int32_t*> d_indices(rotations);
+        for (int r = 0; r < rotations; ++r) {
+          CK(cudaMalloc(&d_indices[r], sizeof(int32_t) * batch * pages_per_seq));
+          CK(cudaMemcpy(d_indices[r], ids.data() + size_t(r) * batch * pages_per_seq,
+                        sizeof(int32_t) * batch * pages_per_seq, cudaMemcpyHostToDevice));
+        }
+        std::vector<int32_t> q_indptr(batch + 1), page_indptr(batch + 1), kv_len(batch, ctx);
+        for (int i = 0; i <= batch; ++i) q_indptr[i] = i, page_indptr[i] = i * pages_per_seq;
+        int32_t *d_q_indptr, *d_page_indptr, *d_kv_len;
+        CK(cudaMalloc(&d_q_indptr, sizeof(int32_t) * (batch + 1)));
+        CK(cudaMalloc(&d_page_indptr, sizeof(int32_t) * (batch + 1)));
+        CK(cudaMalloc(&d_kv_len, sizeof(int32_t) * batch));
+        CK(cudaMemcpy(d_q_indptr, q_indptr.data(), sizeof(int32_t) * (batch + 1), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_page_indptr, page_indptr.data(), sizeof(int32_t) * (batch + 1), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_kv_len, kv_len.data(), sizeof(int32_t) * batch, cudaMemcpyHostToDevice));
+        __nv_bfloat16 *q, *out;
+        CK(cudaMalloc(&q, size_t(batch) * num_heads * D * 2));
+        CK(cudaMalloc(&out, size_t(batch) * num_heads * D * 2));
+        fill_random<<<256, 256>>>(q, size_t(batch) * num_heads * D, 3);
+
+        AttentionArgs args;
+        args.shape = {batch, batch, num_heads, num_kv_heads, D, block_size};
+        args.softmax_scale = 0.08838834764f;
+        args.q = q;
+        args.out = out;
+        args.k_cache = k_cache;
+        args.v_cache = v_cache;
+        args.q_indptr = d_q_indptr;
+        args.page_indptr = d_page_indptr;
+        args.kv_len = d_kv_len;
+        const AttentionPlan plan = plan_paged_attention(args.shape, ctx, sms);
+        const size_t ws_bytes = paged_attention_workspace_bytes(plan, args.shape);
+        void* ws = nullptr;
+        if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
+        auto body = [&](int i) {
+          args.page_indices = d_indices[i % rotations];
+          CK(paged_attention(args, plan, ws, ws_bytes, nullptr));
+        };
+        for (int i = 0; i < 5; ++i) body(i);
+        CK(cudaDeviceSynchronize());
+        // GPU time: 20 calls back to back per timed region (no idle gaps between launches);
+        // single: one call alone between events, host launch overhead included (no graph).
+        constexpr int kBackToBack = 20;
+        const float ms = median_ms([&](int i) { for (int r = 0; r < kBackToBack; ++r) body(i * kBackToBack + r); }, 15) /
+                         kBackToBack;
+        const float single_ms = median_ms(body, 30);
+        const double bytes = double(kv_bytes) + 2.0 * batch * num_heads * D * 2;
+        const double gbs = bytes / ms / 1e6;
+        std::printf("%6d %6d %6d %7d %10.1f %10.0f %7.0f%% %10.1f\n", block_size, batch, ctx, plan.num_splits, ms * 1e3,
+                    gbs, 100.0 * gbs / copy_gbs, single_ms * 1e3);
+        for (auto p : d_indices) CK(cudaFree(p));
+        CK(cudaFree(d_q_indptr));
+        CK(cudaFree(d_page_indptr));
+        CK(cudaFree(d_kv_len));
+        CK(cudaFree(q));
+        CK(cudaFree(out));
+        if (ws) CK(cudaFree(ws));
+      }
+
+  // Prefill: one 4096-token causal prompt (FLOPs: 4 * heads * D * n^2 / 2).
+  {
+    const int n = 4096, block_size = 16;
+    std::vector<int32_t> ids(n / block_size);
+    std::iota(ids.begin(), ids.end(), 1);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<int32_t> q_indptr = {0, n}, page_indptr = {0, n / block_size}, kv_len = {n};
+    int32_t *d_qi, *d_pi, *d_idx, *d_kv;
+    CK(cudaMalloc(&d_qi, 8)); CK(cudaMalloc(&d_pi, 8)); CK(cudaMalloc(&d_kv, 4));
+    CK(cudaMalloc(&d_idx, ids.size() * 4));
+    CK(cudaMemcpy(d_qi, q_indptr.data(), 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_pi, page_indptr.data(), 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_kv, kv_len.data(), 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_idx, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    __nv_bfloat16 *q, *out;
+    CK(cudaMalloc(&q, size_t(n) * num_heads * D * 2));
+    CK(cudaMalloc(&out, size_t(n) * num_heads * D * 2));
+    fill_random<<<256, 256>>>(q, size_t(n) * num_heads * D, 4);
+    AttentionArgs args;
+    args.shape = {1, n, num_heads, num_kv_heads, D, block_size};
+    args.softmax_scale = 0.08838834764f;
+    args.q = q; args.out = out; args.k_cache = k_cache; args.v_cache = v_cache;
+    args.q_indptr = d_qi; args.page_indptr = d_pi; args.page_indices = d_idx; args.kv_len = d_kv;
+    const AttentionPlan plan = plan_paged_attention(args.shape, n, sms);
+    const size_t ws_bytes = paged_attention_workspace_bytes(plan, args.shape);
+    void* ws = nullptr;
+    if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
+    auto body = [&](int) { CK(paged_attention(args, plan, ws, ws_bytes, nullptr)); };
+    for (int i = 0; i < 3; ++i) body(i);
+    CK(cudaDeviceSynchronize());
+    const float ms = median_ms(body, 20);
+    const double flops = 4.0 * num_heads * D * double(n) * n / 2;
+    std::printf("prefill 1 x %d tokens causal: %.3f ms, %.1f TFLOP/s (splits %d)\n", n, ms, flops / ms / 1e9,
+                plan.num_splits);
+  }
+  CK(cudaDeviceSynchronize());
+  return 0;
+}

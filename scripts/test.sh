@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds and runs every test that this machine can run:
+#  1. Release build (+ the CUDA backend when nvcc is present: it must compile everywhere),
+#     all CPU tests (labels unit, e2e). GPU tests (label gpu) run only when a GPU is present.
+#  2. AddressSanitizer + UndefinedBehaviorSanitizer build, unit tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+scripts/build.sh
+gpu_label_filter=(-LE gpu)
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then gpu_label_filter=(); fi
+(cd build && ctest --output-on-failure -j"$jobs" "${gpu_label_filter[@]}")
+
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DORIGAMI_SANITIZE=ON -DORIGAMI_CUDA=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+   ctest --output-on-failure -j"$jobs" -L unit)
+echo "origami: all tests passed"

@@ -1,0 +1,327 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "core/check.h"
+#include "sampling/sampler.h"
+
+namespace origami {
+namespace {
+
+constexpr size_t kDefaultKvBytes = size_t{1} << 30;
+
+// Converts a tensor after checking its shape, so that a weight set that does not match the
+// config (dummy weights, a partial checkpoint) is reported by name rather than read out of bounds.
+Status take_tensor(const TensorView& t, std::vector<int64_t> shape, std::vector<float>* out) {
+  if (t.empty()) return not_found("weights: tensor '" + t.name + "' is missing");
+  if (t.shape != shape) {
+    auto fmt = [](const std::vector<int64_t>& s) {
+      std::string r = "[";
+      for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+      return r + "]";
+    };
+    return invalid_file("weights: tensor '" + t.name + "' has shape " + fmt(t.shape) + ", expected " + fmt(shape));
+  }
+  *out = t.to_f32();
+  return Status::ok();
+}
+
+// Stacks one projection's rows (or bias) under the previous ones.
+void append(std::vector<float>* dst, const std::vector<float>& src) { dst->insert(dst->end(), src.begin(), src.end()); }
+
+}  // namespace
+
+CpuBackend::CpuBackend(const BackendOptions& options)
+    : pool_(std::make_unique<cpu::ThreadPool>(options.num_threads)) {}
+
+void CpuBackend::for_rows(int num_tokens, const std::function<void(int)>& fn) {
+  constexpr int kRowsPerItem = 16;
+  if (num_tokens < 2 * kRowsPerItem) {
+    for (int t = 0; t < num_tokens; ++t) fn(t);
+    return;
+  }
+  cpu::parallel_for(pool_.get(), (num_tokens + kRowsPerItem - 1) / kRowsPerItem, [&](int item) {
+    for (int t = item * kRowsPerItem; t < std::min(num_tokens, (item + 1) * kRowsPerItem); ++t) fn(t);
+  });
+}
+
+Status CpuBackend::load(const ModelConfig& c, const ModelWeights& w) {
+  if (c.hidden_size <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.vocab_size <= 0 ||
+      c.intermediate_size <= 0 || c.num_layers <= 0)
+    return invalid_argument("model config: sizes must be positive");
+  if (c.num_heads % c.num_kv_heads != 0)
+    return invalid_argument("model config: num_attention_heads (" + std::to_string(c.num_heads) +
+                            ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
+  if (c.head_dim % 2 != 0) return invalid_argument("model config: head_dim must be even for rotary embeddings");
+  if (static_cast<int>(w.layers.size()) != c.num_layers)
+    return invalid_file("weights: " + std::to_string(w.layers.size()) + " layers, config says " +
+                        std::to_string(c.num_layers));
+  const int64_t hidden = c.hidden_size, inter = c.intermediate_size, vocab = c.vocab_size;
+  const int64_t q_size = c.q_size(), kv_size = c.kv_size();
+
+  ORIGAMI_RETURN_IF_ERROR(take_tensor(w.embed_tokens, {vocab, hidden}, &embed_));
+  ORIGAMI_RETURN_IF_ERROR(take_tensor(w.final_norm, {hidden}, &final_norm_));
+  lm_head_.clear();
+  const bool tied = w.lm_head.empty() || w.lm_head.data == w.embed_tokens.data;
+  if (!tied) ORIGAMI_RETURN_IF_ERROR(take_tensor(w.lm_head, {vocab, hidden}, &lm_head_));
+
+  layers_.assign(c.num_layers, Layer{});
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& lw = w.layers[l];
+    Layer& layer = layers_[l];
+    ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.input_norm, {hidden}, &layer.input_norm));
+    ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.post_attn_norm, {hidden}, &layer.post_attn_norm));
+    if (c.qk_norm) {
+      ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.q_norm, {c.head_dim}, &layer.q_norm));
+      ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.k_norm, {c.head_dim}, &layer.k_norm));
+    }
+    std::vector<float> q, k, v, o, gate, up, down;
+    ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.q_proj, {q_size, hidden}, &q));
+    ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.k_proj, {kv_size, hidden}, &k));
+    ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.v_proj, {kv_size, hidden}, &v));
+    ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.o_proj, {hidden, q_size}, &o));
+    ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.gate_proj, {inter, hidden}, &gate));
+    ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.up_proj, {inter, hidden}, &up));
+    ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.down_proj, {hidden, inter}, &down));
+
+    layer.qkv = {{}, {}, static_cast<int>(q_size + 2 * kv_size), c.hidden_size};
+    layer.qkv.weight.reserve(static_cast<size_t>(layer.qkv.out_features) * hidden);
+    append(&layer.qkv.weight, q);
+    append(&layer.qkv.weight, k);
+    append(&layer.qkv.weight, v);
+    if (c.qkv_bias) {
+      std::vector<float> qb, kb, vb;
+      ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.q_bias, {q_size}, &qb));
+      ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.k_bias, {kv_size}, &kb));
+      ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.v_bias, {kv_size}, &vb));
+      append(&layer.qkv.bias, qb);
+      append(&layer.qkv.bias, kb);
+      append(&layer.qkv.bias, vb);
+    }
+    layer.o = {std::move(o), {}, c.hidden_size, static_cast<int>(q_size)};
+    layer.gate_up = {{}, {}, static_cast<int>(2 * inter), c.hidden_size};
+    layer.gate_up.weight.reserve(static_cast<size_t>(2 * inter) * hidden);
+    append(&layer.gate_up.weight, gate);
+    append(&layer.gate_up.weight, up);
+    layer.down = {std::move(down), {}, c.hidden_size, c.intermediate_size};
+  }
+  inv_freq_ = cpu::rope_inv_freq(c.rope, c.head_dim);
+  config_ = c;
+  loaded_ = true;
+  return Status::ok();
+}
+
+size_t CpuBackend::available_kv_bytes(size_t requested_bytes) const {
+  if (requested_bytes > 0) return requested_bytes;
+  // Default: 1 GiB, but never more than a quarter of the machine's memory.
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_size > 0) {
+    const size_t quarter = static_cast<size_t>(pages) * static_cast<size_t>(page_size) / 4;
+    return std::min(kDefaultKvBytes, quarter);
+  }
+  return kDefaultKvBytes;
+}
+
+Status CpuBackend::allocate_kv_cache(const KVLayout& layout) {
+  if (loaded_ && (layout.num_layers != config_.num_layers || layout.num_kv_heads != config_.num_kv_heads ||
+                  layout.head_dim != config_.head_dim))
+    return invalid_argument("KV layout (" + std::to_string(layout.num_layers) + " layers, " +
+                            std::to_string(layout.num_kv_heads) + " KV heads, head_dim " +
+                            std::to_string(layout.head_dim) + ") does not match the model");
+  return kv_.allocate(layout);
+}
+
+void CpuBackend::copy_block(int group, BlockId src, BlockId dst) {
+  ORIGAMI_CHECK(group == 0);
+  ORIGAMI_CHECK(src > 0 && src < kv_.num_blocks() && dst > 0 && dst < kv_.num_blocks());
+  kv_.copy_block(src, dst);
+}
+
+Status CpuBackend::validate(const ForwardBatch& batch) const {
+  if (!loaded_) return invalid_argument("cpu backend: execute() before load()");
+  if (!kv_.allocated()) return invalid_argument("cpu backend: execute() before allocate_kv_cache()");
+  const int num_tokens = static_cast<int>(batch.token_ids.size());
+  if (batch.positions.size() != batch.token_ids.size())
+    return invalid_argument("batch: " + std::to_string(batch.positions.size()) + " positions for " +
+                            std::to_string(num_tokens) + " tokens");
+  for (int i = 0; i < num_tokens; ++i) {
+    if (batch.token_ids[i] < 0 || batch.token_ids[i] >= config_.vocab_size)
+      return invalid_argument("batch: token id " + std::to_string(batch.token_ids[i]) + " at index " +
+                              std::to_string(i) + " is outside the vocabulary [0, " +
+                              std::to_string(config_.vocab_size) + ")");
+    if (batch.positions[i] < 0)
+      return invalid_argument("batch: negative position at index " + std::to_string(i));
+  }
+  const int bs = kv_.layout().block_size;
+  std::vector<char> row_used(num_tokens, 0);
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const SequenceInput& seq = batch.sequences[s];
+    const std::string who = "batch: sequence " + std::to_string(s) + " (request " + std::to_string(seq.request_id) + ")";
+    if (seq.num_query_tokens < 1 || seq.query_start < 0 || seq.query_start + seq.num_query_tokens > num_tokens)
+      return invalid_argument(who + ": tokens [" + std::to_string(seq.query_start) + ", " +
+                              std::to_string(seq.query_start + seq.num_query_tokens) + ") outside the batch's " +
+                              std::to_string(num_tokens) + " tokens");
+    for (int t = seq.query_start; t < seq.query_start + seq.num_query_tokens; ++t) {
+      if (row_used[t]) return invalid_argument(who + ": token " + std::to_string(t) + " belongs to two sequences");
+      row_used[t] = 1;
+    }
+    if (seq.num_cached_entries < 0) return invalid_argument(who + ": negative num_cached_entries");
+    if (!seq.block_table) return invalid_argument(who + ": no block table");
+    const int64_t num_entries = static_cast<int64_t>(seq.num_cached_entries) + seq.num_query_tokens;
+    const int64_t num_pages = (num_entries + bs - 1) / bs;
+    if (static_cast<int64_t>(seq.block_table->size()) < num_pages)
+      return invalid_argument(who + ": block table has " + std::to_string(seq.block_table->size()) +
+                              " pages, " + std::to_string(num_entries) + " entries need " + std::to_string(num_pages));
+    for (int64_t p = 0; p < num_pages; ++p) {
+      const BlockId b = (*seq.block_table)[p];
+      if (b <= kNullBlock || b >= kv_.num_blocks())
+        return invalid_argument(who + ": page " + std::to_string(p) + " is block " + std::to_string(b) +
+                                ", outside [1, " + std::to_string(kv_.num_blocks()) + ")");
+    }
+    if (seq.logits_mode != LogitsMode::kNone && !seq.sampling)
+      return invalid_argument(who + ": no sampling parameters");
+  }
+  return Status::ok();
+}
+
+void CpuBackend::linear(const Linear& layer, int num_rows, const float* in, float* out) const {
+  cpu::gemm_nt(num_rows, layer.out_features, layer.in_features, in, layer.in_features, layer.weight.data(),
+               layer.in_features, layer.bias.empty() ? nullptr : layer.bias.data(), out, layer.out_features,
+               pool_.get());
+}
+
+void CpuBackend::run_layer(int layer_idx, const ForwardBatch& batch, int num_tokens) {
+  const ModelConfig& c = config_;
+  const Layer& layer = layers_[layer_idx];
+  const int hidden = c.hidden_size, d = c.head_dim, half = d / 2;
+  const int q_size = c.q_size(), kv_size = c.kv_size();
+  const int qkv_width = q_size + 2 * kv_size;
+  const int inter = c.intermediate_size;
+  float* x = ws_.x.data();
+  float* h = ws_.h.data();
+  float* qkv = ws_.qkv.data();
+
+  // Attention block. qkv rows: [q heads | k heads | v heads], each head head_dim wide.
+  for_rows(num_tokens, [&](int t) {
+    cpu::rms_norm(1, hidden, x + static_cast<size_t>(t) * hidden, hidden, layer.input_norm.data(), c.rms_norm_eps,
+                  h + static_cast<size_t>(t) * hidden, hidden);
+  });
+  linear(layer.qkv, num_tokens, h, qkv);
+  for_rows(num_tokens, [&](int t) {
+    float* q = qkv + static_cast<size_t>(t) * qkv_width;
+    float* k = q + q_size;
+    if (c.qk_norm) {
+      cpu::rms_norm(c.num_heads, d, q, d, layer.q_norm.data(), c.rms_norm_eps, q, d);
+      cpu::rms_norm(c.num_kv_heads, d, k, d, layer.k_norm.data(), c.rms_norm_eps, k, d);
+    }
+    const float* cos = ws_.rope_cos.data() + static_cast<size_t>(t) * half;
+    const float* sin = ws_.rope_sin.data() + static_cast<size_t>(t) * half;
+    cpu::apply_rope(q, c.num_heads, d, cos, sin);
+    cpu::apply_rope(k, c.num_kv_heads, d, cos, sin);
+  });
+
+  // New entries go to slots num_cached_entries.. of each sequence; positions (RoPE) are logical
+  // and may run ahead of the slots once a cache has been compressed.
+  const int bs = kv_.layout().block_size;
+  std::vector<cpu::AttentionSequence> att_seqs;
+  att_seqs.reserve(batch.sequences.size());
+  for (const SequenceInput& seq : batch.sequences) {
+    for (int t = 0; t < seq.num_query_tokens; ++t) {
+      const int slot = seq.num_cached_entries + t;
+      const BlockId block = (*seq.block_table)[slot / bs];
+      const float* row = qkv + static_cast<size_t>(seq.query_start + t) * qkv_width;
+      for (int g = 0; g < c.num_kv_heads; ++g) {
+        std::memcpy(kv_.key_at(layer_idx, block, g, slot % bs), row + q_size + g * d, d * sizeof(float));
+        std::memcpy(kv_.value_at(layer_idx, block, g, slot % bs), row + q_size + kv_size + g * d, d * sizeof(float));
+      }
+    }
+    att_seqs.push_back({seq.query_start, seq.num_query_tokens, seq.num_cached_entries, seq.block_table->data()});
+  }
+  cpu::AttentionShape shape{c.num_heads, c.num_kv_heads, d, bs, 1.0f / std::sqrt(static_cast<float>(d))};
+  cpu::paged_attention(shape, att_seqs, qkv, qkv_width, kv_.keys(layer_idx), kv_.values(layer_idx), ws_.attn.data(),
+                       q_size, pool_.get());
+  linear(layer.o, num_tokens, ws_.attn.data(), h);
+  cpu::add_inplace(x, h, static_cast<size_t>(num_tokens) * hidden);
+
+  // MLP block: down(silu(gate(h)) * up(h)).
+  for_rows(num_tokens, [&](int t) {
+    cpu::rms_norm(1, hidden, x + static_cast<size_t>(t) * hidden, hidden, layer.post_attn_norm.data(),
+                  c.rms_norm_eps, h + static_cast<size_t>(t) * hidden, hidden);
+  });
+  linear(layer.gate_up, num_tokens, h, ws_.gate_up.data());
+  for_rows(num_tokens, [&](int t) {
+    const float* gu = ws_.gate_up.data() + static_cast<size_t>(t) * 2 * inter;
+    cpu::silu_mul(1, inter, gu, gu + inter, 2 * inter, ws_.act.data() + static_cast<size_t>(t) * inter, inter);
+  });
+  linear(layer.down, num_tokens, ws_.act.data(), h);
+  cpu::add_inplace(x, h, static_cast<size_t>(num_tokens) * hidden);
+}
+
+Status CpuBackend::execute(const ForwardBatch& batch, StepOutput* out) {
+  ORIGAMI_RETURN_IF_ERROR(validate(batch));
+  const ModelConfig& c = config_;
+  const int num_tokens = static_cast<int>(batch.token_ids.size());
+  const int hidden = c.hidden_size, half = c.head_dim / 2, vocab = c.vocab_size;
+  const size_t n = static_cast<size_t>(num_tokens);
+  ws_.x.resize(n * hidden);
+  ws_.h.resize(n * hidden);
+  ws_.qkv.resize(n * (c.q_size() + 2 * c.kv_size()));
+  ws_.attn.resize(n * c.q_size());
+  ws_.gate_up.resize(n * 2 * c.intermediate_size);
+  ws_.act.resize(n * c.intermediate_size);
+  ws_.rope_cos.resize(n * half);
+  ws_.rope_sin.resize(n * half);
+
+  for (int t = 0; t < num_tokens; ++t) {
+    std::memcpy(ws_.x.data() + static_cast<size_t>(t) * hidden,
+                embed_.data() + static_cast<size_t>(batch.token_ids[t]) * hidden, hidden * sizeof(float));
+    cpu::rope_cos_sin(batch.positions[t], inv_freq_.data(), half, ws_.rope_cos.data() + static_cast<size_t>(t) * half,
+                      ws_.rope_sin.data() + static_cast<size_t>(t) * half);
+  }
+  for (int l = 0; l < c.num_layers; ++l) run_layer(l, batch, num_tokens);
+
+  // Logits only for the rows that are sampled or returned.
+  const size_t num_seqs = batch.sequences.size();
+  std::vector<int> rows;              // token rows that need logits
+  std::vector<int> first_row(num_seqs, -1);  // index into `rows` of each sequence's first logits row
+  for (size_t s = 0; s < num_seqs; ++s) {
+    const SequenceInput& seq = batch.sequences[s];
+    if (seq.logits_mode == LogitsMode::kNone) continue;
+    first_row[s] = static_cast<int>(rows.size());
+    const int begin = seq.logits_mode == LogitsMode::kAll ? seq.query_start : seq.query_start + seq.num_query_tokens - 1;
+    for (int t = begin; t < seq.query_start + seq.num_query_tokens; ++t) rows.push_back(t);
+  }
+  const int num_rows = static_cast<int>(rows.size());
+  std::vector<float> normed(static_cast<size_t>(num_rows) * hidden);  // [num_rows, hidden]
+  std::vector<float> logits(static_cast<size_t>(num_rows) * vocab);   // [num_rows, vocab]
+  for (int r = 0; r < num_rows; ++r)
+    cpu::rms_norm(1, hidden, ws_.x.data() + static_cast<size_t>(rows[r]) * hidden, hidden, final_norm_.data(),
+                  c.rms_norm_eps, normed.data() + static_cast<size_t>(r) * hidden, hidden);
+  const std::vector<float>& head = lm_head_.empty() ? embed_ : lm_head_;
+  cpu::gemm_nt(num_rows, vocab, hidden, normed.data(), hidden, head.data(), hidden, nullptr, logits.data(), vocab,
+               pool_.get());
+
+  out->sampled_tokens.assign(num_seqs, -1);
+  out->all_logits.assign(num_seqs, {});
+  // Sampling may sort much of the vocabulary (top-p), so sequences sample in parallel.
+  cpu::parallel_for(pool_.get(), static_cast<int>(num_seqs), [&](int s) {
+    const SequenceInput& seq = batch.sequences[s];
+    if (seq.logits_mode == LogitsMode::kNone) return;
+    const int count = seq.logits_mode == LogitsMode::kAll ? seq.num_query_tokens : 1;
+    const float* first = logits.data() + static_cast<size_t>(first_row[s]) * vocab;
+    const float* last = first + static_cast<size_t>(count - 1) * vocab;
+    out->sampled_tokens[s] = sample_token(last, vocab, *seq.sampling, seq.seed, seq.sample_index);
+    if (seq.logits_mode == LogitsMode::kAll) out->all_logits[s].assign(first, first + static_cast<size_t>(count) * vocab);
+  });
+  return Status::ok();
+}
+
+}  // namespace origami

@@ -1,0 +1,81 @@
+#pragma once
+// The reference backend: the whole forward pass in fp32 on the CPU over the paged KV cache.
+// It is the oracle the CUDA backend is tested against, so every step is written to be exact and
+// batch-invariant: a sequence's logits are bit-identical whatever else is in the batch, however
+// its prompt is chunked and whatever the page size.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_kv_cache.h"
+#include "backend/cpu/cpu_thread_pool.h"
+
+namespace origami {
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options);
+
+  std::string name() const override { return "cpu"; }
+  Status load(const ModelConfig& config, const ModelWeights& weights) override;
+  size_t available_kv_bytes(size_t requested_bytes) const override;
+  Status allocate_kv_cache(const KVLayout& layout) override;
+  Status execute(const ForwardBatch& batch, StepOutput* out) override;
+  void copy_block(int group, BlockId src, BlockId dst) override;
+
+  int num_threads() const { return pool_->num_threads(); }
+  const ModelConfig& config() const { return config_; }
+  // The paged storage, for tests and for CPU twins of cache-editing kernels.
+  cpu::CpuKVCache& kv_cache() { return kv_; }
+
+ private:
+  // A Linear layer in HF layout; several projections that read the same input are stacked
+  // row-wise into one weight (q|k|v, gate|up) so they take one GEMM.
+  struct Linear {
+    std::vector<float> weight;  // [out_features, in_features]
+    std::vector<float> bias;    // [out_features] or empty
+    int out_features = 0;
+    int in_features = 0;
+  };
+  struct Layer {
+    std::vector<float> input_norm;      // [hidden]
+    std::vector<float> post_attn_norm;  // [hidden]
+    std::vector<float> q_norm, k_norm;  // [head_dim] (Qwen3) or empty
+    Linear qkv;      // [q_size + 2 * kv_size, hidden]
+    Linear o;        // [hidden, q_size]
+    Linear gate_up;  // [2 * intermediate, hidden]
+    Linear down;     // [hidden, intermediate]
+  };
+  // Per-step activations, kept between steps so that decoding does not reallocate.
+  struct Workspace {
+    std::vector<float> x;         // [num_tokens, hidden] residual stream
+    std::vector<float> h;         // [num_tokens, hidden] normed input / projection output
+    std::vector<float> qkv;       // [num_tokens, q_size + 2 * kv_size]
+    std::vector<float> attn;      // [num_tokens, q_size]
+    std::vector<float> gate_up;   // [num_tokens, 2 * intermediate]
+    std::vector<float> act;       // [num_tokens, intermediate]
+    std::vector<float> rope_cos;  // [num_tokens, head_dim / 2]
+    std::vector<float> rope_sin;  // [num_tokens, head_dim / 2]
+  };
+
+  Status validate(const ForwardBatch& batch) const;
+  void linear(const Linear& layer, int num_rows, const float* in, float* out) const;
+  void run_layer(int layer_idx, const ForwardBatch& batch, int num_tokens);
+  // Runs fn(t) for every token row; on the pool only for long prefills (row work is cheap).
+  void for_rows(int num_tokens, const std::function<void(int)>& fn);
+
+  std::unique_ptr<cpu::ThreadPool> pool_;
+  bool loaded_ = false;
+  ModelConfig config_;
+  std::vector<float> embed_;    // [vocab, hidden]
+  std::vector<float> lm_head_;  // [vocab, hidden]; empty when tied to embed_
+  std::vector<float> final_norm_;
+  std::vector<Layer> layers_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+  cpu::CpuKVCache kv_;
+  Workspace ws_;
+};
+
+}  // namespace origami

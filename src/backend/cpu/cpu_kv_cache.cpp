@@ -1,0 +1,57 @@
+#include "backend/cpu/cpu_kv_cache.h"
+
+#include <cstring>
+#include <string>
+
+namespace origami::cpu {
+
+Status CpuKVCache::allocate(const KVLayout& layout) {
+  if (layout.num_layers <= 0 || layout.num_kv_heads <= 0 || layout.head_dim <= 0 || layout.block_size <= 0)
+    return invalid_argument("KV layout: num_layers, num_kv_heads, head_dim and block_size must be positive");
+  if (layout.dtype != DType::kF32)
+    return invalid_argument(std::string("KV layout: the CPU backend stores the KV cache in float32, got ") +
+                            dtype_name(layout.dtype));
+  if (layout.groups.size() != 1)
+    return Status(ErrorCode::kUnimplemented,
+                  "KV layout: the CPU backend supports one head group (full KV), got " +
+                      std::to_string(layout.groups.size()) + " groups");
+  const HeadGroup& group = layout.groups[0];
+  if (static_cast<int>(group.layers.size()) != layout.num_layers ||
+      static_cast<int>(group.kv_heads.size()) != layout.num_kv_heads)
+    return Status(ErrorCode::kUnimplemented,
+                  "KV layout: the CPU backend's one head group must cover every layer and KV head");
+  for (int i = 0; i < layout.num_layers; ++i)
+    if (group.layers[i] != i)
+      return Status(ErrorCode::kUnimplemented, "KV layout: group 0 must list layers in order 0..num_layers-1");
+  for (int i = 0; i < layout.num_kv_heads; ++i)
+    if (group.kv_heads[i] != i)
+      return Status(ErrorCode::kUnimplemented, "KV layout: group 0 must list KV heads in order 0..num_kv_heads-1");
+  if (group.num_blocks < 2)
+    return invalid_argument("KV layout: group 0 needs at least 2 blocks (block 0 is the null block), got " +
+                            std::to_string(group.num_blocks));
+
+  block_floats_ = static_cast<size_t>(layout.num_kv_heads) * layout.block_size * layout.head_dim;
+  layer_floats_ = static_cast<size_t>(group.num_blocks) * block_floats_;
+  const size_t total = layer_floats_ * 2 * layout.num_layers;
+  // calloc: the OS hands out zero pages lazily, so a large pool costs nothing until it is used.
+  float* p = static_cast<float*>(std::calloc(total, sizeof(float)));
+  if (!p)
+    return Status(ErrorCode::kResourceExhausted,
+                  "KV cache: cannot allocate " + std::to_string(total * sizeof(float)) + " bytes");
+  data_.reset(p);
+  layout_ = layout;
+  num_blocks_ = group.num_blocks;
+  return Status::ok();
+}
+
+void CpuKVCache::copy_block(BlockId src, BlockId dst) {
+  if (src == dst) return;
+  for (int layer = 0; layer < layout_.num_layers; ++layer)
+    for (int kv = 0; kv < 2; ++kv) {
+      float* base = data_.get() + layer_offset(layer, kv);
+      std::memcpy(base + static_cast<size_t>(dst) * block_floats_, base + static_cast<size_t>(src) * block_floats_,
+                  block_floats_ * sizeof(float));
+    }
+}
+
+}  // namespace origami::cpu

@@ -1,0 +1,586 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cuda/cuda_backend_factory.h"
+#include "backend/cuda/cuda_check.h"
+#include "core/check.h"
+#include "backend/cuda/elementwise_kernels.h"
+#include "backend/cuda/kv_cache_write.h"
+#include "sampling/sampler.h"
+
+namespace origami::cuda {
+namespace {
+
+constexpr int kInitialTokens = 8192;  // activation rows reserved at load (chunked prefill budget)
+constexpr int kInitialSeqs = 512;
+constexpr size_t kReserveBytes = 512ull << 20;  // kept free for cuBLAS, graphs and the runtime
+
+size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+// Converts a host tensor of any supported dtype to bf16.
+std::vector<uint16_t> to_bf16(const TensorView& t) {
+  std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
+  if (t.dtype == DType::kBF16) {
+    std::memcpy(out.data(), t.data, out.size() * 2);
+  } else {
+    const std::vector<float> f = t.to_f32();
+    for (size_t i = 0; i < f.size(); ++i) out[i] = f32_to_bf16(f[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  int device = 0;
+  ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
+  ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+  gemm_ = std::make_unique<Gemm>();
+  gemm_->set_stream(stream_);
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  graphs_.clear();
+  gemm_.reset();
+  for (void* p : allocations_) cudaFree(p);
+  for (void* p : {static_cast<void*>(residual_), static_cast<void*>(normed_), static_cast<void*>(qkv_),
+                  static_cast<void*>(q_), static_cast<void*>(k_), static_cast<void*>(v_),
+                  static_cast<void*>(attn_out_), static_cast<void*>(delta_), static_cast<void*>(gate_up_),
+                  static_cast<void*>(act_), static_cast<void*>(logit_hidden_), static_cast<void*>(logits_),
+                  attn_workspace_, static_cast<void*>(dev_inputs_), static_cast<void*>(dev_params_),
+                  static_cast<void*>(dev_tokens_), kv_pool_})
+    if (p != nullptr) cudaFree(p);
+  for (void* p : {static_cast<void*>(host_inputs_), static_cast<void*>(host_params_),
+                  static_cast<void*>(host_tokens_)})
+    if (p != nullptr) cudaFreeHost(p);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+CudaBackend::bf16* CudaBackend::device_alloc_bf16(size_t count) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(bf16)) != cudaSuccess) return nullptr;
+  allocations_.push_back(p);
+  return static_cast<bf16*>(p);
+}
+
+Status CudaBackend::check_config(const ModelConfig& c) const {
+  if (c.hidden_size <= 0 || c.num_layers <= 0 || c.vocab_size <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0)
+    return invalid_argument("CUDA backend: config has non-positive sizes");
+  if (c.num_heads % c.num_kv_heads != 0)
+    return invalid_argument("CUDA backend: num_attention_heads is not a multiple of num_key_value_heads");
+  if (!paged_attention_supported(c.head_dim))
+    return Status(ErrorCode::kUnimplemented, "CUDA backend: head_dim " + std::to_string(c.head_dim) +
+                                                 " is not supported by the paged attention kernels (64 and 128 are)");
+  if (c.vocab_size >= (1 << 24)) return invalid_argument("CUDA backend: vocab_size must be below 2^24");
+  return Status::ok();
+}
+
+Status CudaBackend::allocate_weights(const ModelConfig& c) {
+  const size_t h = c.hidden_size, qkv_rows = c.q_size() + 2 * c.kv_size(), inter = c.intermediate_size;
+  embed_ = device_alloc_bf16(static_cast<size_t>(c.vocab_size) * h);
+  lm_head_ = c.tie_word_embeddings ? embed_ : device_alloc_bf16(static_cast<size_t>(c.vocab_size) * h);
+  final_norm_ = device_alloc_bf16(h);
+  layers_.assign(c.num_layers, Layer{});
+  for (Layer& l : layers_) {
+    l.input_norm = device_alloc_bf16(h);
+    l.post_attn_norm = device_alloc_bf16(h);
+    if (c.qk_norm) {
+      l.q_norm = device_alloc_bf16(c.head_dim);
+      l.k_norm = device_alloc_bf16(c.head_dim);
+    }
+    l.qkv = device_alloc_bf16(qkv_rows * h);
+    if (c.qkv_bias) l.qkv_bias = device_alloc_bf16(qkv_rows);
+    l.o = device_alloc_bf16(h * c.q_size());
+    l.gate_up = device_alloc_bf16(2 * inter * h);
+    l.down = device_alloc_bf16(h * inter);
+    if (l.input_norm == nullptr || l.post_attn_norm == nullptr || l.qkv == nullptr || l.o == nullptr ||
+        l.gate_up == nullptr || l.down == nullptr || (c.qk_norm && l.k_norm == nullptr) ||
+        (c.qkv_bias && l.qkv_bias == nullptr))
+      return Status(ErrorCode::kResourceExhausted, "CUDA backend: out of device memory for the weights");
+  }
+  if (embed_ == nullptr || lm_head_ == nullptr || final_norm_ == nullptr)
+    return Status(ErrorCode::kResourceExhausted, "CUDA backend: out of device memory for the weights");
+  // RoPE frequencies are computed on the host exactly as the CPU backend (and HF) compute them.
+  const std::vector<float> inv_freq = cpu::rope_inv_freq(c.rope, c.head_dim);
+  void* p = nullptr;
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, inv_freq.size() * sizeof(float)));
+  allocations_.push_back(p);
+  inv_freq_ = static_cast<float*>(p);
+  ORIGAMI_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(inv_freq_, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
+  config_ = c;
+  return ensure_capacity(kInitialTokens, kInitialSeqs, 4 * kInitialSeqs);
+}
+
+Status CudaBackend::load(const ModelConfig& config, const ModelWeights& w) {
+  if (loaded_) return invalid_argument("CUDA backend: weights are already loaded");
+  ORIGAMI_RETURN_IF_ERROR(check_config(config));
+  if (static_cast<int>(w.layers.size()) != config.num_layers)
+    return invalid_argument("CUDA backend: weights have " + std::to_string(w.layers.size()) + " layers, config " +
+                            std::to_string(config.num_layers));
+  ORIGAMI_RETURN_IF_ERROR(allocate_weights(config));
+  auto upload = [](bf16* dst, const TensorView& t) -> Status {
+    if (t.empty()) return invalid_argument("CUDA backend: missing tensor " + t.name);
+    const std::vector<uint16_t> host = to_bf16(t);
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+    return Status::ok();
+  };
+  const size_t h = config.hidden_size, q = config.q_size(), kv = config.kv_size(), inter = config.intermediate_size;
+  ORIGAMI_RETURN_IF_ERROR(upload(embed_, w.embed_tokens));
+  if (!config.tie_word_embeddings) ORIGAMI_RETURN_IF_ERROR(upload(lm_head_, w.lm_head));
+  ORIGAMI_RETURN_IF_ERROR(upload(final_norm_, w.final_norm));
+  for (int i = 0; i < config.num_layers; ++i) {
+    const LayerWeights& lw = w.layers[i];
+    Layer& l = layers_[i];
+    ORIGAMI_RETURN_IF_ERROR(upload(l.input_norm, lw.input_norm));
+    ORIGAMI_RETURN_IF_ERROR(upload(l.post_attn_norm, lw.post_attn_norm));
+    if (config.qk_norm) {
+      ORIGAMI_RETURN_IF_ERROR(upload(l.q_norm, lw.q_norm));
+      ORIGAMI_RETURN_IF_ERROR(upload(l.k_norm, lw.k_norm));
+    }
+    // q|k|v and gate|up are stacked row-wise so each takes one GEMM.
+    ORIGAMI_RETURN_IF_ERROR(upload(l.qkv, lw.q_proj));
+    ORIGAMI_RETURN_IF_ERROR(upload(l.qkv + q * h, lw.k_proj));
+    ORIGAMI_RETURN_IF_ERROR(upload(l.qkv + (q + kv) * h, lw.v_proj));
+    if (config.qkv_bias) {
+      ORIGAMI_RETURN_IF_ERROR(upload(l.qkv_bias, lw.q_bias));
+      ORIGAMI_RETURN_IF_ERROR(upload(l.qkv_bias + q, lw.k_bias));
+      ORIGAMI_RETURN_IF_ERROR(upload(l.qkv_bias + q + kv, lw.v_bias));
+    }
+    ORIGAMI_RETURN_IF_ERROR(upload(l.o, lw.o_proj));
+    ORIGAMI_RETURN_IF_ERROR(upload(l.gate_up, lw.gate_proj));
+    ORIGAMI_RETURN_IF_ERROR(upload(l.gate_up + inter * h, lw.up_proj));
+    ORIGAMI_RETURN_IF_ERROR(upload(l.down, lw.down_proj));
+  }
+  loaded_ = true;
+  return Status::ok();
+}
+
+Status CudaBackend::load_dummy(const ModelConfig& config, uint64_t seed) {
+  if (loaded_) return invalid_argument("CUDA backend: weights are already loaded");
+  ORIGAMI_RETURN_IF_ERROR(check_config(config));
+  ORIGAMI_RETURN_IF_ERROR(allocate_weights(config));
+  const size_t h = config.hidden_size, qkv_rows = config.q_size() + 2 * config.kv_size(),
+               inter = config.intermediate_size;
+  uint64_t tensor_seed = seed * 1000003ull;
+  auto normal = [&](bf16* p, size_t n) { launch_fill_random_bf16(p, n, 0.02f, 0.0f, ++tensor_seed, stream_); };
+  auto ones = [&](bf16* p, size_t n) { launch_fill_random_bf16(p, n, 0.0f, 1.0f, 0, stream_); };
+  normal(embed_, static_cast<size_t>(config.vocab_size) * h);
+  if (!config.tie_word_embeddings) normal(lm_head_, static_cast<size_t>(config.vocab_size) * h);
+  ones(final_norm_, h);
+  for (Layer& l : layers_) {
+    ones(l.input_norm, h);
+    ones(l.post_attn_norm, h);
+    if (config.qk_norm) {
+      ones(l.q_norm, config.head_dim);
+      ones(l.k_norm, config.head_dim);
+    }
+    normal(l.qkv, qkv_rows * h);
+    if (config.qkv_bias) normal(l.qkv_bias, qkv_rows);
+    normal(l.o, h * config.q_size());
+    normal(l.gate_up, 2 * inter * h);
+    normal(l.down, h * inter);
+  }
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  loaded_ = true;
+  return Status::ok();
+}
+
+CudaBackend::InputLayout CudaBackend::input_layout(const Capacity& cap) const {
+  InputLayout l{};
+  size_t off = 0;
+  auto take = [&](size_t n) {
+    const size_t at = off;
+    off += round_up(n, 32);  // 128-byte aligned regions
+    return at;
+  };
+  l.tokens = take(cap.tokens);
+  l.positions = take(cap.tokens);
+  l.slots = take(cap.tokens);
+  l.q_indptr = take(cap.seqs + 1);
+  l.page_indptr = take(cap.seqs + 1);
+  l.kv_len = take(cap.seqs);
+  l.sample_rows = take(cap.seqs);
+  l.page_indices = take(cap.pages);  // last, so a step copies only the pages it uses
+  l.total = off;
+  return l;
+}
+
+Status CudaBackend::ensure_capacity(int tokens, int seqs, int pages) {
+  if (tokens <= cap_.tokens && seqs <= cap_.seqs && pages <= cap_.pages) return Status::ok();
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  graphs_.clear();  // captured graphs point at the old buffers
+  const ModelConfig& c = config_;
+  Capacity next{std::max(tokens, cap_.tokens), std::max(seqs, cap_.seqs), std::max(pages, cap_.pages)};
+  if (next.pages > cap_.pages) next.pages = std::max(next.pages, 2 * cap_.pages);
+  auto realloc_dev = [](auto** ptr, size_t bytes) -> Status {
+    if (*ptr != nullptr) cudaFree(*ptr);
+    *ptr = nullptr;
+    void* p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 16)) != cudaSuccess) {
+      cudaGetLastError();
+      return Status(ErrorCode::kResourceExhausted, "CUDA backend: out of device memory for step buffers");
+    }
+    *ptr = static_cast<std::remove_pointer_t<std::remove_reference_t<decltype(ptr)>>>(p);
+    return Status::ok();
+  };
+  auto realloc_host = [](auto** ptr, size_t bytes) -> Status {
+    if (*ptr != nullptr) cudaFreeHost(*ptr);
+    *ptr = nullptr;
+    void* p = nullptr;
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, std::max<size_t>(bytes, 16)));
+    *ptr = static_cast<std::remove_pointer_t<std::remove_reference_t<decltype(ptr)>>>(p);
+    return Status::ok();
+  };
+  if (next.tokens > cap_.tokens) {
+    const size_t t = next.tokens, h = c.hidden_size;
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&residual_, t * h * sizeof(float)));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&normed_, t * h * 2));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&qkv_, t * (c.q_size() + 2 * c.kv_size()) * 2));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&q_, t * c.q_size() * 2));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&k_, t * c.kv_size() * 2));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&v_, t * c.kv_size() * 2));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&attn_out_, t * c.q_size() * 2));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&delta_, t * h * 2));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&gate_up_, t * 2 * c.intermediate_size * 2));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&act_, t * c.intermediate_size * 2));
+  }
+  if (logits_ == nullptr) {
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&logit_hidden_, static_cast<size_t>(kLogitRows) * c.hidden_size * 2));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&logits_, static_cast<size_t>(kLogitRows) * c.vocab_size * sizeof(float)));
+  }
+  if (next.seqs > cap_.seqs) {
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_params_, next.seqs * sizeof(RowSamplingParams)));
+    ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_params_, next.seqs * sizeof(RowSamplingParams)));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_tokens_, next.seqs * sizeof(int32_t)));
+    ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_tokens_, next.seqs * sizeof(int32_t)));
+  }
+  const size_t total = input_layout(next).total;
+  ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_inputs_, total * sizeof(int32_t)));
+  ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_inputs_, total * sizeof(int32_t)));
+  cap_ = next;
+  return Status::ok();
+}
+
+Status CudaBackend::ensure_attention_workspace(size_t bytes) {
+  if (bytes <= attn_workspace_bytes_) return Status::ok();
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  graphs_.clear();
+  if (attn_workspace_ != nullptr) cudaFree(attn_workspace_);
+  attn_workspace_ = nullptr;
+  attn_workspace_bytes_ = 0;
+  const size_t grown = std::max(bytes, round_up(bytes + bytes / 2, 1 << 20));
+  if (cudaMalloc(&attn_workspace_, grown) != cudaSuccess) {
+    cudaGetLastError();
+    return Status(ErrorCode::kResourceExhausted, "CUDA backend: out of device memory for the attention workspace");
+  }
+  attn_workspace_bytes_ = grown;
+  return Status::ok();
+}
+
+size_t CudaBackend::available_kv_bytes(size_t requested_bytes) const {
+  size_t free_bytes = 0, total_bytes = 0;
+  ORIGAMI_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // The engine may take `gpu_memory_utilization` of the device; what is in use already (weights,
+  // step buffers, other processes) counts against it, and a reserve stays for the runtime.
+  const double allowed = options_.gpu_memory_utilization * static_cast<double>(total_bytes);
+  const double used = static_cast<double>(total_bytes - free_bytes);
+  double avail = allowed - used - static_cast<double>(kReserveBytes);
+  avail = std::min(avail, static_cast<double>(free_bytes) - static_cast<double>(kReserveBytes));
+  if (avail < 0) avail = 0;
+  size_t bytes = static_cast<size_t>(avail);
+  if (requested_bytes > 0) bytes = std::min(bytes, requested_bytes);
+  return bytes;
+}
+
+Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
+  if (!loaded_) return invalid_argument("CUDA backend: allocate_kv_cache before load");
+  if (layout.groups.size() != 1)
+    return Status(ErrorCode::kUnimplemented, "CUDA backend: only the full KV layout (one head group) is supported");
+  if (layout.dtype != DType::kBF16)
+    return invalid_argument(std::string("CUDA backend: KV dtype must be bf16, layout has ") + dtype_name(layout.dtype));
+  if (layout.num_layers != config_.num_layers || layout.num_kv_heads != config_.num_kv_heads ||
+      layout.head_dim != config_.head_dim)
+    return invalid_argument("CUDA backend: KV layout does not match the model (layers/kv heads/head_dim)");
+  const HeadGroup& g = layout.groups[0];
+  if (static_cast<int>(g.layers.size()) != layout.num_layers || static_cast<int>(g.kv_heads.size()) != layout.num_kv_heads)
+    return Status(ErrorCode::kUnimplemented, "CUDA backend: the head group must cover every layer and KV head");
+  if (g.num_blocks < 2 || layout.block_size < 1) return invalid_argument("CUDA backend: KV pool needs >= 2 blocks");
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  graphs_.clear();
+  if (kv_pool_ != nullptr) cudaFree(kv_pool_);
+  kv_pool_ = nullptr;
+  kv_layer_bytes_ = static_cast<size_t>(g.num_blocks) * layout.num_kv_heads * layout.block_size * layout.head_dim * 2;
+  const size_t total = 2 * kv_layer_bytes_ * layout.num_layers;
+  if (cudaMalloc(&kv_pool_, total) != cudaSuccess) {
+    cudaGetLastError();
+    return Status(ErrorCode::kResourceExhausted,
+                  "CUDA backend: cannot allocate " + std::to_string(total >> 20) + " MiB of KV cache");
+  }
+  // Zeroed so that reads of the null block (padding rows) see finite values.
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_pool_, 0, total, stream_));
+  k_cache_.resize(layout.num_layers);
+  v_cache_.resize(layout.num_layers);
+  for (int l = 0; l < layout.num_layers; ++l) {
+    k_cache_[l] = reinterpret_cast<bf16*>(static_cast<char*>(kv_pool_) + (2 * l) * kv_layer_bytes_);
+    v_cache_[l] = reinterpret_cast<bf16*>(static_cast<char*>(kv_pool_) + (2 * l + 1) * kv_layer_bytes_);
+  }
+  kv_layout_ = layout;
+  // Graphs are captured with an attention plan for the longest possible sequence.
+  graph_max_kv_len_ = std::max(1, std::min(config_.max_position_embeddings > 0 ? config_.max_position_embeddings : 1 << 20,
+                                           g.num_blocks * layout.block_size));
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::ok();
+}
+
+void CudaBackend::copy_block(int group, BlockId src, BlockId dst) {
+  ORIGAMI_CHECK(group == 0 && kv_pool_ != nullptr);
+  const size_t page = kv_layer_bytes_ / kv_layout_.groups[0].num_blocks;
+  for (int l = 0; l < kv_layout_.num_layers; ++l) {
+    for (bf16* base : {k_cache_[l], v_cache_[l]}) {
+      char* b = reinterpret_cast<char*>(base);
+      ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(b + dst * page, b + src * page, page, cudaMemcpyDeviceToDevice, stream_));
+    }
+  }
+}
+
+void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan) {
+  const ModelConfig& c = config_;
+  const InputLayout in = input_layout(cap_);
+  const int32_t* d_tokens = dev_inputs_ + in.tokens;
+  const int32_t* d_positions = dev_inputs_ + in.positions;
+  const int h = c.hidden_size, qkv_cols = c.q_size() + 2 * c.kv_size();
+  launch_embedding_gather(embed_, d_tokens, num_tokens, h, residual_, stream_);
+  for (int li = 0; li < c.num_layers; ++li) {
+    const Layer& l = layers_[li];
+    launch_add_rmsnorm(residual_, li == 0 ? nullptr : delta_, l.input_norm, c.rms_norm_eps, num_tokens, h, normed_,
+                       stream_);
+    gemm_->linear(normed_, num_tokens, h, l.qkv, qkv_cols, qkv_, false);
+    if (l.qkv_bias != nullptr) launch_bias_add(qkv_, l.qkv_bias, num_tokens, qkv_cols, stream_);
+    RopeArgs ra;
+    ra.qkv = qkv_;
+    ra.qkv_stride = qkv_cols;
+    ra.positions = d_positions;
+    ra.inv_freq = inv_freq_;
+    ra.q_norm = l.q_norm;
+    ra.k_norm = l.k_norm;
+    ra.eps = c.rms_norm_eps;
+    ra.num_tokens = num_tokens;
+    ra.num_heads = c.num_heads;
+    ra.num_kv_heads = c.num_kv_heads;
+    ra.head_dim = c.head_dim;
+    ra.q_out = q_;
+    ra.k_out = k_;
+    ra.v_out = v_;
+    launch_qk_norm_rope(ra, stream_);
+    KVWriteArgs wa;
+    wa.k = k_;
+    wa.v = v_;
+    wa.slot_mapping = dev_inputs_ + in.slots;
+    wa.k_cache = k_cache_[li];
+    wa.v_cache = v_cache_[li];
+    wa.num_tokens = num_tokens;
+    wa.num_kv_heads = c.num_kv_heads;
+    wa.head_dim = c.head_dim;
+    wa.block_size = kv_layout_.block_size;
+    ORIGAMI_CUDA_CHECK(write_kv_cache(wa, stream_));
+    AttentionArgs aa;
+    aa.shape = AttentionShape{num_seqs, num_tokens, c.num_heads, c.num_kv_heads, c.head_dim, kv_layout_.block_size};
+    aa.softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    aa.q = q_;
+    aa.out = attn_out_;
+    aa.k_cache = k_cache_[li];
+    aa.v_cache = v_cache_[li];
+    aa.q_indptr = dev_inputs_ + in.q_indptr;
+    aa.page_indptr = dev_inputs_ + in.page_indptr;
+    aa.page_indices = dev_inputs_ + in.page_indices;
+    aa.kv_len = dev_inputs_ + in.kv_len;
+    ORIGAMI_CUDA_CHECK(paged_attention(aa, plan, attn_workspace_, attn_workspace_bytes_, stream_));
+    gemm_->linear(attn_out_, num_tokens, c.q_size(), l.o, h, delta_, false);
+    launch_add_rmsnorm(residual_, delta_, l.post_attn_norm, c.rms_norm_eps, num_tokens, h, normed_, stream_);
+    gemm_->linear(normed_, num_tokens, h, l.gate_up, 2 * c.intermediate_size, gate_up_, false);
+    launch_silu_and_mul(gate_up_, num_tokens, c.intermediate_size, act_, stream_);
+    gemm_->linear(act_, num_tokens, c.intermediate_size, l.down, h, delta_, false);
+  }
+  launch_add_rmsnorm(residual_, delta_, final_norm_, c.rms_norm_eps, num_tokens, h, normed_, stream_);
+  for (int r0 = 0; r0 < num_sample_rows; r0 += kLogitRows) {
+    const int rows = std::min(kLogitRows, num_sample_rows - r0);
+    launch_gather_rows(normed_, dev_inputs_ + in.sample_rows + r0, rows, h, logit_hidden_, stream_);
+    gemm_->linear(logit_hidden_, rows, h, lm_head_, c.vocab_size, logits_, true);
+    launch_sample_rows(logits_, rows, c.vocab_size, c.vocab_size, dev_params_ + r0, dev_tokens_ + r0, stream_);
+  }
+}
+
+Status CudaBackend::compute_all_logits(const ForwardBatch& batch, StepOutput* out) {
+  const ModelConfig& c = config_;
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const SequenceInput& s = batch.sequences[i];
+    if (s.logits_mode != LogitsMode::kAll) continue;
+    std::vector<float>& dst = out->all_logits[i];
+    dst.resize(static_cast<size_t>(s.num_query_tokens) * c.vocab_size);
+    for (int r0 = 0; r0 < s.num_query_tokens; r0 += kLogitRows) {
+      const int rows = std::min(kLogitRows, s.num_query_tokens - r0);
+      // A sequence's rows are contiguous in the normed hidden states: no gather needed.
+      gemm_->linear(normed_ + static_cast<size_t>(s.query_start + r0) * c.hidden_size, rows, c.hidden_size, lm_head_,
+                    c.vocab_size, logits_, true);
+      ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data() + static_cast<size_t>(r0) * c.vocab_size, logits_,
+                                                   static_cast<size_t>(rows) * c.vocab_size * sizeof(float),
+                                                   cudaMemcpyDeviceToHost, stream_));
+      ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    }
+  }
+  return Status::ok();
+}
+
+Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
+  if (!loaded_ || kv_pool_ == nullptr) return invalid_argument("CUDA backend: execute before load/allocate_kv_cache");
+  const ModelConfig& c = config_;
+  const int num_seqs = static_cast<int>(batch.sequences.size());
+  const int num_tokens = static_cast<int>(batch.token_ids.size());
+  const int bs = kv_layout_.block_size;
+  const int num_blocks = kv_layout_.groups[0].num_blocks;
+  if (batch.positions.size() != batch.token_ids.size())
+    return invalid_argument("ForwardBatch: positions and token_ids differ in length");
+  out->sampled_tokens.assign(num_seqs, -1);
+  out->all_logits.resize(num_seqs);
+  for (auto& v : out->all_logits) v.clear();
+  if (num_seqs == 0) return Status::ok();
+
+  // Decode steps replay a graph of their bucket; padding rows are inert.
+  bool use_graph = options_.enable_cuda_graphs && batch.is_decode_only() && graphs_.bucket_for(num_seqs) > 0;
+  int total_pages = 0, max_kv_len = 0;
+  for (const SequenceInput& s : batch.sequences) {
+    if (s.logits_mode == LogitsMode::kAll) use_graph = false;
+    const int kv_len = s.num_cached_entries + s.num_query_tokens;
+    if (s.block_table == nullptr) return invalid_argument("ForwardBatch: sequence without a block table");
+    const int pages = (kv_len + bs - 1) / bs;
+    if (static_cast<int>(s.block_table->size()) < pages)
+      return invalid_argument("ForwardBatch: request " + std::to_string(s.request_id) + " has " +
+                              std::to_string(s.block_table->size()) + " pages for " + std::to_string(kv_len) +
+                              " KV entries");
+    total_pages += pages;
+    max_kv_len = std::max(max_kv_len, kv_len);
+  }
+  if (max_kv_len > graph_max_kv_len_) use_graph = false;
+  const int run_seqs = use_graph ? graphs_.bucket_for(num_seqs) : num_seqs;
+  const int run_tokens = use_graph ? run_seqs : num_tokens;
+  ORIGAMI_RETURN_IF_ERROR(ensure_capacity(run_tokens, run_seqs, total_pages + run_seqs));
+
+  // Fill the pinned staging buffer.
+  const InputLayout in = input_layout(cap_);
+  int32_t* hi = host_inputs_;
+  int32_t* pages_out = hi + in.page_indices;
+  int page_count = 0, num_sample_rows = 0, expected_start = 0;
+  hi[in.q_indptr] = 0;
+  hi[in.page_indptr] = 0;
+  for (int i = 0; i < num_seqs; ++i) {
+    const SequenceInput& s = batch.sequences[i];
+    if (s.query_start != expected_start || s.num_query_tokens <= 0 || s.query_start + s.num_query_tokens > num_tokens)
+      return invalid_argument("ForwardBatch: sequences must cover token_ids in order with >= 1 token each");
+    expected_start += s.num_query_tokens;
+    const std::vector<BlockId>& table = *s.block_table;
+    const int kv_len = s.num_cached_entries + s.num_query_tokens;
+    const int pages = (kv_len + bs - 1) / bs;
+    for (int p = 0; p < pages; ++p) {
+      if (table[p] < 0 || table[p] >= num_blocks)
+        return invalid_argument("ForwardBatch: request " + std::to_string(s.request_id) + " has block id " +
+                                std::to_string(table[p]) + " outside the pool");
+      pages_out[page_count++] = table[p];
+    }
+    for (int j = 0; j < s.num_query_tokens; ++j) {
+      const int t = s.query_start + j;
+      const int e = s.num_cached_entries + j;
+      const int32_t token = batch.token_ids[t];
+      if (token < 0 || token >= c.vocab_size)
+        return invalid_argument("ForwardBatch: token id " + std::to_string(token) + " outside the vocabulary");
+      hi[in.tokens + t] = token;
+      hi[in.positions + t] = batch.positions[t];
+      hi[in.slots + t] = table[e / bs] * bs + e % bs;
+    }
+    hi[in.q_indptr + i + 1] = s.query_start + s.num_query_tokens;
+    hi[in.page_indptr + i + 1] = page_count;
+    hi[in.kv_len + i] = kv_len;
+    if (use_graph || s.logits_mode != LogitsMode::kNone) {
+      RowSamplingParams& rp = host_params_[num_sample_rows];
+      const SamplingParams* sp = s.sampling;
+      rp.greedy = sp == nullptr || sp->is_greedy() || s.logits_mode == LogitsMode::kNone ? 1 : 0;
+      if (sp != nullptr) {
+        rp.temperature = sp->temperature;
+        rp.top_k = sp->top_k;
+        rp.top_p = sp->top_p;
+        rp.min_p = sp->min_p;
+      }
+      rp.u = sampling_uniform(s.seed, static_cast<uint64_t>(s.sample_index));
+      hi[in.sample_rows + num_sample_rows] = s.query_start + s.num_query_tokens - 1;
+      ++num_sample_rows;
+    }
+  }
+  if (expected_start != num_tokens) return invalid_argument("ForwardBatch: sequences do not cover every token");
+  if (use_graph) {
+    // Padding rows: token 0 at position 0, no KV write, one entry read from the null block.
+    for (int i = num_seqs; i < run_seqs; ++i) {
+      hi[in.tokens + i] = 0;
+      hi[in.positions + i] = 0;
+      hi[in.slots + i] = -1;
+      hi[in.q_indptr + i + 1] = i + 1;
+      pages_out[page_count++] = kNullBlock;
+      hi[in.page_indptr + i + 1] = page_count;
+      hi[in.kv_len + i] = 1;
+      host_params_[num_sample_rows] = RowSamplingParams{};
+      hi[in.sample_rows + num_sample_rows] = i;
+      ++num_sample_rows;
+    }
+  }
+  const size_t copy_elems = in.page_indices + page_count;
+  ORIGAMI_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dev_inputs_, host_inputs_, copy_elems * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  if (num_sample_rows > 0)
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_params_, host_params_,
+                                                 num_sample_rows * sizeof(RowSamplingParams), cudaMemcpyHostToDevice,
+                                                 stream_));
+
+  const AttentionShape shape{run_seqs, run_tokens, c.num_heads, c.num_kv_heads, c.head_dim, bs};
+  const AttentionPlan plan = plan_paged_attention(shape, use_graph ? graph_max_kv_len_ : max_kv_len, num_sms_);
+  ORIGAMI_RETURN_IF_ERROR(ensure_attention_workspace(paged_attention_workspace_bytes(plan, shape)));
+  if (use_graph) {
+    graphs_.run(run_seqs, stream_, [&] { record_step(run_tokens, run_seqs, num_sample_rows, plan); });
+    ++num_graph_steps_;
+  } else {
+    record_step(run_tokens, run_seqs, num_sample_rows, plan);
+  }
+  if (num_sample_rows > 0)
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_, dev_tokens_, num_sample_rows * sizeof(int32_t),
+                                                 cudaMemcpyDeviceToHost, stream_));
+  ORIGAMI_RETURN_IF_ERROR(compute_all_logits(batch, out));
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  for (int i = 0, row = 0; i < num_seqs; ++i) {
+    const bool sampled = use_graph || batch.sequences[i].logits_mode != LogitsMode::kNone;
+    if (!sampled) continue;
+    if (batch.sequences[i].logits_mode != LogitsMode::kNone) out->sampled_tokens[i] = host_tokens_[row];
+    ++row;
+  }
+  return Status::ok();
+}
+
+}  // namespace origami::cuda
+
+namespace origami {
+
+Expected<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& options) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return invalid_argument("device 'cuda': no CUDA device is available");
+  }
+  if (options.gpu_memory_utilization <= 0.0f || options.gpu_memory_utilization > 1.0f)
+    return invalid_argument("gpu_memory_utilization must be in (0, 1]");
+  return std::unique_ptr<Backend>(std::make_unique<cuda::CudaBackend>(options));
+}
+
+}  // namespace origami

@@ -1,0 +1,123 @@
+#pragma once
+// The CUDA backend: bf16 weights and paged KV on one GPU, fp32 accumulation, cuBLAS GEMMs, own
+// kernels for the rest, CUDA graphs for decode steps. Step inputs travel through pinned host
+// buffers in one copy; the only synchronisation of a step is the copy of the sampled tokens back.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_graph_runner.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/paged_attention.h"
+#include "backend/cuda/sampling_kernels.h"
+
+namespace origami::cuda {
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& options);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  Status load(const ModelConfig& config, const ModelWeights& weights) override;
+  // Random bf16 weights generated on the device (normal(0, 0.02), norms = 1): benchmarks of 8B and
+  // larger shapes without host memory for the weights. Deterministic in `seed`.
+  Status load_dummy(const ModelConfig& config, uint64_t seed) override;
+  size_t available_kv_bytes(size_t requested_bytes) const override;
+  Status allocate_kv_cache(const KVLayout& layout) override;
+  Status execute(const ForwardBatch& batch, StepOutput* out) override;
+  void copy_block(int group, BlockId src, BlockId dst) override;
+
+  // Steps that replayed a graph, and graphs captured so far (for tests and metrics).
+  int64_t num_graph_steps() const { return num_graph_steps_; }
+  int num_graphs() const { return graphs_.num_graphs(); }
+
+ private:
+  using bf16 = __nv_bfloat16;
+  struct Layer {
+    bf16* input_norm = nullptr;      // [hidden]
+    bf16* post_attn_norm = nullptr;  // [hidden]
+    bf16* q_norm = nullptr;          // [head_dim] (Qwen3) or null
+    bf16* k_norm = nullptr;
+    bf16* qkv = nullptr;             // [q_size + 2 * kv_size, hidden]
+    bf16* qkv_bias = nullptr;        // [q_size + 2 * kv_size] (Qwen2) or null
+    bf16* o = nullptr;               // [hidden, q_size]
+    bf16* gate_up = nullptr;         // [2 * intermediate, hidden]
+    bf16* down = nullptr;            // [hidden, intermediate]
+  };
+  // Capacities of the step buffers; growing one drops the captured graphs.
+  struct Capacity {
+    int tokens = 0;
+    int seqs = 0;
+    int pages = 0;
+  };
+  // Offsets (in int32 elements) of the step-input regions in the packed input buffer.
+  struct InputLayout {
+    size_t tokens, positions, slots, q_indptr, page_indptr, kv_len, sample_rows, page_indices, total;
+  };
+
+  Status check_config(const ModelConfig& config) const;
+  Status allocate_weights(const ModelConfig& config);
+  Status ensure_capacity(int tokens, int seqs, int pages);
+  Status ensure_attention_workspace(size_t bytes);
+  InputLayout input_layout(const Capacity& cap) const;
+  // Enqueues the forward pass and the sampling of `num_sample_rows` rows.
+  void record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan);
+  Status compute_all_logits(const ForwardBatch& batch, StepOutput* out);
+  bf16* device_alloc_bf16(size_t count);
+
+  BackendOptions options_;
+  ModelConfig config_;
+  bool loaded_ = false;
+  cudaStream_t stream_ = nullptr;
+  int num_sms_ = 0;
+  std::unique_ptr<Gemm> gemm_;
+  std::vector<void*> allocations_;  // weights, freed at destruction
+
+  bf16* embed_ = nullptr;        // [vocab, hidden]
+  bf16* lm_head_ = nullptr;      // [vocab, hidden] (== embed_ when tied)
+  bf16* final_norm_ = nullptr;   // [hidden]
+  std::vector<Layer> layers_;
+  float* inv_freq_ = nullptr;    // [head_dim / 2]
+
+  KVLayout kv_layout_;
+  void* kv_pool_ = nullptr;
+  std::vector<bf16*> k_cache_, v_cache_;  // per layer [num_blocks, num_kv_heads, block_size, head_dim]
+  size_t kv_layer_bytes_ = 0;
+
+  // Activations, [capacity.tokens, ...].
+  Capacity cap_;
+  float* residual_ = nullptr;  // [tokens, hidden] fp32
+  bf16* normed_ = nullptr;     // [tokens, hidden]
+  bf16* qkv_ = nullptr;        // [tokens, q_size + 2 * kv_size]
+  bf16* q_ = nullptr;          // [tokens, num_heads, head_dim]
+  bf16* k_ = nullptr;          // [tokens, num_kv_heads, head_dim]
+  bf16* v_ = nullptr;
+  bf16* attn_out_ = nullptr;   // [tokens, q_size]
+  bf16* delta_ = nullptr;      // [tokens, hidden]
+  bf16* gate_up_ = nullptr;    // [tokens, 2 * intermediate]
+  bf16* act_ = nullptr;        // [tokens, intermediate]
+  static constexpr int kLogitRows = 256;  // rows of logits computed per lm_head GEMM
+  bf16* logit_hidden_ = nullptr;  // [kLogitRows, hidden]
+  float* logits_ = nullptr;       // [kLogitRows, vocab]
+  void* attn_workspace_ = nullptr;
+  size_t attn_workspace_bytes_ = 0;
+
+  // Step inputs: pinned host staging and its device twin, one copy per step.
+  int32_t* host_inputs_ = nullptr;
+  int32_t* dev_inputs_ = nullptr;
+  RowSamplingParams* host_params_ = nullptr;  // [seqs]
+  RowSamplingParams* dev_params_ = nullptr;
+  int32_t* host_tokens_ = nullptr;  // [seqs] sampled tokens, pinned
+  int32_t* dev_tokens_ = nullptr;
+
+  CudaGraphRunner graphs_;
+  int graph_max_kv_len_ = 0;
+  int64_t num_graph_steps_ = 0;
+};
+
+}  // namespace origami::cuda

@@ -1,0 +1,40 @@
+#include "backend/cuda/cuda_graph_runner.h"
+
+#include "backend/cuda/cuda_check.h"
+
+namespace origami::cuda {
+
+CudaGraphRunner::CudaGraphRunner() {
+  // Fine steps for small batches (where padding costs most), coarser ones for large.
+  buckets_ = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512};
+}
+
+CudaGraphRunner::~CudaGraphRunner() { clear(); }
+
+int CudaGraphRunner::bucket_for(int batch_size) const {
+  for (int b : buckets_)
+    if (b >= batch_size) return b;
+  return 0;
+}
+
+void CudaGraphRunner::run(int bucket, cudaStream_t stream, const std::function<void()>& record) {
+  auto it = graphs_.find(bucket);
+  if (it == graphs_.end()) {
+    cudaGraph_t graph = nullptr;
+    ORIGAMI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    record();
+    ORIGAMI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec = nullptr;
+    ORIGAMI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    ORIGAMI_CUDA_CHECK(cudaGraphDestroy(graph));
+    it = graphs_.emplace(bucket, exec).first;
+  }
+  ORIGAMI_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
+}
+
+void CudaGraphRunner::clear() {
+  for (auto& [bucket, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+}
+
+}  // namespace origami::cuda

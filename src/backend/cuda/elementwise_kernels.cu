@@ -1,0 +1,205 @@
+// Element-wise kernels of the CUDA backend. Arithmetic is fp32; storage is bf16 except the
+// residual stream, which stays fp32 so that 30-60 layers of additions do not lose precision.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/elementwise_kernels.h"
+
+namespace origami::cuda {
+namespace {
+
+constexpr int kNormThreads = 256;
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Sum over the block; every thread gets the result. `scratch` holds one float per warp.
+__device__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < num_warps; ++w) total += scratch[w];
+  return total;
+}
+
+__global__ void embedding_gather_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
+                                        int hidden, float* __restrict__ residual) {
+  const int t = blockIdx.x;
+  const bf16* row = table + static_cast<size_t>(ids[t]) * hidden;
+  float* dst = residual + static_cast<size_t>(t) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = __bfloat162float(row[i]);
+}
+
+__global__ void add_rmsnorm_kernel(float* __restrict__ residual, const bf16* __restrict__ delta,
+                                   const bf16* __restrict__ weight, float eps, int hidden, bf16* __restrict__ out) {
+  __shared__ float scratch[32];
+  const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
+  float sum_sq = 0.0f;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float r = residual[base + i];
+    if (delta != nullptr) {
+      r += __bfloat162float(delta[base + i]);
+      residual[base + i] = r;
+    }
+    sum_sq += r * r;
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+    out[base + i] = __float2bfloat16(residual[base + i] * inv_rms * __bfloat162float(weight[i]));
+}
+
+// One block per token; one warp per head (q heads first, then k heads, then v heads copied).
+__global__ void qk_norm_rope_kernel(RopeArgs a) {
+  extern __shared__ float head_buf[];  // [num_warps, head_dim]
+  const int t = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
+  const int d = a.head_dim, half = d / 2;
+  float* buf = head_buf + warp * d;
+  const float pos = static_cast<float>(a.positions[t]);
+  const int total_heads = a.num_heads + 2 * a.num_kv_heads;
+  for (int h = warp; h < total_heads; h += num_warps) {
+    const bf16* src = a.qkv + static_cast<size_t>(t) * a.qkv_stride + static_cast<size_t>(h) * d;
+    bf16* dst;
+    const bf16* norm = nullptr;
+    bool rotate = true;
+    if (h < a.num_heads) {
+      dst = a.q_out + (static_cast<size_t>(t) * a.num_heads + h) * d;
+      norm = a.q_norm;
+    } else if (h < a.num_heads + a.num_kv_heads) {
+      dst = a.k_out + (static_cast<size_t>(t) * a.num_kv_heads + (h - a.num_heads)) * d;
+      norm = a.k_norm;
+    } else {
+      dst = a.v_out + (static_cast<size_t>(t) * a.num_kv_heads + (h - a.num_heads - a.num_kv_heads)) * d;
+      rotate = false;
+    }
+    float sum_sq = 0.0f;
+    for (int i = lane; i < d; i += 32) {
+      const float x = __bfloat162float(src[i]);
+      buf[i] = x;
+      sum_sq += x * x;
+    }
+    __syncwarp();
+    if (!rotate) {
+      for (int i = lane; i < d; i += 32) dst[i] = __float2bfloat16(buf[i]);
+      __syncwarp();
+      continue;
+    }
+    if (norm != nullptr) {
+      const float inv_rms = rsqrtf(warp_sum(sum_sq) / d + a.eps);
+      // The HF models round the normalised head to the activation dtype before RoPE.
+      for (int i = lane; i < d; i += 32)
+        buf[i] = __bfloat162float(__float2bfloat16(buf[i] * inv_rms * __bfloat162float(norm[i])));
+      __syncwarp();
+    }
+    for (int i = lane; i < half; i += 32) {
+      float s, c;
+      sincosf(pos * a.inv_freq[i], &s, &c);
+      const float x1 = buf[i], x2 = buf[i + half];
+      dst[i] = __float2bfloat16(x1 * c - x2 * s);
+      dst[i + half] = __float2bfloat16(x2 * c + x1 * s);
+    }
+    __syncwarp();
+  }
+}
+
+__global__ void silu_and_mul_kernel(const bf16* __restrict__ gate_up, int inter, bf16* __restrict__ out) {
+  const size_t t = blockIdx.y;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= inter) return;
+  const float g = __bfloat162float(gate_up[t * 2 * inter + i]);
+  const float u = __bfloat162float(gate_up[t * 2 * inter + inter + i]);
+  out[t * inter + i] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
+}
+
+__global__ void bias_add_kernel(bf16* __restrict__ x, const bf16* __restrict__ bias, int cols) {
+  const size_t t = blockIdx.y;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  x[t * cols + c] = __float2bfloat16(__bfloat162float(x[t * cols + c]) + __bfloat162float(bias[c]));
+}
+
+__global__ void gather_rows_kernel(const bf16* __restrict__ in, const int32_t* __restrict__ rows, int cols,
+                                   bf16* __restrict__ out) {
+  const size_t r = blockIdx.x;
+  const bf16* src = in + static_cast<size_t>(rows[r]) * cols;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) out[r * cols + c] = src[c];
+}
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__global__ void fill_random_kernel(bf16* out, size_t n, float std, float constant, uint64_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    if (std == 0.0f) {
+      out[i] = __float2bfloat16(constant);
+      continue;
+    }
+    const uint64_t r = splitmix64(seed ^ splitmix64(i));
+    // Box-Muller from two 24-bit uniforms in (0, 1].
+    const float u1 = (static_cast<float>(r >> 40) + 1.0f) * (1.0f / 16777216.0f);
+    const float u2 = static_cast<float>((r >> 16) & 0xffffff) * (1.0f / 16777216.0f);
+    out[i] = __float2bfloat16(std * sqrtf(-2.0f * __logf(u1)) * __cosf(6.2831853f * u2));
+  }
+}
+
+}  // namespace
+
+void launch_embedding_gather(const bf16* table, const int32_t* ids, int n, int hidden, float* residual,
+                             cudaStream_t stream) {
+  if (n == 0) return;
+  embedding_gather_kernel<<<n, kNormThreads, 0, stream>>>(table, ids, hidden, residual);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_add_rmsnorm(float* residual, const bf16* delta, const bf16* weight, float eps, int n, int hidden,
+                        bf16* out, cudaStream_t stream) {
+  if (n == 0) return;
+  add_rmsnorm_kernel<<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_qk_norm_rope(const RopeArgs& args, cudaStream_t stream) {
+  if (args.num_tokens == 0) return;
+  const int total_heads = args.num_heads + 2 * args.num_kv_heads;
+  const int num_warps = total_heads < 16 ? total_heads : 16;
+  const size_t smem = static_cast<size_t>(num_warps) * args.head_dim * sizeof(float);
+  qk_norm_rope_kernel<<<args.num_tokens, num_warps * 32, smem, stream>>>(args);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_silu_and_mul(const bf16* gate_up, int n, int inter, bf16* out, cudaStream_t stream) {
+  if (n == 0) return;
+  dim3 grid((inter + 255) / 256, n);
+  silu_and_mul_kernel<<<grid, 256, 0, stream>>>(gate_up, inter, out);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_bias_add(bf16* x, const bf16* bias, int n, int cols, cudaStream_t stream) {
+  if (n == 0) return;
+  dim3 grid((cols + 255) / 256, n);
+  bias_add_kernel<<<grid, 256, 0, stream>>>(x, bias, cols);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gather_rows(const bf16* in, const int32_t* rows, int num_rows, int cols, bf16* out,
+                        cudaStream_t stream) {
+  if (num_rows == 0) return;
+  gather_rows_kernel<<<num_rows, 256, 0, stream>>>(in, rows, cols, out);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_fill_random_bf16(bf16* out, size_t n, float std, float constant, uint64_t seed, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_random_kernel<<<1024, 256, 0, stream>>>(out, n, std, constant, seed);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace origami::cuda

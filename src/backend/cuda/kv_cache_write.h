@@ -1,0 +1,30 @@
+#pragma once
+// Scatter of a step's new K/V rows into the paged cache of one layer.
+// The caller computes slot_mapping on the host from each sequence's page table:
+// the new token at logical cache entry e of its sequence goes to
+//   slot = page_table[e / block_size] * block_size + e % block_size,
+// and a negative slot skips the token (padding rows of a captured graph).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace origami::cuda {
+
+struct KVWriteArgs {
+  const __nv_bfloat16* k = nullptr;     // [num_tokens, num_kv_heads, head_dim]
+  const __nv_bfloat16* v = nullptr;     // [num_tokens, num_kv_heads, head_dim]
+  const int32_t* slot_mapping = nullptr;  // [num_tokens] device
+  __nv_bfloat16* k_cache = nullptr;     // [num_blocks, num_kv_heads, block_size, head_dim]
+  __nv_bfloat16* v_cache = nullptr;     // [num_blocks, num_kv_heads, block_size, head_dim]
+  int num_tokens = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;    // a multiple of 8 (16-byte rows); 8 and up
+  int block_size = 0;
+};
+
+// Enqueues the scatter on `stream`. cudaErrorInvalidValue for bad sizes (head_dim not a multiple
+// of 8, non-positive counts); num_tokens == 0 is a no-op.
+cudaError_t write_kv_cache(const KVWriteArgs& args, cudaStream_t stream);
+
+}  // namespace origami::cuda

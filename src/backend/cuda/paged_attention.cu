@@ -1,0 +1,377 @@
+// Paged attention (decode, prefill, mixed) on the tensor cores; see paged_attention.h.
+//
+// Grid: x = query-tile slot, y = KV head, z = KV split. A CTA of 4 warps owns 64 packed query
+// rows (row r of a sequence's head group = new token r / G, query head kv_head * G + r % G) and
+// one KV range; each warp owns 16 rows. Tile slots are laid out without a host-side work list:
+// sequence i owns slots from floor(q_indptr[i] * G / 64) + i on, which leaves every sequence at
+// least the ceil(q_len * G / 64) slots it needs (the "+ i" adds one per sequence); a CTA finds
+// its sequence by binary search over q_indptr and exits if its slot is a spare. This keeps the
+// launch shape a function of (num_tokens, num_seqs) alone, so CUDA graphs can replay it.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/paged_attention.h"
+#include "backend/cuda/paged_attention_mma.cuh"
+
+namespace origami::cuda {
+namespace {
+
+using attn::cp_async_16;
+using attn::cp_async_commit;
+using attn::cp_async_wait;
+using attn::ldmatrix_x4;
+using attn::ldmatrix_x4_trans;
+using attn::mma_bf16_16816;
+using attn::pack_bf16x2;
+
+constexpr int kTileRows = 64;   // packed query rows per CTA
+constexpr int kTileKV = 64;     // KV entries per shared-memory tile
+constexpr int kThreads = 128;   // 4 warps x 16 rows
+constexpr int kMinChunk = 128;  // shortest KV split worth a CTA
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int D>
+struct TileGeom {
+  static constexpr int kStride = D + 8;  // +16 B per row: the 8 rows of an ldmatrix hit distinct banks
+  static constexpr int kTileElems = kTileKV * kStride;
+  // Q tile + two stages of (K, V)
+  static constexpr int kSmemBytes = 5 * kTileElems * static_cast<int>(sizeof(__nv_bfloat16));
+};
+
+struct KernelParams {
+  AttentionArgs a;
+  int group;          // query heads per KV head
+  int num_splits;
+  int kv_chunk;       // KV entries per split
+  float scale_log2;   // softmax_scale * log2(e): the softmax runs on exp2
+  float* part_o;      // [num_splits, num_tokens * num_heads, D] (split mode)
+  float* part_lse;    // [num_splits, num_tokens * num_heads], log2 domain
+};
+
+__device__ __forceinline__ int tile_start(const int32_t* q_indptr, int seq, int group) {
+  return static_cast<int>((static_cast<long long>(q_indptr[seq]) * group) / kTileRows) + seq;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelParams p) {
+  using G = TileGeom<D>;
+  constexpr int kChunksPerRow = D / 8;  // 16-byte pieces of a row
+  const AttentionArgs& a = p.a;
+  const int slot = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int split = blockIdx.z;
+  const int group = p.group;
+
+  // Sequence owning this slot: the last one whose first slot is <= slot.
+  int lo = 0, hi = a.shape.num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (tile_start(a.q_indptr, mid, group) <= slot) lo = mid; else hi = mid - 1;
+  }
+  const int seq = lo;
+  const int tile = slot - tile_start(a.q_indptr, seq, group);
+  const int q_begin = a.q_indptr[seq];
+  const int q_len = a.q_indptr[seq + 1] - q_begin;
+  const int rows_total = q_len * group;
+  const int row0 = tile * kTileRows;
+  if (row0 >= rows_total) return;  // a spare slot
+
+  const int kv_len = a.kv_len[seq];
+  const int kv_begin = split * p.kv_chunk;
+  // The last split also takes anything beyond the planned length, so an under-estimated
+  // max_kv_len costs speed, not correctness.
+  const int split_end = (split == p.num_splits - 1) ? kv_len : min(kv_len, kv_begin + p.kv_chunk);
+  const int last_row = min(row0 + kTileRows, rows_total) - 1;
+  const int causal_end = kv_len - q_len + last_row / group + 1;  // exclusive, for the tile's last row
+  const int tile_kv_end = min(split_end, causal_end);
+  const int num_kv_tiles = tile_kv_end > kv_begin ? (tile_kv_end - kv_begin + kTileKV - 1) / kTileKV : 0;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  // Stage st holds K at sQ + (1 + 2 st) tiles and V right after it (arithmetic, not a pointer
+  // array: a run-time index into an array would put it in local memory).
+  auto stage_k = [&](int st) { return sQ + (1 + 2 * st) * G::kTileElems; };
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int num_heads = a.shape.num_heads;
+  const int num_kv_heads = a.shape.num_kv_heads;
+  const int block_size = a.shape.block_size;
+  const int32_t* pages = a.page_indices + a.page_indptr[seq];
+
+  // Q tile: rows past the sequence's rows are zero.
+  for (int c = tid; c < kTileRows * kChunksPerRow; c += kThreads) {
+    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    const int prow = row0 + r;
+    const bool valid = prow < rows_total;
+    const __nv_bfloat16* src = a.q;
+    if (valid) {
+      const long long token = q_begin + prow / group;
+      const int head = kv_head * group + prow % group;
+      src = a.q + (token * num_heads + head) * D + col;
+    }
+    cp_async_16(sQ + r * G::kStride + col, src, valid);
+  }
+
+  auto load_kv_tile = [&](int t, int stage) {
+    const int base = kv_begin + t * kTileKV;
+    for (int c = tid; c < kTileKV * kChunksPerRow; c += kThreads) {
+      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+      const int e = base + r;
+      const bool valid = e < tile_kv_end;
+      const __nv_bfloat16* k_src = a.k_cache;
+      const __nv_bfloat16* v_src = a.v_cache;
+      if (valid) {
+        const long long page = pages[e / block_size];
+        const long long off = ((page * num_kv_heads + kv_head) * block_size + e % block_size) * D + col;
+        k_src += off;
+        v_src += off;
+      }
+      __nv_bfloat16* k_dst = stage_k(stage) + r * G::kStride + col;
+      cp_async_16(k_dst, k_src, valid);
+      cp_async_16(k_dst + G::kTileElems, v_src, valid);
+    }
+  };
+
+  if (num_kv_tiles > 0) load_kv_tile(0, 0);
+  cp_async_commit();
+
+  // This lane's two rows (g and g + 8 of its warp's 16) and the first KV entry each may not see.
+  const int g = lane >> 2, t4 = lane & 3;
+  int row_limit[2];
+  for (int h = 0; h < 2; ++h) {
+    const int prow = row0 + warp * 16 + g + 8 * h;
+    row_limit[h] = min(split_end, kv_len - q_len + prow / group + 1);
+  }
+  const bool warp_active = row0 + warp * 16 < rows_total;
+
+  float o[D / 8][4];
+  for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};
+
+  for (int t = 0; t < num_kv_tiles; ++t) {
+    if (t + 1 < num_kv_tiles) load_kv_tile(t + 1, (t + 1) & 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    if (warp_active) {
+      const __nv_bfloat16* k_tile = stage_k(t & 1);
+      const __nv_bfloat16* v_tile = k_tile + G::kTileElems;
+      // S = Q Kᵀ for 16 rows x 64 entries.
+      float s[kTileKV / 8][4];
+      for (int n = 0; n < kTileKV / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t qa[4];
+        ldmatrix_x4(qa, sQ + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * G::kStride + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int n2 = 0; n2 < kTileKV / 16; ++n2) {
+          uint32_t kb[4];
+          ldmatrix_x4(kb, k_tile + (n2 * 16 + (lane & 7) + (lane >> 4) * 8) * G::kStride + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_bf16_16816(s[2 * n2], qa, kb[0], kb[1]);
+          mma_bf16_16816(s[2 * n2 + 1], qa, kb[2], kb[3]);
+        }
+      }
+      // Scale, mask, online softmax (rows are shared by the 4 lanes of a quad).
+      const int base = kv_begin + t * kTileKV;
+      float row_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int n = 0; n < kTileKV / 8; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int e = base + n * 8 + 2 * t4 + (i & 1);
+          const float v = e < row_limit[i >> 1] ? s[n][i] * p.scale_log2 : -INFINITY;
+          s[n][i] = v;
+          row_max[i >> 1] = fmaxf(row_max[i >> 1], v);
+        }
+      }
+      float corr[2], m_use[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
+        row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
+        const float m_new = fmaxf(m[h], row_max[h]);
+        m_use[h] = m_new == -INFINITY ? 0.f : m_new;  // a fully masked row stays at zero, not NaN
+        corr[h] = exp2f(m[h] - m_use[h]);
+        m[h] = m_new;
+        l[h] *= corr[h];
+      }
+#pragma unroll
+      for (int n = 0; n < kTileKV / 8; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float pv = exp2f(s[n][i] - m_use[i >> 1]);
+          s[n][i] = pv;
+          l[i >> 1] += pv;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        o[j][0] *= corr[0]; o[j][1] *= corr[0];
+        o[j][2] *= corr[1]; o[j][3] *= corr[1];
+      }
+      // O += P V: two S accumulator tiles (16 entries) form one A fragment.
+#pragma unroll
+      for (int kk = 0; kk < kTileKV / 16; ++kk) {
+        uint32_t pa[4];
+        pa[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int j2 = 0; j2 < D / 16; ++j2) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, v_tile + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * G::kStride + j2 * 16 + (lane >> 4) * 8);
+          mma_bf16_16816(o[2 * j2], pa, vb[0], vb[1]);
+          mma_bf16_16816(o[2 * j2 + 1], pa, vb[2], vb[3]);
+        }
+      }
+    }
+    __syncthreads();  // the next iteration refills the stage just read
+  }
+  cp_async_wait<0>();
+  if (!warp_active) return;
+
+  const long long num_rows = static_cast<long long>(a.shape.num_tokens) * num_heads;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    const int prow = row0 + warp * 16 + g + 8 * h;
+    if (prow >= rows_total) continue;
+    const long long token = q_begin + prow / group;
+    const int head = kv_head * group + prow % group;
+    const long long row = token * num_heads + head;
+    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    if (p.num_splits == 1) {
+      __nv_bfloat16* dst = a.out + row * D + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j)
+        *reinterpret_cast<__nv_bfloat162*>(dst + j * 8) = __floats2bfloat162_rn(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+    } else {
+      const long long prow_idx = split * num_rows + row;
+      if (t4 == 0) p.part_lse[prow_idx] = l[h] > 0.f ? m[h] + log2f(l[h]) : -INFINITY;
+      if (l[h] > 0.f) {  // the merge skips empty splits without reading their output
+        float* dst = p.part_o + prow_idx * D + 2 * t4;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j)
+          *reinterpret_cast<float2*>(dst + j * 8) = make_float2(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+      }
+    }
+  }
+}
+
+// One warp per (token, head) row: out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max lse).
+template <int D>
+__global__ void __launch_bounds__(256) merge_splits_kernel(const float* part_o, const float* part_lse, int num_splits,
+                                                           long long num_rows, __nv_bfloat16* out) {
+  const long long row = static_cast<long long>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= num_rows) return;
+  float max_lse = -INFINITY;
+  for (int s = 0; s < num_splits; ++s) max_lse = fmaxf(max_lse, part_lse[s * num_rows + row]);
+  constexpr int kPer = D / 32;  // 2 or 4 floats per lane
+  float acc[kPer] = {};
+  float wsum = 0.f;
+  if (max_lse != -INFINITY) {
+    for (int s = 0; s < num_splits; ++s) {
+      const float lse = part_lse[s * num_rows + row];
+      if (lse == -INFINITY) continue;
+      const float w = exp2f(lse - max_lse);
+      wsum += w;
+      const float* src = part_o + (s * num_rows + row) * D + lane * kPer;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) acc[i] += w * src[i];
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  __nv_bfloat16* dst = out + row * D + lane * kPer;
+#pragma unroll
+  for (int i = 0; i < kPer; i += 2)
+    *reinterpret_cast<__nv_bfloat162*>(dst + i) = __floats2bfloat162_rn(acc[i] * inv, acc[i + 1] * inv);
+}
+
+int num_tile_slots(const AttentionShape& s) {
+  const int group = s.num_heads / s.num_kv_heads;
+  return static_cast<int>((static_cast<long long>(s.num_tokens) * group) / kTileRows) + s.num_seqs;
+}
+
+bool shape_ok(const AttentionShape& s) {
+  return s.num_seqs > 0 && s.num_tokens >= s.num_seqs && s.num_kv_heads > 0 && s.num_heads > 0 &&
+         s.num_heads % s.num_kv_heads == 0 && s.block_size > 0 && paged_attention_supported(s.head_dim);
+}
+
+template <int D>
+cudaError_t launch(const AttentionArgs& args, const AttentionPlan& plan, void* workspace, cudaStream_t stream) {
+  static const cudaError_t attr_status = cudaFuncSetAttribute(
+      paged_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, TileGeom<D>::kSmemBytes);
+  if (attr_status != cudaSuccess) return attr_status;
+  const AttentionShape& s = args.shape;
+  KernelParams p;
+  p.a = args;
+  p.group = s.num_heads / s.num_kv_heads;
+  p.num_splits = plan.num_splits;
+  p.kv_chunk = plan.kv_chunk_size;
+  p.scale_log2 = args.softmax_scale * kLog2e;
+  const long long num_rows = static_cast<long long>(s.num_tokens) * s.num_heads;
+  p.part_o = static_cast<float*>(workspace);
+  p.part_lse = p.part_o ? p.part_o + plan.num_splits * num_rows * D : nullptr;
+  const dim3 grid(plan.num_tile_slots, s.num_kv_heads, plan.num_splits);
+  paged_attention_kernel<D><<<grid, kThreads, TileGeom<D>::kSmemBytes, stream>>>(p);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || plan.num_splits == 1) return err;
+  const unsigned merge_blocks = static_cast<unsigned>((num_rows + 7) / 8);
+  merge_splits_kernel<D><<<merge_blocks, 256, 0, stream>>>(p.part_o, p.part_lse, plan.num_splits, num_rows, args.out);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool paged_attention_supported(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, int num_sms) {
+  AttentionPlan plan;
+  if (shape.num_kv_heads <= 0 || shape.num_heads <= 0) return plan;
+  plan.num_tile_slots = num_tile_slots(shape);
+  max_kv_len = std::max(max_kv_len, 1);
+  const int group = shape.num_heads / shape.num_kv_heads;
+  const long long real_tiles = std::max<long long>(
+      shape.num_seqs, (static_cast<long long>(shape.num_tokens) * group + kTileRows - 1) / kTileRows);
+  const long long units = real_tiles * shape.num_kv_heads;
+  const long long target = 4LL * std::max(num_sms, 1);
+  long long splits = 1;
+  if (units < target) splits = (target + units - 1) / units;
+  splits = std::min<long long>(splits, (max_kv_len + kMinChunk - 1) / kMinChunk);
+  splits = std::max<long long>(splits, 1);
+  int chunk = static_cast<int>((max_kv_len + splits - 1) / splits);
+  chunk = (chunk + kTileKV - 1) / kTileKV * kTileKV;
+  plan.num_splits = static_cast<int>((max_kv_len + chunk - 1) / chunk);
+  plan.kv_chunk_size = chunk;
+  return plan;
+}
+
+size_t paged_attention_workspace_bytes(const AttentionPlan& plan, const AttentionShape& shape) {
+  if (plan.num_splits <= 1) return 0;
+  return static_cast<size_t>(plan.num_splits) * shape.num_tokens * shape.num_heads * (shape.head_dim + 1) *
+         sizeof(float);
+}
+
+cudaError_t paged_attention(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream) {
+  const AttentionShape& s = args.shape;
+  if (!shape_ok(s) || plan.num_splits < 1 || plan.kv_chunk_size <= 0 || plan.num_tile_slots != num_tile_slots(s))
+    return cudaErrorInvalidValue;
+  if (plan.num_splits > 1 && (workspace == nullptr || workspace_bytes < paged_attention_workspace_bytes(plan, s)))
+    return cudaErrorInvalidValue;
+  if (plan.num_splits > 65535) return cudaErrorInvalidValue;
+  if (s.head_dim == 64) return launch<64>(args, plan, plan.num_splits > 1 ? workspace : nullptr, stream);
+  return launch<128>(args, plan, plan.num_splits > 1 ? workspace : nullptr, stream);
+}
+
+}  // namespace origami::cuda

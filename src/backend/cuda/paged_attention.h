@@ -1,0 +1,81 @@
+#pragma once
+// Paged attention over the bf16 KV cache (fp32 accumulation, sm_90).
+//
+// One kernel serves decode, prefill and mixed batches: for every (sequence, KV head) the query
+// rows of that head's GQA group are packed as (new token, head-in-group) pairs into tiles of 64
+// rows (so a decode step with a group of 4 heads is one tile of 4 rows, and K/V are read once
+// for all heads of the group). Each CTA streams K/V tiles of 64 entries through shared memory
+// (16-byte cp.async, double-buffered) and runs Q·Kᵀ and P·V on the tensor cores (mma.sync
+// m16n8k16 bf16) with an online softmax in fp32. Long contexts are split across CTAs (split-K):
+// partial outputs and log-sum-exps land in a caller-owned workspace and a second kernel merges them.
+//
+// Plan once per step on the host (it needs only sizes and the longest KV length), then run:
+//   AttentionPlan plan = plan_paged_attention(shape, max_kv_len, num_sms);
+//   size_t bytes = paged_attention_workspace_bytes(plan, shape);   // allocate once, reuse
+//   paged_attention(args, plan, workspace, bytes, stream);
+// A plan made for a larger max_kv_len stays valid for shorter sequences (splits past a sequence's
+// end do no work), so a CUDA graph captured with the model's longest length replays at any length.
+// Launchers only enqueue work on `stream`: no allocation, no synchronisation.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace origami::cuda {
+
+// Sizes that fix the launch shape (host values).
+struct AttentionShape {
+  int num_seqs = 0;
+  int num_tokens = 0;    // total new (query) tokens of the batch = q_indptr[num_seqs]
+  int num_heads = 0;     // query heads; a multiple of num_kv_heads
+  int num_kv_heads = 0;
+  int head_dim = 0;      // 64 or 128 (paged_attention_supported says which)
+  int block_size = 0;    // KV entries per page (any positive value; 1, 16, 32, 256 tested)
+};
+
+struct AttentionArgs {
+  AttentionShape shape;
+  float softmax_scale = 0.f;                // usually 1/sqrt(head_dim)
+  const __nv_bfloat16* q = nullptr;         // [num_tokens, num_heads, head_dim], RoPE applied
+  __nv_bfloat16* out = nullptr;             // [num_tokens, num_heads, head_dim]
+  const __nv_bfloat16* k_cache = nullptr;   // [num_blocks, num_kv_heads, block_size, head_dim]
+  const __nv_bfloat16* v_cache = nullptr;   // [num_blocks, num_kv_heads, block_size, head_dim]
+  // Device arrays. The new tokens of sequence i are q rows q_indptr[i] .. q_indptr[i+1] and are
+  // already written to the cache as its LAST q_len entries; kv_len[i] counts them (so
+  // kv_len[i] >= q_len > 0). Query j (0-based within the sequence's new tokens) sees entries
+  // 0 .. kv_len - q_len + j (causal). Entry e lives in page page_indices[page_indptr[i] + e / block_size]
+  // at offset e % block_size; the last page may be partly filled.
+  const int32_t* q_indptr = nullptr;      // [num_seqs + 1]
+  const int32_t* page_indptr = nullptr;   // [num_seqs + 1]
+  const int32_t* page_indices = nullptr;  // [page_indptr[num_seqs]]
+  const int32_t* kv_len = nullptr;        // [num_seqs]
+};
+
+struct AttentionPlan {
+  int num_splits = 1;       // KV splits per (query tile, KV head); 1 = no merge pass
+  int kv_chunk_size = 0;    // KV entries per split (a multiple of the 64-entry tile)
+  int num_tile_slots = 0;   // CTAs along the query dimension (an upper bound; extras exit at once)
+};
+
+// True when the kernels are built for this head_dim (64 and 128). Others (e.g. 8) are not: the
+// backend must report them as unsupported.
+bool paged_attention_supported(int head_dim);
+
+// Picks the number of KV splits so that the grid fills the GPU (about four CTAs per SM) without
+// making a split shorter than 128 entries. max_kv_len: the longest kv_len of the batch (or any
+// upper bound of it, e.g. the model's context length when capturing a graph). num_sms: the
+// device's multiprocessor count.
+AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, int num_sms);
+
+// Workspace for the split-K partials: num_splits * num_tokens * num_heads * (head_dim + 1) floats
+// (0 when num_splits == 1).
+size_t paged_attention_workspace_bytes(const AttentionPlan& plan, const AttentionShape& shape);
+
+// Enqueues the attention (and the merge pass when plan.num_splits > 1). Returns
+// cudaErrorInvalidValue for an unsupported head_dim, bad sizes, a too-small workspace or a plan
+// made for a different shape; otherwise the launch status.
+cudaError_t paged_attention(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace origami::cuda

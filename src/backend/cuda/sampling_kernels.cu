@@ -1,0 +1,204 @@
+// GPU sampling. Every filter of the sampler keeps a prefix of the order (logit desc, id asc),
+// so the kernel never sorts: it finds each cut (k-th element, top-p crossing, the draw) by a
+// radix select over a 56-bit key (32 bits of orderable logit, 24 bits of inverted id), 8 bits
+// a pass, with histograms in shared memory. Probability mass is summed in 2^-40 fixed point
+// with integer atomics, so results do not depend on thread scheduling.
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/sampling_kernels.h"
+
+namespace origami::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kIdBits = 24;
+constexpr int kKeyBits = 32 + kIdBits;
+constexpr int kDigitBits = 8;
+constexpr int kNumPasses = kKeyBits / kDigitBits;  // 7
+constexpr float kMassScale = 1099511627776.0f;     // 2^40
+
+__device__ __forceinline__ float clean_logit(float x) { return isnan(x) ? -INFINITY : x; }
+
+__device__ __forceinline__ uint64_t make_key(float logit, int id) {
+  uint32_t u = __float_as_uint(logit);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<uint64_t>(u) << kIdBits) | static_cast<uint64_t>((1u << kIdBits) - 1u - id);
+}
+
+__device__ __forceinline__ int key_id(uint64_t key) {
+  return static_cast<int>((1u << kIdBits) - 1u - static_cast<uint32_t>(key & ((1u << kIdBits) - 1u)));
+}
+
+struct RowContext {
+  const float* logits;
+  int vocab;
+  float inv_t;    // 1 / temperature
+  float m_over_t; // max logit / temperature
+};
+
+__device__ __forceinline__ float row_prob(const RowContext& c, float logit) {
+  // Unnormalised probability exp(l/T - max/T), as softmax(logits / T) computes it.
+  return expf(logit * c.inv_t - c.m_over_t);
+}
+
+__device__ __forceinline__ unsigned long long to_fixed(float e) { return __float2ull_rn(e * kMassScale); }
+
+// Shared state of one block.
+struct SelectSmem {
+  unsigned long long hist[1 << kDigitBits];
+  unsigned long long above;
+  uint64_t prefix;
+  unsigned long long reduce[kThreads / 32];
+};
+
+__device__ unsigned long long block_sum_u64(unsigned long long v, SelectSmem& s) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) s.reduce[threadIdx.x >> 5] = v;
+  __syncthreads();
+  unsigned long long total = 0;
+  for (int w = 0; w < kThreads / 32; ++w) total += s.reduce[w];
+  return total;
+}
+
+// Mass (by_mass) or count of tokens whose key is >= `threshold`.
+__device__ unsigned long long amount_at_least(const RowContext& c, uint64_t threshold, bool by_mass, SelectSmem& s) {
+  unsigned long long local = 0;
+  for (int i = threadIdx.x; i < c.vocab; i += kThreads) {
+    const float l = clean_logit(c.logits[i]);
+    if (make_key(l, i) >= threshold) local += by_mass ? to_fixed(row_prob(c, l)) : 1ull;
+  }
+  return block_sum_u64(local, s);
+}
+
+// The key of the first token, in descending key order, at which the running amount (count, or
+// fixed-point mass) reaches `target`: running >= target, or running > target when `strict`.
+__device__ uint64_t radix_select(const RowContext& c, unsigned long long target, bool by_mass, bool strict,
+                                 SelectSmem& s) {
+  if (threadIdx.x == 0) {
+    s.above = 0;
+    s.prefix = 0;
+  }
+  for (int pass = 0; pass < kNumPasses; ++pass) {
+    const int shift = kKeyBits - (pass + 1) * kDigitBits;
+    for (int b = threadIdx.x; b < (1 << kDigitBits); b += kThreads) s.hist[b] = 0;
+    __syncthreads();
+    const uint64_t prefix = s.prefix;
+    const int prefix_shift = shift + kDigitBits;
+    for (int i = threadIdx.x; i < c.vocab; i += kThreads) {
+      const float l = clean_logit(c.logits[i]);
+      const uint64_t key = make_key(l, i);
+      if (prefix_shift < kKeyBits && (key >> prefix_shift) != (prefix >> prefix_shift)) continue;
+      const int digit = static_cast<int>((key >> shift) & ((1u << kDigitBits) - 1u));
+      atomicAdd(&s.hist[digit], by_mass ? to_fixed(row_prob(c, l)) : 1ull);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned long long running = s.above;
+      int chosen = 0;
+      for (int d = (1 << kDigitBits) - 1; d >= 0; --d) {
+        const unsigned long long next = running + s.hist[d];
+        if (s.hist[d] != 0 && (strict ? next > target : next >= target)) {
+          chosen = d;
+          break;
+        }
+        running = next;
+        chosen = d;  // falls to the lowest digit if the target is never reached (rounding)
+      }
+      // `running` is the amount strictly above the chosen bucket.
+      s.above = running;
+      s.prefix = prefix | (static_cast<uint64_t>(chosen) << shift);
+    }
+    __syncthreads();
+  }
+  return s.prefix;
+}
+
+__global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __restrict__ logits_all, int vocab,
+                                                               int row_stride, const RowSamplingParams* params,
+                                                               int32_t* tokens) {
+  __shared__ SelectSmem s;
+  __shared__ float red_val[kThreads / 32];
+  __shared__ int red_idx[kThreads / 32];
+  const int row = blockIdx.x;
+  const float* logits = logits_all + static_cast<size_t>(row) * row_stride;
+  const RowSamplingParams p = params[row];
+
+  // Argmax: the largest logit, ties to the lowest id; NaN counts as -inf.
+  float best = -INFINITY;
+  int best_id = 0x7fffffff;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float l = clean_logit(logits[i]);
+    if (l > best || (l == best && i < best_id)) {
+      best = l;
+      best_id = i;
+    }
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, off);
+    const int id = __shfl_xor_sync(0xffffffffu, best_id, off);
+    if (v > best || (v == best && id < best_id)) {
+      best = v;
+      best_id = id;
+    }
+  }
+  if ((threadIdx.x & 31) == 0) {
+    red_val[threadIdx.x >> 5] = best;
+    red_idx[threadIdx.x >> 5] = best_id;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < kThreads / 32; ++w) {
+      if (red_val[w] > best || (red_val[w] == best && red_idx[w] < best_id)) {
+        best = red_val[w];
+        best_id = red_idx[w];
+      }
+    }
+    red_val[0] = best;
+    red_idx[0] = best_id == 0x7fffffff || best == -INFINITY ? 0 : best_id;
+  }
+  __syncthreads();
+  const float max_logit = red_val[0];
+  if (p.greedy || max_logit == -INFINITY) {
+    if (threadIdx.x == 0) tokens[row] = red_idx[0];
+    return;
+  }
+
+  RowContext c{logits, vocab, 1.0f / p.temperature, max_logit / p.temperature};
+  // The cut of every filter is a key threshold: tokens with key >= keep are kept.
+  uint64_t keep = 0;
+  int num_kept = vocab;
+  if (p.min_p > 0.0f) {
+    // p >= min_p * p_max  <=>  e >= min_p with e = p / p_max = exp(l/T - max/T).
+    unsigned long long local = 0;
+    for (int i = threadIdx.x; i < vocab; i += kThreads)
+      if (row_prob(c, clean_logit(logits[i])) >= p.min_p) ++local;
+    num_kept = static_cast<int>(block_sum_u64(local, s));
+  }
+  const int k = p.top_k > 0 && p.top_k < num_kept ? p.top_k : num_kept;
+  if (k < vocab) keep = radix_select(c, static_cast<unsigned long long>(k), false, false, s);
+  if (p.top_p < 1.0f) {
+    const unsigned long long survivors = amount_at_least(c, keep, true, s);
+    const unsigned long long target =
+        static_cast<unsigned long long>(static_cast<double>(p.top_p) * static_cast<double>(survivors));
+    const uint64_t cut = radix_select(c, target, true, false, s);
+    if (cut > keep) keep = cut;
+  }
+  const unsigned long long kept_mass = amount_at_least(c, keep, true, s);
+  const unsigned long long target =
+      static_cast<unsigned long long>(static_cast<double>(p.u) * static_cast<double>(kept_mass));
+  const uint64_t drawn = radix_select(c, target, true, true, s);
+  if (threadIdx.x == 0) tokens[row] = key_id(drawn);
+}
+
+}  // namespace
+
+void launch_sample_rows(const float* logits, int num_rows, int vocab, int row_stride, const RowSamplingParams* params,
+                        int32_t* tokens, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  sample_rows_kernel<<<num_rows, kThreads, 0, stream>>>(logits, vocab, row_stride, params, tokens);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace origami::cuda

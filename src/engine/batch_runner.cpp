@@ -1,0 +1,53 @@
+#include "engine/batch_runner.h"
+
+#include <unordered_map>
+
+namespace origami {
+
+std::vector<BatchResult> run_batch(Engine& engine, const std::vector<BatchItem>& items, const ProgressCallback& progress) {
+  std::vector<BatchResult> results(items.size());
+  std::unordered_map<RequestId, size_t> index_of;
+  size_t done = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    BatchResult& res = results[i];
+    res.num_prompt_tokens = static_cast<int>(items[i].prompt_token_ids.size());
+    if (!items[i].error.empty()) {
+      res.error = items[i].error;
+      ++done;
+      continue;
+    }
+    Expected<RequestId> id = engine.add_request(items[i].prompt_token_ids, items[i].sampling);
+    if (!id) {
+      res.error = id.status().to_string();
+      ++done;
+      continue;
+    }
+    index_of[*id] = i;
+  }
+  if (progress) progress(done, items.size());
+
+  while (engine.has_unfinished()) {
+    for (RequestOutput& out : engine.step()) {
+      auto it = index_of.find(out.request_id);
+      if (it == index_of.end()) continue;
+      BatchResult& res = results[it->second];
+      res.text += out.new_text;
+      if (!out.finished) continue;
+      const Request* r = engine.request(out.request_id);
+      res.ok = out.finish_reason != FinishReason::kError;
+      res.error = out.error;
+      res.finish_reason = out.finish_reason;
+      res.output_token_ids = r->output_token_ids;
+      res.num_cached_prompt_tokens = r->num_cached_prefix_tokens;
+      res.arrival_time = r->arrival_time;
+      res.first_token_time = r->first_token_time;
+      res.finish_time = r->finish_time;
+      engine.release_request(out.request_id);
+      ++done;
+    }
+    if (progress) progress(done, items.size());
+  }
+  return results;
+}
+
+}  // namespace origami

@@ -1,0 +1,37 @@
+#pragma once
+// Offline driver: submits a list of requests to an engine and steps it until all are done.
+// One bad request (invalid sampling values, a prompt too long) fails alone; the rest complete.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace origami {
+
+struct BatchItem {
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams sampling;
+  std::string error;  // pre-set when the item could not even be parsed; it is then skipped
+};
+
+struct BatchResult {
+  bool ok = false;
+  std::string error;
+  std::vector<int32_t> output_token_ids;
+  std::string text;
+  FinishReason finish_reason = FinishReason::kNone;
+  int num_prompt_tokens = 0;
+  int num_cached_prompt_tokens = 0;
+  double arrival_time = 0.0;  // engine clock, seconds
+  double first_token_time = 0.0;
+  double finish_time = 0.0;
+};
+
+// Called after every step with (finished requests, total requests).
+using ProgressCallback = std::function<void(size_t done, size_t total)>;
+
+std::vector<BatchResult> run_batch(Engine& engine, const std::vector<BatchItem>& items,
+                                   const ProgressCallback& progress = nullptr);
+
+}  // namespace origami

@@ -1,0 +1,300 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "model/weights.h"
+#include "sampling/sampler.h"
+#include "sampling/stop_checker.h"
+
+namespace origami {
+
+// A request plus what the engine needs to turn its tokens into streamed text.
+struct Engine::Tracked {
+  Request request;
+  std::unique_ptr<StreamingDecoder> decoder;
+  std::string text;         // all decoded output text (up to any stop string)
+  size_t text_emitted = 0;  // bytes of `text` already reported
+  bool reported_finish = false;
+};
+
+namespace {
+
+int64_t default_cpu_kv_bytes() { return int64_t{1} << 30; }
+
+}  // namespace
+
+Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
+  std::unique_ptr<Engine> engine(new Engine());
+  engine->config_ = config;
+  engine->start_time_ = std::chrono::steady_clock::now();
+  if (config.model_dir.empty()) return invalid_argument("--model is required");
+  if (config.block_size < 1 || config.block_size > 1024)
+    return invalid_argument("block size must be in [1, 1024], got " + std::to_string(config.block_size));
+  if (config.max_num_seqs < 1) return invalid_argument("max_num_seqs must be >= 1");
+  if (config.max_num_batched_tokens < 1) return invalid_argument("max_num_batched_tokens must be >= 1");
+
+  ORIGAMI_ASSIGN_OR_RETURN(engine->model_config_, load_model_config(config.model_dir));
+  const ModelConfig& mc = engine->model_config_;
+
+  const std::string tokenizer_dir = config.tokenizer_dir.empty() ? config.model_dir : config.tokenizer_dir;
+  ORIGAMI_ASSIGN_OR_RETURN(std::shared_ptr<Tokenizer> tokenizer, Tokenizer::load(tokenizer_dir));
+  engine->tokenizer_ = std::move(tokenizer);
+
+  BackendOptions backend_options;
+  backend_options.device = config.device;
+  backend_options.num_threads = config.num_threads;
+  backend_options.gpu_memory_utilization = config.gpu_memory_utilization;
+  backend_options.enable_cuda_graphs = config.enable_cuda_graphs;
+  ORIGAMI_ASSIGN_OR_RETURN(engine->backend_, create_backend(backend_options));
+
+  {
+    ModelWeights weights;
+    if (config.dummy_weights) {
+      weights = make_dummy_weights(mc, config.device == "cpu" ? DType::kF32 : DType::kBF16, config.seed + 1);
+    } else {
+      ORIGAMI_ASSIGN_OR_RETURN(weights, load_model_weights(config.model_dir, mc));
+    }
+    ORIGAMI_RETURN_IF_ERROR(engine->backend_->load(mc, weights));
+  }  // host copies of the weights are released here; the backend holds its own
+
+  // KV pool: an explicit block count wins, then a byte budget, then the backend's default.
+  KVLayout layout = KVLayout::full(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.block_size, 0,
+                                   config.device == "cpu" ? DType::kF32 : DType::kBF16);
+  int num_blocks = config.num_kv_blocks;
+  if (num_blocks <= 0) {
+    int64_t bytes = config.kv_cache_bytes;
+    if (bytes <= 0 && config.device == "cpu") bytes = default_cpu_kv_bytes();
+    bytes = static_cast<int64_t>(engine->backend_->available_kv_bytes(static_cast<size_t>(std::max<int64_t>(bytes, 0))));
+    num_blocks = static_cast<int>(bytes / static_cast<int64_t>(layout.page_bytes(0)));
+  } else {
+    num_blocks += 1;  // the null block is not counted as usable
+  }
+  if (num_blocks < 2)
+    return invalid_argument("the KV cache holds no usable block: raise --kv-cache-memory or --num-kv-blocks");
+  layout.groups[0].num_blocks = num_blocks;
+  ORIGAMI_RETURN_IF_ERROR(engine->backend_->allocate_kv_cache(layout));
+  engine->kv_ = std::make_unique<KVCacheManager>(layout, config.enable_prefix_caching);
+  engine->metrics_.num_kv_blocks_total = num_blocks - 1;
+
+  SchedulerConfig sc;
+  sc.max_num_seqs = config.max_num_seqs;
+  sc.max_num_batched_tokens = config.max_num_batched_tokens;
+  sc.enable_chunked_prefill = config.enable_chunked_prefill;
+  sc.max_model_len = config.max_model_len > 0 ? config.max_model_len : mc.max_position_embeddings;
+  engine->config_.max_model_len = sc.max_model_len;
+  if (!config.enable_chunked_prefill && sc.max_num_batched_tokens < sc.max_model_len)
+    sc.max_num_batched_tokens = sc.max_model_len;  // a whole prompt must fit in one step
+  engine->scheduler_ = std::make_unique<Scheduler>(sc, engine->kv_.get());
+  return engine;
+}
+
+Engine::~Engine() = default;
+
+double Engine::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
+}
+
+Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params) {
+  ORIGAMI_RETURN_IF_ERROR(params.validate());
+  if (prompt_token_ids.empty()) return invalid_argument("prompt is empty");
+  const int vocab = model_config_.vocab_size;
+  for (size_t i = 0; i < prompt_token_ids.size(); ++i) {
+    if (prompt_token_ids[i] < 0 || prompt_token_ids[i] >= vocab)
+      return invalid_argument("prompt token " + std::to_string(i) + " has id " + std::to_string(prompt_token_ids[i]) +
+                              ", outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+  const int max_len = config_.max_model_len;
+  if (static_cast<int>(prompt_token_ids.size()) >= max_len)
+    return out_of_range("prompt has " + std::to_string(prompt_token_ids.size()) +
+                        " tokens, but the model's context (max_model_len) is " + std::to_string(max_len) +
+                        " tokens and at least one must be left to generate");
+  const int blocks_needed = kv_->blocks_needed(static_cast<int>(prompt_token_ids.size()) + 1);
+  if (blocks_needed > metrics_.num_kv_blocks_total)
+    return out_of_range("prompt needs " + std::to_string(blocks_needed) + " KV blocks but the cache has only " +
+                        std::to_string(metrics_.num_kv_blocks_total));
+
+  auto tracked = std::make_unique<Tracked>();
+  Request& r = tracked->request;
+  r.id = next_request_id_++;
+  r.prompt_token_ids = std::move(prompt_token_ids);
+  r.sampling = params;
+  r.seed = resolve_seed(params, config_.seed, seed_counter_++);
+  r.arrival_time = now();
+  tracked->decoder = std::make_unique<StreamingDecoder>(tokenizer_, /*skip_special_tokens=*/true);
+  const RequestId id = r.id;
+  scheduler_->add_request(&tracked->request);
+  requests_.emplace(id, std::move(tracked));
+  return id;
+}
+
+void Engine::abort_request(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second->request.is_finished()) return;
+  pending_aborts_.push_back(id);
+}
+
+bool Engine::has_unfinished() const {
+  if (scheduler_->has_unfinished()) return true;
+  for (const auto& [id, t] : requests_)
+    if (t->request.is_finished() && !t->reported_finish) return true;
+  return false;
+}
+
+const Request* Engine::request(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : &it->second->request;
+}
+
+void Engine::release_request(RequestId id) {
+  auto it = requests_.find(id);
+  if (it != requests_.end() && it->second->request.is_finished()) requests_.erase(it);
+}
+
+void Engine::finish(Tracked& tracked, FinishReason reason, std::vector<RequestOutput>* outputs, const std::string& error) {
+  Request& r = tracked.request;
+  if (r.is_finished()) return;
+  scheduler_->finish_request(&r, reason);
+  r.status = RequestStatus::kFinished;
+  r.finish_reason = reason;
+  r.error = error;
+  r.finish_time = now();
+  ++metrics_.num_finished;
+  RequestOutput out;
+  out.request_id = r.id;
+  out.finished = true;
+  out.finish_reason = reason;
+  out.error = error;
+  if (reason != FinishReason::kError && reason != FinishReason::kAborted) {
+    out.new_text = tracked.text.substr(tracked.text_emitted);  // flush what was held back
+    tracked.text_emitted = tracked.text.size();
+  }
+  tracked.reported_finish = true;
+  outputs->push_back(std::move(out));
+}
+
+// Appends a sampled token, extends the decoded text, and decides whether the request stops.
+void Engine::append_token(Tracked& tracked, int32_t token, RequestOutput* output) {
+  Request& r = tracked.request;
+  const SamplingParams& sp = r.sampling;
+  r.output_token_ids.push_back(token);
+  if (r.first_token_time < 0) r.first_token_time = now();
+  ++metrics_.num_generated_tokens;
+  output->new_token_ids.push_back(token);
+
+  const bool is_eos = std::find(model_config_.eos_token_ids.begin(), model_config_.eos_token_ids.end(), token) !=
+                      model_config_.eos_token_ids.end();
+  const bool is_stop_token = std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), token) != sp.stop_token_ids.end();
+  if ((is_eos && !sp.ignore_eos) || is_stop_token) {
+    output->finish_reason = is_stop_token ? FinishReason::kStop : FinishReason::kEos;
+    tracked.text += tracked.decoder->flush();
+  } else {
+    const size_t before = tracked.text.size();
+    tracked.text += tracked.decoder->push(token);
+    if (!sp.stop.empty()) {
+      const StopMatch match = find_stop_string(tracked.text, before, sp.stop, sp.include_stop_str_in_output);
+      if (match.found) {
+        tracked.text.resize(match.truncate_at);
+        output->finish_reason = FinishReason::kStop;
+      }
+    }
+    if (output->finish_reason == FinishReason::kNone) {
+      if (static_cast<int>(r.output_token_ids.size()) >= sp.max_tokens || r.num_tokens() >= config_.max_model_len) {
+        output->finish_reason = FinishReason::kLength;
+        tracked.text += tracked.decoder->flush();
+      }
+    }
+  }
+  // Stream everything except a tail that might still become a stop string.
+  size_t safe = tracked.text.size();
+  if (output->finish_reason == FinishReason::kNone && !sp.stop.empty())
+    safe -= std::min(safe, stop_string_holdback(tracked.text, sp.stop));
+  safe = std::max(safe, tracked.text_emitted);
+  output->new_text += tracked.text.substr(tracked.text_emitted, safe - tracked.text_emitted);
+  tracked.text_emitted = safe;
+}
+
+std::vector<RequestOutput> Engine::step() {
+  std::vector<RequestOutput> outputs;
+  for (RequestId id : pending_aborts_) {
+    auto it = requests_.find(id);
+    if (it != requests_.end()) finish(*it->second, FinishReason::kAborted, &outputs);
+  }
+  pending_aborts_.clear();
+
+  const double t0 = now();
+  SchedulerOutput plan = scheduler_->schedule();
+  metrics_.schedule_seconds += now() - t0;
+  metrics_.num_preemptions += static_cast<int64_t>(plan.preempted.size());
+  for (Request* r : plan.rejected) {
+    finish(*requests_.at(r->id), FinishReason::kError, &outputs,
+           "request needs more KV blocks than the whole cache holds");
+  }
+  if (plan.empty()) return outputs;
+
+  ++metrics_.num_steps;
+  metrics_.peak_running = std::max(metrics_.peak_running, static_cast<int>(scheduler_->num_running()));
+  metrics_.peak_kv_blocks_used = std::max(metrics_.peak_kv_blocks_used, kv_->num_used_blocks(0));
+
+  // Build the backend's view of the step.
+  ForwardBatch batch;
+  batch.token_ids.reserve(plan.num_batched_tokens);
+  batch.positions.reserve(plan.num_batched_tokens);
+  batch.sequences.reserve(plan.sequences.size());
+  for (const ScheduledSequence& s : plan.sequences) {
+    Request& r = *s.request;
+    SequenceInput in;
+    in.request_id = r.id;
+    in.query_start = static_cast<int>(batch.token_ids.size());
+    in.num_query_tokens = s.num_new_tokens;
+    in.start_position = r.num_computed_tokens;
+    in.num_cached_entries = r.kv.groups[0].num_entries - s.num_new_tokens;
+    in.block_table = &r.kv.groups[0].blocks;
+    const bool completes_prompt = r.num_computed_tokens + s.num_new_tokens == r.num_tokens();
+    in.logits_mode = completes_prompt ? LogitsMode::kLast : LogitsMode::kNone;
+    in.sampling = &r.sampling;
+    in.seed = r.seed;
+    in.sample_index = static_cast<int>(r.output_token_ids.size());
+    for (int i = 0; i < s.num_new_tokens; ++i) {
+      batch.token_ids.push_back(r.token_at(r.num_computed_tokens + i));
+      batch.positions.push_back(r.num_computed_tokens + i);
+    }
+    if (r.num_computed_tokens < r.num_prompt_tokens()) {
+      const int prompt_part = std::min(s.num_new_tokens, r.num_prompt_tokens() - r.num_computed_tokens);
+      metrics_.num_prompt_tokens_computed += prompt_part;
+    }
+    batch.sequences.push_back(in);
+  }
+
+  StepOutput result;
+  const double t1 = now();
+  Status st = backend_->execute(batch, &result);
+  metrics_.execute_seconds += now() - t1;
+  if (!st.is_ok()) {
+    // A backend failure is not one request's fault; fail the step's requests, keep the engine.
+    for (const ScheduledSequence& s : plan.sequences)
+      finish(*requests_.at(s.request->id), FinishReason::kError, &outputs, st.to_string());
+    return outputs;
+  }
+  scheduler_->on_step_done(plan);
+
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const int32_t token = result.sampled_tokens[i];
+    if (token < 0) continue;  // mid-prompt chunk
+    Tracked& tracked = *requests_.at(plan.sequences[i].request->id);
+    RequestOutput out;
+    out.request_id = tracked.request.id;
+    append_token(tracked, token, &out);
+    if (out.finish_reason != FinishReason::kNone) {
+      const FinishReason reason = out.finish_reason;
+      std::vector<RequestOutput> finished;
+      finish(tracked, reason, &finished);
+      out.finished = true;
+      out.new_text += finished.front().new_text;
+    }
+    outputs.push_back(std::move(out));
+  }
+  return outputs;
+}
+
+}  // namespace origami

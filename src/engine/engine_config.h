@@ -1,0 +1,32 @@
+#pragma once
+// Everything needed to stand up an engine: model, backend, KV memory and scheduling limits.
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace origami {
+
+struct EngineConfig {
+  std::string model_dir;
+  std::string tokenizer_dir;  // defaults to model_dir
+  bool dummy_weights = false; // random weights for the config (benchmarks)
+  std::string device = "cpu"; // cpu | cuda
+  int num_threads = 0;        // CPU backend threads (0 = all cores)
+  float gpu_memory_utilization = 0.9f;
+  bool enable_cuda_graphs = true;
+
+  int block_size = 16;
+  int64_t kv_cache_bytes = 0;  // 0: backend default (CPU: 1 GiB; CUDA: from free memory)
+  int num_kv_blocks = 0;       // overrides kv_cache_bytes when > 0
+  bool enable_prefix_caching = false;
+
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  bool enable_chunked_prefill = true;
+  int max_model_len = 0;  // 0: the model's max_position_embeddings
+
+  uint64_t seed = 0;  // seeds requests that carry no seed of their own
+};
+
+}  // namespace origami

@@ -1,0 +1,21 @@
+#pragma once
+// Counters the engine keeps while it runs; benchmarks and the server read them.
+#include <cstdint>
+
+namespace origami {
+
+struct EngineMetrics {
+  int64_t num_steps = 0;
+  int64_t num_prompt_tokens_computed = 0;  // prefill tokens actually run (prefix hits excluded)
+  int64_t num_prefix_cached_tokens = 0;
+  int64_t num_generated_tokens = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_finished = 0;
+  int peak_running = 0;
+  int peak_kv_blocks_used = 0;
+  int num_kv_blocks_total = 0;
+  double execute_seconds = 0.0;   // time in backend.execute
+  double schedule_seconds = 0.0;  // time planning steps
+};
+
+}  // namespace origami

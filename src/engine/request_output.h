@@ -1,0 +1,20 @@
+#pragma once
+// What the engine reports about a request after a step: new tokens, new text, and whether it ended.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sched/request.h"
+
+namespace origami {
+
+struct RequestOutput {
+  RequestId request_id = 0;
+  std::vector<int32_t> new_token_ids;
+  std::string new_text;  // streaming-safe: never ends inside a UTF-8 character or a possible stop string
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;  // set when finish_reason == kError
+};
+
+}  // namespace origami

@@ -1,0 +1,72 @@
+#pragma once
+// The `decoder` section of tokenizer.json, as a per-token table plus a small stream state, so
+// that full decoding and streaming decoding are the same code (their outputs then agree).
+// Supported: ByteLevel, Replace (literal), ByteFallback, Fuse, Strip, Metaspace, Sequence; a null
+// decoder joins tokens with spaces.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/status.h"
+
+namespace origami {
+
+class TokenDecoder {
+ public:
+  static Expected<TokenDecoder> from_json(const nlohmann::json& json, const std::string& where);
+
+  // Precomputes each id's output bytes from its token string (index = id).
+  void build(const std::vector<std::string>& tokens);
+
+  // One id's bytes after the per-token steps; empty for unknown ids.
+  std::string_view piece(int32_t id) const;
+  // The byte of a <0xXX> token when ByteFallback is on, else -1.
+  int fallback_byte(int32_t id) const;
+
+ private:
+  friend class DecodeState;
+  struct Replace {
+    std::string pattern, content;
+  };
+  bool byte_level_ = false;
+  bool byte_fallback_ = false;
+  bool join_with_space_ = false;  // no decoder at all
+  std::vector<Replace> replaces_;
+  // Metaspace: replacement -> ' ', and the first token loses a leading replacement.
+  std::string metaspace_;
+  bool metaspace_strip_first_ = false;
+  // Strip after Fuse acts on the whole text; before it, on each token.
+  char32_t strip_content_ = 0;
+  int strip_start_ = 0, strip_stop_ = 0;
+  bool strip_per_token_ = false;
+
+  std::vector<std::string> pieces_;
+  std::vector<int16_t> fallback_;
+};
+
+// Turns ids into text incrementally. Text is only ever emitted in whole UTF-8 characters; what
+// is held back (an unfinished byte sequence, a run of byte-fallback tokens, trailing strip
+// characters) comes out with later ids or at finish().
+class DecodeState {
+ public:
+  explicit DecodeState(const TokenDecoder& decoder) : d_(&decoder) {}
+  void push(int32_t id, std::string& out);
+  void finish(std::string& out);
+
+ private:
+  void flush_fallback_group();
+  void emit(std::string& out, bool final);
+
+  const TokenDecoder* d_;
+  bool first_token_ = true;
+  std::string group_;    // pending byte-fallback bytes
+  std::string pending_;  // bytes not yet emitted (may end in an unfinished character)
+  int stripped_left_ = 0;
+  bool left_done_ = false;
+  std::string held_right_;  // trailing strip characters held back
+};
+
+}  // namespace origami

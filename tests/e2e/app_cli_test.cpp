@@ -1,0 +1,87 @@
+// The `origami` command line, run as a user would run it.
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "engine_test_util.h"
+
+namespace origami::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+};
+
+CommandResult run_command(const std::string& args) {
+  const std::string cmd = std::string(ORIGAMI_BINARY_DIR) + "/origami " + args + " 2>/dev/null";
+  CommandResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(Cli, GenerateMatchesTheGoldenContinuation) {
+  const nlohmann::json golden = read_json(shared_dir() + "/golden/origami-tiny-qwen3_golden.json");
+  const auto& g = golden["greedy"][0];
+  CommandResult r = run_command("generate --model " + tiny_qwen3_dir() + " --prompt '" + g["prompt"].get<std::string>() +
+                                "' --max-tokens 48 --temperature 0 --ignore-eos");
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, g["text"].get<std::string>() + "\n");
+}
+
+TEST(Cli, JsonlBatchCompletesAroundInvalidLines) {
+  const fs::path dir = fs::temp_directory_path() / "origami_cli_test";
+  fs::create_directories(dir);
+  {
+    std::ofstream in(dir / "in.jsonl");
+    in << R"({"id": "a", "prompt": "The history of the city", "max_tokens": 5, "temperature": 0})" << "\n";
+    in << "this is not json\n";
+    in << R"({"id": "c", "prompt": "Once upon a time", "temperature": -3})" << "\n";
+    in << R"({"id": "d", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "seed": 7})" << "\n";
+    in << R"({"id": "e"})" << "\n";
+  }
+  CommandResult r = run_command("generate --model " + tiny_qwen3_dir() + " --input " + (dir / "in.jsonl").string() +
+                                " --output " + (dir / "out.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0);
+  std::ifstream out(dir / "out.jsonl");
+  std::vector<nlohmann::json> lines;
+  std::string line;
+  while (std::getline(out, line)) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[0]["id"], "a");
+  EXPECT_EQ(lines[0]["num_output_tokens"], 5);
+  EXPECT_NE(lines[1]["error"].get<std::string>().find(":2: not valid JSON"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2]["error"].get<std::string>().find("temperature"), std::string::npos) << lines[2];
+  EXPECT_EQ(lines[3]["num_output_tokens"], 4);
+  EXPECT_NE(lines[4]["error"].get<std::string>().find("prompt"), std::string::npos) << lines[4];
+  fs::remove_all(dir);
+}
+
+TEST(Cli, BenchPrintsJsonMetrics) {
+  CommandResult r = run_command("bench --model " + tiny_qwen3_dir() +
+                                " --num-prompts 4 --input-len 16 --output-len 8 --json --quiet");
+  ASSERT_EQ(r.exit_code, 0);
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["output_tokens"], 32);
+  EXPECT_EQ(j["input_tokens"], 64);
+  EXPECT_GT(j["output_tokens_per_second"].get<double>(), 0.0);
+  EXPECT_EQ(j["peak_running_requests"], 4);
+  EXPECT_GE(j["peak_kv_blocks"].get<int>(), 4);
+}
+
+TEST(Cli, BadFlagsGiveAnErrorAndNonZeroExit) {
+  EXPECT_NE(run_command("generate --model " + tiny_qwen3_dir() + " --prompt hi --temperature -1").exit_code, 0);
+  EXPECT_NE(run_command("generate --model /nonexistent --prompt hi").exit_code, 0);
+  EXPECT_NE(run_command("generate --model " + tiny_qwen3_dir() + " --prompt hi --kv-cache-memory lots").exit_code, 0);
+}
+
+}  // namespace
+}  // namespace origami::testing

@@ -1,0 +1,316 @@
+// The paged attention and KV-write kernels against a straightforward fp64 CPU twin, on random
+// inputs with odd lengths, several page sizes and GQA ratios, shuffled page ids, and every plan
+// shape (one split, many splits, a plan made for a longer context as a captured graph would use).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/kv_cache_write.h"
+#include "backend/cuda/paged_attention.h"
+
+namespace origami::cuda {
+namespace {
+
+#define CK(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);  // round to nearest even (inputs are finite)
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+template <typename T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  size_t count = 0;
+  explicit DeviceBuffer(size_t n) : count(n) {
+    if (cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)) != cudaSuccess) ptr = nullptr;
+  }
+  DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
+    if (ptr && !host.empty()) cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  std::vector<T> get() const {
+    std::vector<T> h(count);
+    cudaMemcpy(h.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost);
+    return h;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng, float scale = 1.f) {
+  std::normal_distribution<float> dist(0.f, scale);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = to_bf16(dist(rng));
+  return v;
+}
+
+int num_sms() {
+  int dev = 0, n = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+  return n;
+}
+
+struct SeqSpec {
+  int kv_len;
+  int q_len;
+};
+
+// A batch with its cache and page tables on host and device.
+struct Case {
+  AttentionShape shape;
+  std::vector<SeqSpec> seqs;
+  std::vector<int32_t> q_indptr, page_indptr, page_indices, kv_len;
+  std::vector<uint16_t> q, k_cache, v_cache;  // bf16 bits
+  float scale = 0.f;
+};
+
+Case make_case(const std::vector<SeqSpec>& seqs, int num_kv_heads, int group, int head_dim, int block_size,
+               std::mt19937& rng) {
+  Case c;
+  c.seqs = seqs;
+  c.shape.num_seqs = static_cast<int>(seqs.size());
+  c.shape.num_kv_heads = num_kv_heads;
+  c.shape.num_heads = num_kv_heads * group;
+  c.shape.head_dim = head_dim;
+  c.shape.block_size = block_size;
+  c.q_indptr = {0};
+  c.page_indptr = {0};
+  int total_pages = 0;
+  for (const auto& s : seqs) {
+    c.q_indptr.push_back(c.q_indptr.back() + s.q_len);
+    total_pages += (s.kv_len + block_size - 1) / block_size;
+    c.page_indptr.push_back(total_pages);
+    c.kv_len.push_back(s.kv_len);
+  }
+  c.shape.num_tokens = c.q_indptr.back();
+  // Shuffled ids from a pool with spare pages (and block 0 unused, as the null block).
+  const int num_blocks = total_pages + 5;
+  std::vector<int32_t> ids(num_blocks - 1);
+  std::iota(ids.begin(), ids.end(), 1);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  c.page_indices.assign(ids.begin(), ids.begin() + total_pages);
+  const size_t cache_elems = static_cast<size_t>(num_blocks) * num_kv_heads * block_size * head_dim;
+  c.k_cache = random_bf16(cache_elems, rng);
+  c.v_cache = random_bf16(cache_elems, rng);
+  c.q = random_bf16(static_cast<size_t>(c.shape.num_tokens) * c.shape.num_heads * head_dim, rng, 2.f);
+  c.scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+  return c;
+}
+
+// fp64 twin: query j of sequence i sees entries 0 .. kv_len - q_len + j.
+std::vector<double> reference(const Case& c) {
+  const auto& s = c.shape;
+  const int D = s.head_dim, group = s.num_heads / s.num_kv_heads;
+  std::vector<double> out(static_cast<size_t>(s.num_tokens) * s.num_heads * D);
+  std::vector<std::pair<int, int>> rows;  // (seq, token)
+  for (int i = 0; i < s.num_seqs; ++i)
+    for (int t = c.q_indptr[i]; t < c.q_indptr[i + 1]; ++t) rows.push_back({i, t});
+  const long long num_work = static_cast<long long>(rows.size()) * s.num_heads;
+#pragma omp parallel for schedule(dynamic, 4)
+  for (long long w = 0; w < num_work; ++w) {
+    const auto [seq, token] = rows[w / s.num_heads];
+    const int head = static_cast<int>(w % s.num_heads), kv_head = head / group;
+    const int q_len = c.q_indptr[seq + 1] - c.q_indptr[seq];
+    const int j = token - c.q_indptr[seq];
+    const int visible = c.kv_len[seq] - q_len + j + 1;
+    const uint16_t* q = &c.q[(static_cast<size_t>(token) * s.num_heads + head) * D];
+    std::vector<double> scores(visible);
+    double mx = -INFINITY;
+    auto entry = [&](const std::vector<uint16_t>& cache, int e) {
+      const int page = c.page_indices[c.page_indptr[seq] + e / s.block_size];
+      return &cache[((static_cast<size_t>(page) * s.num_kv_heads + kv_head) * s.block_size + e % s.block_size) * D];
+    };
+    for (int e = 0; e < visible; ++e) {
+      const uint16_t* k = entry(c.k_cache, e);
+      double dot = 0;
+      for (int d = 0; d < D; ++d) dot += static_cast<double>(from_bf16(q[d])) * from_bf16(k[d]);
+      scores[e] = dot * c.scale;
+      mx = std::max(mx, scores[e]);
+    }
+    double sum = 0;
+    for (auto& x : scores) sum += (x = std::exp(x - mx));
+    double* o = &out[(static_cast<size_t>(token) * s.num_heads + head) * D];
+    for (int e = 0; e < visible; ++e) {
+      const uint16_t* v = entry(c.v_cache, e);
+      for (int d = 0; d < D; ++d) o[d] += scores[e] / sum * from_bf16(v[d]);
+    }
+  }
+  return out;
+}
+
+// Runs the kernel under `plan` (output poisoned first) and returns the relative L2 error;
+// a NaN output (an unwritten element) returns infinity.
+double run_and_compare(const Case& c, const AttentionPlan& plan, const std::vector<double>& ref) {
+  DeviceBuffer<uint16_t> q(c.q), k(c.k_cache), v(c.v_cache);
+  DeviceBuffer<int32_t> q_indptr(c.q_indptr), page_indptr(c.page_indptr), page_indices(c.page_indices), kv_len(c.kv_len);
+  DeviceBuffer<uint16_t> out(ref.size());
+  const size_t ws_bytes = paged_attention_workspace_bytes(plan, c.shape);
+  DeviceBuffer<unsigned char> ws(ws_bytes);
+  if (cudaMemset(out.ptr, 0xff, ref.size() * 2) != cudaSuccess) return INFINITY;  // NaN poison
+  if (ws_bytes && cudaMemset(ws.ptr, 0xff, ws_bytes) != cudaSuccess) return INFINITY;
+  AttentionArgs args;
+  args.shape = c.shape;
+  args.softmax_scale = c.scale;
+  args.q = reinterpret_cast<const __nv_bfloat16*>(q.ptr);
+  args.out = reinterpret_cast<__nv_bfloat16*>(out.ptr);
+  args.k_cache = reinterpret_cast<const __nv_bfloat16*>(k.ptr);
+  args.v_cache = reinterpret_cast<const __nv_bfloat16*>(v.ptr);
+  args.q_indptr = q_indptr.ptr;
+  args.page_indptr = page_indptr.ptr;
+  args.page_indices = page_indices.ptr;
+  args.kv_len = kv_len.ptr;
+  const cudaError_t launch = paged_attention(args, plan, ws.ptr, ws_bytes, nullptr);
+  EXPECT_EQ(launch, cudaSuccess) << cudaGetErrorString(launch);
+  const cudaError_t sync = cudaDeviceSynchronize();
+  EXPECT_EQ(sync, cudaSuccess) << cudaGetErrorString(sync);
+  if (launch != cudaSuccess || sync != cudaSuccess) return INFINITY;
+  const auto got = out.get();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double g = from_bf16(got[i]);
+    if (!std::isfinite(g)) return INFINITY;
+    num += (g - ref[i]) * (g - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+int max_kv(const Case& c) { return *std::max_element(c.kv_len.begin(), c.kv_len.end()); }
+
+// The plans every case runs under: the planner's own, a single split, many short splits, and a
+// plan made for a longer context than the batch has.
+std::vector<std::pair<std::string, AttentionPlan>> plans_for(const Case& c) {
+  std::vector<std::pair<std::string, AttentionPlan>> plans;
+  plans.push_back({"planned", plan_paged_attention(c.shape, max_kv(c), num_sms())});
+  AttentionPlan single = plans.back().second;
+  single.num_splits = 1;
+  single.kv_chunk_size = 1 << 30;
+  plans.push_back({"single", single});
+  AttentionPlan many = single;
+  many.kv_chunk_size = 128;
+  many.num_splits = (max_kv(c) + 127) / 128;
+  plans.push_back({"many", many});
+  plans.push_back({"graph8192", plan_paged_attention(c.shape, 8192, num_sms())});
+  return plans;
+}
+
+void check_case(const std::vector<SeqSpec>& seqs, int num_kv_heads, int group, int head_dim, int block_size,
+                std::mt19937& rng) {
+  const Case c = make_case(seqs, num_kv_heads, group, head_dim, block_size, rng);
+  const auto ref = reference(c);
+  for (const auto& [name, plan] : plans_for(c)) {
+    const double err = run_and_compare(c, plan, ref);
+    std::printf("  D=%3d group=%d block=%3d plan=%-9s splits=%3d  rel_err=%.2e\n", head_dim, group, block_size,
+                name.c_str(), plan.num_splits, err);
+    EXPECT_LT(err, 1e-2) << "D=" << head_dim << " group=" << group << " block=" << block_size << " plan=" << name;
+  }
+}
+
+TEST(PagedAttention, DecodeMatchesCpuTwin) {
+  std::mt19937 rng(1234);
+  const std::vector<SeqSpec> seqs = {{1, 1}, {7, 1}, {97, 1}, {1000, 1}, {4097, 1}};
+  for (int head_dim : {64, 128})
+    for (int group : {1, 4, 8})
+      for (int block_size : {1, 16, 256}) check_case(seqs, 2, group, head_dim, block_size, rng);
+}
+
+TEST(PagedAttention, PrefillAndMixedBatchMatchCpuTwin) {
+  std::mt19937 rng(99);
+  // Chunked prefill on cached prefixes, whole prompts, and decodes in one batch.
+  const std::vector<SeqSpec> seqs = {{1, 1}, {7, 7}, {97, 33}, {1000, 1}, {1000, 130}, {4097, 77}, {300, 300}};
+  for (int head_dim : {64, 128})
+    for (int group : {1, 4, 8})
+      for (int block_size : {1, 16, 256}) check_case(seqs, group == 1 ? 2 : 1, group, head_dim, block_size, rng);
+}
+
+TEST(PagedAttention, OddGroupAndPageSize) {
+  std::mt19937 rng(7);
+  // Group 2 (the tiny llama's ratio) and a page size of 32; one long prefill spanning many tiles.
+  check_case({{1500, 700}, {33, 1}, {2049, 1}}, 3, 2, 128, 32, rng);
+  check_case({{1500, 700}, {33, 1}, {2049, 1}}, 4, 2, 64, 32, rng);
+}
+
+TEST(PagedAttention, RejectsUnsupportedShapes) {
+  EXPECT_FALSE(paged_attention_supported(8));
+  EXPECT_TRUE(paged_attention_supported(128));
+  AttentionArgs args;
+  args.shape = {1, 1, 8, 4, 8, 16};
+  const AttentionPlan plan = plan_paged_attention(args.shape, 10, 132);
+  EXPECT_EQ(paged_attention(args, plan, nullptr, 0, nullptr), cudaErrorInvalidValue);
+  args.shape.head_dim = 128;
+  args.shape.num_heads = 6;  // not a multiple of num_kv_heads
+  EXPECT_EQ(paged_attention(args, plan, nullptr, 0, nullptr), cudaErrorInvalidValue);
+}
+
+TEST(KVCacheWrite, ScattersRowsToSlots) {
+  std::mt19937 rng(5);
+  for (int head_dim : {8, 64, 128})
+    for (int block_size : {1, 16, 256}) {
+      const int num_kv_heads = 3, num_tokens = 300;
+      const int num_blocks = (num_tokens + block_size - 1) / block_size * 2 + 1;
+      std::vector<int32_t> slots(static_cast<size_t>(num_blocks - 1) * block_size);
+      std::iota(slots.begin(), slots.end(), block_size);  // every slot outside block 0
+      std::shuffle(slots.begin(), slots.end(), rng);
+      slots.resize(num_tokens);
+      slots[17] = -1;  // a padding row: writes nothing
+      const auto k = random_bf16(static_cast<size_t>(num_tokens) * num_kv_heads * head_dim, rng);
+      const auto v = random_bf16(k.size(), rng);
+      const size_t cache_elems = static_cast<size_t>(num_blocks) * num_kv_heads * block_size * head_dim;
+      std::vector<uint16_t> k_cache = random_bf16(cache_elems, rng), v_cache = random_bf16(cache_elems, rng);
+      DeviceBuffer<uint16_t> dk(k), dv(v), dkc(k_cache), dvc(v_cache);
+      DeviceBuffer<int32_t> dslots(slots);
+      KVWriteArgs a;
+      a.k = reinterpret_cast<const __nv_bfloat16*>(dk.ptr);
+      a.v = reinterpret_cast<const __nv_bfloat16*>(dv.ptr);
+      a.slot_mapping = dslots.ptr;
+      a.k_cache = reinterpret_cast<__nv_bfloat16*>(dkc.ptr);
+      a.v_cache = reinterpret_cast<__nv_bfloat16*>(dvc.ptr);
+      a.num_tokens = num_tokens;
+      a.num_kv_heads = num_kv_heads;
+      a.head_dim = head_dim;
+      a.block_size = block_size;
+      CK(write_kv_cache(a, nullptr));
+      CK(cudaDeviceSynchronize());
+      // CPU twin of the scatter on the host copies.
+      for (int t = 0; t < num_tokens; ++t) {
+        if (slots[t] < 0) continue;
+        const size_t block = slots[t] / block_size, off = slots[t] % block_size;
+        for (int h = 0; h < num_kv_heads; ++h)
+          for (int d = 0; d < head_dim; ++d) {
+            const size_t dst = ((block * num_kv_heads + h) * block_size + off) * head_dim + d;
+            const size_t src = (static_cast<size_t>(t) * num_kv_heads + h) * head_dim + d;
+            k_cache[dst] = k[src];
+            v_cache[dst] = v[src];
+          }
+      }
+      EXPECT_TRUE(dkc.get() == k_cache) << "K, D=" << head_dim << " block=" << block_size;
+      EXPECT_TRUE(dvc.get() == v_cache) << "V, D=" << head_dim << " block=" << block_size;
+    }
+  KVWriteArgs bad;
+  bad.num_tokens = 1;
+  bad.num_kv_heads = 1;
+  bad.block_size = 16;
+  bad.head_dim = 12;
+  EXPECT_EQ(write_kv_cache(bad, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace origami::cuda

@@ -1,0 +1,92 @@
+#pragma once
+// Helpers of the CUDA tests: device buffers, bf16 rounding, relative errors, the shared dir.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/dtype.h"
+
+namespace origami::cuda::testing {
+
+// The shared models/goldens folder: $ORIGAMI_SHARED_DIR (the device machine gets a copy inside
+// the repository), else the path fixed at configure time.
+inline std::string shared_dir() {
+  if (const char* env = std::getenv("ORIGAMI_SHARED_DIR"); env != nullptr && env[0] != '\0') return env;
+  return ORIGAMI_SHARED_DIR;
+}
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) { ORIGAMI_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  ~DeviceBuffer() { cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return p_; }
+  void upload(const std::vector<T>& host) {
+    ORIGAMI_CUDA_CHECK(cudaMemcpy(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
+    ORIGAMI_CUDA_CHECK(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  // Fills with a NaN pattern so that unwritten outputs fail the comparison.
+  void poison() { ORIGAMI_CUDA_CHECK(cudaMemset(p_, 0xff, std::max<size_t>(n_, 1) * sizeof(T))); }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Random values already rounded to bf16 (so the CPU twin sees exactly the GPU's inputs).
+inline std::vector<float> random_bf16_values(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(dist(rng)));
+  return v;
+}
+
+inline std::vector<__nv_bfloat16> to_device_bf16(const std::vector<float>& v) {
+  std::vector<__nv_bfloat16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint16_t bits = f32_to_bf16(v[i]);
+    std::memcpy(static_cast<void*>(&out[i]), &bits, 2);
+  }
+  return out;
+}
+
+inline std::vector<float> from_device_bf16(const std::vector<__nv_bfloat16>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, &v[i], 2);
+    out[i] = bf16_to_f32(bits);
+  }
+  return out;
+}
+
+// ||a - b|| / ||b||; NaN anywhere gives +inf.
+inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  if (den == 0) return num == 0 ? 0 : INFINITY;
+  return std::sqrt(num / den);
+}
+
+}  // namespace origami::cuda::testing
