@@ -7,6 +7,7 @@
 
 #include "backend/forward_batch.h"
 #include "core/status.h"
+#include "kv/compression.h"
 #include "kv/kv_layout.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -43,6 +44,26 @@ class Backend {
   virtual Status execute(const ForwardBatch& batch, StepOutput* out) = 0;
   // Copies one page's KV (all layers) into another (copy-on-write of a partly shared page).
   virtual void copy_block(int group, BlockId src, BlockId dst) = 0;
+
+  // --- In-place KV compression (see kv/compression.h) ---
+  // Allocates the query cache and, if asked, the global-score pages. Call after allocate_kv_cache().
+  virtual Status configure_compression(const CompressionConfig& config) {
+    return invalid_argument(name() + " backend: KV compression is not supported");
+  }
+  // Bytes of one query slot (Q[L, max_window, h_q, d] in the backend's dtype), for sizing M.
+  virtual size_t query_slot_bytes(int max_window) const { return 0; }
+  // Starts compressing `jobs` (scores, selects top num_keep per layer and KV head, compacts into
+  // dst_blocks, moves global scores along). The CUDA backend runs it on its own stream,
+  // concurrently with execute(); the CPU backend finishes before returning. The jobs' tables and
+  // recipes must stay alive and untouched, and their source pages unreleased, until
+  // compression_done() returns true. One batch of jobs in flight at a time.
+  virtual Status begin_compression(const std::vector<CompressionJob>& jobs) {
+    return invalid_argument(name() + " backend: KV compression is not supported");
+  }
+  // True once the jobs of the last begin_compression() have completed (never blocks).
+  virtual bool compression_done() { return true; }
+  // Blocks until they complete; returns the first error of the batch.
+  virtual Status wait_compression() { return Status::ok(); }
 };
 
 // Creates the backend named in options.device ("cpu", or "cuda" when built with ORIGAMI_CUDA).

@@ -24,6 +24,11 @@ struct SequenceInput {
   int num_cached_entries = 0;  // KV entries already in the cache; new entries are written after them
   // Page table of head group 0 (full KV: one group). Must hold num_cached_entries + num_query_tokens.
   const std::vector<BlockId>* block_table = nullptr;
+  // Query capture for compression: new tokens whose entry index e (num_cached_entries + i) is
+  // >= query_capture_from write their post-RoPE queries (all layers) into query slot
+  // `query_slot` at row e % CompressionConfig::max_window. -1: no capture.
+  int query_slot = -1;
+  int query_capture_from = -1;
   LogitsMode logits_mode = LogitsMode::kLast;
   // Sampling of the next token (ignored with kNone).
   const SamplingParams* sampling = nullptr;

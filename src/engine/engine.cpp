@@ -48,13 +48,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   backend_options.enable_cuda_graphs = config.enable_cuda_graphs;
   ORIGAMI_ASSIGN_OR_RETURN(engine->backend_, create_backend(backend_options));
 
-  {
-    ModelWeights weights;
-    if (config.dummy_weights) {
-      weights = make_dummy_weights(mc, config.device == "cpu" ? DType::kF32 : DType::kBF16, config.seed + 1);
-    } else {
-      ORIGAMI_ASSIGN_OR_RETURN(weights, load_model_weights(config.model_dir, mc));
-    }
+  if (config.dummy_weights) {
+    // The backend builds them where they live (the CUDA backend on the device: no host copy).
+    ORIGAMI_RETURN_IF_ERROR(engine->backend_->load_dummy(mc, config.seed + 1));
+  } else {
+    ORIGAMI_ASSIGN_OR_RETURN(ModelWeights weights, load_model_weights(config.model_dir, mc));
     ORIGAMI_RETURN_IF_ERROR(engine->backend_->load(mc, weights));
   }  // host copies of the weights are released here; the backend holds its own
 

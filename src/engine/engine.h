@@ -6,6 +6,7 @@
 //   auto id = engine->add_request(prompt_ids, params); // Expected<RequestId>
 //   while (engine->has_unfinished()) for (auto& out : engine->step()) ...
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -23,6 +24,19 @@
 
 namespace origami {
 
+// Per-request options beyond sampling.
+struct RequestOptions {
+  // Compression policy and budget of this request; empty / 0 = the engine's defaults.
+  std::string kv_policy;
+  int kv_budget = 0;
+  std::map<std::string, std::string> kv_policy_options;
+  // Teacher forcing: the first outputs are these tokens instead of sampled ones, one per decode
+  // step, so decode-time compression runs through them (stream-mode evaluation, perplexity).
+  // Stop conditions do not apply to forced tokens; max_tokens counts them.
+  std::vector<int32_t> forced_output_tokens;
+  bool return_forced_logprobs = false;  // report log p(forced token) in RequestOutput
+};
+
 class Engine {
  public:
   static Expected<std::unique_ptr<Engine>> create(const EngineConfig& config);
@@ -31,6 +45,10 @@ class Engine {
   // Validates and queues a request. Errors (bad sampling values, empty or too-long prompt,
   // out-of-vocabulary ids) name the field at fault and leave the engine untouched.
   Expected<RequestId> add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params);
+  // The same with a compression policy/budget or forced tokens (unknown policy names and invalid
+  // options are errors that name them).
+  Expected<RequestId> add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params,
+                                  const RequestOptions& options);
   // Stops a request; its blocks are freed and it reports finish reason "aborted" next step.
   void abort_request(RequestId id);
 

@@ -1,6 +1,7 @@
 #pragma once
 // Everything needed to stand up an engine: model, backend, KV memory and scheduling limits.
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "core/dtype.h"
@@ -27,6 +28,13 @@ struct EngineConfig {
   int max_model_len = 0;  // 0: the model's max_position_embeddings
 
   uint64_t seed = 0;  // seeds requests that carry no seed of their own
+
+  // KV compression (src/policy): the default policy and budget of requests that name none.
+  std::string kv_policy = "full";  // a registered policy name (`origami policies`)
+  int kv_budget = 0;               // tokens of KV per request after compression; 0 = policy default
+  std::map<std::string, std::string> kv_policy_options;  // policy options, e.g. {"window", "16"}
+  bool async_compression = true;   // overlap compression with decoding (CUDA)
+  int compression_layer_stride = 8;
 };
 
 }  // namespace origami

@@ -15,6 +15,9 @@ struct RequestOutput {
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;  // set when finish_reason == kError
+  // With RequestOptions::return_forced_logprobs: log p(token) of each forced token in
+  // new_token_ids that was forced (teacher forcing), in order.
+  std::vector<float> forced_logprobs;
 };
 
 }  // namespace origami

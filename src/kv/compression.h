@@ -1,0 +1,81 @@
+#pragma once
+// What a backend needs to compress requests' KV caches in place, as plain parameter structs.
+// Policies (src/policy) decide *what* to keep by building a ScoreRecipe; the engine decides
+// *when* and builds CompressionJobs; backends run the scorer, select and compact kernels.
+//
+// Eviction is token-wise per (layer, KV head): every (layer, head) keeps its own `num_keep`
+// highest-scoring entries, in their original order, so heads keep different tokens but equally
+// many and one block table still serves them all. Keys are cached after RoPE, so moving an entry
+// does not change its meaning.
+#include <cstdint>
+#include <vector>
+
+#include "kv/block_table.h"
+
+namespace origami {
+
+enum class PoolType { kMax, kAvg };
+enum class RedundancyMode {
+  kNone,
+  kFlash,      // cosine similarity between all pairs of a head's keys (block-tiled)
+  kLightning,  // similarity only between keys of the same block
+};
+
+// How entries are scored. Each field switches on one scorer kernel; every backend implements
+// all of them. Scores are per (layer, KV head, entry); higher means keep.
+struct ScoreRecipe {
+  // Attention of the observation window: softmax(q.k / sqrt(d)) of each of the last `window`
+  // entries' queries over all cached keys (causal inside the window), max over the query heads
+  // of a GQA group, mean over the window's queries. Needs the window's queries captured into a
+  // query slot (see SequenceInput::query_slot).
+  bool attention = true;
+  // StreamingLLM: score = entry index (the most recent entries win). Excludes `attention`.
+  bool recency = false;
+  int window = 16;       // the last `window` entries always kept (+inf); their queries score the rest
+  int num_sinks = 0;     // the first `num_sinks` entries always kept (+inf)
+  // Pooling of the attention score along the sequence (SnapKV), odd kernel; <= 1 = off.
+  int pool_kernel = 0;
+  PoolType pool_type = PoolType::kMax;
+  bool pool_first_only = true;  // pool only at a request's first compression (Zipage)
+  // G-KV global score: F <- max(global_decay * F_prev, S) per entry, F moving with its entry on
+  // compaction; selection then uses F instead of S. 0 = off.
+  float global_decay = 0.0f;
+  // R-KV redundancy: final = lambda * S - (1 - lambda) * R, with R the softmax over entries of
+  // (row sums of the thresholded cosine similarity, / length, / tau).
+  RedundancyMode redundancy = RedundancyMode::kNone;
+  float redundancy_lambda = 0.2f;
+  float redundancy_tau = 0.4f;
+  float redundancy_threshold = 0.5f;  // per column, the newest duplicate above this is kept
+
+  bool needs_queries() const { return attention && !recency; }
+};
+
+// Backend state for compression, set once after allocate_kv_cache().
+struct CompressionConfig {
+  int num_query_slots = 0;  // M: requests that may capture window queries at once
+  int max_window = 16;      // w of the query cache Q[L, M, max_window, h_q, d]
+  bool global_scores = false;  // keep a per-entry score F[L, num_blocks, h_kv, block_size]
+  int layer_stride = 8;        // layers scored and compacted together (bounds temporary memory)
+};
+
+// One request's compression, group 0 (full layout: all layers and heads share the table).
+struct CompressionJob {
+  uint64_t request_id = 0;
+  // The request's current pages and how many entries they hold.
+  const std::vector<BlockId>* src_blocks = nullptr;
+  int num_entries = 0;
+  // Where the kept entries go, in order: entry i of the result lands in dst_blocks[i / block_size]
+  // at offset i % block_size. Usually the leading src blocks themselves (in-place compaction: a
+  // destination index never exceeds its source index); a shared prefix block (ref count > 1) is
+  // never written, so its place is taken by a freshly allocated target block.
+  const std::vector<BlockId>* dst_blocks = nullptr;
+  int num_keep = 0;  // entries kept per (layer, KV head); <= num_entries
+  // The query slot holding the last `recipe->window` entries' queries (needs_queries()).
+  int query_slot = -1;
+  // Leading entries whose global score F is valid from an earlier compression; the rest are new.
+  int num_scored_entries = 0;
+  bool first_compression = true;
+  const ScoreRecipe* recipe = nullptr;
+};
+
+}  // namespace origami
