@@ -14,6 +14,7 @@
 #include "engine/batch_runner.h"
 #include "engine/engine.h"
 #include "engine/prompt_builder.h"
+#include "engine/request_options_json.h"
 #include "engine/sampling_json.h"
 #include "progress_bar.h"
 
@@ -68,11 +69,14 @@ bool file_dataset(const BenchFlags& f, const PromptBuilder& builder, std::vector
     } else {
       auto ids = builder.from_json(obj);
       auto sp = sampling_params_from_json(obj, defaults);
+      auto opts = request_options_from_json(obj);
       if (!ids) item.error = where + ids.status().message();
       else if (!sp) item.error = where + sp.status().message();
+      else if (!opts) item.error = where + opts.status().message();
       else {
         item.prompt_token_ids = std::move(*ids);
         item.sampling = std::move(*sp);
+        item.options = std::move(*opts);
       }
     }
     items->push_back(std::move(item));
@@ -163,6 +167,16 @@ int run_bench(BenchFlags& f) {
   j["prefix_cached_tokens"] = m.num_prefix_cached_tokens;
   j["execute_seconds"] = m.execute_seconds;
   j["schedule_seconds"] = m.schedule_seconds;
+  j["kv_policy"] = f.engine.config.kv_policy;
+  j["kv_budget"] = f.engine.config.kv_budget;
+  j["kv_policy_options"] = f.engine.config.kv_policy_options;
+  j["async_compression"] = f.engine.config.async_compression;
+  j["num_compressions"] = m.num_compressions;
+  j["evicted_tokens"] = m.num_evicted_tokens;
+  j["compression_seconds"] = m.compression_seconds;
+  j["compression_time_share"] = wall > 0 ? m.compression_seconds / wall : 0.0;
+  j["query_slots"] = m.num_query_slots;
+  j["query_slot_waits"] = m.num_query_slot_waits;
   if (f.json) {
     std::cout << j.dump() << std::endl;
   } else {
@@ -177,6 +191,14 @@ int run_bench(BenchFlags& f) {
     std::printf("peak KV blocks      %d of %d (block size %d)\n", m.peak_kv_blocks_used, m.num_kv_blocks_total,
                 f.engine.config.block_size);
     std::printf("preemptions         %lld\n", static_cast<long long>(m.num_preemptions));
+    std::printf("KV policy           %s", f.engine.config.kv_policy.c_str());
+    if (f.engine.config.kv_budget > 0) std::printf(" (budget %d)", f.engine.config.kv_budget);
+    std::printf(", %d query slots\n", m.num_query_slots);
+    std::printf("compressions        %lld (%lld tokens evicted, %lld query-slot waits)\n",
+                static_cast<long long>(m.num_compressions), static_cast<long long>(m.num_evicted_tokens),
+                static_cast<long long>(m.num_query_slot_waits));
+    std::printf("compression time    %.3f s (%.1f%% of wall, %s)\n", m.compression_seconds,
+                100.0 * j["compression_time_share"].get<double>(), f.engine.config.async_compression ? "async" : "sync");
   }
   return failed == static_cast<int>(results.size()) ? 1 : 0;
 }

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "policy/policy_options.h"
+
 namespace origami::cli {
 
 std::string default_model_dir() {
@@ -65,9 +67,30 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_option("--num-kv-blocks", c.num_kv_blocks, "KV cache size in blocks (overrides --kv-cache-memory)")
       ->check(CLI::Range(1, 1 << 30));
   cmd->add_flag("--enable-prefix-caching", c.enable_prefix_caching, "Reuse KV blocks of shared prompt prefixes");
+  // KV compression (`origami policies` lists the policies and their options).
+  cmd->add_option("--kv-policy", c.kv_policy, "KV compression policy of requests that name none (see `origami policies`)")
+      ->capture_default_str();
+  cmd->add_option("--kv-budget", c.kv_budget, "Tokens of KV per request after compression (0 = the policy's default)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--kv-policy-opt", flags->kv_policy_opts, "Policy option key=value, e.g. window=16 (repeatable)");
+  cmd->add_flag("!--no-async-compression", c.async_compression, "Wait for each compression instead of overlapping it with decoding");
+  cmd->add_option("--compression-layer-stride", c.compression_layer_stride, "Layers scored and compacted together")
+      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  cmd->add_option("--query-slots", c.num_query_slots,
+                  "Query slots M (0 = from the budget, Zipage eq. 1; -1 = no compression support)")
+      ->check(CLI::Range(-1, 1 << 20));
+  cmd->add_option("--query-window", c.query_window, "Rows per query slot (0 = the default policy's window)")
+      ->check(CLI::Range(0, 4096));
 }
 
 bool finalize_engine_flags(EngineFlags* flags) {
+  for (const std::string& opt : flags->kv_policy_opts) {
+    Status st = parse_policy_option(opt, &flags->config.kv_policy_options);
+    if (!st.is_ok()) {
+      print_error("--kv-policy-opt: " + st.message());
+      return false;
+    }
+  }
   if (!flags->kv_cache_memory.empty()) {
     int64_t bytes = 0;
     if (!parse_memory_size(flags->kv_cache_memory, &bytes) || bytes <= 0) {

@@ -2,6 +2,7 @@
 // Flags shared by every command that stands up an engine, and small CLI helpers.
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "engine/engine_config.h"
 #include "sampling/sampling_params.h"
@@ -11,10 +12,13 @@ namespace origami::cli {
 struct EngineFlags {
   EngineConfig config;
   std::string kv_cache_memory;  // "2GiB", "512MiB", "1000000" (bytes)
+  std::vector<std::string> kv_policy_opts;  // "key=value" (--kv-policy-opt, repeatable)
 };
 
 // Registers --model, --tokenizer, --device, --block-size, --max-num-seqs, --max-num-batched-tokens,
-// --kv-cache-memory, --num-kv-blocks, --enable-prefix-caching, ... on `cmd`.
+// --kv-cache-memory, --num-kv-blocks, --enable-prefix-caching, and the compression flags
+// --kv-policy, --kv-budget, --kv-policy-opt, --no-async-compression, --compression-layer-stride,
+// --query-slots, --query-window on `cmd`.
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);
 // Registers --temperature, --top-p, --top-k, --min-p, --seed, --max-tokens, --ignore-eos, --stop.
 void add_sampling_flags(CLI::App* cmd, SamplingParams* params, std::string* seed_text);

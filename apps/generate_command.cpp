@@ -10,6 +10,7 @@
 #include "engine/batch_runner.h"
 #include "engine/engine.h"
 #include "engine/prompt_builder.h"
+#include "engine/request_options_json.h"
 #include "engine/sampling_json.h"
 #include "progress_bar.h"
 
@@ -50,11 +51,14 @@ std::vector<BatchItem> read_batch(const std::string& path, const PromptBuilder& 
     } else {
       Expected<std::vector<int32_t>> ids = builder.from_json(obj);
       Expected<SamplingParams> sp = sampling_params_from_json(obj, defaults);
+      Expected<RequestOptions> opts = request_options_from_json(obj);
       if (!ids) item.error = where + ids.status().message();
       else if (!sp) item.error = where + sp.status().message();
+      else if (!opts) item.error = where + opts.status().message();
       else {
         item.prompt_token_ids = std::move(*ids);
         item.sampling = std::move(*sp);
+        item.options = std::move(*opts);
       }
     }
     lines->push_back(obj.is_discarded() ? nlohmann::json(nullptr) : obj);
@@ -149,6 +153,8 @@ int run_generate(GenerateFlags& f) {
       o["finish_reason"] = finish_reason_name(r.finish_reason);
       o["num_prompt_tokens"] = r.num_prompt_tokens;
       o["num_output_tokens"] = r.output_token_ids.size();
+      if (!items[i].options.forced_output_tokens.empty() && items[i].options.return_forced_logprobs)
+        o["forced_logprobs"] = r.forced_logprobs;
     }
     *out << o.dump() << "\n";
   }
@@ -169,7 +175,8 @@ void register_generate_command(CLI::App& app) {
   cmd->add_option("--prompt", flags->prompt, "Prompt text");
   cmd->add_flag("--chat", flags->chat, "Wrap --prompt as a user message in the model's chat template");
   cmd->add_option("--chat-template-kwargs", flags->chat_template_kwargs, "Extra chat template variables as JSON, e.g. '{\"enable_thinking\": false}'");
-  cmd->add_option("--input", flags->input_path, "JSONL requests: {\"prompt\" | \"messages\", sampling fields...} per line");
+  cmd->add_option("--input", flags->input_path,
+                  "JSONL requests: {\"prompt\" | \"messages\", sampling fields, kv_policy, kv_budget, kv_policy_options...} per line");
   cmd->add_option("--output", flags->output_path, "JSONL results (default: stdout)");
   cmd->callback([flags] { set_exit_code(run_generate(*flags)); });
 }

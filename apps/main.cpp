@@ -1,4 +1,4 @@
-// origami: the command-line front end (generate, bench).
+// origami: the command-line front end (generate, bench, policies).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "origami 0.1.0");
   origami::cli::register_generate_command(app);
   origami::cli::register_bench_command(app);
+  origami::cli::register_policies_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

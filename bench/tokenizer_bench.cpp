@@ -1,11 +1,8 @@
 // Tokenizer throughput on a long text: load time, encode tokens/s (cold and warm word cache),
 // decode and streaming-decode tokens/s.
 //
-// Build (not part of CMake), from the repository root after
-// `cmake --build build-tok --target origami_tokenizer`:
-//   g++ -O2 -march=native -std=c++20 -Isrc bench/tokenizer_bench.cpp \
-//     build-tok/liborigami_tokenizer.a build-tok/liborigami_core.a -o build-tok/tokenizer_bench
-// Run: /tmp/tokenizer_bench [tokenizer_dir] [text_file]
+// Built with the project (target tokenizer_bench). Run from the repository root:
+//   build/tokenizer_bench [tokenizer_dir] [text_file]
 #include <chrono>
 #include <cstdio>
 #include <fstream>

@@ -1,28 +1,44 @@
 #!/usr/bin/env bash
-# THE script for the GPU machine: builds origami with the CUDA backend, runs every GPU test
-# (ctest -L gpu), the HF comparison, the CLI end to end on the fixture model and a decode
-# benchmark; full logs go to $OUT (or /tmp/origami-gpu), a summary table is printed last.
+# THE script for the GPU machine: builds origami with the CUDA backend and runs, by mode,
+#   quick     build + every GPU test (ctest -L gpu) + the backend's end-to-end numbers
+#   tests     quick + the HF transformers comparison (scripts/hf_compare.py) + CLI greedy cuda vs cpu
+#   roofline  decode steps of Qwen3-8B at batch 1/64/256 x context 1K/4K next to the bandwidth
+#             floor, with a GEMM/attention breakdown (cuda_decode_bench_test), and the GEMM
+#             algorithm bench (bench/gemm_bench.cu)
+#   profile   ncu per-kernel times of one eager decode step (Qwen3-8B, batch 1 and 64, context 1K)
+#   bench     throughput: `origami bench` (3 workloads x Qwen3-8B, Llama-3.1-8B shapes, dummy
+#             weights) and HF generate() (scripts/hf_generate_bench.py) on the first workload
+#   all       everything (about 15 minutes: more than one 10-minute device call allows)
+# Modes combine with commas: `scripts/gpu_run.sh tests,roofline`. Full logs go to $OUT (or
+# /tmp/origami-gpu), at most 8 files; a summary table is printed last (and kept in summary.txt).
 #
-# Fixtures: the device gets only the repository, so the shared models/goldens/configs are
-# carried in .devdata/shared (git-ignored; see docs/kernels.md), found through ORIGAMI_SHARED_DIR.
-# Usage (repo root): scripts/gpu_run.sh [quick]   -- quick: build + ctest only
-# $OUT holds at most 6 files (the device tool returns 8): build, ctest_gpu, cuda_e2e, hf_compare,
-# decode_bench, cli logs.
+# Fixtures: the device gets only the repository, so the shared configs/models/tokenizers are
+# carried in .devdata/shared (git-ignored), found through ORIGAMI_SHARED_DIR; .devdata also holds
+# the headers/libs the device lacks (CLI11, nlohmann-json, GoogleTest).
+# BUILD (default build-gpu) may point outside the tree so that a warm machine keeps it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-/tmp/origami-gpu}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
+MODES=",${1:-tests},"
+[ "$MODES" = ",all," ] && MODES=",quick,tests,roofline,bench,"
+case "$MODES" in *,tests,*) MODES="$MODES,quick," ;; esac
+has() { [[ "$MODES" == *",$1,"* ]]; }
 export ORIGAMI_SHARED_DIR=${ORIGAMI_SHARED_DIR:-$ROOT/.devdata/shared}
-[ -d "$ORIGAMI_SHARED_DIR/models" ] || export ORIGAMI_SHARED_DIR=$ROOT/../shared
+[ -d "$ORIGAMI_SHARED_DIR/configs" ] || export ORIGAMI_SHARED_DIR=$ROOT/../shared
+SH=$ORIGAMI_SHARED_DIR
 declare -A RESULT
+T_START=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - T_START ))s"; }
 
-nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader | tee "$OUT/build.log"
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader \
+  | tee "$OUT/build.log"
+RESULT[0_device]="$(head -1 "$OUT/build.log")"
 { nvcc --version | tail -1; cmake --version | head -1; g++ --version | head -1; } | tee -a "$OUT/build.log"
 
-# Dependencies missing on the device come from .devdata (headers and static libs copied from a
-# Debian machine): CLI11, nlohmann-json, GoogleTest.
+# ---------------------------------------------------------------- build
 extra=()
 [ -f /usr/include/CLI/CLI.hpp ] || extra+=(-DCLI11_INCLUDE_DIR=$ROOT/.devdata/include)
 if [ ! -f /usr/include/gtest/gtest.h ] || [ ! -d /usr/include/nlohmann ]; then
@@ -31,58 +47,127 @@ fi
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 t0=$(date +%s)
 cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DORIGAMI_CUDA=ON -DORIGAMI_CUDA_ARCH=90 \
-  -DORIGAMI_SHARED_DIR="$ORIGAMI_SHARED_DIR" "${extra[@]}" \
-  >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "CONFIGURE FAILED"; exit 1; }
+  -DORIGAMI_SHARED_DIR="$SH" "${extra[@]}" >> "$OUT/build.log" 2>&1 \
+  || { tail -30 "$OUT/build.log"; echo "CONFIGURE FAILED"; exit 1; }
+targets=()
+if ! has quick; then  # only what the chosen modes run
+  { has roofline || has profile; } && targets+=(cuda_decode_bench_test)
+  has bench && targets+=(origami_cli)
+fi
+tflags=(); [ ${#targets[@]} -gt 0 ] && tflags=(--target "${targets[@]}")
 # Keep going past targets of modules that do not build, so the GPU tests still run.
 if [ ${#gen[@]} -gt 0 ]; then keep=(-- -k 0); else keep=(-- -k); fi
-cmake --build "$BUILD" -j16 "${keep[@]}" >> "$OUT/build.log" 2>&1
-RESULT[build]="rc=$? ($(( $(date +%s) - t0 ))s)"
+cmake --build "$BUILD" -j16 "${tflags[@]}" "${keep[@]}" >> "$OUT/build.log" 2>&1
+RESULT[1_build]="rc=$? ($(( $(date +%s) - t0 ))s, targets: ${targets[*]:-all})"
 grep -E "error|FAILED" "$OUT/build.log" | head -20
 
-# GPU tests (the CUDA backend's and the attention kernels').
-t0=$(date +%s)
-(cd "$BUILD" && OMP_NUM_THREADS=16 timeout 300 ctest -L gpu --output-on-failure --timeout 240) > "$OUT/ctest_gpu.log" 2>&1
-RESULT[ctest_gpu]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep -E 'tests passed' "$OUT/ctest_gpu.log")"
-grep -E "^\[tiny|rel err|graph steps|available for KV|Failure|FAILED|Expected|Which is|agrees" "$OUT/ctest_gpu.log" | head -60
-# The backend's end-to-end numbers (ctest shows output of failing tests only).
-"$BUILD/tests/cuda_backend_e2e_test" > "$OUT/cuda_e2e.log" 2>&1
-grep -E "^\[tiny|rel err|available" "$OUT/cuda_e2e.log" | head -40
-[ "${1:-}" = quick ] && { for k in "${!RESULT[@]}"; do printf '%-12s %s\n' "$k" "${RESULT[$k]}"; done; exit 0; }
+# ---------------------------------------------------------------- quick: GPU tests
+if has quick; then
+  t0=$(date +%s)
+  (cd "$BUILD" && OMP_NUM_THREADS=16 timeout 300 ctest -L gpu --output-on-failure --timeout 240) > "$OUT/ctest_gpu.log" 2>&1
+  RESULT[2_ctest_gpu]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep -E 'tests passed' "$OUT/ctest_gpu.log")"
+  grep -E "Failure|FAILED|Expected|Which is" "$OUT/ctest_gpu.log" | head -30
+  # The backend's end-to-end numbers (ctest shows output of failing tests only).
+  { echo "==== cuda_backend_e2e_test"; "$BUILD/tests/cuda_backend_e2e_test"; } >> "$OUT/ctest_gpu.log" 2>&1
+  RESULT[2_cuda_e2e]="rc=$? $(grep -cE '^\[       OK' "$OUT/ctest_gpu.log") OK lines"
+  grep -E "^\[tiny|rel err|agrees|available" "$OUT/ctest_gpu.log" | head -30
+fi
 
-# HF transformers as a second oracle (random-weight Qwen3 / Qwen2 / Llama-3.1-RoPE models).
-PYTHONUNBUFFERED=1 timeout 240 python3 scripts/hf_compare.py "$BUILD" > "$OUT/hf_compare.log" 2>&1
-RESULT[hf_compare]="rc=$? $(grep HF_COMPARE "$OUT/hf_compare.log")"
-grep -v "Writing model" "$OUT/hf_compare.log" | tail -30
-
-# Decode steps of a Qwen3-8B shape (dummy weights made on the device), graphs vs eager.
-ORIGAMI_CUDA_BENCH=1 timeout 240 "$BUILD/tests/cuda_decode_bench_test" > "$OUT/decode_bench.log" 2>&1
-RESULT[decode_bench]="rc=$?"
-grep BENCH "$OUT/decode_bench.log"
-n=0; while read -r line; do n=$((n+1)); RESULT[decode_bench_$n]="$line"; done < <(grep BENCH "$OUT/decode_bench.log" | sed 's/^BENCH //')
-
-# The CLI end to end on the fixture model, GPU vs CPU greedy.
-CLI=$BUILD/origami
-if [ -x "$CLI" ]; then
-  M=$ORIGAMI_SHARED_DIR/models/origami-tiny-qwen3
+# ---------------------------------------------------------------- tests: HF comparison, CLI
+if has tests; then
+  t0=$(date +%s)
+  PYTHONUNBUFFERED=1 timeout 300 python3 scripts/hf_compare.py "$BUILD" > "$OUT/hf_compare.log" 2>&1
+  RESULT[3_hf_compare]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep HF_COMPARE "$OUT/hf_compare.log" | cut -c12-)"
+  grep -vE "Writing model|Loading|it/s\]" "$OUT/hf_compare.log" | tail -40
+  CLI=$BUILD/origami
+  M=$SH/models/origami-tiny-qwen3
   for dev in cuda cpu; do
     timeout 120 "$CLI" generate --model "$M" --device $dev --prompt "The history of the city" --max-tokens 32 \
       --temperature 0 > "/tmp/generate_$dev.txt" 2>&1
-    echo "generate --device $dev rc=$?" | tee -a "$OUT/cli.log"; tail -3 "/tmp/generate_$dev.txt" | tee -a "$OUT/cli.log"
+    echo "generate --device $dev rc=$?" >> "$OUT/cli.log"; tail -3 "/tmp/generate_$dev.txt" >> "$OUT/cli.log"
   done
   if diff -q <(tail -1 /tmp/generate_cuda.txt) <(tail -1 /tmp/generate_cpu.txt) >/dev/null; then
-    RESULT[cli_greedy]="same text on cuda and cpu"; else RESULT[cli_greedy]="differs or failed: $(tail -1 /tmp/generate_cuda.txt | cut -c1-120)"; fi
-  # Decode throughput with device-generated dummy weights of real shapes.
-  for cfg in qwen3-8b; do
-    for graphs in "" "--no-cuda-graphs"; do
-      timeout 180 "$CLI" bench --model "$ORIGAMI_SHARED_DIR/configs/$cfg" --tokenizer "$M" --dummy-weights --device cuda $graphs \
-        --num-prompts 64 --input-len 512 --output-len 256 --quiet > /tmp/bench.txt 2>&1
-      RESULT[bench_${cfg}${graphs}]="rc=$? $(tail -4 /tmp/bench.txt | tr '\n' ' ' | cut -c1-200)"
-      cat /tmp/bench.txt >> "$OUT/cli.log"
-    done
-  done
-else
-  RESULT[cli]="not built"
+    RESULT[3_cli_greedy]="same text on cuda and cpu"
+  else
+    RESULT[3_cli_greedy]="differs or failed: $(tail -1 /tmp/generate_cuda.txt | cut -c1-100)"
+  fi
 fi
 
-echo "================ summary ================"
-for k in $(echo "${!RESULT[@]}" | tr ' ' '\n' | sort); do printf '%-28s %s\n' "$k" "${RESULT[$k]}"; done
+# ---------------------------------------------------------------- roofline
+if has roofline; then
+  t0=$(date +%s)
+  ORIGAMI_CUDA_BENCH=1 timeout 300 "$BUILD/tests/cuda_decode_bench_test" > "$OUT/roofline.log" 2>&1
+  RESULT[4_roofline]="rc=$? ($(( $(date +%s) - t0 ))s)"
+  grep -E "^(BENCH|ROOFLINE|BREAKDOWN)" "$OUT/roofline.log"
+  n=0
+  while read -r line; do n=$((n+1)); RESULT[4_roofline_$n]="$line"; done < <(grep ROOFLINE "$OUT/roofline.log" \
+    | sed -E 's/^ROOFLINE qwen3-8b graphs=1 //; s/ \(weights.*\)//')
+  if [ "${GEMM_BENCH:-1}" = 1 ]; then
+    nvcc -std=c++17 -O3 -arch=sm_90 bench/gemm_bench.cu -lcublasLt -lcublas -o /tmp/gemm_bench >> "$OUT/build.log" 2>&1 \
+      && timeout 120 /tmp/gemm_bench >> "$OUT/roofline.log" 2>&1
+    RESULT[4_gemm_bench]="rc=$? $(grep 'step GEMMs at m=64' "$OUT/roofline.log" | cut -c11-)"
+    grep GEMMBENCH "$OUT/roofline.log"
+  fi
+fi
+
+# ---------------------------------------------------------------- profile: ncu, one eager step
+if has profile; then
+  for b in ${PROFILE_BATCHES:-1 64}; do
+    ORIGAMI_CUDA_PROFILE=1 ORIGAMI_BENCH_BATCHES=$b ORIGAMI_BENCH_CONTEXTS=1024 timeout 240 \
+      ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
+      --log-file /tmp/ncu_$b.csv "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*ProfileOneStep' >> "$OUT/profile.log" 2>&1
+    RESULT[7_profile_b$b]="rc=$? $(grep PROFILE "$OUT/profile.log" | tail -1)"
+    # Per-kernel totals of the step, largest first.
+    python3 - "/tmp/ncu_$b.csv" "$b" <<'PYEOF' | tee -a "$OUT/profile.log"
+import csv, sys, collections
+rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
+tot, cnt = collections.Counter(), collections.Counter()
+for r in csv.DictReader(rows):
+    if r.get("Metric Name") != "gpu__time_duration.sum": continue
+    name = r["Kernel Name"].split("(")[0][:70]
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(r.get("Metric Unit"), 1e-3)
+    tot[name] += float(r["Metric Value"].replace(",", "")) * scale
+    cnt[name] += 1
+print(f"NCU batch={sys.argv[2]}: {sum(cnt.values())} kernels, {sum(tot.values()) / 1e3:.3f} ms of kernel time (us below)")
+for name, us in tot.most_common(14):
+    print(f"NCU {us:10.1f} us {cnt[name]:5d}x {us / cnt[name]:8.1f} us  {name}")
+PYEOF
+  done
+fi
+
+# ---------------------------------------------------------------- bench: throughput
+if has bench; then
+  CLI=$BUILD/origami
+  # 512 running sequences (the largest graph bucket), 8192 new tokens per step (the backend's
+  # initial activation capacity): see docs/benchmarks.md.
+  SCHED=${SCHED:-"--max-num-seqs 512 --max-num-batched-tokens 8192"}
+  echo "origami bench flags: $SCHED" > "$OUT/bench.log"
+  for cfg in ${BENCH_CONFIGS:-qwen3-8b llama-3.1-8b}; do
+    # prompts:input:output
+    for w in ${BENCH_WORKLOADS:-256:128:1024 1024:128:128 256:1024:1024}; do
+      IFS=: read -r -a wl <<< "$w"
+      set -- "${wl[@]}"
+      t0=$(date +%s)
+      echo "==== $cfg prompts=$1 in=$2 out=$3" >> "$OUT/bench.log"
+      # shellcheck disable=SC2086
+      timeout 240 "$CLI" bench --model "$SH/configs/$cfg" --dummy-weights --tokenizer "$SH/tokenizers/qwen3" \
+        --device cuda --num-prompts "$1" --input-len "$2" --output-len "$3" $SCHED --quiet > /tmp/bench.txt 2>&1
+      rc=$?
+      cat /tmp/bench.txt >> "$OUT/bench.log"
+      RESULT["5_${cfg}_${1}x${2}+${3}"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(grep -E 'output throughput' /tmp/bench.txt | sed 's/output throughput *//') $(grep -E 'preemptions' /tmp/bench.txt | tr -s ' ')"
+    done
+  done
+  grep -E "^====|output throughput|wall|peak|preempt|error" "$OUT/bench.log"
+  for cfg in ${HF_CONFIGS-qwen3-8b llama-3.1-8b}; do
+    t0=$(date +%s)
+    PYTHONUNBUFFERED=1 timeout 300 python3 scripts/hf_generate_bench.py --config "$SH/configs/$cfg" --batch 128 \
+      --input-len 128 --output-len 1024 --json >> "$OUT/hf_generate.log" 2>&1
+    RESULT["6_hf_${cfg}_128x128+1024"]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep HF_GENERATE "$OUT/hf_generate.log" | grep "$cfg" | sed -E 's/.*= ([0-9.]+ tok\/s).*/\1/')"
+  done
+  grep -E "HF_GENERATE|Error|error" "$OUT/hf_generate.log" | tail -6
+fi
+
+{
+  echo "================ summary ($(elapsed)) ================"
+  for k in $(echo "${!RESULT[@]}" | tr ' ' '\n' | sort); do printf '%-34s %s\n' "$k" "${RESULT[$k]}"; done
+} | tee "$OUT/summary.txt"

@@ -16,7 +16,7 @@ std::vector<BatchResult> run_batch(Engine& engine, const std::vector<BatchItem>&
       ++done;
       continue;
     }
-    Expected<RequestId> id = engine.add_request(items[i].prompt_token_ids, items[i].sampling);
+    Expected<RequestId> id = engine.add_request(items[i].prompt_token_ids, items[i].sampling, items[i].options);
     if (!id) {
       res.error = id.status().to_string();
       ++done;
@@ -32,6 +32,7 @@ std::vector<BatchResult> run_batch(Engine& engine, const std::vector<BatchItem>&
       if (it == index_of.end()) continue;
       BatchResult& res = results[it->second];
       res.text += out.new_text;
+      res.forced_logprobs.insert(res.forced_logprobs.end(), out.forced_logprobs.begin(), out.forced_logprobs.end());
       if (!out.finished) continue;
       const Request* r = engine.request(out.request_id);
       res.ok = out.finish_reason != FinishReason::kError;
@@ -39,6 +40,7 @@ std::vector<BatchResult> run_batch(Engine& engine, const std::vector<BatchItem>&
       res.finish_reason = out.finish_reason;
       res.output_token_ids = r->output_token_ids;
       res.num_cached_prompt_tokens = r->num_cached_prefix_tokens;
+      res.num_compressions = r->compression.num_compressions;
       res.arrival_time = r->arrival_time;
       res.first_token_time = r->first_token_time;
       res.finish_time = r->finish_time;

@@ -12,6 +12,7 @@ namespace origami {
 struct BatchItem {
   std::vector<int32_t> prompt_token_ids;
   SamplingParams sampling;
+  RequestOptions options;  // compression policy/budget, forced tokens
   std::string error;  // pre-set when the item could not even be parsed; it is then skipped
 };
 
@@ -19,10 +20,12 @@ struct BatchResult {
   bool ok = false;
   std::string error;
   std::vector<int32_t> output_token_ids;
+  std::vector<float> forced_logprobs;  // with options.return_forced_logprobs
   std::string text;
   FinishReason finish_reason = FinishReason::kNone;
   int num_prompt_tokens = 0;
   int num_cached_prompt_tokens = 0;
+  int num_compressions = 0;  // KV compressions of the request's final run
   double arrival_time = 0.0;  // engine clock, seconds
   double first_token_time = 0.0;
   double finish_time = 0.0;

@@ -1,8 +1,12 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "core/check.h"
+#include "engine/kv_memory_plan.h"
+#include "sched/compression_state.h"
 #include "model/weights.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_checker.h"
@@ -16,15 +20,26 @@ struct Engine::Tracked {
   std::string text;         // all decoded output text (up to any stop string)
   size_t text_emitted = 0;  // bytes of `text` already reported
   bool reported_finish = false;
+  std::vector<int32_t> forced_tokens;  // teacher forcing: output i is forced_tokens[i]
+  bool forced_logprobs = false;        // report log p(forced token)
 };
 
 namespace {
 
-int64_t default_cpu_kv_bytes() { return int64_t{1} << 30; }
+// log softmax(logits)[token], stable: max-shifted, the sum accumulated in double.
+float log_softmax_at(const float* logits, int vocab, int32_t token) {
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+  double sum = 0.0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_logit);
+  return static_cast<float>(static_cast<double>(logits[token]) - max_logit - std::log(sum));
+}
 
 }  // namespace
 
-Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
+Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) { return create(config, nullptr); }
+
+Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::unique_ptr<Backend> backend) {
   std::unique_ptr<Engine> engine(new Engine());
   engine->config_ = config;
   engine->start_time_ = std::chrono::steady_clock::now();
@@ -46,7 +61,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   backend_options.num_threads = config.num_threads;
   backend_options.gpu_memory_utilization = config.gpu_memory_utilization;
   backend_options.enable_cuda_graphs = config.enable_cuda_graphs;
-  ORIGAMI_ASSIGN_OR_RETURN(engine->backend_, create_backend(backend_options));
+  if (backend != nullptr) {
+    engine->backend_ = std::move(backend);
+  } else {
+    ORIGAMI_ASSIGN_OR_RETURN(engine->backend_, create_backend(backend_options));
+  }
 
   if (config.dummy_weights) {
     // The backend builds them where they live (the CUDA backend on the device: no host copy).
@@ -56,24 +75,34 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     ORIGAMI_RETURN_IF_ERROR(engine->backend_->load(mc, weights));
   }  // host copies of the weights are released here; the backend holds its own
 
-  // KV pool: an explicit block count wins, then a byte budget, then the backend's default.
+  // KV pool (an explicit block count wins, then a byte budget, then the backend's default),
+  // split with the query slots and global-score pages compression needs.
   KVLayout layout = KVLayout::full(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.block_size, 0,
                                    config.device == "cpu" ? DType::kF32 : DType::kBF16);
-  int num_blocks = config.num_kv_blocks;
-  if (num_blocks <= 0) {
-    int64_t bytes = config.kv_cache_bytes;
-    if (bytes <= 0 && config.device == "cpu") bytes = default_cpu_kv_bytes();
-    bytes = static_cast<int64_t>(engine->backend_->available_kv_bytes(static_cast<size_t>(std::max<int64_t>(bytes, 0))));
-    num_blocks = static_cast<int>(bytes / static_cast<int64_t>(layout.page_bytes(0)));
-  } else {
-    num_blocks += 1;  // the null block is not counted as usable
-  }
-  if (num_blocks < 2)
-    return invalid_argument("the KV cache holds no usable block: raise --kv-cache-memory or --num-kv-blocks");
+  ORIGAMI_ASSIGN_OR_RETURN(KVMemoryPlan memory, plan_kv_memory(config, mc, layout, *engine->backend_));
+  const int num_blocks = memory.num_blocks;
   layout.groups[0].num_blocks = num_blocks;
   ORIGAMI_RETURN_IF_ERROR(engine->backend_->allocate_kv_cache(layout));
+  CompressionSupport& support = engine->compression_support_;
+  support.backend = engine->backend_->name();
+  support.block_size = config.block_size;
+  if (memory.compression) {
+    Status st = engine->backend_->configure_compression(memory.compression_config);
+    if (!st.is_ok() && memory.default_policy->compresses())
+      return invalid_argument("KV policy " + memory.default_policy->name() + ": " + st.message());
+    support.available = st.is_ok();
+    support.unavailable_reason = st.message();
+  } else {
+    support.unavailable_reason = "compression is turned off (num_query_slots = -1)";
+  }
+  if (support.available) {
+    support.num_query_slots = memory.compression_config.num_query_slots;
+    support.max_window = memory.compression_config.max_window;
+    support.global_scores = memory.compression_config.global_scores;
+  }
   engine->kv_ = std::make_unique<KVCacheManager>(layout, config.enable_prefix_caching);
   engine->metrics_.num_kv_blocks_total = num_blocks - 1;
+  engine->metrics_.num_query_slots = support.num_query_slots;
 
   SchedulerConfig sc;
   sc.max_num_seqs = config.max_num_seqs;
@@ -83,17 +112,28 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   engine->config_.max_model_len = sc.max_model_len;
   if (!config.enable_chunked_prefill && sc.max_num_batched_tokens < sc.max_model_len)
     sc.max_num_batched_tokens = sc.max_model_len;  // a whole prompt must fit in one step
+  sc.num_query_slots = support.num_query_slots;
   engine->scheduler_ = std::make_unique<Scheduler>(sc, engine->kv_.get());
+  engine->compression_ =
+      std::make_unique<CompressionController>(engine->backend_.get(), engine->scheduler_.get(), &engine->metrics_);
   return engine;
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // The backend may still be reading and writing pages for a compression (CUDA: on its stream).
+  if (compression_ != nullptr && compression_->in_flight()) (void)backend_->wait_compression();
+}
 
 double Engine::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
 }
 
 Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params) {
+  return add_request(std::move(prompt_token_ids), params, RequestOptions{});
+}
+
+Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, const SamplingParams& params,
+                                        const RequestOptions& options) {
   ORIGAMI_RETURN_IF_ERROR(params.validate());
   if (prompt_token_ids.empty()) return invalid_argument("prompt is empty");
   const int vocab = model_config_.vocab_size;
@@ -112,8 +152,21 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
     return out_of_range("prompt needs " + std::to_string(blocks_needed) + " KV blocks but the cache has only " +
                         std::to_string(metrics_.num_kv_blocks_total));
 
+  for (size_t i = 0; i < options.forced_output_tokens.size(); ++i) {
+    const int32_t t = options.forced_output_tokens[i];
+    if (t < 0 || t >= vocab)
+      return invalid_argument("forced_output_tokens[" + std::to_string(i) + "] has id " + std::to_string(t) +
+                              ", outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+  ORIGAMI_ASSIGN_OR_RETURN(RequestCompression compression,
+                           resolve_request_compression(config_, compression_support_, options));
+
   auto tracked = std::make_unique<Tracked>();
+  tracked->forced_tokens = options.forced_output_tokens;
+  tracked->forced_logprobs = options.return_forced_logprobs && !options.forced_output_tokens.empty();
   Request& r = tracked->request;
+  r.compression = std::move(compression);
+  r.sample_alone = tracked->forced_logprobs;
   r.id = next_request_id_++;
   r.prompt_token_ids = std::move(prompt_token_ids);
   r.sampling = params;
@@ -172,7 +225,7 @@ void Engine::finish(Tracked& tracked, FinishReason reason, std::vector<RequestOu
 }
 
 // Appends a sampled token, extends the decoded text, and decides whether the request stops.
-void Engine::append_token(Tracked& tracked, int32_t token, RequestOutput* output) {
+void Engine::append_token(Tracked& tracked, int32_t token, bool forced, RequestOutput* output) {
   Request& r = tracked.request;
   const SamplingParams& sp = r.sampling;
   r.output_token_ids.push_back(token);
@@ -180,16 +233,18 @@ void Engine::append_token(Tracked& tracked, int32_t token, RequestOutput* output
   ++metrics_.num_generated_tokens;
   output->new_token_ids.push_back(token);
 
-  const bool is_eos = std::find(model_config_.eos_token_ids.begin(), model_config_.eos_token_ids.end(), token) !=
-                      model_config_.eos_token_ids.end();
-  const bool is_stop_token = std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), token) != sp.stop_token_ids.end();
+  // Forced tokens are the caller's text, not the model's choice: EOS and stops do not end them.
+  const bool is_eos = !forced && std::find(model_config_.eos_token_ids.begin(), model_config_.eos_token_ids.end(), token) !=
+                                     model_config_.eos_token_ids.end();
+  const bool is_stop_token =
+      !forced && std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), token) != sp.stop_token_ids.end();
   if ((is_eos && !sp.ignore_eos) || is_stop_token) {
     output->finish_reason = is_stop_token ? FinishReason::kStop : FinishReason::kEos;
     tracked.text += tracked.decoder->flush();
   } else {
     const size_t before = tracked.text.size();
     tracked.text += tracked.decoder->push(token);
-    if (!sp.stop.empty()) {
+    if (!sp.stop.empty() && !forced) {
       const StopMatch match = find_stop_string(tracked.text, before, sp.stop, sp.include_stop_str_in_output);
       if (match.found) {
         tracked.text.resize(match.truncate_at);
@@ -212,22 +267,79 @@ void Engine::append_token(Tracked& tracked, int32_t token, RequestOutput* output
   tracked.text_emitted = safe;
 }
 
-std::vector<RequestOutput> Engine::step() {
-  std::vector<RequestOutput> outputs;
+void Engine::handle_compression_result(const CompressionController::Result& result, std::vector<RequestOutput>* outputs) {
+  for (Request* r : result.failed)
+    finish(*requests_.at(r->id), FinishReason::kError, outputs, "KV compression failed: " + result.error.to_string());
+}
+
+void Engine::start_compressions(std::vector<RequestOutput>* outputs) {
+  if (compression_->in_flight()) return;
+  CompressionPlan plan = scheduler_->plan_compressions();
+  metrics_.num_preemptions += static_cast<int64_t>(plan.preempted.size());
+  if (plan.requests.empty()) return;
+  handle_compression_result(compression_->start(plan.requests), outputs);
+  // Synchronous mode, or a backend that already finished (the CPU's runs inside begin): the
+  // compressed requests take part in this very step.
+  CompressionController::Result done;
+  if (compression_->poll(/*wait=*/!config_.async_compression, &done)) handle_compression_result(done, outputs);
+}
+
+SchedulerOutput Engine::plan_step(std::vector<RequestOutput>* outputs) {
+  for (;;) {
+    const double t0 = now();
+    SchedulerOutput plan = scheduler_->schedule();
+    metrics_.schedule_seconds += now() - t0;
+    metrics_.num_preemptions += static_cast<int64_t>(plan.preempted.size());
+    metrics_.num_query_slot_waits += plan.num_query_slot_waits;
+    for (Request* r : plan.rejected) {
+      finish(*requests_.at(r->id), FinishReason::kError, outputs,
+             r->error.empty() ? "request needs more KV blocks than the whole cache holds" : r->error);
+    }
+    if (!plan.empty() || !scheduler_->has_unfinished()) return plan;
+    // Nothing runnable: the running requests wait for compressions or for each other.
+    if (compression_->in_flight()) {
+      CompressionController::Result done;
+      compression_->poll(/*wait=*/true, &done);
+      handle_compression_result(done, outputs);
+      process_aborts(outputs);
+      start_compressions(outputs);
+      continue;
+    }
+    std::vector<Request*> preempted;
+    if (scheduler_->num_running() > 0 && scheduler_->preempt_to_make_progress(&preempted)) {
+      metrics_.num_preemptions += static_cast<int64_t>(preempted.size());
+      continue;
+    }
+    return plan;
+  }
+}
+
+void Engine::process_aborts(std::vector<RequestOutput>* outputs) {
+  // A request being compressed keeps its pages until the backend is done; abort it afterwards.
+  std::vector<RequestId> deferred;
   for (RequestId id : pending_aborts_) {
     auto it = requests_.find(id);
-    if (it != requests_.end()) finish(*it->second, FinishReason::kAborted, &outputs);
+    if (it == requests_.end()) continue;
+    if (it->second->request.compression.in_flight) {
+      deferred.push_back(id);
+    } else {
+      finish(*it->second, FinishReason::kAborted, outputs);
+    }
   }
-  pending_aborts_.clear();
+  pending_aborts_ = std::move(deferred);
+}
 
-  const double t0 = now();
-  SchedulerOutput plan = scheduler_->schedule();
-  metrics_.schedule_seconds += now() - t0;
-  metrics_.num_preemptions += static_cast<int64_t>(plan.preempted.size());
-  for (Request* r : plan.rejected) {
-    finish(*requests_.at(r->id), FinishReason::kError, &outputs,
-           "request needs more KV blocks than the whole cache holds");
-  }
+std::vector<RequestOutput> Engine::step() {
+  std::vector<RequestOutput> outputs;
+  process_aborts(&outputs);
+
+  // Compressions: complete the batch in flight if it is done, then start the pending ones.
+  CompressionController::Result done;
+  if (compression_->poll(/*wait=*/false, &done)) handle_compression_result(done, &outputs);
+  process_aborts(&outputs);
+  start_compressions(&outputs);
+
+  SchedulerOutput plan = plan_step(&outputs);
   if (plan.empty()) return outputs;
 
   ++metrics_.num_steps;
@@ -248,11 +360,25 @@ std::vector<RequestOutput> Engine::step() {
     in.start_position = r.num_computed_tokens;
     in.num_cached_entries = r.kv.groups[0].num_entries - s.num_new_tokens;
     in.block_table = &r.kv.groups[0].blocks;
+    // Tokens of the next compression's window capture their queries into the request's slot.
+    if (r.compression.query_slot >= 0) {
+      const int capture_from = query_capture_from(r, config_.block_size, in.num_cached_entries);
+      if (capture_from >= 0) {
+        in.query_slot = r.compression.query_slot;
+        in.query_capture_from = capture_from;
+      }
+    }
     const bool completes_prompt = r.num_computed_tokens + s.num_new_tokens == r.num_tokens();
     in.logits_mode = completes_prompt ? LogitsMode::kLast : LogitsMode::kNone;
     in.sampling = &r.sampling;
     in.seed = r.seed;
     in.sample_index = static_cast<int>(r.output_token_ids.size());
+    const Tracked& tracked = *requests_.at(r.id);
+    // The logits that predict a forced token are needed to report its log-probability; the
+    // scheduler made this step compute that position alone (Request::sample_alone), so kAll
+    // returns exactly one row.
+    if (completes_prompt && tracked.forced_logprobs && in.sample_index < static_cast<int>(tracked.forced_tokens.size()))
+      in.logits_mode = LogitsMode::kAll;
     for (int i = 0; i < s.num_new_tokens; ++i) {
       batch.token_ids.push_back(r.token_at(r.num_computed_tokens + i));
       batch.positions.push_back(r.num_computed_tokens + i);
@@ -276,13 +402,24 @@ std::vector<RequestOutput> Engine::step() {
   }
   scheduler_->on_step_done(plan);
 
+  const int vocab = model_config_.vocab_size;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
-    const int32_t token = result.sampled_tokens[i];
+    int32_t token = result.sampled_tokens[i];
     if (token < 0) continue;  // mid-prompt chunk
     Tracked& tracked = *requests_.at(plan.sequences[i].request->id);
     RequestOutput out;
     out.request_id = tracked.request.id;
-    append_token(tracked, token, &out);
+    const size_t index = tracked.request.output_token_ids.size();
+    const bool forced = index < tracked.forced_tokens.size();
+    if (forced) {
+      token = tracked.forced_tokens[index];
+      if (tracked.forced_logprobs) {
+        const std::vector<float>& logits = result.all_logits[i];
+        ORIGAMI_CHECK_MSG(logits.size() >= static_cast<size_t>(vocab), "forced logprobs need the step's logits (kAll)");
+        out.forced_logprobs.push_back(log_softmax_at(logits.data() + logits.size() - vocab, vocab, token));
+      }
+    }
+    append_token(tracked, token, forced, &out);
     if (out.finish_reason != FinishReason::kNone) {
       const FinishReason reason = out.finish_reason;
       std::vector<RequestOutput> finished;

@@ -13,8 +13,11 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/compression_controller.h"
 #include "engine/engine_config.h"
 #include "engine/engine_metrics.h"
+#include "engine/policy_resolver.h"
+#include "engine/request_options.h"
 #include "engine/request_output.h"
 #include "kv/kv_cache_manager.h"
 #include "model/config.h"
@@ -24,22 +27,12 @@
 
 namespace origami {
 
-// Per-request options beyond sampling.
-struct RequestOptions {
-  // Compression policy and budget of this request; empty / 0 = the engine's defaults.
-  std::string kv_policy;
-  int kv_budget = 0;
-  std::map<std::string, std::string> kv_policy_options;
-  // Teacher forcing: the first outputs are these tokens instead of sampled ones, one per decode
-  // step, so decode-time compression runs through them (stream-mode evaluation, perplexity).
-  // Stop conditions do not apply to forced tokens; max_tokens counts them.
-  std::vector<int32_t> forced_output_tokens;
-  bool return_forced_logprobs = false;  // report log p(forced token) in RequestOutput
-};
-
 class Engine {
  public:
   static Expected<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  // The same on a backend the caller built (not yet loaded); config.device still picks the KV
+  // storage dtype (cpu: f32, else bf16).
+  static Expected<std::unique_ptr<Engine>> create(const EngineConfig& config, std::unique_ptr<Backend> backend);
   ~Engine();
 
   // Validates and queues a request. Errors (bad sampling values, empty or too-long prompt,
@@ -65,6 +58,10 @@ class Engine {
   const EngineConfig& config() const { return config_; }
   std::shared_ptr<const Tokenizer> tokenizer() const { return tokenizer_; }
   const EngineMetrics& metrics() const { return metrics_; }
+  // What the engine set up for compression (query slots, window, global scores).
+  const CompressionSupport& compression_support() const { return compression_support_; }
+  // The backend, for tests that inspect its KV storage.
+  Backend& backend() { return *backend_; }
   size_t num_running() const { return scheduler_->num_running(); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
   double now() const;  // seconds since the engine started
@@ -73,7 +70,16 @@ class Engine {
   Engine() = default;
   struct Tracked;  // a request with its decoder and text state
   void finish(Tracked& tracked, FinishReason reason, std::vector<RequestOutput>* outputs, const std::string& error = "");
-  void append_token(Tracked& tracked, int32_t token, RequestOutput* output);
+  void append_token(Tracked& tracked, int32_t token, bool forced, RequestOutput* output);
+  // Starts the scheduler's pending compressions (none may be in flight) and, when synchronous,
+  // completes them.
+  void start_compressions(std::vector<RequestOutput>* outputs);
+  // Finishes aborted requests, except those being compressed (they wait for it).
+  void process_aborts(std::vector<RequestOutput>* outputs);
+  void handle_compression_result(const CompressionController::Result& result, std::vector<RequestOutput>* outputs);
+  // Schedules a step; when nothing can run, waits for the compression in flight or preempts
+  // until something can (or nothing is left).
+  SchedulerOutput plan_step(std::vector<RequestOutput>* outputs);
 
   EngineConfig config_;
   ModelConfig model_config_;
@@ -81,7 +87,9 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<CompressionController> compression_;
   std::unordered_map<RequestId, std::unique_ptr<Tracked>> requests_;
+  CompressionSupport compression_support_;
   std::vector<RequestId> pending_aborts_;
   RequestId next_request_id_ = 1;
   uint64_t seed_counter_ = 0;

@@ -34,7 +34,14 @@ struct EngineConfig {
   int kv_budget = 0;               // tokens of KV per request after compression; 0 = policy default
   std::map<std::string, std::string> kv_policy_options;  // policy options, e.g. {"window", "16"}
   bool async_compression = true;   // overlap compression with decoding (CUDA)
-  int compression_layer_stride = 8;
+  int compression_layer_stride = 8;  // layers scored and compacted together (Zipage App. C.1)
+  // Query slots M (Zipage eq. 1): 0 = from the default policy's budget, capped by max_num_seqs
+  // (8 when the default policy needs no queries, so per-request policies still can); -1 = none
+  // and no compression support at all (a pure full-KV engine).
+  int num_query_slots = 0;
+  // Rows per query slot: 0 = the default policy's window (32 when it needs no queries, enough
+  // for every built-in policy's default window).
+  int query_window = 0;
 };
 
 }  // namespace origami

@@ -16,6 +16,13 @@ struct EngineMetrics {
   int num_kv_blocks_total = 0;
   double execute_seconds = 0.0;   // time in backend.execute
   double schedule_seconds = 0.0;  // time planning steps
+
+  // KV compression.
+  int64_t num_compressions = 0;      // request compressions completed
+  int64_t num_evicted_tokens = 0;    // entries dropped per (layer, KV head), summed over compressions
+  double compression_seconds = 0.0;  // wall time the engine spent starting or waiting for compressions
+  int64_t num_query_slot_waits = 0;  // request-steps skipped because no query slot was free
+  int num_query_slots = 0;           // M (0: the engine cannot compress)
 };
 
 }  // namespace origami

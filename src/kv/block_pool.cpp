@@ -127,6 +127,12 @@ uint64_t BlockPool::cache_block(BlockId block, uint64_t hash, uint64_t parent_en
   return b.entry_id;
 }
 
+void BlockPool::forget_contents(BlockId block) {
+  ORIGAMI_CHECK(block > kNullBlock && block < num_blocks_);
+  ORIGAMI_CHECK_MSG(blocks_[block].ref_count > 0, "only a held block's contents can be rewritten");
+  uncache(block);
+}
+
 void BlockPool::reset_prefix_cache() {
   for (BlockId b = 1; b < num_blocks_; ++b) {
     if (blocks_[b].entry_id == kNoCacheEntry) continue;

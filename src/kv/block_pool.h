@@ -44,6 +44,9 @@ class BlockPool {
   // the new one, or an existing block's if identical contents are already cached (the caller's
   // block stays an uncached duplicate); kNoCacheEntry if another content owns this hash.
   uint64_t cache_block(BlockId block, uint64_t hash, uint64_t parent_entry_id, std::span<const int32_t> token_ids);
+  // Forgets the cached contents of a held block that is about to be rewritten in place (KV
+  // compression compacts kept entries into a request's own blocks): no later lookup may find it.
+  void forget_contents(BlockId block);
   // Forgets every cached content (e.g. between benchmark runs); held blocks stay held.
   void reset_prefix_cache();
 

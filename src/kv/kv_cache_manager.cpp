@@ -40,7 +40,13 @@ uint64_t KVCacheManager::block_hash(const Request& request, int index, uint64_t 
   return hasher_(parent_hash, *scratch);
 }
 
-int KVCacheManager::acquire_cached_prefix(Request& request) {
+bool KVCacheManager::allocate_blocks(int n, std::vector<BlockId>* out, int group) {
+  return pools_[group]->allocate(n, out);
+}
+
+void KVCacheManager::release_blocks(std::span<const BlockId> blocks, int group) { pools_[group]->free(blocks); }
+
+int KVCacheManager::acquire_cached_prefix(Request& request, int max_cached_tokens) {
   ensure_tables(request);
   for (const BlockTable& t : request.kv.groups) ORIGAMI_CHECK_MSG(t.blocks.empty(), "admitting a request that holds blocks");
   request.num_cached_prefix_tokens = 0;
@@ -50,7 +56,7 @@ int KVCacheManager::acquire_cached_prefix(Request& request) {
   const int num_tokens = request.num_tokens();
   // Full blocks only, and never the whole sequence: the last token must be computed so that
   // its logits exist (a prompt of exactly k blocks hits at most k - 1 of them).
-  const int max_blocks = std::max(num_tokens - 1, 0) / b;
+  const int max_blocks = std::min(std::max(num_tokens - 1, 0), std::max(max_cached_tokens, 0)) / b;
 
   std::vector<uint64_t> hashes;
   std::vector<std::vector<int32_t>> tokens;  // [num_hit_blocks][block_size]
@@ -112,7 +118,8 @@ bool KVCacheManager::allocate_slots(Request& request, int num_entries_after) {
 }
 
 void KVCacheManager::cache_full_blocks(Request& request, int num_computed_tokens) {
-  if (!enable_prefix_caching_ || request.kv.groups.empty()) return;
+  // A compressed request's blocks hold a selection of entries that no token run hashes to.
+  if (!enable_prefix_caching_ || request.kv.groups.empty() || request.compression.compressed()) return;
   const int b = layout_.block_size;
   ORIGAMI_CHECK(num_computed_tokens <= request.num_tokens());
   std::vector<int32_t> scratch;

@@ -2,6 +2,8 @@
 // Owns the block pools of every head group and the requests' page tables. All changes follow
 // "prepare, then apply": a call that cannot be satisfied returns false and changes nothing.
 #include <cstdint>
+#include <limits>
+#include <span>
 #include <memory>
 #include <vector>
 
@@ -28,8 +30,10 @@ class KVCacheManager {
 
   // On admission: looks up the longest run of the request's full prompt blocks already cached
   // (chained hashes), takes references to them and returns the number of tokens they hold. At
-  // least one prompt token is always left to compute, so the last prompt logits exist.
-  int acquire_cached_prefix(Request& request);
+  // least one prompt token is always left to compute, so the last prompt logits exist, and no
+  // more than `max_cached_tokens` are served (tokens whose queries a compression needs must be
+  // computed, not served from the cache).
+  int acquire_cached_prefix(Request& request, int max_cached_tokens = std::numeric_limits<int>::max());
   // Ensures the request's tables can hold `num_entries_after` entries; all-or-nothing.
   bool allocate_slots(Request& request, int num_entries_after);
   // After a step: registers the request's newly completed full blocks in the prefix cache.
@@ -39,6 +43,14 @@ class KVCacheManager {
   // Undoes an admission that acquire_cached_prefix began but allocate_slots could not finish:
   // frees like free() and takes the lookup back out of the hit-rate statistics.
   void abandon_admission(Request& request);
+
+  // Blocks outside any request's table (compression targets): all-or-nothing; released with
+  // release_blocks() or by becoming part of a table that free() drops.
+  bool allocate_blocks(int n, std::vector<BlockId>* out, int group = 0);
+  void release_blocks(std::span<const BlockId> blocks, int group = 0);
+  int ref_count(BlockId block, int group = 0) const { return pools_[group]->ref_count(block); }
+  // See BlockPool::forget_contents.
+  void forget_contents(BlockId block, int group = 0) { pools_[group]->forget_contents(block); }
 
   int num_free_blocks(int group = 0) const;
   int num_used_blocks(int group = 0) const;

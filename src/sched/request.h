@@ -3,10 +3,12 @@
 // (its KV is dropped and recomputed later). Positions are logical: `num_computed_tokens` counts
 // tokens whose KV has been produced, whatever the cache keeps of them.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kv/block_table.h"
+#include "policy/kv_policy.h"
 #include "sampling/sampling_params.h"
 
 namespace origami {
@@ -16,6 +18,44 @@ using RequestId = uint64_t;
 enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
 enum class FinishReason { kNone, kLength, kStop, kEos, kAborted, kError };
 const char* finish_reason_name(FinishReason reason);
+
+// A request's KV compression: its policy and budget, resolved once at admission, and where it
+// stands (query slot, compressions done, a compression in flight).
+struct RequestCompression {
+  std::shared_ptr<const KVPolicy> policy;  // nullptr or a kNever policy: full KV
+  CompressionTrigger trigger = CompressionTrigger::kNever;
+  int budget = 0;      // tokens of KV after a compression
+  int max_blocks = 0;  // N_max (kCacheFull): blocks held at most while decoding
+  int num_keep = 0;    // entries kept per (layer, KV head) by a compression
+  int window = 0;      // query window w (0: the policy needs no queries)
+
+  int query_slot = -1;        // held query slot, or -1
+  int num_compressions = 0;   // since admission (reset by preemption: the KV is recomputed)
+  int num_scored_entries = 0; // leading entries whose global score is valid
+  bool prefill_checked = false;  // kPrefillEnd: the end-of-prefill decision was taken
+  bool pending = false;          // reached its trigger; waits (unscheduled) until compressed
+  bool in_flight = false;        // a compression of this request is running in the backend
+  // The compression in flight: where its kept entries go, and the table it leaves (dst blocks,
+  // plus for kCacheFull a spare block for the next tokens). Alive until it completes.
+  std::vector<BlockId> dst_blocks;
+  std::vector<BlockId> next_table;
+
+  // Preemption drops the KV: the request starts over uncompressed (its slot is released by the
+  // scheduler first; a request in flight is never preempted).
+  void reset_progress() {
+    num_compressions = 0;
+    num_scored_entries = 0;
+    prefill_checked = false;
+    pending = false;
+    dst_blocks.clear();
+    next_table.clear();
+  }
+
+  bool enabled() const { return trigger != CompressionTrigger::kNever; }
+  bool compressed() const { return num_compressions > 0; }
+  // Compressed under a bounded policy: its memory never grows again, so it is never preempted.
+  bool bounded() const { return compressed() && trigger == CompressionTrigger::kCacheFull; }
+};
 
 struct Request {
   RequestId id = 0;
@@ -37,6 +77,10 @@ struct Request {
 
   // KV memory held: one block table per head group (one group for full KV).
   RequestKV kv;
+  RequestCompression compression;
+  // The step that samples computes only the sampled position (a prompt's last token alone), so
+  // that LogitsMode::kAll returns one row: forced-token log-probabilities need those logits.
+  bool sample_alone = false;
 
   int num_prompt_tokens() const { return static_cast<int>(prompt_token_ids.size()); }
   int num_tokens() const { return num_prompt_tokens() + static_cast<int>(output_token_ids.size()); }

@@ -1,21 +1,33 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/check.h"
+#include "sched/compression_state.h"
 
 namespace origami {
 namespace {
 
-// Entries the request's cache holds (equal across groups for full KV). Slot math counts entries,
-// not logical tokens, so that a compressed request asks only for the room its cache needs.
-int num_entries(const Request& request) {
-  return request.kv.groups.empty() ? 0 : request.kv.groups[0].num_entries;
+// Slot math counts entries, not logical tokens, so that a compressed request asks only for the
+// room its cache needs.
+int num_entries(const Request& request) { return num_cache_entries(request); }
+
+// In flight: its source pages are being read. Bounded and compressed: it never needs another
+// block, so preempting it would only throw away work (Zipage: compressed requests run to the end).
+bool may_preempt(const Request& request) {
+  return !request.compression.in_flight && !request.compression.bounded();
+}
+
+// Waits for its compression (pending or in flight) before it computes anything else.
+bool blocked_on_compression(const Request& request) {
+  return request.compression.pending || request.compression.in_flight;
 }
 
 }  // namespace
 
-Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager* kv) : config_(config), kv_(kv) {
+Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager* kv)
+    : config_(config), kv_(kv), slots_(std::max(config.num_query_slots, 0)) {
   ORIGAMI_CHECK(kv_ != nullptr);
   ORIGAMI_CHECK_MSG(config_.max_num_seqs >= 1, "max_num_seqs must be validated by the caller");
   ORIGAMI_CHECK_MSG(config_.max_num_batched_tokens >= 1, "max_num_batched_tokens must be validated by the caller");
@@ -38,39 +50,91 @@ std::string Scheduler::never_fits(const Request& request, int num_entries_after)
   return {};
 }
 
+void Scheduler::release_slot(Request* request) {
+  int& slot = request->compression.query_slot;
+  if (slot < 0) return;
+  slots_.release(slot);
+  slot = -1;
+}
+
 void Scheduler::reject(Request* request, std::string why, SchedulerOutput* out) {
+  release_slot(request);
   kv_->free(*request);
   request->num_computed_tokens = 0;
+  request->compression.reset_progress();
   request->error = std::move(why);
   out->rejected.push_back(request);
 }
 
-void Scheduler::preempt(Request* request, SchedulerOutput* out) {
+void Scheduler::preempt(Request* request, SchedulerOutput* out, int* budget) {
+  ORIGAMI_CHECK_MSG(!request->compression.in_flight, "a request being compressed cannot be preempted");
+  auto it = std::find(running_.begin(), running_.end(), request);
+  ORIGAMI_CHECK(it != running_.end());
+  running_.erase(it);
+  if (out != nullptr) {
+    // Already scheduled earlier in this step: its blocks go back, so it cannot run.
+    auto s = std::find_if(out->sequences.begin(), out->sequences.end(),
+                          [&](const ScheduledSequence& seq) { return seq.request == request; });
+    if (s != out->sequences.end()) {
+      *budget += s->num_new_tokens;
+      out->sequences.erase(s);
+    }
+    out->preempted.push_back(request);
+  }
   // Recompute, not swap: the request keeps its output tokens and later prefills prompt + output.
+  release_slot(request);
   kv_->free(*request);
   request->num_computed_tokens = 0;
+  request->compression.reset_progress();
   request->status = RequestStatus::kPreempted;
   ++request->num_preemptions;
   waiting_.push_front(request);
-  out->preempted.push_back(request);
+}
+
+Request* Scheduler::pick_victim(bool slotless_only) const {
+  // Zipage's hybrid scheduling: the last running request without a query slot first.
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+    if (may_preempt(**it) && (*it)->compression.query_slot < 0) return *it;
+  if (slotless_only) return nullptr;
+  // With prefix sharing (and to free compression targets): the last uncompressed request.
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+    if (may_preempt(**it) && !(*it)->compression.compressed()) return *it;
+  return nullptr;
 }
 
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int budget = config_.max_num_batched_tokens;
+  const int block_size = kv_->layout().block_size;
+  const bool constrained = !kv_->prefix_caching_enabled();
 
   // Running requests, in admission order. Requests finish their prefill in admission order (each
   // takes the budget before the next), so this order already puts decodes before prefill chunks.
-  size_t i = 0;
-  while (i < running_.size() && budget > 0) {
-    Request* request = running_[i];
+  // A snapshot: preemption removes requests from running_ while we walk.
+  const std::vector<Request*> order = running_;
+  for (Request* request : order) {
+    if (budget <= 0) break;
+    if (request->status != RequestStatus::kRunning) continue;  // preempted earlier in this step
+    if (blocked_on_compression(*request)) continue;
     const int remaining = request->num_tokens() - request->num_computed_tokens;
-    if (remaining <= 0 || (!config_.enable_chunked_prefill && remaining > budget)) {
-      ++i;
-      continue;
+    if (remaining <= 0 || (!config_.enable_chunked_prefill && remaining > budget)) continue;
+    int num_new = std::min(remaining, budget);
+    const int entries = num_entries(*request);
+
+    // A token of the next compression's window needs a query slot to capture its query into.
+    const int capture_from = query_capture_from(*request, block_size);
+    bool take_slot = capture_from >= 0 && request->compression.query_slot < 0 && entries + num_new > capture_from;
+    if (take_slot && slots_.num_free() == 0) {
+      if (entries >= capture_from || !config_.enable_chunked_prefill) {
+        ++out.num_query_slot_waits;
+        continue;
+      }
+      num_new = capture_from - entries;  // the tokens before the window need no slot
+      take_slot = false;
     }
-    const int num_new = std::min(remaining, budget);
-    const int entries_after = num_entries(*request) + num_new;
+    if (request->sample_alone && num_new == remaining && remaining > 1) --num_new;
+    const int entries_after = entries + num_new;
+
     bool scheduled = false;
     for (;;) {
       if (kv_->allocate_slots(*request, entries_after)) {
@@ -79,21 +143,22 @@ SchedulerOutput Scheduler::schedule() {
       }
       std::string why = never_fits(*request, entries_after);
       if (!why.empty()) {
-        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+        running_.erase(std::find(running_.begin(), running_.end(), request));
         reject(request, std::move(why), &out);
         break;
       }
-      // The most recently admitted request gives its blocks back; it has not been scheduled yet
-      // in this step because it comes after `request` (or is `request` itself).
-      Request* victim = running_.back();
-      running_.pop_back();
-      preempt(victim, &out);
+      Request* victim = pick_victim(constrained);
+      if (victim == nullptr) break;  // constrained scheduling: wait for compressions to free blocks
+      preempt(victim, &out, &budget);
       if (victim == request) break;
     }
-    if (!scheduled) continue;  // `request` left running_; index i now names the next one
+    if (!scheduled) continue;
+    if (take_slot) {
+      request->compression.query_slot = slots_.acquire();
+      ORIGAMI_CHECK(request->compression.query_slot >= 0);
+    }
     out.sequences.push_back({request, num_new});
     budget -= num_new;
-    ++i;
   }
 
   // Waiting requests, FCFS. After a preemption the cache is tight: admitting now would only
@@ -113,12 +178,28 @@ SchedulerOutput Scheduler::schedule() {
         reject(request, std::move(why), &out);
         continue;
       }
-      const int num_cached = kv_->acquire_cached_prefix(*request);
+      // Tokens of a compression window must be computed (their queries captured), not served by
+      // the prefix cache.
+      const int window_from = query_capture_from(*request, block_size);
+      const int num_cached =
+          kv_->acquire_cached_prefix(*request, window_from >= 0 ? window_from : std::numeric_limits<int>::max());
       request->num_computed_tokens = num_cached;
       const int remaining = num_tokens - num_cached;
       bool admitted = config_.enable_chunked_prefill || remaining <= budget;
-      const int num_new = std::min(remaining, budget);
-      admitted = admitted && kv_->allocate_slots(*request, num_entries(*request) + num_new);
+      int num_new = std::min(remaining, budget);
+      const int entries = num_entries(*request);
+      const int capture_from = query_capture_from(*request, block_size);
+      bool take_slot = capture_from >= 0 && entries + num_new > capture_from;
+      if (take_slot && slots_.num_free() == 0) {
+        if (entries >= capture_from || !config_.enable_chunked_prefill) {
+          admitted = false;
+        } else {
+          num_new = capture_from - entries;
+          take_slot = false;
+        }
+      }
+      if (request->sample_alone && num_new == remaining && remaining > 1) --num_new;
+      admitted = admitted && kv_->allocate_slots(*request, entries + num_new);
       if (!admitted) {
         // FCFS: the head waits for room rather than being overtaken.
         kv_->abandon_admission(*request);
@@ -128,6 +209,10 @@ SchedulerOutput Scheduler::schedule() {
       waiting_.pop_front();
       request->status = RequestStatus::kRunning;
       request->num_cached_prefix_tokens = num_cached;
+      if (take_slot) {
+        request->compression.query_slot = slots_.acquire();
+        ORIGAMI_CHECK(request->compression.query_slot >= 0);
+      }
       running_.push_back(request);
       out.sequences.push_back({request, num_new});
       budget -= num_new;
@@ -138,16 +223,19 @@ SchedulerOutput Scheduler::schedule() {
 }
 
 void Scheduler::on_step_done(const SchedulerOutput& output) {
+  const int block_size = kv_->layout().block_size;
   for (const ScheduledSequence& s : output.sequences) {
     Request* request = s.request;
     if (request->status != RequestStatus::kRunning) continue;  // finished or aborted meanwhile
     request->num_computed_tokens += s.num_new_tokens;
     ORIGAMI_CHECK(request->num_computed_tokens <= request->num_tokens());
     kv_->cache_full_blocks(*request, request->num_computed_tokens);
+    if (reached_compression_trigger(*request, block_size)) request->compression.pending = true;
   }
 }
 
 void Scheduler::finish_request(Request* request, FinishReason reason) {
+  ORIGAMI_CHECK_MSG(!request->compression.in_flight, "finish a request only after its compression completed");
   auto it = std::find(running_.begin(), running_.end(), request);
   if (it != running_.end()) {
     running_.erase(it);
@@ -155,9 +243,25 @@ void Scheduler::finish_request(Request* request, FinishReason reason) {
     auto wit = std::find(waiting_.begin(), waiting_.end(), request);
     if (wit != waiting_.end()) waiting_.erase(wit);
   }
+  release_slot(request);
   kv_->free(*request);
+  request->compression.pending = false;
   request->status = RequestStatus::kFinished;
   request->finish_reason = reason;
+}
+
+bool Scheduler::preempt_to_make_progress(std::vector<Request*>* preempted) {
+  Request* victim = pick_victim(/*slotless_only=*/false);
+  if (victim == nullptr) {
+    // Only bounded compressed requests are left, and none can move: recomputing one is still
+    // correct, and frees its blocks and slot for the others.
+    for (auto it = running_.rbegin(); it != running_.rend() && victim == nullptr; ++it)
+      if (!(*it)->compression.in_flight) victim = *it;
+  }
+  if (victim == nullptr) return false;
+  preempt(victim, nullptr, nullptr);
+  preempted->push_back(victim);
+  return true;
 }
 
 }  // namespace origami

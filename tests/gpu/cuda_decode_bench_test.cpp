@@ -1,20 +1,234 @@
-// Decode-step timing of the CUDA backend on a real model shape with device-generated dummy
-// weights, with and without CUDA graphs. Runs only with ORIGAMI_CUDA_BENCH=1 (scripts/gpu_run.sh
-// sets it); prints ms per step, tokens/s and the weight bandwidth achieved.
+// Decode-step roofline of the CUDA backend on a real model shape (Qwen3-8B by default) with
+// device-generated dummy weights. Runs only with ORIGAMI_CUDA_BENCH=1 (scripts/gpu_run.sh sets it).
+//
+// For each (batch, context) it times whole decode steps through Backend::execute (CUDA graphs on,
+// host overhead included) and sets them next to the floor
+//     (weight bytes + KV bytes read) / device-to-device copy bandwidth,
+// the bandwidth measured in this run (cudaMemcpy D2D of 1 GiB, bytes read + written). Then it
+// splits the step: the GEMMs of one step (all layers + lm_head, through the backend's Gemm, in one
+// graph) and the attention of one step (all layers, the graph plan and the plan for the exact
+// length). Lines start with ROOFLINE / BREAKDOWN so scripts can pick them up.
+// CudaDecodeBench.ProfileOneStep (ORIGAMI_CUDA_PROFILE=1) runs one eager decode step between
+// cudaProfilerStart/Stop for `ncu --profile-from-start off` (scripts/gpu_run.sh profile).
+// Environment: ORIGAMI_BENCH_CONFIG (configs/ folder name, default qwen3-8b), ORIGAMI_BENCH_BATCHES
+// (default 1,64,256), ORIGAMI_BENCH_CONTEXTS (default 1024,4096), ORIGAMI_BENCH_EAGER=1 to also
+// time steps without graphs.
+#include <cuda_profiler_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <sstream>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_factory.h"
+#include "backend/cuda/elementwise_kernels.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/paged_attention.h"
 #include "cuda_test_util.h"
 #include "model/config.h"
 
 namespace origami::cuda {
 namespace {
 
-TEST(CudaDecodeBench, DummyWeightsDecodeSteps) {
+std::vector<int> env_list(const char* name, std::vector<int> fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || v[0] == '\0') return fallback;
+  std::vector<int> out;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
+  return out;
+}
+
+// Median over `iters` runs of `body`, timed with events on `stream` (ms).
+template <typename F>
+float median_ms(cudaStream_t stream, int iters, F&& body) {
+  cudaEvent_t a, b;
+  ORIGAMI_CUDA_CHECK(cudaEventCreate(&a));
+  ORIGAMI_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < iters; ++i) {
+    ORIGAMI_CUDA_CHECK(cudaEventRecord(a, stream));
+    body(i);
+    ORIGAMI_CUDA_CHECK(cudaEventRecord(b, stream));
+    ORIGAMI_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    ORIGAMI_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Captures `record` (work on `stream`) once and returns the median replay time (ms).
+template <typename F>
+float graph_ms(cudaStream_t stream, int iters, F&& record) {
+  cudaGraph_t graph;
+  ORIGAMI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  record();
+  ORIGAMI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  ORIGAMI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) ORIGAMI_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  const float ms = median_ms(stream, iters, [&](int) { ORIGAMI_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return ms;
+}
+
+// Device-to-device copy bandwidth, bytes read + written (GB/s).
+double measure_copy_gbps(cudaStream_t stream) {
+  const size_t n = size_t(1) << 30;
+  testing::DeviceBuffer<char> src(n), dst(n);
+  ORIGAMI_CUDA_CHECK(cudaMemsetAsync(src.get(), 1, n, stream));
+  for (int i = 0; i < 3; ++i)
+    ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), n, cudaMemcpyDeviceToDevice, stream));
+  const float ms = median_ms(stream, 20, [&](int) {
+    ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), n, cudaMemcpyDeviceToDevice, stream));
+  });
+  return 2.0 * n / ms / 1e6;
+}
+
+// Bytes of weights one decode step reads: every linear layer, the norms and lm_head (the
+// embedding table is only gathered, batch rows of it).
+double decode_weight_bytes(const ModelConfig& c) {
+  const double h = c.hidden_size, qkv = c.q_size() + 2.0 * c.kv_size();
+  double per_layer = qkv * h + h * c.q_size() + 3.0 * c.intermediate_size * h + 2.0 * h;
+  if (c.qk_norm) per_layer += 2.0 * c.head_dim;
+  if (c.qkv_bias) per_layer += qkv;
+  return 2.0 * (c.num_layers * per_layer + static_cast<double>(c.vocab_size) * h + h);
+}
+
+double kv_bytes_per_token(const ModelConfig& c) { return 2.0 * 2.0 * c.num_layers * c.num_kv_heads * c.head_dim; }
+
+// Step time (ms, host clock, CUDA graphs as configured) at `batch` sequences of `context` entries,
+// or a negative value when the KV cache does not fit. With `profile`, one more step runs between
+// cudaProfilerStart and cudaProfilerStop.
+double time_decode_steps(Backend& backend, const ModelConfig& c, int batch, int context, bool profile = false) {
+  const int block_size = 16, steps = 20;
+  const int pages_per_seq = (context + 32) / block_size + 1;
+  const int num_blocks = 1 + batch * pages_per_seq;
+  const size_t need = static_cast<size_t>(num_blocks) * block_size * static_cast<size_t>(kv_bytes_per_token(c));
+  if (backend.available_kv_bytes(0) < need) return -1.0;
+  EXPECT_TRUE(backend.allocate_kv_cache(KVLayout::full(c.num_layers, c.num_kv_heads, c.head_dim, block_size,
+                                                       num_blocks, DType::kBF16))
+                  .is_ok());
+  std::vector<std::vector<BlockId>> tables(batch);
+  for (int s = 0; s < batch; ++s)
+    for (int p = 0; p < pages_per_seq; ++p) tables[s].push_back(1 + s * pages_per_seq + p);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  auto step = [&](int pos) {
+    ForwardBatch fb;
+    for (int s = 0; s < batch; ++s) {
+      SequenceInput in;
+      in.query_start = s;
+      in.num_query_tokens = 1;
+      in.start_position = pos;
+      in.num_cached_entries = pos;
+      in.block_table = &tables[s];
+      in.sampling = &greedy;
+      fb.token_ids.push_back((s * 31 + pos) % c.vocab_size);
+      fb.positions.push_back(pos);
+      fb.sequences.push_back(in);
+    }
+    StepOutput out;
+    const Status st = backend.execute(fb, &out);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+  };
+  // The KV entries before `context` are never written: their contents (zeros) do not change the
+  // bytes moved, and the dummy model's outputs are not checked here.
+  for (int i = 0; i < 3; ++i) step(context - 3 + i);  // capture + warm up
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) step(context + i % 16);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  if (profile) {
+    ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
+    ORIGAMI_CUDA_CHECK(cudaProfilerStart());
+    step(context + 16);
+    ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
+    ORIGAMI_CUDA_CHECK(cudaProfilerStop());
+  }
+  return ms;
+}
+
+// GEMM time of one decode step at `m` rows: all layers' qkv/o/gate_up/down and lm_head (fp32 out),
+// weights rotated over two layer copies (each far larger than L2), replayed as one graph.
+float step_gemm_ms(const ModelConfig& c, int m, cudaStream_t stream) {
+  const size_t h = c.hidden_size, qkv = c.q_size() + 2 * c.kv_size(), inter = c.intermediate_size;
+  const size_t layer_elems = qkv * h + h * c.q_size() + 3 * inter * h;
+  const size_t lm_elems = static_cast<size_t>(c.vocab_size) * h;
+  const size_t act_elems = static_cast<size_t>(m) * std::max<size_t>(2 * inter, qkv);
+  testing::DeviceBuffer<bf16> w(2 * layer_elems), lm(lm_elems), x(act_elems), y(act_elems);
+  testing::DeviceBuffer<float> logits(static_cast<size_t>(m) * c.vocab_size);
+  launch_fill_random_bf16(w.get(), 2 * layer_elems, 0.02f, 0.f, 1, stream);
+  launch_fill_random_bf16(lm.get(), lm_elems, 0.02f, 0.f, 2, stream);
+  launch_fill_random_bf16(x.get(), act_elems, 1.f, 0.f, 3, stream);
+  Gemm gemm;
+  gemm.set_stream(stream);
+  const float ms = graph_ms(stream, 5, [&] {
+    for (int l = 0; l < c.num_layers; ++l) {
+      const bf16* base = w.get() + (l % 2) * layer_elems;
+      gemm.linear(x.get(), m, h, base, qkv, y.get(), false);
+      gemm.linear(x.get(), m, c.q_size(), base + qkv * h, h, y.get(), false);
+      gemm.linear(x.get(), m, h, base + qkv * h + h * c.q_size(), 2 * inter, y.get(), false);
+      gemm.linear(x.get(), m, inter, base + qkv * h + h * c.q_size() + 2 * inter * h, h, y.get(), false);
+    }
+    gemm.linear(x.get(), m, h, lm.get(), c.vocab_size, logits.get(), true);
+  });
+  ORIGAMI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return ms;
+}
+
+// Attention time of one decode step (all layers) at `batch` x `context`, under a plan for
+// `plan_kv_len`. KV pages are rotated over enough layer copies to stay out of L2.
+float step_attention_ms(const ModelConfig& c, int batch, int context, int plan_kv_len, int num_sms,
+                        cudaStream_t stream, int* splits) {
+  const int block_size = 16, pages_per_seq = (context + block_size - 1) / block_size;
+  const size_t layer_bytes = static_cast<size_t>(batch) * pages_per_seq * block_size * c.num_kv_heads * c.head_dim * 2;
+  const int copies = static_cast<int>(std::min<size_t>(c.num_layers, std::max<size_t>(2, (size_t(400) << 20) / layer_bytes + 1)));
+  const size_t pool_pages = static_cast<size_t>(copies) * batch * pages_per_seq + 1;
+  const size_t page_elems = static_cast<size_t>(block_size) * c.num_kv_heads * c.head_dim;
+  testing::DeviceBuffer<bf16> k(pool_pages * page_elems), v(pool_pages * page_elems);
+  launch_fill_random_bf16(k.get(), pool_pages * page_elems, 1.f, 0.f, 4, stream);
+  launch_fill_random_bf16(v.get(), pool_pages * page_elems, 1.f, 0.f, 5, stream);
+  std::vector<int32_t> q_indptr(batch + 1), page_indptr(batch + 1), kv_len(batch, context);
+  std::vector<int32_t> pages(static_cast<size_t>(copies) * batch * pages_per_seq);
+  for (int i = 0; i <= batch; ++i) q_indptr[i] = i, page_indptr[i] = i * pages_per_seq;
+  for (size_t i = 0; i < pages.size(); ++i) pages[i] = static_cast<int32_t>(1 + i);
+  testing::DeviceBuffer<int32_t> d_q(q_indptr), d_p(page_indptr), d_kv(kv_len), d_pages(pages);
+  const size_t q_elems = static_cast<size_t>(batch) * c.q_size();
+  testing::DeviceBuffer<bf16> q(q_elems), out(q_elems);
+  launch_fill_random_bf16(q.get(), q_elems, 1.f, 0.f, 6, stream);
+  AttentionArgs a;
+  a.shape = AttentionShape{batch, batch, c.num_heads, c.num_kv_heads, c.head_dim, block_size};
+  a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  a.q = q.get();
+  a.out = out.get();
+  a.k_cache = k.get();
+  a.v_cache = v.get();
+  a.q_indptr = d_q.get();
+  a.page_indptr = d_p.get();
+  a.kv_len = d_kv.get();
+  const AttentionPlan plan = plan_paged_attention(a.shape, plan_kv_len, num_sms);
+  *splits = plan.num_splits;
+  const size_t ws_bytes = paged_attention_workspace_bytes(plan, a.shape);
+  testing::DeviceBuffer<char> ws(std::max<size_t>(ws_bytes, 1));
+  const float ms = graph_ms(stream, 5, [&] {
+    for (int l = 0; l < c.num_layers; ++l) {
+      a.page_indices = d_pages.get() + static_cast<size_t>(l % copies) * batch * pages_per_seq;
+      ORIGAMI_CUDA_CHECK(paged_attention(a, plan, ws.get(), ws_bytes, stream));
+    }
+  });
+  ORIGAMI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return ms;
+}
+
+TEST(CudaDecodeBench, RooflineAndBreakdown) {
   const char* on = std::getenv("ORIGAMI_CUDA_BENCH");
   if (on == nullptr || std::string(on) != "1") GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
   const char* cfg_env = std::getenv("ORIGAMI_BENCH_CONFIG");
@@ -22,51 +236,92 @@ TEST(CudaDecodeBench, DummyWeightsDecodeSteps) {
   auto config = load_model_config(testing::shared_dir() + "/configs/" + cfg_name);
   ASSERT_TRUE(config.has_value()) << config.status().to_string();
   const ModelConfig& c = *config;
-  const int context = 1024, block_size = 16;
-  for (bool graphs : {true, false}) {
+  const std::vector<int> batches = env_list("ORIGAMI_BENCH_BATCHES", {1, 64, 256});
+  const std::vector<int> contexts = env_list("ORIGAMI_BENCH_CONTEXTS", {1024, 4096});
+  const char* eager_env = std::getenv("ORIGAMI_BENCH_EAGER");
+  const bool eager = eager_env != nullptr && std::string(eager_env) == "1";
+  int device = 0, num_sms = 0;
+  ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
+  ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  cudaStream_t stream;
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  const double copy_gbps = measure_copy_gbps(stream);
+  const double wbytes = decode_weight_bytes(c), kv_tok = kv_bytes_per_token(c);
+  std::printf("BENCH %s: device-to-device copy %.0f GB/s (read+write); weights read per step %.2f GB; KV %.0f KB/token\n",
+              cfg_name.c_str(), copy_gbps, wbytes / 1e9, kv_tok / 1e3);
+
+  struct Row {
+    int batch, context;
+    double ms;
+  };
+  std::vector<Row> rows;
+  for (bool graphs : eager ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
     BackendOptions opt;
     opt.enable_cuda_graphs = graphs;
     auto backend = std::move(create_cuda_backend(opt)).value();
     ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
-    for (int batch_size : {1, 16, 64, 256}) {
-      const int pages_per_seq = (context + 64) / block_size + 1;
-      const int num_blocks = 1 + batch_size * pages_per_seq;
-      ASSERT_TRUE(backend
-                      ->allocate_kv_cache(KVLayout::full(c.num_layers, c.num_kv_heads, c.head_dim, block_size, num_blocks,
-                                                         DType::kBF16))
-                      .is_ok());
-      std::vector<std::vector<BlockId>> tables(batch_size);
-      for (int s = 0; s < batch_size; ++s)
-        for (int p = 0; p < pages_per_seq; ++p) tables[s].push_back(1 + s * pages_per_seq + p);
-      SamplingParams greedy;
-      greedy.temperature = 0.0f;
-      auto step = [&](int pos) {
-        ForwardBatch batch;
-        for (int s = 0; s < batch_size; ++s) {
-          SequenceInput in;
-          in.query_start = s;
-          in.num_query_tokens = 1;
-          in.start_position = pos;
-          in.num_cached_entries = pos;
-          in.block_table = &tables[s];
-          in.sampling = &greedy;
-          batch.token_ids.push_back((s * 31 + pos) % c.vocab_size);
-          batch.positions.push_back(pos);
-          batch.sequences.push_back(in);
+    for (int context : contexts)
+      for (int batch : batches) {
+        const double ms = time_decode_steps(*backend, c, batch, context);
+        const double kv_gb = static_cast<double>(batch) * (context + 8) * kv_tok / 1e9;
+        if (ms < 0) {
+          std::printf("ROOFLINE %s graphs=%d batch=%d context=%d: KV %.1f GB does not fit\n", cfg_name.c_str(), graphs,
+                      batch, context, kv_gb);
+          continue;
         }
-        StepOutput out;
-        ASSERT_TRUE(backend->execute(batch, &out).is_ok());
-      };
-      for (int i = 0; i < 3; ++i) step(context + i);  // capture + warm up
-      const int steps = 30;
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < steps; ++i) step(context + 3 + i);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
-      const double weight_gb = 2.0 * static_cast<double>(c.num_parameters()) / 1e9;
-      std::printf("BENCH %s graphs=%d batch=%d context=%d: %.3f ms/step, %.0f tok/s, weights %.0f GB/s\n",
-                  cfg_name.c_str(), graphs, batch_size, context, ms, batch_size * 1000.0 / ms, weight_gb / ms * 1000.0);
-    }
+        const double floor_ms = (wbytes / 1e9 + kv_gb) / copy_gbps * 1e3;
+        std::printf("ROOFLINE %s graphs=%d batch=%d context=%d: %.3f ms/step, floor %.3f ms (weights %.2f GB + KV %.2f GB "
+                    "at %.0f GB/s) -> %.0f%% of floor, %.0f tok/s\n",
+                    cfg_name.c_str(), graphs, batch, context, ms, floor_ms, wbytes / 1e9, kv_gb, copy_gbps,
+                    100.0 * floor_ms / ms, batch * 1000.0 / ms);
+        if (graphs) rows.push_back({batch, context, ms});
+      }
   }
+
+  // Where a step's time goes (GPU time of each part alone, in a graph).
+  std::vector<int> gemm_done;
+  std::vector<float> gemm_ms;
+  for (const Row& r : rows) {
+    auto it = std::find(gemm_done.begin(), gemm_done.end(), r.batch);
+    float g;
+    if (it == gemm_done.end()) {
+      g = step_gemm_ms(c, r.batch, stream);
+      gemm_done.push_back(r.batch);
+      gemm_ms.push_back(g);
+    } else {
+      g = gemm_ms[it - gemm_done.begin()];
+    }
+    int splits_graph = 0, splits_exact = 0;
+    // The backend captures its graphs with a plan for min(model context, KV pool entries).
+    const int pool_entries = (1 + r.batch * ((r.context + 32) / 16 + 1)) * 16;
+    const int graph_len = std::min(c.max_position_embeddings, pool_entries);
+    const float att_graph = step_attention_ms(c, r.batch, r.context, graph_len, num_sms, stream, &splits_graph);
+    const float att_exact = step_attention_ms(c, r.batch, r.context, r.context + 64, num_sms, stream, &splits_exact);
+    const double kv_gb = static_cast<double>(r.batch) * r.context * kv_tok / 1e9;
+    std::printf("BREAKDOWN batch=%d context=%d: step %.3f ms = GEMMs %.3f ms (%.0f GB/s) + attention %.3f ms "
+                "(graph plan, %d splits; %.0f GB/s) + rest %.3f ms; attention with the exact plan %.3f ms (%d splits)\n",
+                r.batch, r.context, r.ms, g, wbytes / g / 1e6, att_graph, splits_graph, kv_gb / att_graph * 1e3,
+                r.ms - g - att_graph, att_exact, splits_exact);
+  }
+  cudaStreamDestroy(stream);
+}
+
+// One eager decode step (batch/context from ORIGAMI_BENCH_BATCHES/CONTEXTS, first entries) for ncu.
+TEST(CudaDecodeBench, ProfileOneStep) {
+  const char* on = std::getenv("ORIGAMI_CUDA_PROFILE");
+  if (on == nullptr || std::string(on) != "1") GTEST_SKIP() << "set ORIGAMI_CUDA_PROFILE=1 (and run under ncu)";
+  const char* cfg_env = std::getenv("ORIGAMI_BENCH_CONFIG");
+  auto config = load_model_config(testing::shared_dir() + "/configs/" + (cfg_env != nullptr ? cfg_env : "qwen3-8b"));
+  ASSERT_TRUE(config.has_value()) << config.status().to_string();
+  const int batch = env_list("ORIGAMI_BENCH_BATCHES", {64})[0];
+  const int context = env_list("ORIGAMI_BENCH_CONTEXTS", {1024})[0];
+  BackendOptions opt;
+  opt.enable_cuda_graphs = false;
+  auto backend = std::move(create_cuda_backend(opt)).value();
+  ASSERT_TRUE(backend->load_dummy(*config, 7).is_ok());
+  const double ms = time_decode_steps(*backend, *config, batch, context, /*profile=*/true);
+  std::printf("PROFILE batch=%d context=%d eager step %.3f ms\n", batch, context, ms);
 }
 
 }  // namespace

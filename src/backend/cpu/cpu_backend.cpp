@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_compression.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/check.h"
 #include "sampling/sampler.h"
@@ -188,8 +189,58 @@ Status CpuBackend::validate(const ForwardBatch& batch) const {
     }
     if (seq.logits_mode != LogitsMode::kNone && !seq.sampling)
       return invalid_argument(who + ": no sampling parameters");
+    if (seq.query_slot < -1)
+      return invalid_argument(who + ": query_slot must be -1 (no capture) or a slot index, got " +
+                              std::to_string(seq.query_slot));
+    if (seq.query_slot >= 0) {
+      if (!kv_.compression_configured())
+        return invalid_argument(who + ": query_slot " + std::to_string(seq.query_slot) +
+                                " set but configure_compression() was not called");
+      if (seq.query_slot >= kv_.compression_config().num_query_slots)
+        return invalid_argument(who + ": query_slot " + std::to_string(seq.query_slot) + " outside [0, " +
+                                std::to_string(kv_.compression_config().num_query_slots) + ")");
+      if (seq.query_capture_from < 0)
+        return invalid_argument(who + ": query_capture_from must be >= 0 with a query slot, got " +
+                                std::to_string(seq.query_capture_from));
+      for (size_t o = 0; o < s; ++o)
+        if (batch.sequences[o].query_slot == seq.query_slot)
+          return invalid_argument(who + ": query_slot " + std::to_string(seq.query_slot) + " is also used by sequence " +
+                                  std::to_string(o));
+    }
   }
   return Status::ok();
+}
+
+Status CpuBackend::configure_compression(const CompressionConfig& config) {
+  if (!loaded_) return invalid_argument("cpu backend: configure_compression() before load()");
+  if (!kv_.allocated()) return invalid_argument("cpu backend: configure_compression() before allocate_kv_cache()");
+  return kv_.configure_compression(config, config_.num_heads);
+}
+
+size_t CpuBackend::query_slot_bytes(int max_window) const {
+  if (!loaded_ || max_window <= 0) return 0;
+  return static_cast<size_t>(config_.num_layers) * max_window * config_.num_heads * config_.head_dim * sizeof(float);
+}
+
+Status CpuBackend::begin_compression(const std::vector<CompressionJob>& jobs) {
+  const float scale = loaded_ ? 1.0f / std::sqrt(static_cast<float>(config_.head_dim)) : 1.0f;
+  compression_status_ = cpu::run_compression(kv_, jobs, scale, pool_.get());
+  return compression_status_;
+}
+
+void CpuBackend::capture_queries(int layer_idx, const ForwardBatch& batch) {
+  const int qkv_width = config_.q_size() + 2 * config_.kv_size();
+  const int max_window = kv_.compression_config().max_window;
+  for (const SequenceInput& seq : batch.sequences) {
+    if (seq.query_slot < 0) continue;
+    for (int t = 0; t < seq.num_query_tokens; ++t) {
+      const int e = seq.num_cached_entries + t;
+      if (e < seq.query_capture_from) continue;
+      std::memcpy(kv_.query_row(layer_idx, seq.query_slot, e % max_window),
+                  ws_.qkv.data() + static_cast<size_t>(seq.query_start + t) * qkv_width,
+                  static_cast<size_t>(config_.q_size()) * sizeof(float));
+    }
+  }
 }
 
 void CpuBackend::linear(const Linear& layer, int num_rows, const float* in, float* out) const {
@@ -227,6 +278,7 @@ void CpuBackend::run_layer(int layer_idx, const ForwardBatch& batch, int num_tok
     cpu::apply_rope(q, c.num_heads, d, cos, sin);
     cpu::apply_rope(k, c.num_kv_heads, d, cos, sin);
   });
+  capture_queries(layer_idx, batch);
 
   // New entries go to slots num_cached_entries.. of each sequence; positions (RoPE) are logical
   // and may run ahead of the slots once a cache has been compressed.

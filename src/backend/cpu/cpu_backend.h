@@ -25,6 +25,13 @@ class CpuBackend : public Backend {
   Status execute(const ForwardBatch& batch, StepOutput* out) override;
   void copy_block(int group, BlockId src, BlockId dst) override;
 
+  // Compression (cpu_compression.h): synchronous, spread over the pool by (layer, KV head).
+  Status configure_compression(const CompressionConfig& config) override;
+  size_t query_slot_bytes(int max_window) const override;
+  Status begin_compression(const std::vector<CompressionJob>& jobs) override;
+  bool compression_done() override { return true; }
+  Status wait_compression() override { return compression_status_; }
+
   int num_threads() const { return pool_->num_threads(); }
   const ModelConfig& config() const { return config_; }
   // The paged storage, for tests and for CPU twins of cache-editing kernels.
@@ -63,6 +70,8 @@ class CpuBackend : public Backend {
   Status validate(const ForwardBatch& batch) const;
   void linear(const Linear& layer, int num_rows, const float* in, float* out) const;
   void run_layer(int layer_idx, const ForwardBatch& batch, int num_tokens);
+  // Writes the layer's post-RoPE queries of capturing sequences into their query slots.
+  void capture_queries(int layer_idx, const ForwardBatch& batch);
   // Runs fn(t) for every token row; on the pool only for long prefills (row work is cheap).
   void for_rows(int num_tokens, const std::function<void(int)>& fn);
 
@@ -76,6 +85,7 @@ class CpuBackend : public Backend {
   std::vector<float> inv_freq_;  // [head_dim / 2]
   cpu::CpuKVCache kv_;
   Workspace ws_;
+  Status compression_status_;  // of the last begin_compression()
 };
 
 }  // namespace origami

@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_kv_cache.h"
 
 #include <cstring>
+#include <new>
 #include <string>
 
 namespace origami::cpu {
@@ -41,6 +42,50 @@ Status CpuKVCache::allocate(const KVLayout& layout) {
   data_.reset(p);
   layout_ = layout;
   num_blocks_ = group.num_blocks;
+  // A new pool invalidates any compression state sized for the old one.
+  compression_configured_ = false;
+  compression_ = CompressionConfig{};
+  queries_.clear();
+  scores_.reset();
+  return Status::ok();
+}
+
+Status CpuKVCache::configure_compression(const CompressionConfig& config, int num_q_heads) {
+  if (!allocated()) return invalid_argument("compression config: configure after allocate_kv_cache()");
+  if (config.num_query_slots < 0)
+    return invalid_argument("compression config: num_query_slots must be >= 0, got " +
+                            std::to_string(config.num_query_slots));
+  if (config.max_window < 1)
+    return invalid_argument("compression config: max_window must be >= 1, got " + std::to_string(config.max_window));
+  if (config.layer_stride < 1)
+    return invalid_argument("compression config: layer_stride must be >= 1, got " +
+                            std::to_string(config.layer_stride));
+  if (num_q_heads <= 0 || num_q_heads % layout_.num_kv_heads != 0)
+    return invalid_argument("compression config: " + std::to_string(num_q_heads) +
+                            " query heads is not a multiple of " + std::to_string(layout_.num_kv_heads) +
+                            " KV heads");
+  const size_t q_floats = query_slot_floats(layout_, num_q_heads, config.max_window) * config.num_query_slots;
+  std::vector<float> queries;
+  std::unique_ptr<float, FreeDeleter> scores;
+  try {
+    queries.assign(q_floats, 0.0f);
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kResourceExhausted,
+                  "compression config: cannot allocate the query cache (" + std::to_string(q_floats * sizeof(float)) +
+                      " bytes)");
+  }
+  if (config.global_scores) {
+    const size_t f_floats = static_cast<size_t>(layout_.num_layers) * num_blocks_ * score_block_stride();
+    scores.reset(static_cast<float*>(std::calloc(f_floats, sizeof(float))));
+    if (!scores)
+      return Status(ErrorCode::kResourceExhausted, "compression config: cannot allocate the global scores (" +
+                                                       std::to_string(f_floats * sizeof(float)) + " bytes)");
+  }
+  compression_ = config;
+  num_q_heads_ = num_q_heads;
+  queries_ = std::move(queries);
+  scores_ = std::move(scores);
+  compression_configured_ = true;
   return Status::ok();
 }
 
@@ -52,6 +97,14 @@ void CpuKVCache::copy_block(BlockId src, BlockId dst) {
       std::memcpy(base + static_cast<size_t>(dst) * block_floats_, base + static_cast<size_t>(src) * block_floats_,
                   block_floats_ * sizeof(float));
     }
+  if (scores_) {
+    const size_t stride = score_block_stride();
+    for (int layer = 0; layer < layout_.num_layers; ++layer) {
+      float* base = global_scores(layer);
+      std::memcpy(base + static_cast<size_t>(dst) * stride, base + static_cast<size_t>(src) * stride,
+                  stride * sizeof(float));
+    }
+  }
 }
 
 }  // namespace origami::cpu

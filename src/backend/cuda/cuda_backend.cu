@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cuda/cuda_backend_factory.h"
+#include "backend/cuda/compression_kernels.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/check.h"
 #include "backend/cuda/elementwise_kernels.h"
@@ -46,6 +47,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  compressor_.reset();  // waits for its stream before the KV pool goes
   graphs_.clear();
   gemm_.reset();
   for (void* p : allocations_) cudaFree(p);
@@ -203,6 +205,7 @@ CudaBackend::InputLayout CudaBackend::input_layout(const Capacity& cap) const {
   l.tokens = take(cap.tokens);
   l.positions = take(cap.tokens);
   l.slots = take(cap.tokens);
+  l.query_rows = take(cap.tokens);
   l.q_indptr = take(cap.seqs + 1);
   l.page_indptr = take(cap.seqs + 1);
   l.kv_len = take(cap.seqs);
@@ -314,6 +317,7 @@ Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
   if (g.num_blocks < 2 || layout.block_size < 1) return invalid_argument("CUDA backend: KV pool needs >= 2 blocks");
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   graphs_.clear();
+  compressor_.reset();  // sized for the old pool; configure_compression() again
   if (kv_pool_ != nullptr) cudaFree(kv_pool_);
   kv_pool_ = nullptr;
   kv_layer_bytes_ = static_cast<size_t>(g.num_blocks) * layout.num_kv_heads * layout.block_size * layout.head_dim * 2;
@@ -348,9 +352,11 @@ void CudaBackend::copy_block(int group, BlockId src, BlockId dst) {
       ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(b + dst * page, b + src * page, page, cudaMemcpyDeviceToDevice, stream_));
     }
   }
+  if (compressor_ != nullptr) compressor_->copy_scores(src, dst, stream_);  // F moves with its page
 }
 
-void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan) {
+void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan,
+                              bool capture_queries) {
   const ModelConfig& c = config_;
   const InputLayout in = input_layout(cap_);
   const int32_t* d_tokens = dev_inputs_ + in.tokens;
@@ -379,6 +385,9 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     ra.k_out = k_;
     ra.v_out = v_;
     launch_qk_norm_rope(ra, stream_);
+    if (capture_queries)
+      launch_capture_queries(q_, dev_inputs_ + in.query_rows, num_tokens, c.q_size(),
+                             compressor_->query_cache() + li * compressor_->query_layer_pitch(), stream_);
     KVWriteArgs wa;
     wa.k = k_;
     wa.v = v_;
@@ -468,6 +477,29 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
     max_kv_len = std::max(max_kv_len, kv_len);
   }
   if (max_kv_len > graph_max_kv_len_) use_graph = false;
+  // Query capture (compression): the slot must exist and belong to one sequence of the batch.
+  const int num_slots = compressor_ != nullptr ? compressor_->config().num_query_slots : 0;
+  const int max_window = compressor_ != nullptr ? compressor_->config().max_window : 1;
+  bool any_capture = false;
+  for (int i = 0; i < num_seqs; ++i) {
+    const SequenceInput& s = batch.sequences[i];
+    if (s.query_slot == -1) continue;
+    const std::string who = "ForwardBatch: request " + std::to_string(s.request_id);
+    if (s.query_slot < -1 || s.query_slot >= num_slots)
+      return invalid_argument(who + ": query_slot " + std::to_string(s.query_slot) + " outside [0, " +
+                              std::to_string(num_slots) + ")" +
+                              (compressor_ == nullptr ? " (configure_compression() was not called)" : ""));
+    if (s.query_capture_from < 0)
+      return invalid_argument(who + ": query_capture_from must be >= 0 with a query slot, got " +
+                              std::to_string(s.query_capture_from));
+    for (int o = 0; o < i; ++o)
+      if (batch.sequences[o].query_slot == s.query_slot)
+        return invalid_argument(who + ": query_slot " + std::to_string(s.query_slot) + " is also used by sequence " +
+                                std::to_string(o));
+    any_capture = true;
+  }
+  // A captured graph serves steps that capture and steps that do not, so it always copies.
+  const bool capture_queries = num_slots > 0 && (use_graph || any_capture);
   const int run_seqs = use_graph ? graphs_.bucket_for(num_seqs) : num_seqs;
   const int run_tokens = use_graph ? run_seqs : num_tokens;
   ORIGAMI_RETURN_IF_ERROR(ensure_capacity(run_tokens, run_seqs, total_pages + run_seqs));
@@ -502,6 +534,9 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
       hi[in.tokens + t] = token;
       hi[in.positions + t] = batch.positions[t];
       hi[in.slots + t] = table[e / bs] * bs + e % bs;
+      hi[in.query_rows + t] = s.query_slot >= 0 && e >= s.query_capture_from
+                                  ? s.query_slot * max_window + e % max_window
+                                  : -1;
     }
     hi[in.q_indptr + i + 1] = s.query_start + s.num_query_tokens;
     hi[in.page_indptr + i + 1] = page_count;
@@ -528,6 +563,7 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
       hi[in.tokens + i] = 0;
       hi[in.positions + i] = 0;
       hi[in.slots + i] = -1;
+      hi[in.query_rows + i] = -1;
       hi[in.q_indptr + i + 1] = i + 1;
       pages_out[page_count++] = kNullBlock;
       hi[in.page_indptr + i + 1] = page_count;
@@ -549,10 +585,11 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   const AttentionPlan plan = plan_paged_attention(shape, use_graph ? graph_max_kv_len_ : max_kv_len, num_sms_);
   ORIGAMI_RETURN_IF_ERROR(ensure_attention_workspace(paged_attention_workspace_bytes(plan, shape)));
   if (use_graph) {
-    graphs_.run(run_seqs, stream_, [&] { record_step(run_tokens, run_seqs, num_sample_rows, plan); });
+    graphs_.run(run_seqs, stream_,
+                [&] { record_step(run_tokens, run_seqs, num_sample_rows, plan, capture_queries); });
     ++num_graph_steps_;
   } else {
-    record_step(run_tokens, run_seqs, num_sample_rows, plan);
+    record_step(run_tokens, run_seqs, num_sample_rows, plan, capture_queries);
   }
   if (num_sample_rows > 0)
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_, dev_tokens_, num_sample_rows * sizeof(int32_t),
@@ -567,6 +604,48 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   }
   return Status::ok();
 }
+
+Status CudaBackend::configure_compression(const CompressionConfig& config) {
+  if (!loaded_ || kv_pool_ == nullptr)
+    return invalid_argument("CUDA backend: configure_compression() before load() and allocate_kv_cache()");
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  graphs_.clear();  // captured graphs point at the old query cache (or capture nothing)
+  if (compressor_ == nullptr) compressor_ = std::make_unique<CudaCompressor>();
+  CudaCompressor::Geometry g;
+  g.num_layers = config_.num_layers;
+  g.num_kv_heads = config_.num_kv_heads;
+  g.num_q_heads = config_.num_heads;
+  g.head_dim = config_.head_dim;
+  g.block_size = kv_layout_.block_size;
+  g.num_blocks = kv_layout_.groups[0].num_blocks;
+  g.k = k_cache_[0];
+  g.v = v_cache_[0];
+  g.kv_layer_pitch = 2 * kv_layer_bytes_ / sizeof(bf16);
+  const Status st = compressor_->configure(config, g);
+  if (!st.is_ok()) compressor_.reset();
+  return st;
+}
+
+size_t CudaBackend::query_slot_bytes(int max_window) const {
+  if (!loaded_) return 0;
+  CudaCompressor::Geometry g;
+  g.num_layers = config_.num_layers;
+  g.num_q_heads = config_.num_heads;
+  g.head_dim = config_.head_dim;
+  return CudaCompressor::query_slot_bytes(g, max_window);
+}
+
+Status CudaBackend::begin_compression(const std::vector<CompressionJob>& jobs) {
+  if (compressor_ == nullptr)
+    return invalid_argument("CUDA backend: begin_compression() before configure_compression()");
+  return compressor_->begin(jobs, stream_);
+}
+
+bool CudaBackend::compression_done() { return compressor_ == nullptr || compressor_->done(); }
+
+Status CudaBackend::wait_compression() { return compressor_ == nullptr ? Status::ok() : compressor_->wait(); }
+
+void CudaBackend::synchronize() const { ORIGAMI_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 }  // namespace origami::cuda
 

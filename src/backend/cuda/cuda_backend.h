@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_compression.h"
 #include "backend/cuda/cuda_graph_runner.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/paged_attention.h"
@@ -31,6 +32,22 @@ class CudaBackend : public Backend {
   Status allocate_kv_cache(const KVLayout& layout) override;
   Status execute(const ForwardBatch& batch, StepOutput* out) override;
   void copy_block(int group, BlockId src, BlockId dst) override;
+
+  // KV compression (cuda_compression.h): query capture in the forward pass (also inside graphs:
+  // each token's destination row is a step input), jobs on a separate stream.
+  Status configure_compression(const CompressionConfig& config) override;
+  size_t query_slot_bytes(int max_window) const override;
+  Status begin_compression(const std::vector<CompressionJob>& jobs) override;
+  bool compression_done() override;
+  Status wait_compression() override;
+
+  // Device storage, for tests: one layer's K or V [num_blocks, num_kv_heads, block_size, head_dim],
+  // the query cache [L, M, max_window, h_q, d] and the global scores [L, num_blocks, h_kv, block_size].
+  const __nv_bfloat16* k_cache(int layer) const { return k_cache_[layer]; }
+  const __nv_bfloat16* v_cache(int layer) const { return v_cache_[layer]; }
+  const __nv_bfloat16* query_cache() const { return compressor_ ? compressor_->query_cache() : nullptr; }
+  const float* global_scores() const { return compressor_ ? compressor_->global_scores() : nullptr; }
+  void synchronize() const;  // the backend's stream
 
   // Steps that replayed a graph, and graphs captured so far (for tests and metrics).
   int64_t num_graph_steps() const { return num_graph_steps_; }
@@ -57,7 +74,7 @@ class CudaBackend : public Backend {
   };
   // Offsets (in int32 elements) of the step-input regions in the packed input buffer.
   struct InputLayout {
-    size_t tokens, positions, slots, q_indptr, page_indptr, kv_len, sample_rows, page_indices, total;
+    size_t tokens, positions, slots, query_rows, q_indptr, page_indptr, kv_len, sample_rows, page_indices, total;
   };
 
   Status check_config(const ModelConfig& config) const;
@@ -66,7 +83,11 @@ class CudaBackend : public Backend {
   Status ensure_attention_workspace(size_t bytes);
   InputLayout input_layout(const Capacity& cap) const;
   // Enqueues the forward pass and the sampling of `num_sample_rows` rows.
-  void record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan);
+  // capture_queries: copy each layer's queries into the query cache rows of the step input
+  // query_rows (set whenever compression is configured and a graph is captured, since the graph
+  // must serve steps that capture).
+  void record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan,
+                   bool capture_queries);
   Status compute_all_logits(const ForwardBatch& batch, StepOutput* out);
   bf16* device_alloc_bf16(size_t count);
 
@@ -114,6 +135,8 @@ class CudaBackend : public Backend {
   RowSamplingParams* dev_params_ = nullptr;
   int32_t* host_tokens_ = nullptr;  // [seqs] sampled tokens, pinned
   int32_t* dev_tokens_ = nullptr;
+
+  std::unique_ptr<CudaCompressor> compressor_;  // null until configure_compression()
 
   CudaGraphRunner graphs_;
   int graph_max_kv_len_ = 0;

@@ -8,6 +8,8 @@ namespace {
 
 constexpr int kNormThreads = 256;
 
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
@@ -49,6 +51,61 @@ __global__ void add_rmsnorm_kernel(float* __restrict__ residual, const bf16* __r
   const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
   for (int i = threadIdx.x; i < hidden; i += blockDim.x)
     out[base + i] = __float2bfloat16(residual[base + i] * inv_rms * __bfloat162float(weight[i]));
+}
+
+// The same computation with the row held in registers: each thread loads its 8-element chunks
+// (16-byte loads, all issued before the first use) once, instead of two latency-bound scalar
+// passes over the row. kChunks: chunks per thread (hidden <= kChunks * 8 * kNormThreads); needs
+// hidden % 8 == 0 and 16-byte aligned pointers (the launcher checks).
+template <int kChunks>
+__global__ void __launch_bounds__(kNormThreads) add_rmsnorm_vec_kernel(float* __restrict__ residual,
+                                                                      const bf16* __restrict__ delta,
+                                                                      const bf16* __restrict__ weight, float eps,
+                                                                      int hidden, bf16* __restrict__ out) {
+  __shared__ float scratch[32];
+  const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
+  const int num_chunks = hidden / 8;
+  float x[kChunks][8];
+  uint4 d[kChunks], w[kChunks];
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int c = threadIdx.x + j * kNormThreads;
+    if (c >= num_chunks) continue;
+    const float4* r = reinterpret_cast<const float4*>(residual + base) + 2 * c;
+    const float4 r0 = r[0], r1 = r[1];
+    x[j][0] = r0.x; x[j][1] = r0.y; x[j][2] = r0.z; x[j][3] = r0.w;
+    x[j][4] = r1.x; x[j][5] = r1.y; x[j][6] = r1.z; x[j][7] = r1.w;
+    if (delta != nullptr) d[j] = reinterpret_cast<const uint4*>(delta + base)[c];
+    w[j] = reinterpret_cast<const uint4*>(weight)[c];
+  }
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int c = threadIdx.x + j * kNormThreads;
+    if (c >= num_chunks) continue;
+    if (delta != nullptr) {
+      const bf16* dv = reinterpret_cast<const bf16*>(&d[j]);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) x[j][k] += __bfloat162float(dv[k]);
+      float4* r = reinterpret_cast<float4*>(residual + base) + 2 * c;
+      r[0] = make_float4(x[j][0], x[j][1], x[j][2], x[j][3]);
+      r[1] = make_float4(x[j][4], x[j][5], x[j][6], x[j][7]);
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) sum_sq += x[j][k] * x[j][k];
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int c = threadIdx.x + j * kNormThreads;
+    if (c >= num_chunks) continue;
+    const bf16* wv = reinterpret_cast<const bf16*>(&w[j]);
+    uint4 o;
+    bf16* ov = reinterpret_cast<bf16*>(&o);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) ov[k] = __float2bfloat16(x[j][k] * inv_rms * __bfloat162float(wv[k]));
+    reinterpret_cast<uint4*>(out + base)[c] = o;
+  }
 }
 
 // One block per token; one warp per head (q heads first, then k heads, then v heads copied).
@@ -105,6 +162,58 @@ __global__ void qk_norm_rope_kernel(RopeArgs a) {
   }
 }
 
+// qk_norm_rope_kernel for head_dim D in {64, 128} with one warp per head and the head in
+// registers: lane l holds elements l + 32 k, so the rotate-half partner of element i < D/2
+// (i + D/2) sits in the same lane and no shared memory is needed. Grid: x = token,
+// y = groups of warps-per-block heads, so every head of every token has its own warp (more
+// parallelism for small batches than one block per token). Same arithmetic as above.
+template <int D>
+__global__ void qk_norm_rope_warp_kernel(RopeArgs a) {
+  constexpr int kPer = D / 32, kHalfPer = kPer / 2;
+  const int t = blockIdx.x;
+  const int lane = threadIdx.x & 31;
+  const int h = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int total_heads = a.num_heads + 2 * a.num_kv_heads;
+  if (h >= total_heads) return;
+  const bf16* src = a.qkv + static_cast<size_t>(t) * a.qkv_stride + static_cast<size_t>(h) * D;
+  if (h >= a.num_heads + a.num_kv_heads) {  // v: copied
+    bf16* dst = a.v_out + (static_cast<size_t>(t) * a.num_kv_heads + (h - a.num_heads - a.num_kv_heads)) * D;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) dst[lane + 32 * k] = src[lane + 32 * k];
+    return;
+  }
+  const bool is_q = h < a.num_heads;
+  bf16* dst = is_q ? a.q_out + (static_cast<size_t>(t) * a.num_heads + h) * D
+                   : a.k_out + (static_cast<size_t>(t) * a.num_kv_heads + (h - a.num_heads)) * D;
+  const bf16* norm = is_q ? a.q_norm : a.k_norm;
+  float x[kPer], nw[kPer], freq[kHalfPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    x[k] = __bfloat162float(src[lane + 32 * k]);
+    nw[k] = norm != nullptr ? __bfloat162float(norm[lane + 32 * k]) : 1.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < kHalfPer; ++k) freq[k] = a.inv_freq[lane + 32 * k];
+  const float pos = static_cast<float>(a.positions[t]);
+  if (norm != nullptr) {
+    float sum_sq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) sum_sq += x[k] * x[k];
+    const float inv_rms = rsqrtf(warp_sum(sum_sq) / D + a.eps);
+    // The HF models round the normalised head to the activation dtype before RoPE.
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) x[k] = __bfloat162float(__float2bfloat16(x[k] * inv_rms * nw[k]));
+  }
+#pragma unroll
+  for (int k = 0; k < kHalfPer; ++k) {
+    float sn, cs;
+    sincosf(pos * freq[k], &sn, &cs);
+    const float x1 = x[k], x2 = x[k + kHalfPer];
+    dst[lane + 32 * k] = __float2bfloat16(x1 * cs - x2 * sn);
+    dst[lane + 32 * k + D / 2] = __float2bfloat16(x2 * cs + x1 * sn);
+  }
+}
+
 __global__ void silu_and_mul_kernel(const bf16* __restrict__ gate_up, int inter, bf16* __restrict__ out) {
   const size_t t = blockIdx.y;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -112,6 +221,25 @@ __global__ void silu_and_mul_kernel(const bf16* __restrict__ gate_up, int inter,
   const float g = __bfloat162float(gate_up[t * 2 * inter + i]);
   const float u = __bfloat162float(gate_up[t * 2 * inter + inter + i]);
   out[t * inter + i] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
+}
+
+// 8 outputs per thread with 16-byte loads and stores (inter % 8 == 0, aligned rows).
+__global__ void silu_and_mul_vec_kernel(const bf16* __restrict__ gate_up, int inter, bf16* __restrict__ out) {
+  const size_t t = blockIdx.y;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;  // 8-element chunk
+  if (c >= inter / 8) return;
+  const uint4 gv = reinterpret_cast<const uint4*>(gate_up + t * 2 * inter)[c];
+  const uint4 uv = reinterpret_cast<const uint4*>(gate_up + t * 2 * inter + inter)[c];
+  const bf16* g8 = reinterpret_cast<const bf16*>(&gv);
+  const bf16* u8 = reinterpret_cast<const bf16*>(&uv);
+  uint4 o;
+  bf16* o8 = reinterpret_cast<bf16*>(&o);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float g = __bfloat162float(g8[k]);
+    o8[k] = __float2bfloat16(g / (1.0f + __expf(-g)) * __bfloat162float(u8[k]));
+  }
+  reinterpret_cast<uint4*>(out + t * inter)[c] = o;
 }
 
 __global__ void bias_add_kernel(bf16* __restrict__ x, const bf16* __restrict__ bias, int cols) {
@@ -162,13 +290,31 @@ void launch_embedding_gather(const bf16* table, const int32_t* ids, int n, int h
 void launch_add_rmsnorm(float* residual, const bf16* delta, const bf16* weight, float eps, int n, int hidden,
                         bf16* out, cudaStream_t stream) {
   if (n == 0) return;
-  add_rmsnorm_kernel<<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);
+  const int chunks = hidden / 8;
+  const bool vec = hidden % 8 == 0 && aligned16(residual) && aligned16(delta) && aligned16(weight) && aligned16(out);
+  if (vec && chunks <= kNormThreads) {
+    add_rmsnorm_vec_kernel<1><<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);
+  } else if (vec && chunks <= 2 * kNormThreads) {
+    add_rmsnorm_vec_kernel<2><<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);
+  } else if (vec && chunks <= 4 * kNormThreads) {
+    add_rmsnorm_vec_kernel<4><<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);
+  } else {
+    add_rmsnorm_kernel<<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);
+  }
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 
 void launch_qk_norm_rope(const RopeArgs& args, cudaStream_t stream) {
   if (args.num_tokens == 0) return;
   const int total_heads = args.num_heads + 2 * args.num_kv_heads;
+  if (args.head_dim == 64 || args.head_dim == 128) {
+    constexpr int kWarps = 8;
+    const dim3 grid(args.num_tokens, (total_heads + kWarps - 1) / kWarps);
+    if (args.head_dim == 64) qk_norm_rope_warp_kernel<64><<<grid, kWarps * 32, 0, stream>>>(args);
+    else qk_norm_rope_warp_kernel<128><<<grid, kWarps * 32, 0, stream>>>(args);
+    ORIGAMI_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int num_warps = total_heads < 16 ? total_heads : 16;
   const size_t smem = static_cast<size_t>(num_warps) * args.head_dim * sizeof(float);
   qk_norm_rope_kernel<<<args.num_tokens, num_warps * 32, smem, stream>>>(args);
@@ -177,6 +323,12 @@ void launch_qk_norm_rope(const RopeArgs& args, cudaStream_t stream) {
 
 void launch_silu_and_mul(const bf16* gate_up, int n, int inter, bf16* out, cudaStream_t stream) {
   if (n == 0) return;
+  if (inter % 8 == 0 && aligned16(gate_up) && aligned16(out)) {
+    dim3 grid((inter / 8 + 127) / 128, n);
+    silu_and_mul_vec_kernel<<<grid, 128, 0, stream>>>(gate_up, inter, out);
+    ORIGAMI_CUDA_CHECK_LAUNCH();
+    return;
+  }
   dim3 grid((inter + 255) / 256, n);
   silu_and_mul_kernel<<<grid, 256, 0, stream>>>(gate_up, inter, out);
   ORIGAMI_CUDA_CHECK_LAUNCH();

@@ -81,10 +81,19 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   if (row0 >= rows_total) return;  // a spare slot
 
   const int kv_len = a.kv_len[seq];
-  const int kv_begin = split * p.kv_chunk;
+  // This sequence's split length: the planned chunk, or an even share of kv_len (whole 64-entry
+  // tiles, at least kMinChunk) when that is shorter. A graph captured with a plan for the model's
+  // longest context then still spreads a short sequence over its splits instead of leaving all
+  // of it to the first one. Any chunk >= ceil(kv_len / num_splits) covers every entry.
+  int chunk = p.kv_chunk;
+  if (p.num_splits > 1) {
+    const int share = (kv_len + p.num_splits - 1) / p.num_splits;
+    chunk = min(chunk, max(kMinChunk, (share + kTileKV - 1) / kTileKV * kTileKV));
+  }
+  const int kv_begin = split * chunk;
   // The last split also takes anything beyond the planned length, so an under-estimated
   // max_kv_len costs speed, not correctness.
-  const int split_end = (split == p.num_splits - 1) ? kv_len : min(kv_len, kv_begin + p.kv_chunk);
+  const int split_end = (split == p.num_splits - 1) ? kv_len : min(kv_len, kv_begin + chunk);
   const int last_row = min(row0 + kTileRows, rows_total) - 1;
   const int causal_end = kv_len - q_len + last_row / group + 1;  // exclusive, for the tile's last row
   const int tile_kv_end = min(split_end, causal_end);

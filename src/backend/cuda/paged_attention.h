@@ -13,8 +13,10 @@
 //   AttentionPlan plan = plan_paged_attention(shape, max_kv_len, num_sms);
 //   size_t bytes = paged_attention_workspace_bytes(plan, shape);   // allocate once, reuse
 //   paged_attention(args, plan, workspace, bytes, stream);
-// A plan made for a larger max_kv_len stays valid for shorter sequences (splits past a sequence's
-// end do no work), so a CUDA graph captured with the model's longest length replays at any length.
+// A plan made for a larger max_kv_len stays valid for shorter sequences (each sequence shares its
+// kv_len out over the splits, at most kv_chunk_size and at least 128 entries per split; splits past
+// its end do no work), so a CUDA graph captured with the model's longest length replays at any
+// length without leaving a short sequence's attention to one split.
 // Launchers only enqueue work on `stream`: no allocation, no synchronisation.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -54,7 +56,7 @@ struct AttentionArgs {
 
 struct AttentionPlan {
   int num_splits = 1;       // KV splits per (query tile, KV head); 1 = no merge pass
-  int kv_chunk_size = 0;    // KV entries per split (a multiple of the 64-entry tile)
+  int kv_chunk_size = 0;    // most KV entries per split (a multiple of the 64-entry tile)
   int num_tile_slots = 0;   // CTAs along the query dimension (an upper bound; extras exit at once)
 };
 

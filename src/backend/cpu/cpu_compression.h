@@ -1,0 +1,32 @@
+#pragma once
+// Runs CompressionJobs on the CPU backend's paged cache: per (job, layer, KV head) gather the
+// keys, window queries and previous global scores, score (compression_ops.h score_head), select
+// the top num_keep, then compact K, V and F into the destination table. Layers are processed
+// `layer_stride` at a time: all (job, layer, head) items of a stride are scored (their kept
+// indices and new global scores held in temporaries), then compacted, which bounds temporary
+// memory by the stride as on the GPU.
+//
+// Global scores: the new F of every entry is computed into a temporary and written only to the
+// destination pages (entry i of the result gets F of source entry keep[i]), so shared source
+// pages are never written, F included. F of entries >= num_scored_entries is never read: entries
+// written by execute() need no initial score. F is written only by jobs whose recipe uses it
+// (global_decay > 0); other jobs leave the destination pages' F stale.
+#include <vector>
+
+#include "backend/cpu/cpu_kv_cache.h"
+#include "backend/cpu/cpu_thread_pool.h"
+#include "core/status.h"
+#include "kv/compression.h"
+
+namespace origami::cpu {
+
+// Checks every job against the cache and its compression config; names the job and the field.
+// Also rejects batches where a page written by one job (a destination page) is read or written
+// by another job, and destination tables that are unsafe for in-place compaction (a destination
+// page that is a source page at a later table index).
+Status validate_compression_jobs(const CpuKVCache& kv, const std::vector<CompressionJob>& jobs);
+
+// Validates, then runs `jobs` to completion. `scale` is the attention scale (1 / sqrt(head_dim)).
+Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, float scale, ThreadPool* pool);
+
+}  // namespace origami::cpu

@@ -1,0 +1,796 @@
+// KV-compression kernels; see compression_kernels.h and, for the exact semantics, the CPU twins in
+// backend/cpu/compression_ops.h.
+//
+// The dot-product work (window queries x keys, keys x keys) runs through one 64x64 tile routine
+// on the CUDA cores: 256 threads, each owning a 4x4 block of the tile (rows ty + 16 i, columns
+// tx + 16 j), with the head dimension streamed through shared memory 32 values at a time and
+// accumulated with fmaf in ascending order. A pair's dot product therefore does not depend on
+// where it sits in a tile, which makes the two attention passes see identical logits and makes
+// the key-key similarity exactly symmetric (fmaf(a, b, c) == fmaf(b, a, c)). The redundancy
+// score finds each column's zeroed entry from the rows' side, which relies on C being symmetric;
+// its tensor-core variant (head_dim 64/128, the O(n^2) flash case) sums the exact bf16 products
+// in the tensor cores' order, so a pair and its mirror can differ in the last bit, which matters
+// only for a similarity within rounding of the threshold.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/compression_kernels.h"
+#include "backend/cuda/paged_attention_mma.cuh"
+
+namespace origami::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kTile = 64;      // entries (and query rows) per tile
+constexpr int kDk = 32;        // head-dim values per shared-memory step
+constexpr int kThreads = 256;  // tile kernels: 16 x 16 threads, 4 x 4 outputs each
+constexpr int kRowThreads = 512;    // per-row kernels (finalize)
+constexpr int kSelectThreads = 1024;
+constexpr unsigned kFull = 0xffffffffu;
+
+struct TileSmem {
+  float a[kTile][kDk + 1];  // +1: the 16 rows a half-warp reads sit in distinct banks
+  float b[kTile][kDk + 1];
+};
+
+// 8 bf16 values (16 bytes) as floats; zeros for a null source (rows past the end).
+__device__ __forceinline__ void load8(const bf16* src, float* dst) {
+  if (src == nullptr) {
+#pragma unroll
+    for (int q = 0; q < 8; ++q) dst[q] = 0.0f;
+    return;
+  }
+  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float2 f = __bfloat1622float2(h[q]);
+    dst[2 * q] = f.x;
+    dst[2 * q + 1] = f.y;
+  }
+}
+
+// acc[i][j] = dot(A row ty + 16 i, B row tx + 16 j) over d values. Thread t loads row t / 4 of
+// both tiles (a_row / b_row: that row's first value, or null for a zero row), 8 values at
+// d offset k0 + (t % 4) * 8 per step. Starts with a barrier, so callers may reuse shared memory
+// read after the previous call.
+__device__ __forceinline__ void tile_dots(const bf16* a_row, const bf16* b_row, int d, TileSmem& sm,
+                                          float (&acc)[4][4]) {
+  const int t = threadIdx.x, lr = t >> 2, piece = (t & 3) * 8;
+  const int ty = t >> 4, tx = t & 15;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+  for (int k0 = 0; k0 < d; k0 += kDk) {
+    float tmp[8];
+    __syncthreads();
+    load8(a_row != nullptr ? a_row + k0 + piece : nullptr, tmp);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) sm.a[lr][piece + q] = tmp[q];
+    load8(b_row != nullptr ? b_row + k0 + piece : nullptr, tmp);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) sm.b[lr][piece + q] = tmp[q];
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < kDk; ++kk) {
+      float av[4], bv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) av[i] = sm.a[ty + 16 * i][kk];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) bv[j] = sm.b[tx + 16 * j][kk];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+  }
+}
+
+// Reductions over the 16 lanes sharing a tile row (xor offsets < 16 stay in the half-warp).
+// Every lane of the warp must call them.
+__device__ __forceinline__ float halfwarp_max(float v) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+__device__ __forceinline__ float halfwarp_sum(float v) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+struct RowInfo {
+  int job, lh, layer, head;  // layer: index inside the group
+};
+__device__ __forceinline__ RowInfo row_info(const GroupArgs& a, int job, int lh) {
+  return RowInfo{job, lh, lh / a.num_kv_heads, lh % a.num_kv_heads};
+}
+
+// Offset (elements) of entry `offset` of `page` for KV head `head` in one layer's array whose
+// rows are `row` elements wide (head_dim for K/V, 1 for F).
+__device__ __forceinline__ size_t slot_offset(const GroupArgs& a, int page, int head, int offset, int row) {
+  return ((static_cast<size_t>(page) * a.num_kv_heads + head) * a.block_size + offset) * row;
+}
+
+__device__ __forceinline__ const bf16* key_row(const GroupArgs& a, const bf16* k_layer, const int32_t* table, int e,
+                                               int head) {
+  return k_layer + slot_offset(a, table[e / a.block_size], head, e % a.block_size, a.head_dim);
+}
+
+// Query row pointer of window query `qr` (= u * group_size + g) of a job's KV head.
+__device__ __forceinline__ const bf16* query_row(const GroupArgs& a, const bf16* q_layer, const CompressionJobDesc& jd,
+                                                 int head, int qr) {
+  const int u = qr / a.group_size, g = qr % a.group_size;
+  const int slot_row = (jd.n - jd.window + u) % a.max_window;
+  const size_t heads = static_cast<size_t>(a.num_kv_heads) * a.group_size;
+  return q_layer + ((static_cast<size_t>(jd.query_slot) * a.max_window + slot_row) * heads +
+                    static_cast<size_t>(head) * a.group_size + g) *
+                       a.head_dim;
+}
+
+// Query rows per tile: whole GQA groups, so a window query's max over its heads stays in a tile.
+__device__ __host__ __forceinline__ int rows_per_qtile(int group_size) { return (kTile / group_size) * group_size; }
+
+// --- Query capture ----------------------------------------------------------------------------
+
+__global__ void capture_queries_kernel(const bf16* q, const int32_t* dst_rows, int num_tokens, int row_elems,
+                                       bf16* q_cache) {
+  const int pieces = row_elems / 8;
+  const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<long long>(num_tokens) * pieces) return;
+  const int t = static_cast<int>(idx / pieces), pc = static_cast<int>(idx % pieces);
+  const int row = dst_rows[t];
+  if (row < 0) return;
+  *reinterpret_cast<uint4*>(q_cache + static_cast<size_t>(row) * row_elems + pc * 8) =
+      *reinterpret_cast<const uint4*>(q + static_cast<size_t>(t) * row_elems + pc * 8);
+}
+
+// --- Window attention -------------------------------------------------------------------------
+
+// Pass 1. Grid (row, query tile). Softmax statistics (max, sum of exp) of every window query over
+// the entries it sees (entries 0 .. n - w + u, causal), online over 64-entry tiles.
+__global__ void __launch_bounds__(kThreads) attn_lse_kernel(const GroupArgs a) {
+  __shared__ TileSmem sm;
+  const int rpj = a.num_group_layers * a.num_kv_heads;
+  const RowInfo ri = row_info(a, blockIdx.x / rpj, blockIdx.x % rpj);
+  const CompressionJobDesc jd = a.jobs[ri.job];
+  if (jd.base != BaseScore::kAttention) return;
+  const int G = a.group_size, qpt = rows_per_qtile(G), wg = jd.window * G;
+  const int q0 = blockIdx.y * qpt;
+  if (q0 >= wg) return;
+  const int q1 = min(q0 + qpt, wg);
+  const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
+  const bf16* q_layer = a.q + ri.layer * a.q_layer_pitch;
+  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
+  const int32_t* table = a.pages + jd.src_page0;
+  const bf16* a_row = q0 + lr < q1 ? query_row(a, q_layer, jd, ri.head, q0 + lr) : nullptr;
+  int limit[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int qr = q0 + ty + 16 * i;
+    limit[i] = qr < q1 ? jd.n - jd.window + qr / G : -1;
+  }
+  float m[4], s[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m[i] = -INFINITY;
+    s[i] = 0.0f;
+  }
+  for (int e0 = 0; e0 < jd.n; e0 += kTile) {
+    const bf16* b_row = e0 + lr < jd.n ? key_row(a, k_layer, table, e0 + lr, ri.head) : nullptr;
+    float acc[4][4];
+    tile_dots(a_row, b_row, a.head_dim, sm, acc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float lg[4], mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int e = e0 + tx + 16 * j;
+        lg[j] = e <= limit[i] ? acc[i][j] * a.scale : -INFINITY;
+        mx = fmaxf(mx, lg[j]);
+      }
+      mx = halfwarp_max(mx);
+      const float new_m = fmaxf(m[i], mx);
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) sum += lg[j] == -INFINITY ? 0.0f : expf(lg[j] - new_m);
+      sum = halfwarp_sum(sum);
+      const float keep_old = m[i] == -INFINITY ? 0.0f : expf(m[i] - new_m);
+      s[i] = s[i] * keep_old + sum;
+      m[i] = new_m;
+    }
+  }
+  if (tx == 0) {
+    float2* lse = a.lse + jd.lse0 + static_cast<size_t>(ri.lh) * wg;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int qr = q0 + ty + 16 * i;
+      if (qr < q1) lse[qr] = make_float2(m[i], s[i]);
+    }
+  }
+}
+
+// Pass 2. Grid (64-entry chunk, layer/head of the group). p = softmax probability of every
+// (window query, head of the group) for the chunk's entries; per entry the max over the group's
+// heads, summed over the window in ascending order and divided by w (cpu::window_attention_scores).
+__global__ void __launch_bounds__(kThreads) attn_score_kernel(const GroupArgs a) {
+  __shared__ TileSmem sm;
+  __shared__ float p[kTile][kTile + 1];
+  const int job = a.chunk_job[blockIdx.x];
+  const RowInfo ri = row_info(a, job, blockIdx.y);
+  const CompressionJobDesc jd = a.jobs[job];
+  if (jd.base != BaseScore::kAttention) return;
+  const int e0 = (blockIdx.x - jd.chunk0) * kTile;
+  const int G = a.group_size, qpt = rows_per_qtile(G), wg = jd.window * G;
+  const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
+  const bf16* q_layer = a.q + ri.layer * a.q_layer_pitch;
+  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
+  const int32_t* table = a.pages + jd.src_page0;
+  const bf16* b_row = e0 + lr < jd.n ? key_row(a, k_layer, table, e0 + lr, ri.head) : nullptr;
+  const float2* lse = a.lse + jd.lse0 + static_cast<size_t>(ri.lh) * wg;
+  float colsum = 0.0f;  // threads 0..63: entry e0 + t
+  for (int q0 = 0; q0 < wg; q0 += qpt) {
+    const int q1 = min(q0 + qpt, wg);
+    const bf16* a_row = q0 + lr < q1 ? query_row(a, q_layer, jd, ri.head, q0 + lr) : nullptr;
+    float acc[4][4];
+    tile_dots(a_row, b_row, a.head_dim, sm, acc);  // its first barrier orders p's reuse
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int qr = q0 + ty + 16 * i;
+      const bool valid = qr < q1;
+      const float2 st = valid ? lse[qr] : make_float2(0.0f, 1.0f);
+      const int limit = valid ? jd.n - jd.window + qr / G : -1;
+      const float inv = 1.0f / st.y;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int e = e0 + tx + 16 * j;
+        p[ty + 16 * i][tx + 16 * j] = e <= limit ? expf(acc[i][j] * a.scale - st.x) * inv : 0.0f;
+      }
+    }
+    __syncthreads();
+    if (t < kTile) {
+      const int nu = (q1 - q0) / G;
+      for (int u = 0; u < nu; ++u) {
+        float best = 0.0f;
+        for (int g = 0; g < G; ++g) best = fmaxf(best, p[u * G + g][t]);
+        colsum += best;
+      }
+    }
+  }
+  if (t < kTile && e0 + t < jd.n)
+    a.scores[jd.score0 + static_cast<size_t>(ri.lh) * jd.n + e0 + t] = colsum / static_cast<float>(jd.window);
+}
+
+// --- Redundancy -------------------------------------------------------------------------------
+
+// Grid (64-entry chunk, layer/head). |k_e| for the chunk's entries, one warp per entry.
+__global__ void __launch_bounds__(kThreads) key_norms_kernel(const GroupArgs a) {
+  const int job = a.chunk_job[blockIdx.x];
+  const RowInfo ri = row_info(a, job, blockIdx.y);
+  const CompressionJobDesc jd = a.jobs[job];
+  if (jd.redundancy == 0) return;
+  const int e0 = (blockIdx.x - jd.chunk0) * kTile;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
+  const int32_t* table = a.pages + jd.src_page0;
+  for (int r = warp; r < kTile; r += kThreads / 32) {
+    const int e = e0 + r;
+    if (e >= jd.n) break;
+    const bf16* k = key_row(a, k_layer, table, e, ri.head);
+    float ss = 0.0f;
+    for (int x = lane; x < a.head_dim; x += 32) {
+      const float v = __bfloat162float(k[x]);
+      ss = fmaf(v, v, ss);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(kFull, ss, o);
+    if (lane == 0) a.norms[jd.score0 + static_cast<size_t>(ri.lh) * jd.n + e] = sqrtf(ss);
+  }
+}
+
+// Grid (64-entry chunk of rows, layer/head). For each row entry i: the sum over considered
+// columns j != i of C[i][j] = k_i . k_j / max(|k_i| |k_j|, 1e-8), and the largest considered j
+// with C[i][j] > threshold together with that value. Flash considers every j < n; lightning only
+// j in i's block. Since C is symmetric, that j is the row cpu::redundancy_scores zeroes in column
+// i; the finalize kernel subtracts those values from the row sums.
+__global__ void __launch_bounds__(kThreads) redundancy_kernel(const GroupArgs a) {
+  __shared__ TileSmem sm;
+  const int job = a.chunk_job[blockIdx.x];
+  const RowInfo ri = row_info(a, job, blockIdx.y);
+  const CompressionJobDesc jd = a.jobs[job];
+  if (jd.redundancy == 0) return;
+  const int n = jd.n, bs = a.block_size;
+  const bool lightning = jd.redundancy == 2;
+  const int e0 = (blockIdx.x - jd.chunk0) * kTile;
+  const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
+  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
+  const int32_t* table = a.pages + jd.src_page0;
+  const size_t off = jd.score0 + static_cast<size_t>(ri.lh) * n;
+  const float* norms = a.norms + off;
+  const float threshold = jd.redundancy_threshold;
+  int col_lo = 0, col_hi = n;
+  if (lightning) {
+    const int last = min(e0 + kTile - 1, n - 1);
+    col_lo = (e0 / bs) * bs;
+    col_hi = min(n, (last / bs + 1) * bs);
+  }
+  const bf16* a_row = e0 + lr < n ? key_row(a, k_layer, table, e0 + lr, ri.head) : nullptr;
+  int row_e[4], last_j[4];
+  float row_norm[4], row_sum[4], last_v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    row_e[i] = e0 + ty + 16 * i;
+    row_norm[i] = row_e[i] < n ? norms[row_e[i]] : 0.0f;
+    row_sum[i] = 0.0f;
+    last_j[i] = -1;
+    last_v[i] = 0.0f;
+  }
+  for (int c0 = col_lo; c0 < col_hi; c0 += kTile) {
+    const bf16* b_row = c0 + lr < col_hi ? key_row(a, k_layer, table, c0 + lr, ri.head) : nullptr;
+    float acc[4][4];
+    tile_dots(a_row, b_row, a.head_dim, sm, acc);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int cj = c0 + tx + 16 * j;
+      const float col_norm = cj < col_hi ? norms[cj] : 0.0f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const bool considered =
+            row_e[i] < n && cj < col_hi && cj != row_e[i] && (!lightning || row_e[i] / bs == cj / bs);
+        if (!considered) continue;
+        const float c = acc[i][j] / fmaxf(row_norm[i] * col_norm, 1e-8f);
+        row_sum[i] += c;
+        if (c > threshold) {  // columns ascend, so the last one seen is the largest j
+          last_j[i] = cj;
+          last_v[i] = c;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float sum = halfwarp_sum(row_sum[i]);
+    int lj = last_j[i];
+    float lv = last_v[i];
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) {
+      const int oj = __shfl_xor_sync(kFull, lj, o);
+      const float ov = __shfl_xor_sync(kFull, lv, o);
+      if (oj > lj) {
+        lj = oj;
+        lv = ov;
+      }
+    }
+    if (tx == 0 && row_e[i] < n) {
+      a.redundancy[off + row_e[i]] = sum;
+      a.z[off + row_e[i]] = make_int2(lj, __float_as_int(lv));
+    }
+  }
+}
+
+// The same on the tensor cores (head_dim 64 or 128): 4 warps, each owning 16 of the 64 rows
+// against the 64 columns of a tile (mma.m16n8k16, bf16 in, fp32 out, fragments as in the
+// attention kernel). The products of bf16 values are exact, so only the fp32 summation order
+// differs from the CUDA-core path; lanes hold rows g and g + 8 of their warp's 16 and columns
+// 8 n + 2 (lane % 4) + {0, 1}, reduced over the 4 lanes of a quad at the end.
+template <int D>
+__global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) {
+  constexpr int kStride = D + 8;  // +16 B per row: the 8 rows of an ldmatrix hit distinct banks
+  __shared__ __align__(16) bf16 sa[kTile * kStride];
+  __shared__ __align__(16) bf16 sb[kTile * kStride];
+  __shared__ float col_norm[kTile];
+  const int job = a.chunk_job[blockIdx.x];
+  const RowInfo ri = row_info(a, job, blockIdx.y);
+  const CompressionJobDesc jd = a.jobs[job];
+  if (jd.redundancy == 0) return;
+  const int n = jd.n, bs = a.block_size;
+  const bool lightning = jd.redundancy == 2;
+  const int e0 = (blockIdx.x - jd.chunk0) * kTile;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
+  const int32_t* table = a.pages + jd.src_page0;
+  const size_t off = jd.score0 + static_cast<size_t>(ri.lh) * n;
+  const float* norms = a.norms + off;
+  const float threshold = jd.redundancy_threshold;
+  int col_lo = 0, col_hi = n;
+  if (lightning) {
+    const int last = min(e0 + kTile - 1, n - 1);
+    col_lo = (e0 / bs) * bs;
+    col_hi = min(n, (last / bs + 1) * bs);
+  }
+  auto load_tile = [&](bf16* dst, int base, int end) {
+    for (int c = tid; c < kTile * (D / 8); c += 128) {
+      const int r = c / (D / 8), col = (c % (D / 8)) * 8;
+      const int e = base + r;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (e < end) v = *reinterpret_cast<const uint4*>(key_row(a, k_layer, table, e, ri.head) + col);
+      *reinterpret_cast<uint4*>(dst + r * kStride + col) = v;
+    }
+  };
+  load_tile(sa, e0, n);
+  int row_e[2], last_j[2];
+  float row_norm[2], row_sum[2], last_v[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_e[h] = e0 + warp * 16 + g + 8 * h;
+    row_norm[h] = row_e[h] < n ? norms[row_e[h]] : 0.0f;
+    row_sum[h] = 0.0f;
+    last_j[h] = -1;
+    last_v[h] = 0.0f;
+  }
+  for (int c0 = col_lo; c0 < col_hi; c0 += kTile) {
+    __syncthreads();  // the previous column tile is consumed
+    load_tile(sb, c0, col_hi);
+    if (tid < kTile) col_norm[tid] = c0 + tid < col_hi ? norms[c0 + tid] : 0.0f;
+    __syncthreads();
+    float s[kTile / 8][4];
+#pragma unroll
+    for (int x = 0; x < kTile / 8; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t fa[4];
+      attn::ldmatrix_x4(fa, sa + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+      for (int n2 = 0; n2 < kTile / 16; ++n2) {
+        uint32_t fb[4];
+        attn::ldmatrix_x4(fb, sb + (n2 * 16 + (lane & 7) + (lane >> 4) * 8) * kStride + kk * 16 + ((lane >> 3) & 1) * 8);
+        attn::mma_bf16_16816(s[2 * n2], fa, fb[0], fb[1]);
+        attn::mma_bf16_16816(s[2 * n2 + 1], fa, fb[2], fb[3]);
+      }
+    }
+#pragma unroll
+    for (int x = 0; x < kTile / 8; ++x)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int h = i >> 1, cl = x * 8 + 2 * t4 + (i & 1), cj = c0 + cl;
+        const bool considered =
+            row_e[h] < n && cj < col_hi && cj != row_e[h] && (!lightning || row_e[h] / bs == cj / bs);
+        if (!considered) continue;
+        const float c = s[x][i] / fmaxf(row_norm[h] * col_norm[cl], 1e-8f);
+        row_sum[h] += c;
+        if (c > threshold && cj > last_j[h]) {
+          last_j[h] = cj;
+          last_v[h] = c;
+        }
+      }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = row_sum[h];
+    int lj = last_j[h];
+    float lv = last_v[h];
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+      sum += __shfl_xor_sync(kFull, sum, o);
+      const int oj = __shfl_xor_sync(kFull, lj, o);
+      const float ov = __shfl_xor_sync(kFull, lv, o);
+      if (oj > lj) {
+        lj = oj;
+        lv = ov;
+      }
+    }
+    if (t4 == 0 && row_e[h] < n) {
+      a.redundancy[off + row_e[h]] = sum;
+      a.z[off + row_e[h]] = make_int2(lj, __float_as_int(lv));
+    }
+  }
+}
+
+// --- Per-row finalisation ---------------------------------------------------------------------
+
+// Block-wide reduction of one value per thread (all threads call; returns the result to all).
+template <bool kMax>
+__device__ float block_reduce(float v, float* smem32) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float other = __shfl_xor_sync(kFull, v, o);
+    v = kMax ? fmaxf(v, other) : v + other;
+  }
+  __syncthreads();  // smem32 may still be read by a previous call
+  if (lane == 0) smem32[warp] = v;
+  __syncthreads();
+  float r = smem32[0];
+  for (int w = 1; w < warps; ++w) r = kMax ? fmaxf(r, smem32[w]) : r + smem32[w];
+  return r;
+}
+
+// Grid (row). Global update (S = F = max(decay * F_prev, S) on scored entries), pooling,
+// redundancy softmax and combination, protection: cpu::score_head steps 2-5.
+__global__ void __launch_bounds__(kRowThreads) finalize_kernel(const GroupArgs a) {
+  __shared__ float red[32];
+  const int rpj = a.num_group_layers * a.num_kv_heads;
+  const RowInfo ri = row_info(a, blockIdx.x / rpj, blockIdx.x % rpj);
+  const CompressionJobDesc jd = a.jobs[ri.job];
+  const int n = jd.n, bs = a.block_size;
+  const size_t off = jd.score0 + static_cast<size_t>(ri.lh) * n;
+  float* S = a.scores + off;
+  float* T = a.final_scores + off;
+  const int32_t* table = a.pages + jd.src_page0;
+  const float* f_layer = a.f != nullptr ? a.f + ri.layer * a.f_layer_pitch : nullptr;
+
+  // Step 1-2: base score and global update; S keeps the result (the entries' new F).
+  for (int e = threadIdx.x; e < n; e += blockDim.x) {
+    float s = jd.base == BaseScore::kAttention ? S[e] : jd.base == BaseScore::kRecency ? static_cast<float>(e) : 0.0f;
+    if (jd.global_decay > 0.0f && e < jd.num_scored) {
+      const float prev = f_layer[slot_offset(a, table[e / bs], ri.head, e % bs, 1)];
+      const float decayed = jd.global_decay * prev;
+      s = decayed < s ? s : decayed;  // std::max(decayed, s)
+    }
+    S[e] = s;
+  }
+  __syncthreads();
+
+  // Step 4 (first half): the redundancy distribution R = softmax(rowsum / L / tau).
+  float* R = a.redundancy + off;
+  float r_max = 0.0f, r_inv = 0.0f;
+  const bool lightning = jd.redundancy == 2;
+  auto r_logit = [&](int e) {
+    float len = static_cast<float>(n);
+    if (lightning) len = static_cast<float>(min(bs, n - (e / bs) * bs));
+    return __ldcg(R + e) / len / jd.redundancy_tau;
+  };
+  if (jd.redundancy != 0) {
+    const int2* z = a.z + off;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+      const int2 zj = z[j];
+      if (zj.x >= 0) atomicAdd(R + zj.x, -__int_as_float(zj.y));
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) mx = fmaxf(mx, r_logit(e));
+    r_max = block_reduce<true>(mx, red);
+    float sum = 0.0f;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) sum += expf(r_logit(e) - r_max);
+    r_inv = 1.0f / block_reduce<false>(sum, red);
+  }
+
+  // Steps 3-5: pooling, combination, protection.
+  const int half = jd.pool_kernel > 1 ? jd.pool_kernel / 2 : -1;
+  const int protect_from = n - min(max(jd.protect_window, 0), n);
+  const int sinks = min(max(jd.num_sinks, 0), n);
+  for (int e = threadIdx.x; e < n; e += blockDim.x) {
+    float v;
+    if (half >= 0) {
+      const int lo = max(0, e - half), hi = min(n - 1, e + half);
+      if (jd.pool_avg) {
+        float sum = 0.0f;
+        for (int x = lo; x <= hi; ++x) sum += __ldcg(S + x);
+        v = sum / static_cast<float>(hi - lo + 1);
+      } else {
+        v = __ldcg(S + lo);
+        for (int x = lo + 1; x <= hi; ++x) {
+          const float o = __ldcg(S + x);
+          v = v < o ? o : v;  // std::max(v, o)
+        }
+      }
+    } else {
+      v = __ldcg(S + e);
+    }
+    if (jd.redundancy != 0) {
+      const float r = expf(r_logit(e) - r_max) * r_inv;
+      v = jd.redundancy_lambda * v - (1.0f - jd.redundancy_lambda) * r;
+    }
+    if (e >= protect_from || e < sinks) v = INFINITY;
+    T[e] = v;
+  }
+}
+
+// --- Selection --------------------------------------------------------------------------------
+
+// A 64-bit key whose unsigned order is cpu::select_keep's total order: the score's bits made
+// monotone (NaN lowest, -0 == +0) above the entry index (ties to the larger index).
+__device__ __forceinline__ unsigned long long order_key(float s, int e) {
+  uint32_t u = 0;
+  if (!isnan(s)) {
+    if (s == 0.0f) s = 0.0f;
+    const uint32_t b = __float_as_uint(s);
+    u = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  }
+  return (static_cast<unsigned long long>(u) << 32) | static_cast<uint32_t>(e);
+}
+
+// Grid (row). Radix select (8 bits per pass, most significant first) of the num_keep-th largest
+// key; keys are unique, so exactly num_keep entries have a key >= it. A pass ends early once the
+// chosen bucket must be kept whole. Then an ordered compaction writes the kept indices ascending.
+__global__ void __launch_bounds__(kSelectThreads) select_kernel(const GroupArgs a) {
+  __shared__ unsigned hist[256];
+  __shared__ unsigned long long s_prefix;
+  __shared__ int s_rank, s_done, s_total;
+  __shared__ int warp_off[32];
+  const int rpj = a.num_group_layers * a.num_kv_heads;
+  const RowInfo ri = row_info(a, blockIdx.x / rpj, blockIdx.x % rpj);
+  const CompressionJobDesc jd = a.jobs[ri.job];
+  const int n = jd.n, k = jd.num_keep;
+  if (k <= 0) return;
+  const float* T = a.final_scores + jd.score0 + static_cast<size_t>(ri.lh) * n;
+  int32_t* keep = a.keep + jd.keep0 + static_cast<size_t>(ri.lh) * k;
+  const int t = threadIdx.x;
+  if (k >= n) {
+    for (int e = t; e < n; e += blockDim.x) keep[e] = e;
+    return;
+  }
+  unsigned long long prefix = 0, mask = 0;
+  int rank = k;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int i = t; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (int e = t; e < n; e += blockDim.x) {
+      const unsigned long long key = order_key(T[e], e);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1u);
+    }
+    __syncthreads();
+    if (t == 0) {
+      int cum = 0;
+      for (int dg = 255; dg >= 0; --dg) {
+        const int h = static_cast<int>(hist[dg]);
+        if (cum + h >= rank) {
+          prefix |= static_cast<unsigned long long>(dg) << shift;
+          rank -= cum;
+          s_done = h == rank;
+          break;
+        }
+        cum += h;
+      }
+      s_prefix = prefix;
+      s_rank = rank;
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    rank = s_rank;
+    mask |= 0xffull << shift;
+    if (s_done) break;
+    __syncthreads();  // s_done is rewritten by the next pass
+  }
+  const unsigned long long threshold = prefix;
+
+  const int lane = t & 31, warp = t >> 5, warps = blockDim.x >> 5;
+  int base = 0;
+  for (int e0 = 0; e0 < n; e0 += blockDim.x) {
+    const int e = e0 + t;
+    const bool flag = e < n && order_key(T[e], e) >= threshold;
+    const unsigned ballot = __ballot_sync(kFull, flag);
+    const int before = __popc(ballot & ((1u << lane) - 1u));
+    if (lane == 0) warp_off[warp] = __popc(ballot);
+    __syncthreads();
+    if (warp == 0) {
+      const int c = lane < warps ? warp_off[lane] : 0;
+      int incl = c;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(kFull, incl, o);
+        if (lane >= o) incl += y;
+      }
+      if (lane < warps) warp_off[lane] = incl - c;
+      if (lane == 31) s_total = incl;
+    }
+    __syncthreads();
+    if (flag) keep[base + warp_off[warp] + before] = e;
+    base += s_total;
+    __syncthreads();  // warp_off and s_total are rewritten next round
+  }
+}
+
+// --- Compaction -------------------------------------------------------------------------------
+
+// Grid (row). Destination entries in chunks of 64: every thread first loads its pieces of the
+// chunk's source rows into registers, then (after a barrier) stores them. A destination slot
+// is at most its source slot's table position (the precondition), so a chunk's stores never hit
+// a source read by a later chunk, and the barrier keeps them from a source of the same chunk.
+__global__ void __launch_bounds__(kThreads) compact_kernel(const GroupArgs a) {
+  constexpr int kMaxPieces = 8;  // head_dim <= 256: (64 rows * 32 pieces) / 256 threads
+  const int rpj = a.num_group_layers * a.num_kv_heads;
+  const RowInfo ri = row_info(a, blockIdx.x / rpj, blockIdx.x % rpj);
+  const CompressionJobDesc jd = a.jobs[ri.job];
+  const int k = jd.num_keep, bs = a.block_size, d = a.head_dim;
+  if (k <= 0) return;
+  const int32_t* keep = a.keep + jd.keep0 + static_cast<size_t>(ri.lh) * k;
+  const int32_t* src = a.pages + jd.src_page0;
+  const int32_t* dst = a.pages + jd.dst_page0;
+  bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
+  bf16* v_layer = a.v + ri.layer * a.kv_layer_pitch;
+  const bool move_f = jd.global_decay > 0.0f && a.f != nullptr;
+  float* f_layer = move_f ? a.f + ri.layer * a.f_layer_pitch : nullptr;
+  const float* new_f = a.scores + jd.score0 + static_cast<size_t>(ri.lh) * jd.n;
+  const int pieces = d / 8, per_thread = (kTile * pieces) / kThreads;
+  const int t = threadIdx.x;
+  for (int i0 = 0; i0 < k; i0 += kTile) {
+    uint4 kb[kMaxPieces], vb[kMaxPieces];
+    size_t to[kMaxPieces];
+    bool moves[kMaxPieces];
+#pragma unroll
+    for (int it = 0; it < kMaxPieces; ++it) {
+      moves[it] = false;
+      if (it >= per_thread) continue;
+      const int idx = it * kThreads + t, r = idx / pieces, pc = idx % pieces, i = i0 + r;
+      if (i >= k) continue;
+      const int e = keep[i];
+      const size_t from = slot_offset(a, src[e / bs], ri.head, e % bs, d) + pc * 8;
+      to[it] = slot_offset(a, dst[i / bs], ri.head, i % bs, d) + pc * 8;
+      if (from == to[it]) continue;
+      moves[it] = true;
+      kb[it] = *reinterpret_cast<const uint4*>(k_layer + from);
+      vb[it] = *reinterpret_cast<const uint4*>(v_layer + from);
+    }
+    float fv = 0.0f;
+    size_t f_to = 0;
+    const bool f_move = move_f && t < kTile && i0 + t < k;
+    if (f_move) {
+      const int i = i0 + t;
+      fv = new_f[keep[i]];
+      f_to = slot_offset(a, dst[i / bs], ri.head, i % bs, 1);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int it = 0; it < kMaxPieces; ++it) {
+      if (!moves[it]) continue;
+      *reinterpret_cast<uint4*>(k_layer + to[it]) = kb[it];
+      *reinterpret_cast<uint4*>(v_layer + to[it]) = vb[it];
+    }
+    if (f_move) f_layer[f_to] = fv;
+  }
+}
+
+bool valid_geometry(const GroupArgs& a) {
+  return a.num_jobs >= 0 && a.num_group_layers >= 1 && a.num_kv_heads >= 1 && a.group_size >= 1 &&
+         a.group_size <= kTile && a.head_dim >= kDk && a.head_dim <= 256 && a.head_dim % kDk == 0 &&
+         a.block_size >= 1 && a.num_group_layers * a.num_kv_heads <= 65535;
+}
+
+}  // namespace
+
+int rows_per_job(const GroupArgs& a) { return a.num_group_layers * a.num_kv_heads; }
+
+void launch_capture_queries(const bf16* q, const int32_t* dst_rows, int num_tokens, int row_elems, bf16* q_cache,
+                            cudaStream_t stream) {
+  if (num_tokens <= 0) return;
+  const long long total = static_cast<long long>(num_tokens) * (row_elems / 8);
+  constexpr int kBlock = 256;
+  capture_queries_kernel<<<static_cast<unsigned>((total + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
+      q, dst_rows, num_tokens, row_elems, q_cache);
+}
+
+cudaError_t launch_compression_scores(const GroupArgs& a, cudaStream_t stream) {
+  if (!valid_geometry(a)) return cudaErrorInvalidValue;
+  if (a.num_jobs == 0) return cudaSuccess;
+  const int rpj = rows_per_job(a), rows = a.num_jobs * rpj;
+  if (a.max_window_group > 0) {
+    const int qtiles = (a.max_window_group + rows_per_qtile(a.group_size) - 1) / rows_per_qtile(a.group_size);
+    attn_lse_kernel<<<dim3(rows, qtiles), kThreads, 0, stream>>>(a);
+    attn_score_kernel<<<dim3(a.num_chunks, rpj), kThreads, 0, stream>>>(a);
+  }
+  if (a.any_redundancy) {
+    key_norms_kernel<<<dim3(a.num_chunks, rpj), kThreads, 0, stream>>>(a);
+    const dim3 grid(a.num_chunks, rpj);
+    if (a.head_dim == 64)
+      redundancy_mma_kernel<64><<<grid, 128, 0, stream>>>(a);
+    else if (a.head_dim == 128)
+      redundancy_mma_kernel<128><<<grid, 128, 0, stream>>>(a);
+    else
+      redundancy_kernel<<<grid, kThreads, 0, stream>>>(a);
+  }
+  finalize_kernel<<<rows, kRowThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_compression_select(const GroupArgs& a, cudaStream_t stream) {
+  if (!valid_geometry(a)) return cudaErrorInvalidValue;
+  if (a.num_jobs == 0) return cudaSuccess;
+  select_kernel<<<a.num_jobs * rows_per_job(a), kSelectThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_compression_compact(const GroupArgs& a, cudaStream_t stream) {
+  if (!valid_geometry(a)) return cudaErrorInvalidValue;
+  if (a.num_jobs == 0) return cudaSuccess;
+  compact_kernel<<<a.num_jobs * rows_per_job(a), kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace origami::cuda

@@ -1,0 +1,122 @@
+#pragma once
+// The KV-compression kernels of the CUDA backend (kv/compression.h): query capture in the forward
+// pass, the scorers, per-(layer, KV head) top-k selection and compaction into destination pages.
+// Their arithmetic follows the CPU twins in backend/cpu/compression_ops.h (which state the exact
+// semantics: causal window, pooling padding, redundancy zeroing, tie-breaking); the GPU computes
+// in fp32 from bf16 data, so scores agree to rounding, selections agree exactly on equal scores,
+// and compaction is a bit-exact move.
+//
+// Work is organised as a *group*: a batch of jobs (requests) times a range of consecutive layers
+// (the layer stride) times every KV head. A "row" is one (job, layer of the group, KV head); rows
+// are numbered job-major: row = job * rows_per_job + (layer - layer0) * num_kv_heads + head with
+// rows_per_job = num_group_layers * num_kv_heads. Every launcher only enqueues work on `stream`
+// (no allocation, no synchronisation); scratch buffers belong to the caller (cuda_compression.h).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace origami::cuda {
+
+// --- Query capture ----------------------------------------------------------------------------
+
+// Copies one layer's post-RoPE queries of the capturing tokens into the query cache:
+//   q         [num_tokens, row_elems]          (row_elems = num_heads * head_dim, a multiple of 8)
+//   dst_rows  [num_tokens] device: the destination row (slot * max_window + entry % max_window) in
+//             this layer's part of the cache, or -1 to skip the token. A device input, so a CUDA
+//             graph captured once replays with new destinations.
+//   q_cache   this layer's [num_slots * max_window, row_elems]
+void launch_capture_queries(const __nv_bfloat16* q, const int32_t* dst_rows, int num_tokens, int row_elems,
+                            __nv_bfloat16* q_cache, cudaStream_t stream);
+
+// --- Compression of one group -----------------------------------------------------------------
+
+enum class BaseScore : int32_t { kZero = 0, kAttention = 1, kRecency = 2 };
+
+// One job as the kernels see it (built on the host from a CompressionJob and its ScoreRecipe).
+struct CompressionJobDesc {
+  int32_t n = 0;           // cached entries (>= 1)
+  int32_t num_keep = 0;    // kept per (layer, KV head), 0 .. n
+  int32_t num_scored = 0;  // leading entries whose global score F is valid
+  int32_t query_slot = 0;  // slot of the window queries (kAttention)
+  int32_t window = 0;      // attention window w = min(recipe.window, n) (kAttention)
+  int32_t src_page0 = 0;   // offset of the source table in GroupArgs::pages
+  int32_t dst_page0 = 0;   // offset of the destination table in GroupArgs::pages
+  int32_t chunk0 = 0;      // first 64-entry chunk of this job in the group's chunk list
+  int64_t score0 = 0;      // offset (elements) of this job's rows in scores/final/redundancy/z:
+                           // row r of the job is at score0 + r * n
+  int64_t keep0 = 0;       // offset of this job's rows in keep: row r at keep0 + r * num_keep
+  int64_t lse0 = 0;        // offset of this job's rows in lse: row r at lse0 + r * window * group_size
+  // The recipe, resolved for this compression.
+  BaseScore base = BaseScore::kZero;
+  float global_decay = 0.0f;  // > 0: G-KV global score (reads and rewrites F)
+  int32_t pool_kernel = 0;    // > 1: pooling applies now (first compression or every time)
+  int32_t pool_avg = 0;       // 1 = average pooling, 0 = max
+  int32_t redundancy = 0;     // 0 none, 1 flash (all pairs), 2 lightning (within blocks)
+  float redundancy_lambda = 0.2f;
+  float redundancy_tau = 0.4f;
+  float redundancy_threshold = 0.5f;
+  int32_t protect_window = 0;  // last min(protect_window, n) entries kept (+inf)
+  int32_t num_sinks = 0;       // first min(num_sinks, n) entries kept (+inf)
+};
+
+struct GroupArgs {
+  const CompressionJobDesc* jobs = nullptr;  // [num_jobs] device
+  int num_jobs = 0;
+  const int32_t* chunk_job = nullptr;  // [num_chunks] device: job of each 64-entry chunk
+  int num_chunks = 0;                  // sum over jobs of ceil(n / 64)
+  const int32_t* pages = nullptr;      // device: every job's source and destination tables
+  int max_window_group = 0;            // max over jobs of window * group_size (0: no attention job)
+  bool any_redundancy = false;         // some job has a redundancy score
+
+  // Model geometry.
+  int num_group_layers = 0;  // layers in this group
+  int num_kv_heads = 0;
+  int group_size = 0;        // query heads per KV head (<= 64)
+  int head_dim = 0;          // a multiple of 32, at most 256
+  int block_size = 0;
+  float scale = 0.0f;        // attention scale, 1 / sqrt(head_dim)
+
+  // Paged storage, each pointer at the group's first layer; `*_layer_pitch` elements separate
+  // consecutive layers. K/V: [num_blocks, num_kv_heads, block_size, head_dim] bf16.
+  __nv_bfloat16* k = nullptr;
+  __nv_bfloat16* v = nullptr;
+  size_t kv_layer_pitch = 0;
+  // Query cache: per layer [num_slots, max_window, num_kv_heads * group_size, head_dim] bf16.
+  const __nv_bfloat16* q = nullptr;
+  size_t q_layer_pitch = 0;
+  int max_window = 0;
+  // Global scores F: per layer [num_blocks, num_kv_heads, block_size] fp32 (null if unused).
+  float* f = nullptr;
+  size_t f_layer_pitch = 0;
+
+  // Scratch (fp32 unless noted), sized by the job offsets above.
+  float* scores = nullptr;      // base score, then S after the global update (= new F)
+  float* final_scores = nullptr;  // what selection reads (pooled, redundancy-combined, protected)
+  float* redundancy = nullptr;  // cosine-similarity row sums (redundancy jobs)
+  float* norms = nullptr;       // key norms (redundancy jobs)
+  int2* z = nullptr;            // per entry: its newest partner above the threshold and that similarity's bits
+  float2* lse = nullptr;        // per (row, window query, head of the group): softmax max and sum
+  int32_t* keep = nullptr;      // kept entry indices, ascending
+};
+
+int rows_per_job(const GroupArgs& a);
+
+// Scores every row: window attention (two passes: softmax statistics, then probabilities), key
+// norms and redundancy row sums, then per row the global update, pooling, redundancy softmax and
+// combination and protection, leaving the selection scores in final_scores and the new global
+// scores (S after the update) in scores.
+cudaError_t launch_compression_scores(const GroupArgs& args, cudaStream_t stream);
+
+// Per row, the num_keep best entries of final_scores in ascending entry order (cpu::select_keep's
+// total order: higher score first, NaN lowest, ties to the larger index) into keep.
+cudaError_t launch_compression_select(const GroupArgs& args, cudaStream_t stream);
+
+// Per row, moves the kept K and V entries to their destination pages (entry i of the result at
+// dst table page i / block_size, offset i % block_size), and for jobs with a global decay writes
+// F of the destination entries from scores. In place is safe when every destination page is not a
+// source page or is one at the same or an earlier source table index (cpu::compact_entries).
+cudaError_t launch_compression_compact(const GroupArgs& args, cudaStream_t stream);
+
+}  // namespace origami::cuda

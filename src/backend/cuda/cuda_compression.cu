@@ -1,0 +1,389 @@
+// KV-compression job driver of the CUDA backend; see cuda_compression.h.
+#include "backend/cuda/cuda_compression.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "backend/cuda/compression_kernels.h"
+#include "backend/cuda/cuda_check.h"
+
+// nvcc (unlike g++) warns on `status_ = ...` because Status is a [[nodiscard]] class and its
+// assignment returns a reference to one.
+#pragma nv_diag_suppress 2810
+
+namespace origami::cuda {
+namespace {
+
+constexpr int kChunk = 64;  // entries per chunk of the tile kernels
+
+int pages_for(int entries, int block_size) { return (entries + block_size - 1) / block_size; }
+size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+
+Status validate_recipe(const std::string& who, const ScoreRecipe& r, const CompressionConfig& c, bool have_f) {
+  if (r.window < 0) return invalid_argument(who + ": recipe.window must be >= 0, got " + std::to_string(r.window));
+  if (r.num_sinks < 0)
+    return invalid_argument(who + ": recipe.num_sinks must be >= 0, got " + std::to_string(r.num_sinks));
+  if (r.needs_queries()) {
+    if (r.window < 1) return invalid_argument(who + ": attention scoring needs recipe.window >= 1, got 0");
+    if (r.window > c.max_window)
+      return invalid_argument(who + ": recipe.window " + std::to_string(r.window) +
+                              " exceeds the query cache's max_window " + std::to_string(c.max_window));
+  }
+  if (r.pool_kernel > 1 && r.pool_kernel % 2 == 0)
+    return invalid_argument(who + ": recipe.pool_kernel must be odd, got " + std::to_string(r.pool_kernel));
+  if (!(r.global_decay >= 0.0f) || !std::isfinite(r.global_decay))
+    return invalid_argument(who + ": recipe.global_decay must be a finite value >= 0, got " +
+                            std::to_string(r.global_decay));
+  if (r.global_decay > 0.0f && !have_f)
+    return invalid_argument(who + ": recipe.global_decay > 0 needs CompressionConfig::global_scores");
+  if (r.redundancy != RedundancyMode::kNone && !(r.redundancy_tau > 0.0f))
+    return invalid_argument(who + ": recipe.redundancy_tau must be > 0, got " + std::to_string(r.redundancy_tau));
+  return Status::ok();
+}
+
+}  // namespace
+
+CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs, int rows_per_job, int group_size) {
+  CompressionPlan plan;
+  const size_t rows = static_cast<size_t>(rows_per_job);
+  for (const CompressionJob& job : jobs) {
+    if (job.num_entries == 0) continue;
+    const ScoreRecipe& r = *job.recipe;
+    CompressionJobDesc d;
+    d.n = job.num_entries;
+    d.num_keep = job.num_keep;
+    d.num_scored = job.num_scored_entries;
+    d.base = r.recency ? BaseScore::kRecency : r.needs_queries() ? BaseScore::kAttention : BaseScore::kZero;
+    d.window = d.base == BaseScore::kAttention ? std::min(r.window, d.n) : 0;
+    d.query_slot = d.base == BaseScore::kAttention ? job.query_slot : 0;
+    d.global_decay = r.global_decay;
+    d.pool_kernel = r.pool_kernel > 1 && (job.first_compression || !r.pool_first_only) ? r.pool_kernel : 0;
+    d.pool_avg = r.pool_type == PoolType::kAvg ? 1 : 0;
+    d.redundancy = r.redundancy == RedundancyMode::kFlash ? 1 : r.redundancy == RedundancyMode::kLightning ? 2 : 0;
+    d.redundancy_lambda = r.redundancy_lambda;
+    d.redundancy_tau = r.redundancy_tau;
+    d.redundancy_threshold = r.redundancy_threshold;
+    d.protect_window = r.window;
+    d.num_sinks = r.num_sinks;
+    d.src_page0 = static_cast<int32_t>(plan.pages.size());
+    plan.pages.insert(plan.pages.end(), job.src_blocks->begin(), job.src_blocks->begin() + pages_for(d.n, bs));
+    d.dst_page0 = static_cast<int32_t>(plan.pages.size());
+    plan.pages.insert(plan.pages.end(), job.dst_blocks->begin(), job.dst_blocks->begin() + pages_for(d.num_keep, bs));
+    d.chunk0 = static_cast<int32_t>(plan.chunk_job.size());
+    plan.chunk_job.insert(plan.chunk_job.end(), (d.n + kChunk - 1) / kChunk, static_cast<int32_t>(plan.descs.size()));
+    d.score0 = static_cast<int64_t>(plan.score_elems);
+    d.keep0 = static_cast<int64_t>(plan.keep_elems);
+    d.lse0 = static_cast<int64_t>(plan.lse_elems);
+    plan.score_elems += rows * d.n;
+    plan.keep_elems += rows * d.num_keep;
+    plan.lse_elems += rows * d.window * group_size;
+    plan.max_window_group = std::max(plan.max_window_group, d.window * group_size);
+    plan.any_redundancy = plan.any_redundancy || d.redundancy != 0;
+    plan.descs.push_back(d);
+  }
+  return plan;
+}
+
+CudaCompressor::CudaCompressor() {
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  ORIGAMI_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  ORIGAMI_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+}
+
+CudaCompressor::~CudaCompressor() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  release();
+  for (Scratch* s : {&scores_, &final_, &redundancy_, &norms_, &z_, &lse_, &keep_})
+    if (s->ptr != nullptr) cudaFree(s->ptr);
+  if (dev_meta_ != nullptr) cudaFree(dev_meta_);
+  if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
+  if (ready_ != nullptr) cudaEventDestroy(ready_);
+  if (done_ != nullptr) cudaEventDestroy(done_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void CudaCompressor::release() {
+  if (q_cache_ != nullptr) cudaFree(q_cache_);
+  if (f_ != nullptr) cudaFree(f_);
+  q_cache_ = nullptr;
+  f_ = nullptr;
+  configured_ = false;
+}
+
+size_t CudaCompressor::query_slot_bytes(const Geometry& g, int max_window) {
+  if (max_window <= 0) return 0;
+  return static_cast<size_t>(g.num_layers) * max_window * g.num_q_heads * g.head_dim * sizeof(__nv_bfloat16);
+}
+
+size_t CudaCompressor::query_layer_pitch() const {
+  return static_cast<size_t>(config_.num_query_slots) * config_.max_window * geom_.num_q_heads * geom_.head_dim;
+}
+
+size_t CudaCompressor::score_layer_pitch() const {
+  return static_cast<size_t>(geom_.num_blocks) * geom_.num_kv_heads * geom_.block_size;
+}
+
+Status CudaCompressor::configure(const CompressionConfig& config, const Geometry& g) {
+  if (config.num_query_slots < 0)
+    return invalid_argument("compression config: num_query_slots must be >= 0, got " +
+                            std::to_string(config.num_query_slots));
+  if (config.max_window < 1)
+    return invalid_argument("compression config: max_window must be >= 1, got " + std::to_string(config.max_window));
+  if (config.layer_stride < 1)
+    return invalid_argument("compression config: layer_stride must be >= 1, got " +
+                            std::to_string(config.layer_stride));
+  if (g.num_kv_heads <= 0 || g.num_q_heads % g.num_kv_heads != 0 || g.num_q_heads / g.num_kv_heads > kChunk)
+    return Status(ErrorCode::kUnimplemented, "CUDA compression: " + std::to_string(g.num_q_heads) + " query heads over " +
+                                                 std::to_string(g.num_kv_heads) +
+                                                 " KV heads (a GQA group of at most 64 heads is supported)");
+  if (g.head_dim % 32 != 0 || g.head_dim > 256)
+    return Status(ErrorCode::kUnimplemented, "CUDA compression: head_dim " + std::to_string(g.head_dim) +
+                                                 " is not supported (a multiple of 32 up to 256 is)");
+  ORIGAMI_RETURN_IF_ERROR(wait());
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  release();
+  geom_ = g;
+  config_ = config;
+  const size_t q_bytes = query_slot_bytes(g, config.max_window) * config.num_query_slots;
+  if (q_bytes > 0) {
+    if (cudaMalloc(reinterpret_cast<void**>(&q_cache_), q_bytes) != cudaSuccess) {
+      cudaGetLastError();
+      q_cache_ = nullptr;
+      return Status(ErrorCode::kResourceExhausted,
+                    "compression config: cannot allocate the query cache (" + std::to_string(q_bytes >> 20) + " MiB)");
+    }
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(q_cache_, 0, q_bytes, stream_));
+  }
+  if (config.global_scores) {
+    const size_t f_bytes = score_layer_pitch() * g.num_layers * sizeof(float);
+    if (cudaMalloc(reinterpret_cast<void**>(&f_), f_bytes) != cudaSuccess) {
+      cudaGetLastError();
+      f_ = nullptr;
+      release();
+      return Status(ErrorCode::kResourceExhausted,
+                    "compression config: cannot allocate the global scores (" + std::to_string(f_bytes >> 20) + " MiB)");
+    }
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(f_, 0, f_bytes, stream_));
+  }
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  status_ = Status::ok();
+  configured_ = true;
+  return Status::ok();
+}
+
+Status CudaCompressor::validate(const std::vector<CompressionJob>& jobs) const {
+  const int bs = geom_.block_size;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const CompressionJob& job = jobs[j];
+    const std::string who = "compression job " + std::to_string(j) + " (request " + std::to_string(job.request_id) + ")";
+    if (job.src_blocks == nullptr) return invalid_argument(who + ": src_blocks is null");
+    if (job.dst_blocks == nullptr) return invalid_argument(who + ": dst_blocks is null");
+    if (job.recipe == nullptr) return invalid_argument(who + ": recipe is null");
+    if (job.num_entries < 0)
+      return invalid_argument(who + ": num_entries must be >= 0, got " + std::to_string(job.num_entries));
+    if (job.num_keep < 0 || job.num_keep > job.num_entries)
+      return invalid_argument(who + ": num_keep " + std::to_string(job.num_keep) + " outside [0, num_entries " +
+                              std::to_string(job.num_entries) + "]");
+    if (job.num_scored_entries < 0 || job.num_scored_entries > job.num_entries)
+      return invalid_argument(who + ": num_scored_entries " + std::to_string(job.num_scored_entries) +
+                              " outside [0, num_entries " + std::to_string(job.num_entries) + "]");
+    ORIGAMI_RETURN_IF_ERROR(validate_recipe(who, *job.recipe, config_, f_ != nullptr));
+    if (job.recipe->needs_queries() && job.num_entries > 0 &&
+        (job.query_slot < 0 || job.query_slot >= config_.num_query_slots))
+      return invalid_argument(who + ": attention scoring needs the window's queries, but query_slot " +
+                              std::to_string(job.query_slot) + " is outside [0, " +
+                              std::to_string(config_.num_query_slots) + ")");
+    auto check_table = [&](const char* name, const std::vector<BlockId>& table, int entries) -> Status {
+      const int need = pages_for(entries, bs);
+      if (static_cast<int>(table.size()) < need)
+        return invalid_argument(who + ": " + name + " has " + std::to_string(table.size()) + " pages, " +
+                                std::to_string(entries) + " entries need " + std::to_string(need));
+      for (int p = 0; p < need; ++p)
+        if (table[p] <= kNullBlock || table[p] >= geom_.num_blocks)
+          return invalid_argument(who + ": " + name + "[" + std::to_string(p) + "] is block " +
+                                  std::to_string(table[p]) + ", outside [1, " + std::to_string(geom_.num_blocks) +
+                                  ")");
+      return Status::ok();
+    };
+    ORIGAMI_RETURN_IF_ERROR(check_table("src_blocks", *job.src_blocks, job.num_entries));
+    ORIGAMI_RETURN_IF_ERROR(check_table("dst_blocks", *job.dst_blocks, job.num_keep));
+    // In place is safe only if no destination page is a source page at a later table index.
+    std::unordered_map<BlockId, int> src_index;
+    for (int p = 0; p < pages_for(job.num_entries, bs); ++p) src_index.emplace((*job.src_blocks)[p], p);
+    std::unordered_set<BlockId> seen;
+    for (int p = 0; p < pages_for(job.num_keep, bs); ++p) {
+      const BlockId b = (*job.dst_blocks)[p];
+      if (!seen.insert(b).second) return invalid_argument(who + ": dst_blocks lists block " + std::to_string(b) + " twice");
+      auto it = src_index.find(b);
+      if (it != src_index.end() && it->second > p)
+        return invalid_argument(who + ": dst_blocks[" + std::to_string(p) + "] is block " + std::to_string(b) +
+                                ", which is src_blocks[" + std::to_string(it->second) +
+                                "]: a later source page would be overwritten before it is read");
+    }
+  }
+  // Jobs run concurrently: a page one job writes must not be touched by another.
+  std::unordered_map<BlockId, size_t> written;
+  for (size_t j = 0; j < jobs.size(); ++j)
+    for (int p = 0; p < pages_for(jobs[j].num_keep, bs); ++p) {
+      auto [it, inserted] = written.emplace((*jobs[j].dst_blocks)[p], j);
+      if (!inserted)
+        return invalid_argument("compression jobs " + std::to_string(it->second) + " and " + std::to_string(j) +
+                                " both write block " + std::to_string(it->first));
+    }
+  for (size_t j = 0; j < jobs.size(); ++j)
+    for (int p = 0; p < pages_for(jobs[j].num_entries, bs); ++p) {
+      auto it = written.find((*jobs[j].src_blocks)[p]);
+      if (it != written.end() && it->second != j)
+        return invalid_argument("compression job " + std::to_string(j) + " reads block " + std::to_string(it->first) +
+                                ", which job " + std::to_string(it->second) + " writes");
+    }
+  return Status::ok();
+}
+
+Status CudaCompressor::ensure_device(void** ptr, size_t* capacity, size_t bytes) {
+  if (bytes <= *capacity) return Status::ok();
+  if (*ptr != nullptr) cudaFree(*ptr);
+  *ptr = nullptr;
+  *capacity = 0;
+  const size_t grown = std::max(bytes, bytes + bytes / 4);
+  if (cudaMalloc(ptr, grown) != cudaSuccess) {
+    cudaGetLastError();
+    *ptr = nullptr;
+    return Status(ErrorCode::kResourceExhausted,
+                  "CUDA compression: cannot allocate " + std::to_string(grown >> 20) + " MiB of scratch");
+  }
+  *capacity = grown;
+  return Status::ok();
+}
+
+Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs, cudaStream_t main_stream) {
+  if (!configured_) return invalid_argument("CUDA backend: begin_compression() before configure_compression()");
+  if (in_flight_) {
+    const cudaError_t err = cudaEventSynchronize(done_);
+    in_flight_ = false;
+    if (err != cudaSuccess) status_ = cuda_status(err, "compression batch");
+  }
+  status_ = validate(jobs);
+  if (!status_.is_ok()) return status_;
+
+  const Geometry& g = geom_;
+  const int bs = g.block_size, group_size = g.num_q_heads / g.num_kv_heads;
+  const int stride = std::min(config_.layer_stride, g.num_layers);
+  const size_t rows_max = static_cast<size_t>(stride) * g.num_kv_heads;
+
+  const CompressionPlan plan = plan_compression(jobs, bs, static_cast<int>(rows_max), group_size);
+  const std::vector<CompressionJobDesc>& descs = plan.descs;
+  const std::vector<int32_t>& chunk_job = plan.chunk_job;
+  const std::vector<int32_t>& pages = plan.pages;
+  const size_t score_elems = plan.score_elems, keep_elems = plan.keep_elems, lse_elems = plan.lse_elems;
+  const bool any_redundancy = plan.any_redundancy;
+
+  // Host staging and device metadata (one copy).
+  const size_t desc_bytes = align16(descs.size() * sizeof(CompressionJobDesc));
+  const size_t chunk_bytes = align16(chunk_job.size() * sizeof(int32_t));
+  const size_t meta_bytes = desc_bytes + chunk_bytes + align16(pages.size() * sizeof(int32_t));
+  if (meta_bytes > host_meta_bytes_) {
+    if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
+    host_meta_ = nullptr;
+    host_meta_bytes_ = 0;
+    const size_t grown = std::max<size_t>(meta_bytes * 2, 4096);
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_meta_, grown));
+    host_meta_bytes_ = grown;
+  }
+  ORIGAMI_RETURN_IF_ERROR(ensure_device(&dev_meta_, &dev_meta_bytes_, std::max<size_t>(meta_bytes, 16)));
+  char* h = static_cast<char*>(host_meta_);
+  if (!descs.empty()) std::memcpy(h, descs.data(), descs.size() * sizeof(CompressionJobDesc));
+  if (!chunk_job.empty()) std::memcpy(h + desc_bytes, chunk_job.data(), chunk_job.size() * sizeof(int32_t));
+  if (!pages.empty()) std::memcpy(h + desc_bytes + chunk_bytes, pages.data(), pages.size() * sizeof(int32_t));
+
+  // Scratch of one layer group.
+  auto need = [&](Scratch& s, size_t bytes) { return ensure_device(&s.ptr, &s.bytes, std::max<size_t>(bytes, 16)); };
+  ORIGAMI_RETURN_IF_ERROR(need(scores_, score_elems * sizeof(float)));
+  ORIGAMI_RETURN_IF_ERROR(need(final_, score_elems * sizeof(float)));
+  ORIGAMI_RETURN_IF_ERROR(need(keep_, keep_elems * sizeof(int32_t)));
+  ORIGAMI_RETURN_IF_ERROR(need(lse_, lse_elems * sizeof(float2)));
+  if (any_redundancy) {
+    ORIGAMI_RETURN_IF_ERROR(need(redundancy_, score_elems * sizeof(float)));
+    ORIGAMI_RETURN_IF_ERROR(need(norms_, score_elems * sizeof(float)));
+    ORIGAMI_RETURN_IF_ERROR(need(z_, score_elems * sizeof(int2)));
+  }
+
+  // After everything already queued on the backend's stream (KV writes, query capture, copies).
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_, main_stream));
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, ready_, 0));
+  if (!descs.empty()) {
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_meta_, host_meta_, meta_bytes, cudaMemcpyHostToDevice, stream_));
+    char* dm = static_cast<char*>(dev_meta_);
+    GroupArgs a;
+    a.jobs = reinterpret_cast<const CompressionJobDesc*>(dm);
+    a.num_jobs = static_cast<int>(descs.size());
+    a.chunk_job = reinterpret_cast<const int32_t*>(dm + desc_bytes);
+    a.num_chunks = static_cast<int>(chunk_job.size());
+    a.pages = reinterpret_cast<const int32_t*>(dm + desc_bytes + chunk_bytes);
+    a.max_window_group = plan.max_window_group;
+    a.any_redundancy = any_redundancy;
+    a.num_kv_heads = g.num_kv_heads;
+    a.group_size = group_size;
+    a.head_dim = g.head_dim;
+    a.block_size = bs;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
+    a.kv_layer_pitch = g.kv_layer_pitch;
+    a.q_layer_pitch = query_layer_pitch();
+    a.max_window = config_.max_window;
+    a.f_layer_pitch = score_layer_pitch();
+    a.scores = static_cast<float*>(scores_.ptr);
+    a.final_scores = static_cast<float*>(final_.ptr);
+    a.redundancy = static_cast<float*>(redundancy_.ptr);
+    a.norms = static_cast<float*>(norms_.ptr);
+    a.z = static_cast<int2*>(z_.ptr);
+    a.lse = static_cast<float2*>(lse_.ptr);
+    a.keep = static_cast<int32_t*>(keep_.ptr);
+    for (int l0 = 0; l0 < g.num_layers; l0 += stride) {
+      a.num_group_layers = std::min(stride, g.num_layers - l0);
+      a.k = g.k + l0 * g.kv_layer_pitch;
+      a.v = g.v + l0 * g.kv_layer_pitch;
+      a.q = q_cache_ != nullptr ? q_cache_ + l0 * a.q_layer_pitch : nullptr;
+      a.f = f_ != nullptr ? f_ + l0 * a.f_layer_pitch : nullptr;
+      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_scores(a, stream_));
+      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_select(a, stream_));
+      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_compact(a, stream_));
+    }
+  }
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_, stream_));
+  in_flight_ = true;
+  return Status::ok();
+}
+
+bool CudaCompressor::done() {
+  if (!in_flight_) return true;
+  const cudaError_t q = cudaEventQuery(done_);
+  if (q == cudaErrorNotReady) return false;
+  in_flight_ = false;
+  if (q != cudaSuccess && status_.is_ok()) status_ = cuda_status(q, "compression batch");
+  return true;
+}
+
+Status CudaCompressor::wait() {
+  if (in_flight_) {
+    const cudaError_t err = cudaEventSynchronize(done_);
+    in_flight_ = false;
+    if (err != cudaSuccess && status_.is_ok()) status_ = cuda_status(err, "compression batch");
+  }
+  return status_;
+}
+
+void CudaCompressor::copy_scores(BlockId src, BlockId dst, cudaStream_t stream) {
+  if (f_ == nullptr) return;
+  const size_t page = static_cast<size_t>(geom_.num_kv_heads) * geom_.block_size;
+  for (int l = 0; l < geom_.num_layers; ++l) {
+    float* base = f_ + l * score_layer_pitch();
+    ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(base + dst * page, base + src * page, page * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, stream));
+  }
+}
+
+}  // namespace origami::cuda

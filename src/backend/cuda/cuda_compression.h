@@ -1,0 +1,121 @@
+#pragma once
+// KV compression on the CUDA backend (kv/compression.h): owns the query cache
+// Q[L, M, max_window, h_q, d] (bf16), the global scores F[L, num_blocks, h_kv, block_size] (fp32),
+// its own CUDA stream, and the scratch of one batch of jobs. begin() validates the jobs, uploads
+// their tables in one copy, makes its stream wait for the work already queued on the backend's
+// stream (the step that wrote the last KV entries and queries, copy_block), then enqueues, layer
+// group by layer group (CompressionConfig::layer_stride layers at a time), the scorer, select and
+// compact kernels (compression_kernels.h) and records an event. Decode steps of other requests
+// run meanwhile on the backend's stream: compression touches only its jobs' pages and slots.
+//
+// Scratch is sized for one layer group of the batch: per (layer of the stride, KV head, entry)
+// 8 bytes (24 with a redundancy score), plus 4 per kept entry; it grows between batches, never
+// while one is in flight or during a graph capture (begin() is not called from inside execute()).
+// It is not part of the KV memory plan: it comes out of the backend's reserve.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/compression_kernels.h"
+#include "core/status.h"
+#include "kv/block_table.h"
+#include "kv/compression.h"
+
+namespace origami::cuda {
+
+// The kernels' view of a batch of jobs, built on the host: one descriptor per non-empty job, the
+// chunk -> job map, the page tables, and the scratch elements of one layer group.
+struct CompressionPlan {
+  std::vector<CompressionJobDesc> descs;
+  std::vector<int32_t> chunk_job;
+  std::vector<int32_t> pages;
+  size_t score_elems = 0;  // scores, final_scores, redundancy, norms, z
+  size_t keep_elems = 0;
+  size_t lse_elems = 0;
+  int max_window_group = 0;
+  bool any_redundancy = false;
+};
+// rows_per_job: layers of the largest group (min(layer_stride, L)) times KV heads. The jobs must be
+// valid (CudaCompressor::begin validates them first).
+CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int block_size, int rows_per_job,
+                                 int group_size);
+
+class CudaCompressor {
+ public:
+  // The backend's paged storage: K of layer l at k + l * kv_layer_pitch (elements), V likewise.
+  struct Geometry {
+    int num_layers = 0;
+    int num_kv_heads = 0;
+    int num_q_heads = 0;
+    int head_dim = 0;
+    int block_size = 0;
+    int num_blocks = 0;
+    __nv_bfloat16* k = nullptr;
+    __nv_bfloat16* v = nullptr;
+    size_t kv_layer_pitch = 0;
+  };
+
+  CudaCompressor();
+  ~CudaCompressor();
+  CudaCompressor(const CudaCompressor&) = delete;
+  CudaCompressor& operator=(const CudaCompressor&) = delete;
+
+  // (Re)allocates the query cache and, if config.global_scores, F (zeroed). Waits for a batch in
+  // flight first.
+  Status configure(const CompressionConfig& config, const Geometry& geometry);
+  bool configured() const { return configured_; }
+  const CompressionConfig& config() const { return config_; }
+
+  // Bytes of one query slot: [L, max_window, h_q, d] bf16.
+  static size_t query_slot_bytes(const Geometry& g, int max_window);
+  // The query cache at layer 0; layer l starts query_layer_pitch() elements further.
+  __nv_bfloat16* query_cache() const { return q_cache_; }
+  size_t query_layer_pitch() const;
+  // F at layer 0 (null without global scores); layer l starts score_layer_pitch() floats further.
+  float* global_scores() const { return f_; }
+  size_t score_layer_pitch() const;
+
+  // Validates `jobs` (each names the job, request and field at fault) and enqueues them after the
+  // work already on `main_stream`. Waits for a previous batch still in flight.
+  Status begin(const std::vector<CompressionJob>& jobs, cudaStream_t main_stream);
+  bool done();
+  Status wait();
+
+  // Copy-on-write of one page's global scores (every layer), enqueued on `stream`.
+  void copy_scores(BlockId src, BlockId dst, cudaStream_t stream);
+
+ private:
+  Status validate(const std::vector<CompressionJob>& jobs) const;
+  Status ensure_device(void** ptr, size_t* capacity, size_t bytes);
+  void release();
+
+  bool configured_ = false;
+  CompressionConfig config_;
+  Geometry geom_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;  // recorded on the backend's stream at begin()
+  cudaEvent_t done_ = nullptr;   // recorded on stream_ after the batch
+  bool in_flight_ = false;
+  Status status_;
+
+  __nv_bfloat16* q_cache_ = nullptr;
+  float* f_ = nullptr;
+
+  // One batch's metadata (job descriptors, chunk -> job map, page tables): pinned staging and
+  // its device twin, uploaded in one copy.
+  void* host_meta_ = nullptr;
+  size_t host_meta_bytes_ = 0;
+  void* dev_meta_ = nullptr;
+  size_t dev_meta_bytes_ = 0;
+  // Scratch of one layer group (see compression_kernels.h GroupArgs).
+  struct Scratch {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  Scratch scores_, final_, redundancy_, norms_, z_, lse_, keep_;
+};
+
+}  // namespace origami::cuda

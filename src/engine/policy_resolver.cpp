@@ -1,0 +1,51 @@
+#include "engine/policy_resolver.h"
+
+#include "policy/kv_budget.h"
+#include "policy/policy_registry.h"
+
+namespace origami {
+
+Expected<RequestCompression> resolve_request_compression(const EngineConfig& config, const CompressionSupport& support,
+                                                         const RequestOptions& options) {
+  if (options.kv_budget < 0)
+    return invalid_argument("kv_budget must be >= 0 tokens (0 = the default), got " + std::to_string(options.kv_budget));
+  const bool own_policy = !options.kv_policy.empty();
+  const std::string& name = own_policy ? options.kv_policy : config.kv_policy;
+  PolicyOptionMap policy_options = own_policy ? PolicyOptionMap{} : config.kv_policy_options;
+  for (const auto& [k, v] : options.kv_policy_options) policy_options[k] = v;
+  Expected<std::shared_ptr<const KVPolicy>> policy = PolicyRegistry::builtin().create(name, policy_options);
+  if (!policy) return policy.status();
+
+  RequestCompression c;
+  c.policy = *policy;
+  c.trigger = c.policy->trigger();
+  if (!c.policy->compresses()) return c;
+
+  c.budget = options.kv_budget > 0 ? options.kv_budget : config.kv_budget > 0 ? config.kv_budget : c.policy->default_budget();
+  ORIGAMI_RETURN_IF_ERROR(c.policy->check_budget(c.budget, support.block_size));
+  if (!support.available)
+    return invalid_argument("KV policy " + name + " compresses the KV cache, which this engine cannot do on the " +
+                            support.backend + " backend" +
+                            (support.unavailable_reason.empty() ? "" : ": " + support.unavailable_reason));
+  const PolicyNeeds needs = c.policy->needs();
+  if (needs.window_queries) {
+    if (support.num_query_slots < 1)
+      return invalid_argument("KV policy " + name + " needs query slots, but the engine has none");
+    if (needs.window > support.max_window)
+      return invalid_argument("KV policy " + name + ": window " + std::to_string(needs.window) +
+                              " exceeds the engine's query window of " + std::to_string(support.max_window) +
+                              " (sized at startup from the default policy)");
+  }
+  if (needs.global_scores && !support.global_scores)
+    return invalid_argument("KV policy " + name + " needs global score pages, which the engine did not allocate");
+  c.window = needs.window_queries ? needs.window : 0;
+  if (c.trigger == CompressionTrigger::kCacheFull) {
+    c.max_blocks = max_blocks_for_budget(c.budget, support.block_size);
+    c.num_keep = entries_kept_for_budget(c.budget, support.block_size);
+  } else {
+    c.num_keep = c.budget;
+  }
+  return c;
+}
+
+}  // namespace origami

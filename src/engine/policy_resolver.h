@@ -1,0 +1,30 @@
+#pragma once
+// Turns a request's policy name, options and budget (or the engine's defaults) into the
+// compression state the scheduler runs, checking them against what the backend allocated.
+#include <string>
+
+#include "core/status.h"
+#include "engine/engine_config.h"
+#include "engine/request_options.h"
+#include "sched/request.h"
+
+namespace origami {
+
+// What the engine set up for compression at creation.
+struct CompressionSupport {
+  bool available = false;   // the backend accepted configure_compression()
+  std::string unavailable_reason;
+  std::string backend;      // for messages
+  int num_query_slots = 0;  // M
+  int max_window = 0;       // rows per query slot
+  bool global_scores = false;
+  int block_size = 16;
+};
+
+// Policy: the request's, else the engine's default. Options: with a request policy, the
+// request's; else the engine's overridden key by key by the request's. Budget: the request's,
+// else the engine's, else the policy's default. Errors name the policy, option or budget.
+Expected<RequestCompression> resolve_request_compression(const EngineConfig& config, const CompressionSupport& support,
+                                                         const RequestOptions& options);
+
+}  // namespace origami

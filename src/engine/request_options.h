@@ -1,0 +1,24 @@
+#pragma once
+// Per-request options beyond sampling: the KV compression policy and budget, and teacher forcing.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace origami {
+
+struct RequestOptions {
+  // Compression policy and budget of this request; empty / 0 = the engine's defaults. Options
+  // given without a policy name refine the engine's default policy (overriding the engine's
+  // options key by key); with a policy name they are that policy's only options.
+  std::string kv_policy;
+  int kv_budget = 0;
+  std::map<std::string, std::string> kv_policy_options;
+  // Teacher forcing: the first outputs are these tokens instead of sampled ones, one per decode
+  // step, so decode-time compression runs through them (stream-mode evaluation, perplexity).
+  // Stop conditions do not apply to forced tokens; max_tokens counts them.
+  std::vector<int32_t> forced_output_tokens;
+  bool return_forced_logprobs = false;  // report log p(forced token) in RequestOutput
+};
+
+}  // namespace origami

@@ -1,0 +1,141 @@
+#include "eval/eval_report.h"
+
+#include <cstdio>
+#include <map>
+
+namespace origami::eval {
+namespace {
+
+const PointResult* find_reference(const std::vector<PointResult>& results) {
+  for (const PointResult& r : results)
+    if (r.point.reference) return &r;
+  return nullptr;
+}
+
+std::string fixed(double v, int decimals) {
+  if (!std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// NaN is not JSON; null says "no value" to every reader.
+nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+}  // namespace
+
+nlohmann::json engine_config_json(const EngineConfig& c) {
+  return {{"model", c.model_dir},
+          {"device", c.device},
+          {"dummy_weights", c.dummy_weights},
+          {"block_size", c.block_size},
+          {"max_num_seqs", c.max_num_seqs},
+          {"max_num_batched_tokens", c.max_num_batched_tokens},
+          {"enable_chunked_prefill", c.enable_chunked_prefill},
+          {"enable_prefix_caching", c.enable_prefix_caching},
+          {"max_model_len", c.max_model_len},
+          {"kv_cache_bytes", c.kv_cache_bytes},
+          {"num_kv_blocks", c.num_kv_blocks},
+          {"kv_policy_options", c.kv_policy_options},
+          {"async_compression", c.async_compression},
+          {"compression_layer_stride", c.compression_layer_stride},
+          {"threads", c.num_threads},
+          {"seed", c.seed}};
+}
+
+nlohmann::json point_json(const PointResult& r, const PointResult* reference, const nlohmann::json& engine) {
+  nlohmann::json j;
+  const bool retrieval = r.task == EvalTask::kRetrieval;
+  j["task"] = retrieval ? "retrieval" : "ppl";
+  j["policy"] = r.point.policy;
+  j["budget"] = r.point.budget;
+  j["reference"] = r.point.reference;
+  j["mode"] = r.mode;
+  j["num_documents"] = r.num_documents;
+  j["failed"] = r.num_failed;
+  if (!r.first_error.empty()) j["error"] = r.first_error;
+  const double ref = reference ? reference->metric() : std::numeric_limits<double>::quiet_NaN();
+  if (retrieval) {
+    j["accuracy"] = number_or_null(r.accuracy());
+    j["correct"] = r.num_correct;
+    j["accuracy_full"] = number_or_null(ref);
+    // Relative fidelity: 1.0 = as accurate as full KV.
+    j["accuracy_ratio"] = number_or_null(ref > 0 ? r.accuracy() / ref : std::numeric_limits<double>::quiet_NaN());
+  } else {
+    j["ppl"] = number_or_null(r.perplexity());
+    j["mean_nll"] = number_or_null(r.nll.num_tokens ? r.nll.mean_nll() : std::numeric_limits<double>::quiet_NaN());
+    j["num_tokens"] = r.nll.num_tokens;
+    j["ppl_full"] = number_or_null(ref);
+    // 1.0 = no loss; above 1 the policy's perplexity is that many times full KV's.
+    j["ppl_ratio"] = number_or_null(ref > 0 ? r.perplexity() / ref : std::numeric_limits<double>::quiet_NaN());
+  }
+  j["wall_seconds"] = r.wall_seconds;
+  j["num_steps"] = r.num_steps;
+  j["num_output_tokens"] = r.num_output_tokens;
+  for (const auto& [key, value] : engine.items())
+    if (!j.contains(key)) j[key] = value;
+  return j;
+}
+
+std::string format_table(const std::vector<PointResult>& results) {
+  const PointResult* ref = find_reference(results);
+  const bool retrieval = !results.empty() && results.front().task == EvalTask::kRetrieval;
+  std::string out;
+  char line[256];
+  if (retrieval) {
+    std::snprintf(line, sizeof line, "%-18s %8s %8s %9s %9s %8s %7s %9s\n", "policy", "budget", "mode", "accuracy",
+                  "correct", "vs full", "failed", "time (s)");
+  } else {
+    std::snprintf(line, sizeof line, "%-18s %8s %8s %10s %10s %8s %7s %9s\n", "policy", "budget", "windows", "tokens",
+                  "ppl", "vs full", "failed", "time (s)");
+  }
+  out += line;
+  for (const PointResult& r : results) {
+    const std::string budget = r.point.reference ? "-" : r.point.budget > 0 ? std::to_string(r.point.budget) : "default";
+    const double ref_value = ref ? ref->metric() : std::numeric_limits<double>::quiet_NaN();
+    const double ratio = ref_value > 0 ? r.metric() / ref_value : std::numeric_limits<double>::quiet_NaN();
+    if (retrieval) {
+      const std::string correct = std::to_string(r.num_correct) + "/" + std::to_string(r.num_documents);
+      std::snprintf(line, sizeof line, "%-18s %8s %8s %9s %9s %8s %7d %9.1f\n", r.point.policy.c_str(), budget.c_str(),
+                    r.mode.c_str(), fixed(r.accuracy(), 3).c_str(), correct.c_str(), fixed(ratio, 3).c_str(), r.num_failed,
+                    r.wall_seconds);
+    } else {
+      std::snprintf(line, sizeof line, "%-18s %8s %8d %10lld %10s %8s %7d %9.1f\n", r.point.policy.c_str(), budget.c_str(),
+                    r.num_documents, static_cast<long long>(r.nll.num_tokens), fixed(r.perplexity(), 3).c_str(),
+                    fixed(ratio, 3).c_str(), r.num_failed, r.wall_seconds);
+    }
+    out += line;
+  }
+  return out;
+}
+
+PlotSpec make_plot_spec(const std::vector<PointResult>& results, const std::string& title) {
+  PlotSpec spec;
+  spec.title = title;
+  spec.x_label = "KV budget (tokens per request)";
+  const bool retrieval = !results.empty() && results.front().task == EvalTask::kRetrieval;
+  spec.y_label = retrieval ? "retrieval accuracy" : "perplexity";
+  if (retrieval) {
+    spec.y_min = 0.0;
+    spec.y_max = 1.0;
+  }
+  // Series in the order policies first appear.
+  std::vector<std::string> order;
+  std::map<std::string, PlotSeries> by_policy;
+  for (const PointResult& r : results) {
+    if (r.point.reference) {
+      spec.references.push_back(PlotReference{"full KV (" + fixed(r.metric(), 3) + ")", r.metric()});
+      continue;
+    }
+    if (r.point.budget <= 0) continue;  // a policy default has no place on a budget axis
+    if (!by_policy.count(r.point.policy)) {
+      order.push_back(r.point.policy);
+      by_policy[r.point.policy].name = r.point.policy;
+    }
+    by_policy[r.point.policy].points.emplace_back(static_cast<double>(r.point.budget), r.metric());
+  }
+  for (const std::string& p : order) spec.series.push_back(std::move(by_policy[p]));
+  return spec;
+}
+
+}  // namespace origami::eval

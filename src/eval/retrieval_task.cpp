@@ -1,0 +1,106 @@
+#include "eval/retrieval_task.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+namespace origami::eval {
+namespace {
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+}  // namespace
+
+Expected<std::vector<RetrievalExample>> load_retrieval_examples(const std::string& path, int limit) {
+  std::ifstream in(path);
+  if (!in) return not_found("cannot open '" + path + "'");
+  std::vector<RetrievalExample> examples;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (limit > 0 && static_cast<int>(examples.size()) >= limit) break;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no) + ": ";
+    nlohmann::json obj = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (obj.is_discarded() || !obj.is_object()) return invalid_file(where + "not a JSON object");
+    RetrievalExample ex;
+    if (!obj.contains("prompt") || !obj["prompt"].is_string() || obj["prompt"].get<std::string>().empty())
+      return invalid_file(where + "\"prompt\" must be a non-empty string");
+    ex.prompt = obj["prompt"].get<std::string>();
+    if (!obj.contains("answer") || !obj["answer"].is_string())
+      return invalid_file(where + "\"answer\" must be a string of 4 digits");
+    ex.answer = obj["answer"].get<std::string>();
+    if (ex.answer.size() != 4 || !is_digit(ex.answer[0]) || !is_digit(ex.answer[1]) || !is_digit(ex.answer[2]) ||
+        !is_digit(ex.answer[3]))
+      return invalid_file(where + "\"answer\" must be 4 digits, got \"" + ex.answer + "\"");
+    if (obj.contains("id")) ex.id = obj["id"].is_string() ? obj["id"].get<std::string>() : obj["id"].dump();
+    else ex.id = std::to_string(examples.size());
+    examples.push_back(std::move(ex));
+  }
+  if (examples.empty()) return invalid_file("'" + path + "' holds no examples");
+  return examples;
+}
+
+bool retrieval_answer_matches(std::string_view generated, std::string_view answer) {
+  size_t i = 0;
+  while (i < generated.size() && is_space(generated[i])) ++i;
+  if (answer.empty() || generated.size() - i < answer.size()) return false;
+  if (generated.substr(i, answer.size()) != answer) return false;
+  const size_t after = i + answer.size();
+  return after == generated.size() || !is_digit(generated[after]);
+}
+
+Expected<RetrievalMode> parse_retrieval_mode(std::string_view text) {
+  if (text == "prefill") return RetrievalMode::kPrefill;
+  if (text == "stream") return RetrievalMode::kStream;
+  return invalid_argument("--mode: '" + std::string(text) + "' is not a mode; use prefill or stream");
+}
+
+const char* retrieval_mode_name(RetrievalMode mode) { return mode == RetrievalMode::kPrefill ? "prefill" : "stream"; }
+
+EvalItem make_retrieval_item(const Tokenizer& tokenizer, const RetrievalExample& example, RetrievalMode mode,
+                             int max_answer_tokens) {
+  EvalItem item;
+  std::vector<int32_t> ids = tokenizer.encode(example.prompt, /*add_special_tokens=*/true);
+  item.max_new_tokens = max_answer_tokens;
+  if (mode == RetrievalMode::kStream && ids.size() > 1) {
+    item.forced_token_ids.assign(ids.begin() + 1, ids.end());
+    ids.resize(1);
+  }
+  item.prompt_token_ids = std::move(ids);
+  return item;
+}
+
+void score_retrieval(const Tokenizer& tokenizer, const std::vector<RetrievalExample>& examples,
+                     const std::vector<EvalItemResult>& results, PointResult* point,
+                     std::vector<nlohmann::json>* details) {
+  point->task = EvalTask::kRetrieval;
+  point->num_documents = static_cast<int>(results.size());
+  for (size_t i = 0; i < results.size() && i < examples.size(); ++i) {
+    const EvalItemResult& r = results[i];
+    std::string output;
+    bool correct = false;
+    if (r.ok) {
+      output = tokenizer.decode(r.generated_token_ids, /*skip_special_tokens=*/true);
+      correct = retrieval_answer_matches(output, examples[i].answer);
+    } else {
+      ++point->num_failed;
+      if (point->first_error.empty()) point->first_error = r.error;
+    }
+    point->num_correct += correct ? 1 : 0;
+    if (details) {
+      nlohmann::json d = {{"id", examples[i].id},
+                          {"policy", point->point.policy},
+                          {"budget", point->point.budget},
+                          {"answer", examples[i].answer},
+                          {"output", output},
+                          {"correct", correct}};
+      if (!r.ok) d["error"] = r.error;
+      details->push_back(std::move(d));
+    }
+  }
+}
+
+}  // namespace origami::eval

@@ -1,0 +1,58 @@
+#pragma once
+// The long-range retrieval task (../shared/models/README.md): a ~2000-token document with 1-4
+// facts " The secret number of the {adjective} {noun} is {4 digits}. " ends with a question
+// whose answer is one of them; the model must continue with " {4 digits}.".
+//
+// Scoring rule (exact match, documented in docs/fidelity.md): leading whitespace of the greedy
+// continuation is skipped; the next four characters must be exactly the expected digits, and
+// the character after them, if any, must not be a digit (" 01812" is wrong, " 0181." and
+// " 0181" are right). Anything else, including an empty continuation, is wrong.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "eval/eval_item.h"
+#include "eval/eval_result.h"
+#include "tokenizer/tokenizer.h"
+
+namespace origami::eval {
+
+struct RetrievalExample {
+  std::string id;      // the JSONL "id" as written (number or string)
+  std::string prompt;  // the document, ending in "... is"
+  std::string answer;  // four ASCII digits
+};
+
+// Reads the JSONL file: one object per line with "prompt" (string) and "answer" (4 digits)
+// and an optional "id"; blank lines are skipped. `limit` > 0 keeps the first `limit` examples.
+// Errors name the file, line and field.
+Expected<std::vector<RetrievalExample>> load_retrieval_examples(const std::string& path, int limit = 0);
+
+// The scoring rule above.
+bool retrieval_answer_matches(std::string_view generated, std::string_view answer);
+
+// prefill: the document is the prompt (prefill-time compression sees the question).
+// stream: the document is fed as forced decode tokens after its first token, so decode-time
+// compression runs through all of it, query-agnostic, before the answer is generated.
+enum class RetrievalMode { kPrefill, kStream };
+Expected<RetrievalMode> parse_retrieval_mode(std::string_view text);
+const char* retrieval_mode_name(RetrievalMode mode);
+
+// Tokenizes the document as `origami generate` does (the tokenizer's special tokens, e.g. BOS,
+// included) and splits it for the mode: prefill -> prompt = all tokens; stream -> prompt = the
+// first token (BOS when the tokenizer adds one, else the document's first token), forced = the
+// rest. `max_answer_tokens` are generated greedily after that.
+EvalItem make_retrieval_item(const Tokenizer& tokenizer, const RetrievalExample& example, RetrievalMode mode,
+                             int max_answer_tokens);
+
+// Scores a point: decodes each document's generated tokens (special tokens skipped) and applies
+// the rule above; failed documents count as wrong. With `details`, appends one record per
+// document: {"id", "policy", "budget", "answer", "output", "correct"[, "error"]}.
+void score_retrieval(const Tokenizer& tokenizer, const std::vector<RetrievalExample>& examples,
+                     const std::vector<EvalItemResult>& results, PointResult* point,
+                     std::vector<nlohmann::json>* details = nullptr);
+
+}  // namespace origami::eval

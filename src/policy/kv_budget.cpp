@@ -1,0 +1,31 @@
+#include "policy/kv_budget.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace origami {
+
+int max_blocks_for_budget(int budget, int block_size) {
+  ORIGAMI_CHECK(budget >= 0 && block_size >= 1);
+  return budget / block_size + 1;
+}
+
+int entries_kept_for_budget(int budget, int block_size) {
+  return (max_blocks_for_budget(budget, block_size) - 1) * block_size;
+}
+
+QuerySlotSizing size_query_slots(int64_t available_bytes, int64_t block_bytes, int64_t score_page_bytes,
+                                 int max_blocks, int64_t slot_bytes, int max_slots) {
+  ORIGAMI_CHECK(block_bytes > 0 && score_page_bytes >= 0 && slot_bytes >= 0 && max_blocks >= 1 && max_slots >= 0);
+  QuerySlotSizing out;
+  if (available_bytes <= 0) return out;
+  const int64_t m_block = block_bytes + score_page_bytes;
+  const int64_t per_request = m_block * max_blocks + slot_bytes;
+  const int64_t m = std::min<int64_t>(available_bytes / per_request, max_slots);
+  out.num_query_slots = static_cast<int>(m);
+  out.num_blocks = static_cast<int>((available_bytes - m * slot_bytes) / m_block);
+  return out;
+}
+
+}  // namespace origami

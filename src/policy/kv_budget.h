@@ -1,0 +1,28 @@
+#pragma once
+// Budget arithmetic of Compressed PagedAttention (Zipage §4.1–4.2): a request may hold at most
+// N_max = floor(budget / b) + 1 blocks; a compression keeps k = (N_max - 1) * b entries per
+// (layer, KV head) and leaves block N_max for new tokens. The number of query slots M follows
+// the paper's eq. 1 (eq. 2 with global scores).
+#include <cstdint>
+
+namespace origami {
+
+// N_max: blocks a request may hold while decoding under `budget` tokens (>= 1 block of budget).
+int max_blocks_for_budget(int budget, int block_size);
+// k = (N_max - 1) * b: entries kept per (layer, KV head) by a cache-full compression.
+int entries_kept_for_budget(int budget, int block_size);
+
+struct QuerySlotSizing {
+  int num_query_slots = 0;  // M
+  int num_blocks = 0;       // N_total: KV blocks that fit beside the slots
+};
+
+// Splits `available_bytes` between KV blocks and query slots:
+//   M = floor(m_avail / (m_block * N_max + m_q)),  N_total = floor((m_avail - M * m_q) / m_block)
+// with m_block = bytes of one KV block plus its global-score page (0 without global scores) and
+// m_q = bytes of one query slot. M is then capped to [0, max_slots]; a cap frees the memory of
+// the slots it removes for blocks.
+QuerySlotSizing size_query_slots(int64_t available_bytes, int64_t block_bytes, int64_t score_page_bytes,
+                                 int max_blocks, int64_t slot_bytes, int max_slots);
+
+}  // namespace origami

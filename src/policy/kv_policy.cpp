@@ -1,0 +1,55 @@
+#include "policy/kv_policy.h"
+
+#include "policy/kv_budget.h"
+
+namespace origami {
+
+const char* trigger_name(CompressionTrigger trigger) {
+  switch (trigger) {
+    case CompressionTrigger::kNever: return "never";
+    case CompressionTrigger::kCacheFull: return "cache full (N_max blocks)";
+    case CompressionTrigger::kPrefillEnd: return "end of prefill, once";
+  }
+  return "unknown";
+}
+
+Status KVPolicy::check_budget(int budget, int block_size) const {
+  if (!compresses()) return Status::ok();
+  const ScoreRecipe& recipe = score_recipe();
+  const int protected_entries = (recipe.recency ? 0 : recipe.window) + recipe.num_sinks;
+  const std::string where = "policy " + name_ + " with KV budget " + std::to_string(budget);
+  if (budget < 1) return invalid_argument(where + ": the budget must be >= 1 token");
+  if (trigger() == CompressionTrigger::kCacheFull) {
+    if (budget < block_size)
+      return invalid_argument(where + ": the budget must hold at least one block of " + std::to_string(block_size) +
+                              " tokens (N_max = floor(budget / block_size) + 1 >= 2)");
+    const int keep = entries_kept_for_budget(budget, block_size);
+    if (keep <= protected_entries)
+      return invalid_argument(where + ": keeps " + std::to_string(keep) + " entries, not more than the " +
+                              std::to_string(protected_entries) + " it always protects (window + sinks)");
+    // The window of the next compression must lie in the block a compression leaves empty, so
+    // that its queries are all computed after the previous compression.
+    if (needs().window_queries && needs().window > block_size)
+      return invalid_argument("policy " + name_ + ": window " + std::to_string(needs().window) +
+                              " is larger than the block size " + std::to_string(block_size));
+    return Status::ok();
+  }
+  if (budget <= protected_entries)
+    return invalid_argument(where + ": keeps no more than the " + std::to_string(protected_entries) +
+                            " entries it always protects (window + sinks)");
+  return Status::ok();
+}
+
+std::string KVPolicy::describe() const {
+  std::string s = name_;
+  if (options_.values().empty()) return s;
+  s += "(";
+  bool first = true;
+  for (const auto& [k, v] : options_.values()) {
+    s += (first ? "" : ", ") + k + "=" + v;
+    first = false;
+  }
+  return s + ")";
+}
+
+}  // namespace origami

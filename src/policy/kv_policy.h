@@ -1,0 +1,71 @@
+#pragma once
+// A KV compression policy: what it needs, when it triggers, how its budget is split, and its
+// score. Like kvpress's presses, a policy is small: it only *declares* these and builds a
+// ScoreRecipe (its score); selecting the top entries and compacting them in place is shared by
+// every policy and runs in the backend's kernels. The scheduler reads the trigger and needs to
+// plan query capture and compression; the engine hands the recipe to the backend.
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "kv/compression.h"
+#include "policy/policy_options.h"
+
+namespace origami {
+
+// When a request's cache is compressed.
+enum class CompressionTrigger {
+  kNever,      // full KV: the cache grows with the sequence
+  // Zipage: a request that is not prefilling and holds N_max full blocks (N_max * b entries) is
+  // compressed to k = (N_max - 1) * b entries per (layer, KV head). Memory stays bounded for the
+  // whole decode; a prompt may exceed N_max blocks until its prefill completes.
+  kCacheFull,
+  // SnapKV: once, when the prompt (the prefill) completes, if it holds more entries than the
+  // budget, keep `budget` of them; decoding then grows the cache uncompressed.
+  kPrefillEnd,
+};
+const char* trigger_name(CompressionTrigger trigger);
+
+// How the per-request budget is split over (layer, KV head). Only uniform exists: every head
+// keeps as many entries, so one block table serves them all.
+enum class BudgetSplit { kUniform };
+
+// What a policy's score needs from the engine and backend.
+struct PolicyNeeds {
+  // Queries of the last `window` entries before a compression, captured into a query slot.
+  bool window_queries = false;
+  int window = 0;
+  // G-KV global score pages F (allocated by the backend when the engine enables them).
+  bool global_scores = false;
+};
+
+class KVPolicy {
+ public:
+  KVPolicy(std::string name, PolicyOptions options) : name_(std::move(name)), options_(std::move(options)) {}
+  virtual ~KVPolicy() = default;
+
+  // The registered name it was created under (an alias keeps its own name).
+  const std::string& name() const { return name_; }
+  // Every option with its resolved value ("window" -> "16", ...).
+  const PolicyOptions& options() const { return options_; }
+
+  virtual CompressionTrigger trigger() const = 0;
+  virtual BudgetSplit budget_split() const { return BudgetSplit::kUniform; }
+  virtual PolicyNeeds needs() const = 0;
+  // Its score. Entries the recipe protects (window, sinks) are always kept.
+  virtual const ScoreRecipe& score_recipe() const = 0;
+  // Budget (tokens of KV per request) when neither the request nor the engine sets one.
+  virtual int default_budget() const { return 2048; }
+  // Whether `budget` tokens work with this policy at this block size (the error names both).
+  virtual Status check_budget(int budget, int block_size) const;
+
+  bool compresses() const { return trigger() != CompressionTrigger::kNever; }
+  // "zipage(global=1, redundancy=lightning, ...)", for logs and `origami policies`.
+  std::string describe() const;
+
+ private:
+  std::string name_;
+  PolicyOptions options_;
+};
+
+}  // namespace origami

@@ -1,0 +1,77 @@
+#pragma once
+// The shape every built-in policy takes: a trigger plus a ScoreRecipe, with its needs read off
+// the recipe. A policy file only declares its options and maps them onto a recipe.
+#include "policy/kv_policy.h"
+
+namespace origami {
+
+class RecipePolicy : public KVPolicy {
+ public:
+  RecipePolicy(std::string name, PolicyOptions options, CompressionTrigger trigger, ScoreRecipe recipe)
+      : KVPolicy(std::move(name), std::move(options)), trigger_(trigger), recipe_(recipe) {}
+
+  CompressionTrigger trigger() const override { return trigger_; }
+  PolicyNeeds needs() const override {
+    PolicyNeeds n;
+    if (trigger_ == CompressionTrigger::kNever) return n;
+    n.window_queries = recipe_.needs_queries();
+    n.window = n.window_queries ? recipe_.window : 0;
+    n.global_scores = recipe_.global_decay > 0.0f;
+    return n;
+  }
+  const ScoreRecipe& score_recipe() const override { return recipe_; }
+
+ private:
+  CompressionTrigger trigger_;
+  ScoreRecipe recipe_;
+};
+
+// Option specs shared by several policies.
+inline PolicyOptionSpec int_option(std::string name, int default_value, int min, int max, std::string help) {
+  PolicyOptionSpec s;
+  s.name = std::move(name);
+  s.kind = OptionKind::kInt;
+  s.default_value = std::to_string(default_value);
+  s.min = min;
+  s.max = max;
+  s.help = std::move(help);
+  return s;
+}
+inline PolicyOptionSpec float_option(std::string name, std::string default_value, double min, double max, std::string help) {
+  PolicyOptionSpec s;
+  s.name = std::move(name);
+  s.kind = OptionKind::kFloat;
+  s.default_value = std::move(default_value);
+  s.min = min;
+  s.max = max;
+  s.help = std::move(help);
+  return s;
+}
+inline PolicyOptionSpec bool_option(std::string name, bool default_value, std::string help) {
+  PolicyOptionSpec s;
+  s.name = std::move(name);
+  s.kind = OptionKind::kBool;
+  s.default_value = default_value ? "1" : "0";
+  s.help = std::move(help);
+  return s;
+}
+inline PolicyOptionSpec enum_option(std::string name, std::string default_value, std::vector<std::string> choices,
+                                    std::string help) {
+  PolicyOptionSpec s;
+  s.name = std::move(name);
+  s.kind = OptionKind::kEnum;
+  s.default_value = std::move(default_value);
+  s.choices = std::move(choices);
+  s.help = std::move(help);
+  return s;
+}
+
+// A pooling kernel must be odd (centred on its entry) or <= 1 (off).
+inline Status check_pool_kernel(const std::string& policy, int kernel) {
+  if (kernel > 1 && kernel % 2 == 0)
+    return invalid_argument("policy " + policy + ": option kernel=" + std::to_string(kernel) +
+                            " must be odd (a window centred on each entry) or 1 (no pooling)");
+  return Status::ok();
+}
+
+}  // namespace origami

@@ -1,0 +1,36 @@
+// `snapkv` (SnapKV): once the prompt is prefilled, score its entries by the attention of the
+// last `window` prompt queries, pooled along the sequence, and keep `budget` of them (window
+// included). Decoding then grows the cache uncompressed, so memory is bounded only for the prompt.
+// Defaults follow SnapKV's LongBench setting (window 32, max pooling with kernel 7), which is
+// also how the TANGRAM paper runs it.
+#include "core/check.h"
+#include "policy/policy_registry.h"
+#include "policy/recipe_policy.h"
+
+namespace origami {
+
+void register_snapkv_policy(PolicyRegistry* registry) {
+  PolicyInfo info;
+  info.name = "snapkv";
+  info.summary = "SnapKV: compress the prompt once at the end of prefill (window attention + pooling)";
+  info.options = {
+      int_option("window", 32, 1, 1024, "observation window: the last prompt tokens whose queries score the rest (always kept)"),
+      int_option("kernel", 7, 1, 63, "pooling kernel along the sequence (odd; 1 = no pooling)"),
+      enum_option("pool_type", "max", {"max", "avg"}, "pooling: max or average"),
+      int_option("sinks", 0, 0, 1 << 20, "first entries always kept"),
+  };
+  info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
+    ORIGAMI_RETURN_IF_ERROR(check_pool_kernel(name, options.get_int("kernel")));
+    ScoreRecipe recipe;
+    recipe.attention = true;
+    recipe.window = options.get_int("window");
+    recipe.pool_kernel = options.get_int("kernel");
+    recipe.pool_type = options.get("pool_type") == "avg" ? PoolType::kAvg : PoolType::kMax;
+    recipe.pool_first_only = true;  // it compresses once anyway
+    recipe.num_sinks = options.get_int("sinks");
+    return std::unique_ptr<KVPolicy>(new RecipePolicy(name, options, CompressionTrigger::kPrefillEnd, recipe));
+  };
+  ORIGAMI_CHECK(registry->add(std::move(info)).is_ok());
+}
+
+}  // namespace origami

@@ -1,0 +1,122 @@
+// The scheduler's side of compression: giving pending requests their destination blocks
+// (Zipage Figure 3) and switching them to the compacted table when the backend is done.
+#include <algorithm>
+#include <unordered_set>
+
+#include "core/check.h"
+#include "sched/compression_state.h"
+#include "sched/scheduler.h"
+
+namespace origami {
+
+bool Scheduler::try_start_compression(Request* request) {
+  RequestCompression& c = request->compression;
+  const int block_size = kv_->layout().block_size;
+  const std::vector<BlockId>& src = request->kv.groups[0].blocks;
+  const int num_dst = (c.num_keep + block_size - 1) / block_size;
+  ORIGAMI_CHECK(c.num_keep < num_cache_entries(*request) && num_dst <= static_cast<int>(src.size()));
+
+  // Shared blocks (another request holds them too: a prefix-cache hit) are never written; the
+  // entries that would land there go to fresh target blocks instead.
+  int num_shared = 0;
+  for (int i = 0; i < num_dst; ++i) num_shared += kv_->ref_count(src[static_cast<size_t>(i)]) > 1 ? 1 : 0;
+  // A bounded request keeps block N_max empty for its next tokens: one of its own blocks past
+  // the destination ones, or a fresh one. It then never needs another block.
+  int spare = -1;
+  if (c.trigger == CompressionTrigger::kCacheFull) {
+    for (int i = num_dst; i < static_cast<int>(src.size()) && spare < 0; ++i)
+      if (kv_->ref_count(src[static_cast<size_t>(i)]) == 1) spare = i;
+  }
+  const bool fresh_spare = c.trigger == CompressionTrigger::kCacheFull && spare < 0;
+  std::vector<BlockId> fresh;
+  if (!kv_->allocate_blocks(num_shared + (fresh_spare ? 1 : 0), &fresh)) return false;
+
+  size_t next_fresh = 0;
+  c.dst_blocks.clear();
+  for (int i = 0; i < num_dst; ++i) {
+    const BlockId block = src[static_cast<size_t>(i)];
+    if (kv_->ref_count(block) > 1) {
+      c.dst_blocks.push_back(fresh[next_fresh++]);
+    } else {
+      // Compacted in place: whatever the prefix cache knew of it is about to be overwritten.
+      kv_->forget_contents(block);
+      c.dst_blocks.push_back(block);
+    }
+  }
+  c.next_table = c.dst_blocks;
+  if (c.trigger == CompressionTrigger::kCacheFull) {
+    if (fresh_spare) {
+      c.next_table.push_back(fresh[next_fresh++]);
+    } else {
+      const BlockId block = src[static_cast<size_t>(spare)];
+      kv_->forget_contents(block);  // new tokens will overwrite it
+      c.next_table.push_back(block);
+    }
+  }
+  ORIGAMI_CHECK(next_fresh == fresh.size());
+  c.pending = false;
+  c.in_flight = true;
+  return true;
+}
+
+CompressionPlan Scheduler::plan_compressions() {
+  CompressionPlan plan;
+  const std::vector<Request*> order = running_;
+  for (Request* request : order) {
+    if (request->status != RequestStatus::kRunning || !request->compression.pending) continue;
+    for (;;) {
+      if (try_start_compression(request)) {
+        plan.requests.push_back(request);
+        break;
+      }
+      // Short of target blocks (only an uncompressed request with shared prefix blocks needs
+      // them): preempt the last uncompressed request, possibly this one (Zipage §4.4).
+      Request* victim = pick_victim(/*slotless_only=*/false);
+      if (victim == nullptr) break;
+      preempt(victim, nullptr, nullptr);
+      plan.preempted.push_back(victim);
+      if (victim == request) break;
+    }
+  }
+  return plan;
+}
+
+void Scheduler::complete_compression(Request* request) {
+  RequestCompression& c = request->compression;
+  ORIGAMI_CHECK(c.in_flight);
+  BlockTable& table = request->kv.groups[0];
+  const std::unordered_set<BlockId> kept(c.next_table.begin(), c.next_table.end());
+  std::vector<BlockId> dropped;
+  for (BlockId block : table.blocks)
+    if (kept.count(block) == 0) dropped.push_back(block);
+  kv_->release_blocks(dropped);  // own blocks return to the pool; shared ones lose a reference
+  table.blocks = std::move(c.next_table);
+  table.num_entries = c.num_keep;
+  table.block_keys.clear();  // never registered in the prefix cache again
+  c.next_table.clear();
+  c.dst_blocks.clear();
+  c.in_flight = false;
+  ++c.num_compressions;
+  c.num_scored_entries = c.num_keep;
+  // Keep the slot only if the very next token belongs to the next window (w == b).
+  if (c.query_slot >= 0) {
+    const int capture_from = query_capture_from(*request, kv_->layout().block_size);
+    if (capture_from < 0 || capture_from > table.num_entries) release_slot(request);
+  }
+}
+
+void Scheduler::abort_compression(Request* request) {
+  RequestCompression& c = request->compression;
+  ORIGAMI_CHECK(c.in_flight);
+  const std::vector<BlockId>& src = request->kv.groups[0].blocks;
+  std::vector<BlockId> fresh;
+  for (BlockId block : c.next_table)
+    if (std::find(src.begin(), src.end(), block) == src.end()) fresh.push_back(block);
+  kv_->release_blocks(fresh);
+  c.next_table.clear();
+  c.dst_blocks.clear();
+  c.in_flight = false;
+  c.pending = false;
+}
+
+}  // namespace origami

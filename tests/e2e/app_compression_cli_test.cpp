@@ -1,0 +1,113 @@
+// The compression side of the `origami` command line: `origami policies`, the common
+// --kv-policy/--kv-budget/--kv-policy-opt flags, per-line policies in JSONL batches, and the
+// compression metrics `origami bench` reports.
+#include <cstdio>
+#include <filesystem>
+
+#include "engine_test_util.h"
+
+namespace origami::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+};
+
+CommandResult run_command(const std::string& args, bool with_stderr = false) {
+  const std::string cmd = std::string(ORIGAMI_BINARY_DIR) + "/origami " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  CommandResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(CliCompression, PoliciesListsEveryPolicyWithOptions) {
+  CommandResult r = run_command("policies --json");
+  ASSERT_EQ(r.exit_code, 0);
+  const nlohmann::json list = nlohmann::json::parse(r.out);
+  std::vector<std::string> names;
+  for (const auto& p : list) names.push_back(p["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"full", "streaming", "snapkv", "zipage", "zipage-attn", "zipage-global",
+                                             "zipage-flash", "zipage-lightning"}));
+  const auto& zipage = list[3];
+  EXPECT_TRUE(zipage["needs_queries"].get<bool>());
+  bool has_window = false;
+  for (const auto& o : zipage["options"])
+    if (o["name"] == "window") has_window = o["default"] == "16";
+  EXPECT_TRUE(has_window);
+  CommandResult text = run_command("policies");
+  ASSERT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.out.find("zipage-lightning"), std::string::npos);
+  EXPECT_NE(text.out.find("redundancy"), std::string::npos);
+}
+
+TEST(CliCompression, BenchReportsCompression) {
+  CommandResult r = run_command("bench --model " + tiny_qwen3_dir() +
+                                " --num-prompts 4 --input-len 20 --output-len 60 --json --quiet --kv-policy zipage"
+                                " --kv-budget 32 --kv-policy-opt redundancy=none --no-async-compression");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["output_tokens"], 240);
+  EXPECT_EQ(j["kv_policy"], "zipage");
+  EXPECT_EQ(j["kv_policy_options"]["redundancy"], "none");
+  EXPECT_EQ(j["async_compression"], false);
+  // 20 + 60 tokens, 79 of them computed: each request compresses when its 48th and 64th tokens
+  // are in (N_max * b = 48 entries, back to k = 32).
+  EXPECT_EQ(j["num_compressions"], 4 * 2);
+  EXPECT_GT(j["compression_time_share"].get<double>(), 0.0);
+  EXPECT_LT(j["compression_time_share"].get<double>(), 1.0);
+  EXPECT_EQ(j["peak_running_requests"], 4);
+  EXPECT_GT(j["query_slots"].get<int>(), 0);
+}
+
+TEST(CliCompression, BadPolicyFlagsNameTheProblem) {
+  CommandResult r = run_command("bench --model " + tiny_qwen3_dir() + " --num-prompts 1 --quiet --kv-policy h2o", true);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("'h2o'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("zipage"), std::string::npos) << r.out;
+  r = run_command("bench --model " + tiny_qwen3_dir() + " --num-prompts 1 --quiet --kv-policy zipage --kv-policy-opt window", true);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("key=value"), std::string::npos) << r.out;
+  r = run_command("bench --model " + tiny_qwen3_dir() + " --num-prompts 1 --quiet --kv-policy zipage --kv-budget 8", true);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("budget 8"), std::string::npos) << r.out;
+}
+
+TEST(CliCompression, JsonlLinesCarryTheirOwnPolicy) {
+  const fs::path dir = fs::temp_directory_path() / "origami_cli_compression_test";
+  fs::create_directories(dir);
+  {
+    std::ofstream in(dir / "in.jsonl");
+    in << R"({"id": "full", "prompt": "The history of the city", "max_tokens": 70, "temperature": 0, "ignore_eos": true})" << "\n";
+    in << R"({"id": "zip", "prompt": "The history of the city", "max_tokens": 70, "temperature": 0, "ignore_eos": true,)"
+       << R"( "kv_policy": "zipage-attn", "kv_budget": 32, "kv_policy_options": {"window": 8}})" << "\n";
+    in << R"({"id": "bad", "prompt": "x", "kv_policy": "nope"})" << "\n";
+    in << R"({"id": "badopt", "prompt": "x", "kv_policy": "zipage", "kv_policy_options": {"window": [1]}})" << "\n";
+  }
+  CommandResult r = run_command("generate --model " + tiny_qwen3_dir() + " --input " + (dir / "in.jsonl").string() +
+                                " --output " + (dir / "out.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0);
+  std::ifstream out(dir / "out.jsonl");
+  std::vector<nlohmann::json> lines;
+  std::string line;
+  while (std::getline(out, line)) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0]["num_output_tokens"], 70);
+  EXPECT_EQ(lines[1]["num_output_tokens"], 70);
+  // The same greedy prompt decodes differently once its cache is compressed to 32 entries.
+  EXPECT_NE(lines[0]["token_ids"], lines[1]["token_ids"]);
+  EXPECT_NE(lines[2]["error"].get<std::string>().find("'nope'"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[3]["error"].get<std::string>().find("kv_policy_options.window"), std::string::npos) << lines[3];
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace origami::testing

@@ -1,0 +1,148 @@
+// Async compression in the engine, on a CPU backend whose compressions finish only some steps
+// after they start (as on a GPU stream): the jobs run when the backend reports them done, so any
+// change the engine made to a compressing request's tables or pages in between would show. The
+// outputs must equal synchronous compression token for token, aborts of compressing requests
+// wait for the compression, and the compressing requests skip steps while the others decode.
+#include <random>
+
+#include "backend/cpu/cpu_backend.h"
+#include "engine_test_util.h"
+
+namespace origami::testing {
+namespace {
+
+// Forwards everything to a CPU backend, but runs a compression batch only after `delay` polls
+// of compression_done() (or on wait_compression()).
+class DeferredCompressionBackend : public Backend {
+ public:
+  DeferredCompressionBackend(int delay, int* num_deferred_polls) : delay_(delay), num_deferred_polls_(num_deferred_polls) {
+    BackendOptions o;
+    o.device = "cpu";
+    inner_ = std::make_unique<CpuBackend>(o);
+  }
+  std::string name() const override { return "deferred-cpu"; }
+  Status load(const ModelConfig& c, const ModelWeights& w) override { return inner_->load(c, w); }
+  size_t available_kv_bytes(size_t requested) const override { return inner_->available_kv_bytes(requested); }
+  Status allocate_kv_cache(const KVLayout& layout) override { return inner_->allocate_kv_cache(layout); }
+  Status execute(const ForwardBatch& batch, StepOutput* out) override {
+    // No sequence of the step may belong to a request being compressed.
+    for (const SequenceInput& s : batch.sequences)
+      for (const CompressionJob& j : jobs_)
+        if (j.request_id == s.request_id) return internal_error("request " + std::to_string(s.request_id) + " ran while compressing");
+    return inner_->execute(batch, out);
+  }
+  void copy_block(int group, BlockId src, BlockId dst) override { inner_->copy_block(group, src, dst); }
+  Status configure_compression(const CompressionConfig& c) override { return inner_->configure_compression(c); }
+  size_t query_slot_bytes(int w) const override { return inner_->query_slot_bytes(w); }
+  Status begin_compression(const std::vector<CompressionJob>& jobs) override {
+    if (!jobs_.empty()) return internal_error("a second batch while one is in flight");
+    jobs_ = jobs;
+    polls_ = 0;
+    return Status::ok();
+  }
+  bool compression_done() override {
+    if (jobs_.empty()) return true;
+    if (++polls_ <= delay_) {
+      ++*num_deferred_polls_;
+      return false;
+    }
+    status_ = run();
+    return true;
+  }
+  Status wait_compression() override {
+    if (!jobs_.empty()) status_ = run();
+    return status_;
+  }
+  CpuBackend& cpu() { return *inner_; }
+
+ private:
+  Status run() {
+    Status st = inner_->begin_compression(jobs_);
+    jobs_.clear();
+    return st;
+  }
+  std::unique_ptr<CpuBackend> inner_;
+  std::vector<CompressionJob> jobs_;
+  int delay_;
+  int polls_ = 0;
+  int* num_deferred_polls_;
+  Status status_;
+};
+
+std::vector<BatchItem> items(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> shared(40);
+  for (auto& t : shared) t = static_cast<int32_t>(rng() % 8000 + 3);
+  std::vector<BatchItem> out;
+  for (int i = 0; i < 10; ++i) {
+    BatchItem item;
+    const int len = 4 + static_cast<int>(rng() % 70);
+    if (i % 2 == 0) item.prompt_token_ids.assign(shared.begin(), shared.begin() + std::min(len, 40));
+    while (static_cast<int>(item.prompt_token_ids.size()) < len) item.prompt_token_ids.push_back(static_cast<int32_t>(rng() % 8000 + 3));
+    item.sampling = greedy(30 + static_cast<int>(rng() % 50));
+    out.push_back(item);
+  }
+  return out;
+}
+
+EngineConfig config(bool async, bool prefix) {
+  EngineConfig c = cpu_config(tiny_qwen3_dir());
+  c.kv_policy = "zipage";
+  c.kv_budget = 40;
+  c.async_compression = async;
+  c.enable_prefix_caching = prefix;
+  return c;
+}
+
+TEST(EngineCompressionAsync, DeferredCompressionGivesTheSameTokensAsSynchronous) {
+  for (bool prefix : {false, true}) {
+    const std::vector<BatchItem> batch = items(3);
+    auto sync_engine = make_engine(config(false, prefix));
+    ASSERT_NE(sync_engine, nullptr);
+    const std::vector<BatchResult> expected = run_batch(*sync_engine, batch);
+    for (int delay : {1, 3}) {
+      int deferred = 0;
+      auto engine = Engine::create(config(true, prefix), std::make_unique<DeferredCompressionBackend>(delay, &deferred));
+      ASSERT_TRUE(engine.has_value()) << engine.status().to_string();
+      const std::vector<BatchResult> got = run_batch(**engine, batch);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_TRUE(got[i].ok) << got[i].error;
+        EXPECT_EQ(got[i].output_token_ids, expected[i].output_token_ids) << "prefix " << prefix << " delay " << delay << " item " << i;
+      }
+      EXPECT_GT(deferred, 0);  // compressions really stayed in flight across steps
+      EXPECT_EQ((*engine)->metrics().num_compressions, sync_engine->metrics().num_compressions);
+    }
+  }
+}
+
+TEST(EngineCompressionAsync, AbortWaitsForTheCompressionInFlight) {
+  int deferred = 0;
+  auto created = Engine::create(config(true, false), std::make_unique<DeferredCompressionBackend>(1000, &deferred));
+  ASSERT_TRUE(created.has_value()) << created.status().to_string();
+  Engine& engine = **created;
+  const RequestId a = *engine.add_request(items(5)[0].prompt_token_ids, greedy(100));
+  const RequestId b = *engine.add_request({5, 6, 7}, greedy(100));
+  // Step until a is compressing; b keeps decoding meanwhile.
+  for (int i = 0; i < 200 && !engine.request(a)->compression.in_flight; ++i) engine.step();
+  ASSERT_TRUE(engine.request(a)->compression.in_flight);
+  const size_t b_before = engine.request(b)->output_token_ids.size();
+  engine.step();
+  engine.step();
+  EXPECT_TRUE(engine.request(a)->compression.in_flight);
+  EXPECT_EQ(engine.request(b)->output_token_ids.size(), b_before + 2);
+  engine.abort_request(a);
+  std::vector<RequestOutput> outs = engine.step();
+  EXPECT_FALSE(engine.request(a)->is_finished());  // its pages are still being compressed
+  engine.abort_request(b);
+  // Once nothing else can run, the engine waits for the compression and then aborts a.
+  const size_t a_tokens = engine.request(a)->output_token_ids.size();
+  bool a_aborted = false;
+  for (const RequestOutput& o : engine.step())
+    if (o.request_id == a && o.finished) a_aborted = o.finish_reason == FinishReason::kAborted;
+  EXPECT_TRUE(a_aborted);
+  EXPECT_EQ(engine.request(a)->output_token_ids.size(), a_tokens);  // no token after the abort
+  EXPECT_FALSE(engine.has_unfinished());
+}
+
+}  // namespace
+}  // namespace origami::testing

@@ -1,0 +1,335 @@
+// KV compression through the CUDA backend on the fixture model (origami-tiny-qwen3), against the
+// CPU backend and the CPU twins:
+//   - query capture in prefill (eager) and in decode steps replayed from CUDA graphs writes the
+//     same queries as the CPU backend (bf16 vs fp32 model: 2e-2),
+//   - begin_compression on the real paged cache equals the CPU pipeline (compression_ops.h) run on
+//     a snapshot of the GPU's own cache, bit for bit, wherever the cut is not a near-tie,
+//   - the kept sets overlap the CPU backend's own (fp32) compression,
+//   - a decode step of another request runs while compression is in flight and is unaffected,
+//   - the compressed cache decodes (logical positions) like the CPU backend's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "backend/cpu/compression_ops.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "cuda_test_util.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace origami::cuda {
+namespace {
+
+using testing::from_device_bf16;
+using testing::rel_err;
+using testing::shared_dir;
+
+constexpr int kBlockSize = 16;
+constexpr int kNumBlocks = 96;
+constexpr int kWindow = 16;
+constexpr int kSlots = 2;
+
+std::vector<float> download_bf16(const __nv_bfloat16* p, size_t n) {
+  std::vector<__nv_bfloat16> h(n);
+  ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
+  ORIGAMI_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  return from_device_bf16(h);
+}
+
+struct Seq {
+  std::vector<int32_t> tokens;
+  int num_computed = 0;  // logical tokens processed
+  int num_entries = 0;   // KV entries cached
+  std::vector<BlockId> blocks;
+  int slot = -1;
+  int capture_from = -1;
+};
+
+// One step of `seqs` (prefill of everything pending, or one token each) on both backends, with the
+// GPU's sampled tokens appended (so both caches see the same tokens).
+void step(CudaBackend& gpu, CpuBackend& cpu, std::vector<Seq*> seqs, std::vector<float>* gpu_logits = nullptr,
+          std::vector<float>* cpu_logits = nullptr) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  ForwardBatch batch;
+  for (Seq* s : seqs) {
+    const int n = static_cast<int>(s->tokens.size()) - s->num_computed;
+    ASSERT_GE(n, 1);
+    SequenceInput in;
+    in.request_id = batch.sequences.size();
+    in.query_start = static_cast<int>(batch.token_ids.size());
+    in.num_query_tokens = n;
+    in.start_position = s->num_computed;
+    in.num_cached_entries = s->num_entries;
+    in.block_table = &s->blocks;
+    in.query_slot = s->slot;
+    in.query_capture_from = s->capture_from;
+    in.logits_mode = gpu_logits != nullptr ? LogitsMode::kAll : LogitsMode::kLast;
+    in.sampling = &greedy;
+    for (int j = 0; j < n; ++j) {
+      batch.token_ids.push_back(s->tokens[s->num_computed + j]);
+      batch.positions.push_back(s->num_computed + j);
+    }
+    batch.sequences.push_back(in);
+  }
+  StepOutput g, c;
+  Status st = gpu.execute(batch, &g);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  st = cpu.execute(batch, &c);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  if (gpu_logits != nullptr) *gpu_logits = g.all_logits[0];
+  if (cpu_logits != nullptr) *cpu_logits = c.all_logits[0];
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int n = batch.sequences[i].num_query_tokens;
+    seqs[i]->num_computed += n;
+    seqs[i]->num_entries += n;
+    seqs[i]->tokens.push_back(g.sampled_tokens[i]);
+  }
+}
+
+// Index of the source entry each destination row was copied from (bit-equal K row), or -1.
+std::vector<int> kept_from_copies(const std::vector<float>& before, const std::vector<float>& after, int n, int k,
+                                  const std::vector<BlockId>& src, const std::vector<BlockId>& dst, size_t block_stride,
+                                  int h, int d) {
+  std::map<std::vector<float>, int> index;
+  for (int e = 0; e < n; ++e) {
+    const float* row = before.data() + src[e / kBlockSize] * block_stride + (static_cast<size_t>(h) * kBlockSize + e % kBlockSize) * d;
+    index.emplace(std::vector<float>(row, row + d), e);
+  }
+  std::vector<int> kept(k, -1);
+  for (int i = 0; i < k; ++i) {
+    const float* row = after.data() + dst[i / kBlockSize] * block_stride + (static_cast<size_t>(h) * kBlockSize + i % kBlockSize) * d;
+    auto it = index.find(std::vector<float>(row, row + d));
+    if (it != index.end()) kept[i] = it->second;
+  }
+  return kept;
+}
+
+TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
+  const std::string dir = shared_dir() + "/models/origami-tiny-qwen3";
+  auto config = load_model_config(dir);
+  ASSERT_TRUE(config.has_value()) << config.status().to_string();
+  auto weights = load_model_weights(dir, *config);
+  ASSERT_TRUE(weights.has_value()) << weights.status().to_string();
+  const ModelConfig& mc = *config;
+  const int L = mc.num_layers, H = mc.num_kv_heads, Hq = mc.num_heads, d = mc.head_dim, G = Hq / H;
+
+  BackendOptions opt;
+  CudaBackend gpu(opt);
+  CpuBackend cpu(opt);
+  ASSERT_TRUE(gpu.load(mc, *weights).is_ok());
+  ASSERT_TRUE(cpu.load(mc, *weights).is_ok());
+  ASSERT_TRUE(gpu.allocate_kv_cache(KVLayout::full(L, H, d, kBlockSize, kNumBlocks, DType::kBF16)).is_ok());
+  ASSERT_TRUE(cpu.allocate_kv_cache(KVLayout::full(L, H, d, kBlockSize, kNumBlocks, DType::kF32)).is_ok());
+  EXPECT_FALSE(gpu.begin_compression({}).is_ok());  // before configure_compression()
+  CompressionConfig cc;
+  cc.num_query_slots = kSlots;
+  cc.max_window = kWindow;
+  cc.global_scores = true;
+  cc.layer_stride = 4;  // 6 layers: groups of 4 and 2
+  Status st = gpu.configure_compression(cc);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  ASSERT_TRUE(cpu.configure_compression(cc).is_ok());
+  EXPECT_EQ(gpu.query_slot_bytes(kWindow), static_cast<size_t>(L) * kWindow * Hq * d * 2);
+  {
+    // A query slot outside the configured ones is the caller's error, named.
+    std::vector<BlockId> table = {1};
+    ForwardBatch bad;
+    bad.token_ids = {1};
+    bad.positions = {0};
+    SequenceInput in;
+    in.num_query_tokens = 1;
+    in.block_table = &table;
+    in.query_slot = kSlots;
+    in.query_capture_from = 0;
+    bad.sequences.push_back(in);
+    StepOutput out;
+    const Status e = gpu.execute(bad, &out);
+    EXPECT_NE(e.message().find("query_slot"), std::string::npos) << e.to_string();
+  }
+
+  // Two requests that will be compressed (slots 0 and 1) and one bystander.
+  std::mt19937 rng(3);
+  std::vector<Seq> seqs(3);
+  const int prompt_len[] = {150, 93, 40};
+  BlockId next = 1;
+  for (int i = 0; i < 3; ++i) {
+    for (int t = 0; t < prompt_len[i]; ++t) seqs[i].tokens.push_back(static_cast<int32_t>(rng() % mc.vocab_size));
+    for (int p = 0; p < (prompt_len[i] + 24 + kBlockSize - 1) / kBlockSize; ++p) seqs[i].blocks.push_back(next++);
+  }
+  for (int i = 0; i < 2; ++i) {
+    seqs[i].slot = i;
+    seqs[i].capture_from = prompt_len[i] - 5;  // the prefill captures a few rows, decode the rest
+  }
+  step(gpu, cpu, {&seqs[0], &seqs[1], &seqs[2]});  // prefill (eager)
+  for (int s = 0; s < 12; ++s) step(gpu, cpu, {&seqs[0], &seqs[1]});  // decode (graphs)
+  EXPECT_GT(gpu.num_graph_steps(), 0);
+
+  // Capture: the window rows of both slots, every layer.
+  const std::vector<float> gq = download_bf16(gpu.query_cache(), static_cast<size_t>(L) * kSlots * kWindow * Hq * d);
+  for (int i = 0; i < 2; ++i) {
+    const int n = seqs[i].num_entries;
+    for (int l = 0; l < L; ++l) {
+      std::vector<float> got, want;
+      for (int e = n - kWindow; e < n; ++e) {
+        const int row = e % kWindow;
+        const float* c = cpu.kv_cache().query_row(l, i, row);
+        const float* g = gq.data() + ((static_cast<size_t>(l) * kSlots + i) * kWindow + row) * Hq * d;
+        got.insert(got.end(), g, g + static_cast<size_t>(Hq) * d);
+        want.insert(want.end(), c, c + static_cast<size_t>(Hq) * d);
+      }
+      const double err = rel_err(got, want);
+      EXPECT_LT(err, 2e-2) << "slot " << i << " layer " << l;
+      if (l == L - 1) std::printf("[tiny-qwen3] captured queries slot %d last layer: rel err %.3e\n", i, err);
+    }
+  }
+
+  // Snapshots of the GPU cache before compression (the oracle's input) and the CPU's.
+  const size_t block_stride = static_cast<size_t>(H) * kBlockSize * d;
+  const size_t layer_elems = block_stride * kNumBlocks;
+  std::vector<std::vector<float>> gk(L), gv(L), ck(L);
+  for (int l = 0; l < L; ++l) {
+    gk[l] = download_bf16(gpu.k_cache(l), layer_elems);
+    gv[l] = download_bf16(gpu.v_cache(l), layer_elems);
+    ck[l].assign(cpu.kv_cache().keys(l), cpu.kv_cache().keys(l) + layer_elems);
+  }
+
+  // Jobs: keep 64 of each request's entries in its first 4 pages, the first replaced by a fresh
+  // page (as for a shared prefix page).
+  std::vector<ScoreRecipe> recipes(2);
+  recipes[0].pool_kernel = 5;
+  recipes[0].global_decay = 0.8f;
+  recipes[0].redundancy = RedundancyMode::kLightning;
+  recipes[1].pool_kernel = 7;
+  recipes[1].pool_type = PoolType::kAvg;
+  recipes[1].num_sinks = 4;
+  const int k = 64;
+  std::vector<std::vector<BlockId>> src(2), dst(2);
+  std::vector<CompressionJob> jobs(2);
+  for (int i = 0; i < 2; ++i) {
+    const int n = seqs[i].num_entries;
+    src[i].assign(seqs[i].blocks.begin(), seqs[i].blocks.begin() + (n + kBlockSize - 1) / kBlockSize);
+    dst[i].assign(src[i].begin(), src[i].begin() + k / kBlockSize);
+    jobs[i].request_id = i;
+    jobs[i].src_blocks = &src[i];
+    jobs[i].dst_blocks = &dst[i];
+    jobs[i].num_entries = n;
+    jobs[i].num_keep = k;
+    jobs[i].query_slot = i;
+    jobs[i].num_scored_entries = 0;
+    jobs[i].first_compression = true;
+    jobs[i].recipe = &recipes[i];
+  }
+  dst[0][0] = next++;
+  ASSERT_LT(next, kNumBlocks);
+
+  // Compress on the GPU while the bystander decodes; the bystander's step is repeated afterwards
+  // (same inputs, same KV slot) and must give the same logits.
+  st = gpu.begin_compression(jobs);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  const int by_computed = seqs[2].num_computed, by_entries = seqs[2].num_entries;
+  std::vector<float> during, after, unused;
+  step(gpu, cpu, {&seqs[2]}, &during, &unused);
+  st = gpu.wait_compression();
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_TRUE(gpu.compression_done());
+  seqs[2].num_computed = by_computed;
+  seqs[2].num_entries = by_entries;
+  seqs[2].tokens.pop_back();
+  step(gpu, cpu, {&seqs[2]}, &after, &unused);
+  EXPECT_TRUE(during == after) << "a decode step during compression differs from the same step after it";
+  st = cpu.begin_compression(jobs);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+
+  // The oracle: the CPU pipeline on the GPU's snapshot.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> gf(static_cast<size_t>(L) * kNumBlocks * H * kBlockSize);
+  ORIGAMI_CUDA_CHECK(cudaMemcpy(gf.data(), gpu.global_scores(), gf.size() * 4, cudaMemcpyDeviceToHost));
+  int undecided = 0, compared = 0, mismatched = 0;
+  double overlap_sum = 0.0, f_err = 0.0;
+  for (int l = 0; l < L; ++l) {
+    const std::vector<float> got_k = download_bf16(gpu.k_cache(l), layer_elems);
+    const std::vector<float> got_v = download_bf16(gpu.v_cache(l), layer_elems);
+    std::vector<float> cpu_k_after(cpu.kv_cache().keys(l), cpu.kv_cache().keys(l) + layer_elems);
+    for (int i = 0; i < 2; ++i) {
+      const int n = seqs[i].num_entries;
+      for (int h = 0; h < H; ++h) {
+        std::vector<float> keys(static_cast<size_t>(n) * d), wq;
+        for (int e = 0; e < n; ++e)
+          std::copy_n(gk[l].data() + src[i][e / kBlockSize] * block_stride +
+                          (static_cast<size_t>(h) * kBlockSize + e % kBlockSize) * d,
+                      d, keys.data() + static_cast<size_t>(e) * d);
+        for (int u = 0; u < kWindow; ++u) {
+          const float* row = gq.data() + ((static_cast<size_t>(l) * kSlots + i) * kWindow + (n - kWindow + u) % kWindow) * Hq * d +
+                             static_cast<size_t>(h) * G * d;
+          wq.insert(wq.end(), row, row + static_cast<size_t>(G) * d);
+        }
+        std::vector<float> scores(n), f(n, 0.0f);
+        cpu::score_head(recipes[i], keys.data(), n, d, wq.data(), G, scale, kBlockSize, f.data(), 0, true,
+                        scores.data());
+        std::vector<int32_t> keep(k);
+        cpu::select_keep(scores.data(), n, k, keep.data());
+        // Decided cut?
+        std::vector<float> sorted(scores);
+        std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+        float mag = 0.0f;
+        for (float x : scores)
+          if (std::isfinite(x)) mag = std::max(mag, std::fabs(x));
+        const bool decided = (std::isinf(sorted[k - 1]) && !std::isinf(sorted[k])) || sorted[k - 1] - sorted[k] > 2e-5f * mag;
+        const std::vector<int> gpu_kept = kept_from_copies(gk[l], got_k, n, k, src[i], dst[i], block_stride, h, d);
+        const std::vector<int> cpu_kept = kept_from_copies(ck[l], cpu_k_after, n, k, src[i], dst[i], block_stride, h, d);
+        int common = 0;
+        for (int x : gpu_kept) common += x >= 0 && std::find(cpu_kept.begin(), cpu_kept.end(), x) != cpu_kept.end();
+        overlap_sum += static_cast<double>(common) / k;
+        if (!decided) {
+          ++undecided;
+          continue;
+        }
+        ++compared;
+        bool same = true;
+        for (int e = 0; e < k && same; ++e) {
+          const size_t at = dst[i][e / kBlockSize] * block_stride + (static_cast<size_t>(h) * kBlockSize + e % kBlockSize) * d;
+          const size_t from = src[i][keep[e] / kBlockSize] * block_stride +
+                              (static_cast<size_t>(h) * kBlockSize + keep[e] % kBlockSize) * d;
+          same = std::equal(got_k.begin() + at, got_k.begin() + at + d, gk[l].begin() + from) &&
+                 std::equal(got_v.begin() + at, got_v.begin() + at + d, gv[l].begin() + from);
+          if (recipes[i].global_decay > 0.0f) {
+            const float got_f = gf[((static_cast<size_t>(l) * kNumBlocks + dst[i][e / kBlockSize]) * H + h) * kBlockSize +
+                                   e % kBlockSize];
+            f_err = std::max(f_err, std::fabs(static_cast<double>(got_f) - f[keep[e]]) / std::max(std::fabs(f[keep[e]]), 1e-6f));
+          }
+        }
+        mismatched += !same;
+      }
+    }
+  }
+  const int rows = 2 * L * H;
+  std::printf("[tiny-qwen3] compression: %d/%d rows compared bit-exact (%d near-ties), %d mismatched; "
+              "mean kept-set overlap with the CPU backend %.3f; F rel err %.3e\n",
+              compared, rows, undecided, mismatched, overlap_sum / rows, f_err);
+  EXPECT_EQ(mismatched, 0);
+  EXPECT_GE(compared, rows * 3 / 4);
+  EXPECT_LT(f_err, 1e-2);
+  EXPECT_GE(overlap_sum / rows, 0.8);
+
+  // Decoding on the compressed caches: 64 entries, logical positions continue.
+  for (int i = 0; i < 2; ++i) {
+    seqs[i].num_entries = k;
+    seqs[i].blocks = dst[i];
+    seqs[i].blocks.push_back(src[i][k / kBlockSize]);  // a page past the kept ones for the new entry
+    seqs[i].slot = -1;
+  }
+  std::vector<float> g_logits, c_logits;
+  step(gpu, cpu, {&seqs[0]}, &g_logits, &c_logits);
+  double err = rel_err(g_logits, c_logits);
+  std::printf("[tiny-qwen3] first step after compression: logits rel err GPU vs CPU %.3e\n", err);
+  EXPECT_LT(err, 0.1);
+}
+
+}  // namespace
+}  // namespace origami::cuda

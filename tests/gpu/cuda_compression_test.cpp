@@ -1,0 +1,638 @@
+// The CUDA compression kernels (src/backend/cuda/compression_kernels.h) and job driver
+// (cuda_compression.h) against their CPU twins (src/backend/cpu/compression_ops.h) on random
+// paged caches of odd sizes (n = 1 .. 4097, block sizes 1/16/256, GQA groups 1/4/8):
+//   - final scores within 1e-2 relative error (+inf exactly where the CPU protects),
+//   - kept sets identical to cpu::select_keep on the GPU's own scores (exact), and to the CPU's
+//     selection wherever the CPU's k-th and (k+1)-th scores are apart by more than rounding,
+//   - compaction bit-exact (K, V and F; nothing outside the destinations changes),
+//   - selection with crafted ties, NaN, +-inf and -0 identical to cpu::select_keep,
+//   - the driver (several jobs, layer groups, in-place destinations) against the CPU pipeline.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <future>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+
+#include "backend/cpu/compression_ops.h"
+#include "backend/cuda/compression_kernels.h"
+#include "backend/cuda/cuda_compression.h"
+#include "backend/cuda/elementwise_kernels.h"
+#include "cuda_test_util.h"
+
+namespace origami::cuda {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::from_device_bf16;
+using testing::random_bf16_values;
+using testing::rel_err;
+using testing::to_device_bf16;
+
+constexpr double kTol = 1e-2;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+// A paged cache on the host (bf16-exact floats), laid out as the backend's:
+// K, V [L, NB, H, bs, d]; Q [L, M, W, H * G, d]; F [L, NB, H, bs].
+struct HostCache {
+  int L = 0, NB = 0, H = 0, G = 0, bs = 0, d = 0, M = 0, W = 0;
+  std::vector<float> k, v, q, f;
+  size_t kv_pitch() const { return static_cast<size_t>(NB) * H * bs * d; }
+  size_t q_pitch() const { return static_cast<size_t>(M) * W * H * G * d; }
+  size_t f_pitch() const { return static_cast<size_t>(NB) * H * bs; }
+  size_t kv_at(int l, int block, int h, int o) const {
+    return l * kv_pitch() + ((static_cast<size_t>(block) * H + h) * bs + o) * d;
+  }
+  size_t f_at(int l, int block, int h, int o) const {
+    return l * f_pitch() + (static_cast<size_t>(block) * H + h) * bs + o;
+  }
+  const float* q_row(int l, int slot, int row) const {
+    return q.data() + l * q_pitch() + (static_cast<size_t>(slot) * W + row) * H * G * d;
+  }
+};
+
+HostCache make_cache(int L, int NB, int H, int G, int bs, int d, int M, int W, std::mt19937& rng) {
+  HostCache c;
+  c.L = L, c.NB = NB, c.H = H, c.G = G, c.bs = bs, c.d = d, c.M = M, c.W = W;
+  c.k = random_bf16_values(L * c.kv_pitch(), rng);
+  c.v = random_bf16_values(L * c.kv_pitch(), rng);
+  c.q = random_bf16_values(L * c.q_pitch(), rng);
+  std::uniform_real_distribution<float> u(0.0f, 0.02f);
+  c.f.resize(L * c.f_pitch());
+  for (float& x : c.f) x = u(rng);
+  return c;
+}
+
+// Makes about a tenth of a job's keys near-copies of earlier ones (cosine well above 0.5), so
+// the redundancy threshold matters.
+void add_duplicates(HostCache& c, const std::vector<BlockId>& src, int n, std::mt19937& rng) {
+  if (n < 2) return;
+  std::normal_distribution<float> noise(0.0f, 0.05f);
+  for (int l = 0; l < c.L; ++l)
+    for (int h = 0; h < c.H; ++h)
+      for (int e = 1; e < n; ++e) {
+        if (rng() % 10 != 0) continue;
+        const int from = static_cast<int>(rng() % e);
+        float* dst = c.k.data() + c.kv_at(l, src[e / c.bs], h, e % c.bs);
+        const float* s = c.k.data() + c.kv_at(l, src[from / c.bs], h, from % c.bs);
+        for (int x = 0; x < c.d; ++x) dst[x] = round_bf16(s[x] + noise(rng));
+      }
+}
+
+struct DeviceCache {
+  std::unique_ptr<DeviceBuffer<bf16>> k, v, q;
+  std::unique_ptr<DeviceBuffer<float>> f;
+  explicit DeviceCache(const HostCache& c) {
+    k = std::make_unique<DeviceBuffer<bf16>>(to_device_bf16(c.k));
+    v = std::make_unique<DeviceBuffer<bf16>>(to_device_bf16(c.v));
+    q = std::make_unique<DeviceBuffer<bf16>>(to_device_bf16(c.q));
+    f = std::make_unique<DeviceBuffer<float>>(c.f);
+  }
+};
+
+// The kernels' arguments for `jobs` over every layer of `c` (one group), with their scratch.
+struct DeviceGroup {
+  CompressionPlan plan;
+  std::unique_ptr<DeviceBuffer<CompressionJobDesc>> descs;
+  std::unique_ptr<DeviceBuffer<int32_t>> chunk_job, pages, keep;
+  std::unique_ptr<DeviceBuffer<float>> scores, final_scores, redundancy, norms;
+  std::unique_ptr<DeviceBuffer<int2>> z;
+  std::unique_ptr<DeviceBuffer<float2>> lse;
+  GroupArgs args;
+
+  DeviceGroup(const std::vector<CompressionJob>& jobs, const HostCache& c, DeviceCache& dc) {
+    plan = plan_compression(jobs, c.bs, c.L * c.H, c.G);
+    descs = std::make_unique<DeviceBuffer<CompressionJobDesc>>(plan.descs);
+    chunk_job = std::make_unique<DeviceBuffer<int32_t>>(plan.chunk_job);
+    pages = std::make_unique<DeviceBuffer<int32_t>>(plan.pages);
+    keep = std::make_unique<DeviceBuffer<int32_t>>(plan.keep_elems);
+    scores = std::make_unique<DeviceBuffer<float>>(plan.score_elems);
+    final_scores = std::make_unique<DeviceBuffer<float>>(plan.score_elems);
+    redundancy = std::make_unique<DeviceBuffer<float>>(plan.score_elems);
+    norms = std::make_unique<DeviceBuffer<float>>(plan.score_elems);
+    z = std::make_unique<DeviceBuffer<int2>>(plan.score_elems);
+    lse = std::make_unique<DeviceBuffer<float2>>(plan.lse_elems);
+    keep->poison();
+    final_scores->poison();
+    GroupArgs& a = args;
+    a.jobs = descs->get();
+    a.num_jobs = static_cast<int>(plan.descs.size());
+    a.chunk_job = chunk_job->get();
+    a.num_chunks = static_cast<int>(plan.chunk_job.size());
+    a.pages = pages->get();
+    a.max_window_group = plan.max_window_group;
+    a.any_redundancy = plan.any_redundancy;
+    a.num_group_layers = c.L;
+    a.num_kv_heads = c.H;
+    a.group_size = c.G;
+    a.head_dim = c.d;
+    a.block_size = c.bs;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+    a.k = dc.k->get();
+    a.v = dc.v->get();
+    a.kv_layer_pitch = c.kv_pitch();
+    a.q = dc.q->get();
+    a.q_layer_pitch = c.q_pitch();
+    a.max_window = c.W;
+    a.f = dc.f->get();
+    a.f_layer_pitch = c.f_pitch();
+    a.scores = scores->get();
+    a.final_scores = final_scores->get();
+    a.redundancy = redundancy->get();
+    a.norms = norms->get();
+    a.z = z->get();
+    a.lse = lse->get();
+    a.keep = keep->get();
+  }
+};
+
+// The CPU pipeline for one (job, layer, head): final scores and the new global scores.
+struct CpuRow {
+  std::vector<float> final_scores, new_f;
+};
+CpuRow cpu_score_row(const HostCache& c, const CompressionJob& job, int l, int h) {
+  const ScoreRecipe& r = *job.recipe;
+  const int n = job.num_entries, d = c.d, bs = c.bs;
+  const std::vector<BlockId>& src = *job.src_blocks;
+  std::vector<float> keys(static_cast<size_t>(n) * d);
+  for (int e = 0; e < n; ++e)
+    std::copy_n(c.k.data() + c.kv_at(l, src[e / bs], h, e % bs), d, keys.data() + static_cast<size_t>(e) * d);
+  std::vector<float> wq;
+  if (r.needs_queries()) {
+    const int w = std::min(r.window, n);
+    for (int i = 0; i < w; ++i) {
+      const float* row = c.q_row(l, job.query_slot, (n - w + i) % c.W) + static_cast<size_t>(h) * c.G * d;
+      wq.insert(wq.end(), row, row + static_cast<size_t>(c.G) * d);
+    }
+  }
+  CpuRow out;
+  out.new_f.assign(n, 0.0f);
+  for (int e = 0; e < job.num_scored_entries; ++e) out.new_f[e] = c.f[c.f_at(l, src[e / bs], h, e % bs)];
+  out.final_scores.resize(n);
+  cpu::score_head(r, keys.data(), n, d, wq.empty() ? nullptr : wq.data(), c.G, 1.0f / std::sqrt(static_cast<float>(d)),
+                  bs, r.global_decay > 0.0f ? out.new_f.data() : nullptr, job.num_scored_entries,
+                  job.first_compression, out.final_scores.data());
+  return out;
+}
+
+// True when the k-th and (k+1)-th best of `s` are apart by more than rounding could move them
+// (2e-5 of the row's largest finite magnitude; the GPU's scores differ by a few 1e-6), so any
+// correct implementation keeps the same set.
+bool decided(const std::vector<float>& s, int k) {
+  const int n = static_cast<int>(s.size());
+  if (k == 0 || k == n) return true;
+  std::vector<float> sorted(s);
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  float scale = 0.0f;
+  for (float x : s)
+    if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
+  const float a = sorted[k - 1], b = sorted[k];
+  if (std::isinf(a) && !std::isinf(b)) return true;
+  return a - b > 2e-5f * scale;
+}
+
+// Exact comparison that reports the count and the first difference (not whole arrays).
+template <typename T>
+void expect_same(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(got[i] == want[i]) && !(got[i] != got[i] && want[i] != want[i])) {
+      if (bad == 0) first = i;
+      ++bad;
+    }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " differ, first at " << first << " ("
+                     << (bad ? got[first] : T{}) << " vs " << (bad ? want[first] : T{}) << ")";
+}
+
+// Compares one row's final scores: +inf at the same places, finite values within kTol.
+void expect_scores_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                         double* worst) {
+  ASSERT_EQ(got.size(), want.size());
+  std::vector<float> g, w;
+  for (size_t e = 0; e < got.size(); ++e) {
+    ASSERT_EQ(std::isinf(got[e]), std::isinf(want[e])) << what << " entry " << e << ": " << got[e] << " vs " << want[e];
+    if (std::isinf(want[e])) continue;
+    g.push_back(got[e]);
+    w.push_back(want[e]);
+  }
+  const double err = rel_err(g, w);
+  *worst = std::max(*worst, err);
+  EXPECT_LT(err, kTol) << what;
+}
+
+std::vector<ScoreRecipe> test_recipes() {
+  std::vector<ScoreRecipe> r(6);
+  // 0: SnapKV-like attention only.
+  // 1: attention, max pooling 5, global score, sinks.
+  r[1].pool_kernel = 5;
+  r[1].global_decay = 0.8f;
+  r[1].num_sinks = 4;
+  // 2: attention, average pooling 7 every time, lightning redundancy.
+  r[2].pool_kernel = 7;
+  r[2].pool_type = PoolType::kAvg;
+  r[2].pool_first_only = false;
+  r[2].redundancy = RedundancyMode::kLightning;
+  // 3: flash redundancy alone, a protected window of 8.
+  r[3].attention = false;
+  r[3].window = 8;
+  r[3].redundancy = RedundancyMode::kFlash;
+  // 4: StreamingLLM.
+  r[4].recency = true;
+  r[4].num_sinks = 2;
+  // 5: Zipage's full recipe (attention, pooling, global, flash redundancy).
+  r[5].pool_kernel = 5;
+  r[5].global_decay = 0.8f;
+  r[5].redundancy = RedundancyMode::kFlash;
+  r[5].redundancy_lambda = 0.3f;
+  r[5].redundancy_tau = 0.5f;
+  return r;
+}
+
+// One job on a fresh random cache: scores, then selection, then compaction, each stage checked.
+void check_job(int n, int bs, int G, int d, const ScoreRecipe& recipe, bool first, uint32_t seed, double* worst,
+               int* undecided, int* rows) {
+  std::mt19937 rng(seed);
+  const int L = 2, H = 2, M = 2, W = 16;
+  const int src_pages = (n + bs - 1) / bs;
+  const int NB = src_pages + 2;  // the null block, the source pages, one fresh destination
+  HostCache c = make_cache(L, NB, H, G, bs, d, M, W, rng);
+  std::vector<BlockId> src(src_pages);
+  std::iota(src.begin(), src.end(), 1);
+  std::shuffle(src.begin(), src.end(), rng);
+  if (recipe.redundancy != RedundancyMode::kNone) add_duplicates(c, src, n, rng);
+  const int k = n == 1 ? 1 : n / 2 + 1;
+  std::vector<BlockId> dst(src.begin(), src.begin() + (k + bs - 1) / bs);
+  dst[0] = NB - 1;  // a shared prefix page is replaced by a fresh one
+  CompressionJob job;
+  job.src_blocks = &src;
+  job.dst_blocks = &dst;
+  job.num_entries = n;
+  job.num_keep = k;
+  job.query_slot = 1;
+  job.num_scored_entries = n / 3;
+  job.first_compression = first;
+  job.recipe = &recipe;
+  const std::string what = "n=" + std::to_string(n) + " bs=" + std::to_string(bs) + " G=" + std::to_string(G) +
+                           " d=" + std::to_string(d);
+
+  DeviceCache dc(c);
+  DeviceGroup grp({job}, c, dc);
+  ASSERT_EQ(launch_compression_scores(grp.args, nullptr), cudaSuccess);
+  ASSERT_EQ(launch_compression_select(grp.args, nullptr), cudaSuccess);
+  const std::vector<float> gpu_final = grp.final_scores->download();
+  const std::vector<float> gpu_new_f = grp.scores->download();
+  const std::vector<int32_t> gpu_keep = grp.keep->download();
+
+  // CPU rows, in parallel (flash redundancy at n = 4097 is a few hundred ms per row).
+  std::vector<std::future<CpuRow>> futures;
+  for (int l = 0; l < L; ++l)
+    for (int h = 0; h < H; ++h) futures.push_back(std::async(std::launch::async, cpu_score_row, std::cref(c), job, l, h));
+  HostCache want = c;  // compacted on the host with the GPU's kept sets
+  for (int l = 0; l < L; ++l)
+    for (int h = 0; h < H; ++h) {
+      const int r = l * H + h;
+      const CpuRow cpu_row = futures[r].get();
+      const std::string row_what = what + " layer " + std::to_string(l) + " head " + std::to_string(h);
+      const std::vector<float> g(gpu_final.begin() + static_cast<size_t>(r) * n,
+                                 gpu_final.begin() + static_cast<size_t>(r + 1) * n);
+      expect_scores_close(g, cpu_row.final_scores, row_what, worst);
+      std::vector<float> gf;
+      if (recipe.global_decay > 0.0f) {
+        gf.assign(gpu_new_f.begin() + static_cast<size_t>(r) * n, gpu_new_f.begin() + static_cast<size_t>(r + 1) * n);
+        const double ferr = rel_err(gf, cpu_row.new_f);
+        EXPECT_LT(ferr, kTol) << row_what << " (new global scores)";
+      }
+      // Selection: exact on the GPU's scores; equal to the CPU's where the CPU's cut is clear.
+      const std::vector<int32_t> got(gpu_keep.begin() + static_cast<size_t>(r) * k,
+                                     gpu_keep.begin() + static_cast<size_t>(r + 1) * k);
+      std::vector<int32_t> on_gpu_scores(k), on_cpu_scores(k);
+      cpu::select_keep(g.data(), n, k, on_gpu_scores.data());
+      cpu::select_keep(cpu_row.final_scores.data(), n, k, on_cpu_scores.data());
+      expect_same(got, on_gpu_scores, row_what + " (selection on the GPU's scores)");
+      ++*rows;
+      if (decided(cpu_row.final_scores, k))
+        expect_same(got, on_cpu_scores, row_what + " (selection on the CPU's scores)");
+      else
+        ++*undecided;
+      // Expected compaction with the GPU's kept sets.
+      cpu::compact_entries(want.k.data() + l * c.kv_pitch(), static_cast<size_t>(H) * bs * d, h, bs, d, src.data(),
+                           dst.data(), got.data(), k);
+      cpu::compact_entries(want.v.data() + l * c.kv_pitch(), static_cast<size_t>(H) * bs * d, h, bs, d, src.data(),
+                           dst.data(), got.data(), k);
+      if (recipe.global_decay > 0.0f)
+        for (int i = 0; i < k; ++i) want.f[want.f_at(l, dst[i / bs], h, i % bs)] = gf[got[i]];
+    }
+  ASSERT_EQ(launch_compression_compact(grp.args, nullptr), cudaSuccess);
+  expect_same(from_device_bf16(dc.k->download()), want.k, what + " (K after compaction)");
+  expect_same(from_device_bf16(dc.v->download()), want.v, what + " (V after compaction)");
+  expect_same(dc.f->download(), want.f, what + " (F after compaction)");
+}
+
+TEST(CudaCompression, ScoresSelectionAndCompactionMatchCpu) {
+  const std::vector<ScoreRecipe> recipes = test_recipes();
+  double worst = 0.0;
+  int undecided = 0, rows = 0, ci = 0;
+  for (int n : {1, 7, 97, 1000, 4097})
+    for (int bs : {1, 16, 256})
+      for (int G : {1, 4, 8}) {
+        const int d = ci % 3 == 1 ? 128 : 64;
+        for (int r : {0, 1 + ci % 5}) {
+          SCOPED_TRACE("recipe " + std::to_string(r));
+          check_job(n, bs, G, d, recipes[r], ci % 2 == 0, 1000 + ci * 7 + r, &worst, &undecided, &rows);
+        }
+        ++ci;
+      }
+  std::printf("[compression] worst score rel err %.3e; %d of %d rows had a near-tie at the cut\n", worst, undecided,
+              rows);
+}
+
+// Every recipe at the largest size once more, so flash/lightning/global/pooling all meet n = 4097.
+TEST(CudaCompression, EveryRecipeAtLargestSize) {
+  const std::vector<ScoreRecipe> recipes = test_recipes();
+  double worst = 0.0;
+  int undecided = 0, rows = 0;
+  for (size_t r = 0; r < recipes.size(); ++r) {
+    SCOPED_TRACE("recipe " + std::to_string(r));
+    check_job(4097, 16, 4, 128, recipes[r], r % 2 == 0, 77 + r, &worst, &undecided, &rows);
+  }
+  // head_dim 96: the CUDA-core redundancy path (the tensor-core one serves 64 and 128).
+  for (int r : {2, 3}) {
+    SCOPED_TRACE("head_dim 96, recipe " + std::to_string(r));
+    check_job(1000, 16, 4, 96, recipes[r], true, 91 + r, &worst, &undecided, &rows);
+  }
+  std::printf("[compression] n=4097 all recipes: worst rel err %.3e; near-ties %d of %d rows\n", worst, undecided,
+              rows);
+}
+
+// Selection alone on crafted scores: many exact ties, NaN, +-inf, -0 and +0.
+TEST(CudaCompression, SelectionMatchesCpuOnTiesAndSpecialValues) {
+  std::mt19937 rng(5);
+  const float pool[] = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN(),
+                        1e-30f, -1e-30f, 3.0f};
+  for (int n : {1, 7, 97, 1000, 4097, 100000}) {
+    for (int k : {0, 1, n / 3, n - 1, n}) {
+      if (k < 0 || k > n) continue;
+      HostCache c;
+      c.L = 1, c.H = 3, c.G = 1, c.bs = 16, c.d = 32, c.NB = (n + 15) / 16 + 1, c.M = 1, c.W = 1;
+      std::vector<BlockId> src((n + 15) / 16);
+      std::iota(src.begin(), src.end(), 1);
+      ScoreRecipe recipe;
+      recipe.attention = false;
+      CompressionJob job;
+      job.src_blocks = &src;
+      job.dst_blocks = &src;
+      job.num_entries = n;
+      job.num_keep = k;
+      job.recipe = &recipe;
+      DeviceCache dc(c);
+      DeviceGroup grp({job}, c, dc);
+      // Row 0: drawn from a small pool (ties everywhere); row 1: distinct values; row 2: all equal.
+      std::vector<float> s(static_cast<size_t>(3) * n);
+      for (int e = 0; e < n; ++e) {
+        s[e] = pool[rng() % (sizeof(pool) / sizeof(pool[0]))];
+        s[n + e] = static_cast<float>(static_cast<int>(rng() % 1000000)) * 0.001f - 500.0f;
+        s[2 * n + e] = 0.25f;
+      }
+      grp.final_scores->upload(s);
+      ASSERT_EQ(launch_compression_select(grp.args, nullptr), cudaSuccess);
+      const std::vector<int32_t> got = grp.keep->download();
+      for (int r = 0; r < 3; ++r) {
+        std::vector<int32_t> want(k);
+        cpu::select_keep(s.data() + static_cast<size_t>(r) * n, n, k, want.data());
+        const std::vector<int32_t> g(got.begin() + static_cast<size_t>(r) * k, got.begin() + static_cast<size_t>(r + 1) * k);
+        expect_same(g, want, "n=" + std::to_string(n) + " k=" + std::to_string(k) + " row " + std::to_string(r));
+      }
+    }
+  }
+}
+
+// The driver: several jobs (one empty), three layers in groups of two, in-place destinations with
+// a fresh first page, through CudaCompressor::begin/done/wait, against the CPU pipeline.
+TEST(CudaCompression, DriverMatchesCpuPipeline) {
+  std::mt19937 rng(11);
+  const int L = 3, H = 2, G = 4, d = 128, bs = 16, M = 3, W = 16;
+  const int ns[] = {300, 1000, 0, 77};
+  const int ks[] = {160, 480, 0, 40};
+  int pages_total = 0;
+  for (int n : ns) pages_total += (n + bs - 1) / bs;
+  const int NB = pages_total + 3;
+  HostCache c = make_cache(L, NB, H, G, bs, d, M, W, rng);
+  std::vector<ScoreRecipe> recipes(4);
+  recipes[0].pool_kernel = 5;
+  recipes[0].global_decay = 0.8f;
+  recipes[1].redundancy = RedundancyMode::kLightning;
+  recipes[1].num_sinks = 3;
+  recipes[3].recency = true;
+  recipes[3].num_sinks = 4;
+  std::vector<BlockId> free_pages(pages_total);
+  std::iota(free_pages.begin(), free_pages.end(), 1);
+  std::shuffle(free_pages.begin(), free_pages.end(), rng);
+  std::vector<std::vector<BlockId>> src(4), dst(4);
+  std::vector<CompressionJob> jobs(4);
+  int used = 0;
+  for (int j = 0; j < 4; ++j) {
+    const int pages = (ns[j] + bs - 1) / bs;
+    src[j].assign(free_pages.begin() + used, free_pages.begin() + used + pages);
+    used += pages;
+    dst[j].assign(src[j].begin(), src[j].begin() + (ks[j] + bs - 1) / bs);
+    jobs[j].request_id = 100 + j;
+    jobs[j].src_blocks = &src[j];
+    jobs[j].dst_blocks = &dst[j];
+    jobs[j].num_entries = ns[j];
+    jobs[j].num_keep = ks[j];
+    jobs[j].query_slot = j % M;
+    jobs[j].num_scored_entries = ns[j] / 2;
+    jobs[j].first_compression = j == 0;
+    jobs[j].recipe = &recipes[j];
+  }
+  dst[0][0] = NB - 1;  // fresh target for a shared first page
+  if (ns[1] > 0) add_duplicates(c, src[1], ns[1], rng);
+
+  DeviceCache dc(c);
+  CudaCompressor comp;
+  CudaCompressor::Geometry g;
+  g.num_layers = L;
+  g.num_kv_heads = H;
+  g.num_q_heads = H * G;
+  g.head_dim = d;
+  g.block_size = bs;
+  g.num_blocks = NB;
+  g.k = dc.k->get();
+  g.v = dc.v->get();
+  g.kv_layer_pitch = c.kv_pitch();
+  CompressionConfig config;
+  config.num_query_slots = M;
+  config.max_window = W;
+  config.global_scores = true;
+  config.layer_stride = 2;
+  ASSERT_TRUE(comp.configure(config, g).is_ok());
+  EXPECT_EQ(CudaCompressor::query_slot_bytes(g, W), static_cast<size_t>(L) * W * H * G * d * 2);
+  ORIGAMI_CUDA_CHECK(cudaMemcpy(comp.query_cache(), to_device_bf16(c.q).data(), c.q.size() * 2, cudaMemcpyHostToDevice));
+  ORIGAMI_CUDA_CHECK(cudaMemcpy(comp.global_scores(), c.f.data(), c.f.size() * 4, cudaMemcpyHostToDevice));
+
+  cudaStream_t main_stream;
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&main_stream, cudaStreamNonBlocking));
+  const Status st = comp.begin(jobs, main_stream);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!comp.done()) ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  ASSERT_TRUE(comp.wait().is_ok());
+  ORIGAMI_CUDA_CHECK(cudaStreamDestroy(main_stream));
+
+  // The CPU pipeline; rows whose cut is a near-tie are left out of the comparison.
+  HostCache want = c;
+  std::vector<char> skip(static_cast<size_t>(L) * NB * H, 0);  // (layer, block, head) regions not compared
+  int undecided = 0;
+  for (int j = 0; j < 4; ++j) {
+    if (ns[j] == 0) continue;
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h) {
+        const CpuRow row = cpu_score_row(c, jobs[j], l, h);
+        std::vector<int32_t> keep(ks[j]);
+        cpu::select_keep(row.final_scores.data(), ns[j], ks[j], keep.data());
+        if (!decided(row.final_scores, ks[j])) {
+          ++undecided;
+          for (BlockId b : dst[j]) skip[(static_cast<size_t>(l) * NB + b) * H + h] = 1;
+        }
+        cpu::compact_entries(want.k.data() + l * c.kv_pitch(), static_cast<size_t>(H) * bs * d, h, bs, d,
+                             src[j].data(), dst[j].data(), keep.data(), ks[j]);
+        cpu::compact_entries(want.v.data() + l * c.kv_pitch(), static_cast<size_t>(H) * bs * d, h, bs, d,
+                             src[j].data(), dst[j].data(), keep.data(), ks[j]);
+        if (recipes[j].global_decay > 0.0f)
+          for (int i = 0; i < ks[j]; ++i) want.f[want.f_at(l, dst[j][i / bs], h, i % bs)] = row.new_f[keep[i]];
+      }
+  }
+  const int rows = 3 * L * H;
+  EXPECT_LE(undecided, rows / 3);
+  const std::vector<float> got_k = from_device_bf16(dc.k->download());
+  const std::vector<float> got_v = from_device_bf16(dc.v->download());
+  std::vector<float> got_f(c.f.size());
+  ORIGAMI_CUDA_CHECK(cudaMemcpy(got_f.data(), comp.global_scores(), got_f.size() * 4, cudaMemcpyDeviceToHost));
+  int kv_mismatch = 0, f_mismatch = 0;
+  double f_err = 0.0;
+  for (int l = 0; l < L; ++l)
+    for (int b = 0; b < NB; ++b)
+      for (int h = 0; h < H; ++h) {
+        if (skip[(static_cast<size_t>(l) * NB + b) * H + h]) continue;
+        for (int o = 0; o < bs; ++o) {
+          const size_t at = c.kv_at(l, b, h, o);
+          for (int x = 0; x < d; ++x) kv_mismatch += got_k[at + x] != want.k[at + x] || got_v[at + x] != want.v[at + x];
+          const size_t fa = c.f_at(l, b, h, o);
+          // F holds computed scores: equal to rounding where a new score was written.
+          const float gf = got_f[fa], wf = want.f[fa];
+          const double e = std::fabs(gf - wf) / std::max(std::fabs(wf), 1e-6f);
+          f_err = std::max(f_err, e);
+          f_mismatch += e > kTol;
+        }
+      }
+  EXPECT_EQ(kv_mismatch, 0);
+  EXPECT_EQ(f_mismatch, 0) << "worst F rel err " << f_err;
+  std::printf("[compression] driver: %d of %d rows skipped (near-tie at the cut), worst F rel err %.3e\n", undecided,
+              rows, f_err);
+
+  // Validation names the job and the field.
+  std::vector<ScoreRecipe> bad_recipe(1);
+  bad_recipe[0].window = W + 1;
+  std::vector<CompressionJob> bad = {jobs[0]};
+  bad[0].recipe = &bad_recipe[0];
+  Status e = comp.begin(bad, nullptr);
+  EXPECT_FALSE(e.is_ok());
+  EXPECT_NE(e.message().find("max_window"), std::string::npos) << e.message();
+  std::vector<BlockId> outside = dst[0];
+  outside[1] = NB;
+  bad = {jobs[0]};
+  bad[0].dst_blocks = &outside;
+  e = comp.begin(bad, nullptr);
+  EXPECT_NE(e.message().find("dst_blocks[1]"), std::string::npos) << e.message();
+  bad = {jobs[0], jobs[1]};
+  bad[1].dst_blocks = &dst[0];
+  bad[1].num_keep = ks[0];
+  e = comp.begin(bad, nullptr);
+  EXPECT_NE(e.message().find("both write"), std::string::npos) << e.message();
+  std::vector<BlockId> later = dst[0];
+  later[0] = src[0][1];  // a later source page as the first destination
+  bad = {jobs[0]};
+  bad[0].dst_blocks = &later;
+  e = comp.begin(bad, nullptr);
+  EXPECT_NE(e.message().find("later source page"), std::string::npos) << e.message();
+}
+
+// Timing of one compression batch at a Qwen3-8B shape (8 KV heads, groups of 4, head_dim 128,
+// block 256; 8 layers in one stride), dummy data made on the device.
+TEST(CudaCompression, TimingAtQwen3_8BShape) {
+  const int L = 8, H = 8, G = 4, d = 128, bs = 256, W = 16;
+  for (int n : {8192, 32768}) {
+    const int jobs_n = n == 8192 ? 4 : 1, pages = n / bs;
+    const int NB = jobs_n * pages + 2;
+    const size_t kv_pitch = static_cast<size_t>(NB) * H * bs * d;
+    DeviceBuffer<bf16> k(kv_pitch * L), v(kv_pitch * L);
+    launch_fill_random_bf16(k.get(), kv_pitch * L, 1.0f, 0.0f, 1, nullptr);
+    launch_fill_random_bf16(v.get(), kv_pitch * L, 1.0f, 0.0f, 2, nullptr);
+    CudaCompressor comp;
+    CudaCompressor::Geometry g;
+    g.num_layers = L;
+    g.num_kv_heads = H;
+    g.num_q_heads = H * G;
+    g.head_dim = d;
+    g.block_size = bs;
+    g.num_blocks = NB;
+    g.k = k.get();
+    g.v = v.get();
+    g.kv_layer_pitch = kv_pitch;
+    CompressionConfig config;
+    config.num_query_slots = jobs_n;
+    config.max_window = W;
+    config.global_scores = true;
+    config.layer_stride = 8;
+    ASSERT_TRUE(comp.configure(config, g).is_ok());
+    launch_fill_random_bf16(comp.query_cache(), comp.query_layer_pitch() * L, 1.0f, 0.0f, 3, nullptr);
+    std::vector<std::vector<BlockId>> tables(jobs_n);
+    std::vector<CompressionJob> jobs(jobs_n);
+    ScoreRecipe recipe;
+    for (int j = 0; j < jobs_n; ++j) {
+      for (int p = 0; p < pages; ++p) tables[j].push_back(1 + j * pages + p);
+      jobs[j].src_blocks = &tables[j];
+      jobs[j].dst_blocks = &tables[j];
+      jobs[j].num_entries = n;
+      jobs[j].num_keep = n / 2;
+      jobs[j].query_slot = j;
+      jobs[j].num_scored_entries = n / 2;
+      jobs[j].recipe = &recipe;
+    }
+    struct Variant {
+      const char* name;
+      RedundancyMode red;
+      float decay;
+      int pool;
+    };
+    for (const Variant& var : {Variant{"attention+pool5", RedundancyMode::kNone, 0.0f, 5},
+                               Variant{"attention+pool5+global", RedundancyMode::kNone, 0.8f, 5},
+                               Variant{"+lightning", RedundancyMode::kLightning, 0.8f, 5},
+                               Variant{"+flash", RedundancyMode::kFlash, 0.8f, 5}}) {
+      if (n > 8192 && var.red == RedundancyMode::kFlash) continue;
+      recipe.redundancy = var.red;
+      recipe.global_decay = var.decay;
+      recipe.pool_kernel = var.pool;
+      ASSERT_TRUE(comp.begin(jobs, nullptr).is_ok());  // warm-up (also grows the scratch)
+      ASSERT_TRUE(comp.wait().is_ok());
+      ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto t0 = std::chrono::steady_clock::now();
+      ASSERT_TRUE(comp.begin(jobs, nullptr).is_ok());
+      ASSERT_TRUE(comp.wait().is_ok());
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("BENCH compression %d x n=%d (8 layers x 8 KV heads, d=128, b=256) %-24s %.2f ms\n", jobs_n, n,
+                  var.name, ms);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace origami::cuda

@@ -1,0 +1,174 @@
+#pragma once
+// Naive brute force of the compression scorers, in double precision, written straight from the
+// definitions in backend/cpu/compression_ops.h (and independently of its code), for the
+// backend_cpu_compression_* tests.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kv/compression.h"
+
+namespace origami::test {
+
+inline std::vector<float> random_vec(size_t count, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(count);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Keys drawn around a few centres, so that many pairs are near-duplicates (cosine ~0.99) while
+// unrelated pairs stay far below the threshold: the zeroing rule is exercised and no similarity
+// sits near the threshold, where float and double could disagree.
+inline std::vector<float> clustered_keys(int n, int d, int num_centres, uint32_t seed) {
+  std::vector<float> centres = random_vec(static_cast<size_t>(num_centres) * d, seed);
+  std::vector<float> noise = random_vec(static_cast<size_t>(n) * d, seed + 1, 0.05f);
+  std::mt19937 rng(seed + 2);
+  std::vector<float> keys(static_cast<size_t>(n) * d);
+  for (int e = 0; e < n; ++e) {
+    const int c = static_cast<int>(rng() % num_centres);
+    for (int x = 0; x < d; ++x) keys[static_cast<size_t>(e) * d + x] = centres[c * d + x] + noise[e * d + x];
+  }
+  return keys;
+}
+
+inline double ddot(const float* a, const float* b, int d) {
+  double s = 0;
+  for (int i = 0; i < d; ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+inline std::vector<double> naive_window_attention(const std::vector<float>& q, const std::vector<float>& keys, int n, int w,
+                                           int d, int g, double scale) {
+  std::vector<double> out(n, 0.0);
+  for (int i = 0; i < w; ++i) {
+    std::vector<double> best(n, 0.0);
+    for (int j = 0; j < g; ++j) {
+      const float* qi = &q[(static_cast<size_t>(i) * g + j) * d];
+      std::vector<double> logits(n, -std::numeric_limits<double>::infinity());
+      double m = -std::numeric_limits<double>::infinity();
+      for (int e = 0; e <= n - w + i; ++e) {
+        logits[e] = ddot(qi, &keys[static_cast<size_t>(e) * d], d) * scale;
+        m = std::max(m, logits[e]);
+      }
+      double z = 0;
+      for (int e = 0; e <= n - w + i; ++e) z += std::exp(logits[e] - m);
+      for (int e = 0; e <= n - w + i; ++e) best[e] = std::max(best[e], std::exp(logits[e] - m) / z);
+    }
+    for (int e = 0; e < n; ++e) out[e] += best[e] / w;
+  }
+  return out;
+}
+
+inline std::vector<double> naive_pool(const std::vector<float>& in, int kernel, PoolType type) {
+  const int n = static_cast<int>(in.size());
+  std::vector<double> out(n);
+  for (int e = 0; e < n; ++e) {
+    double m = -std::numeric_limits<double>::infinity(), sum = 0;
+    int count = 0;
+    for (int x = e - kernel / 2; x <= e + kernel / 2; ++x) {
+      if (x < 0 || x >= n) continue;
+      m = std::max(m, static_cast<double>(in[x]));
+      sum += in[x];
+      ++count;
+    }
+    out[e] = type == PoolType::kMax ? m : sum / count;
+  }
+  return out;
+}
+
+// The full similarity matrix, then the documented zeroing, row sums, normalisation and softmax.
+inline std::vector<double> naive_redundancy(const std::vector<float>& keys, int n, int d, int bs, RedundancyMode mode,
+                                     double tau, double threshold) {
+  const bool lightning = mode == RedundancyMode::kLightning;
+  std::vector<std::vector<double>> c(n, std::vector<double>(n, 0.0));
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      if (i == j || (lightning && i / bs != j / bs)) continue;
+      const float* a = &keys[static_cast<size_t>(i) * d];
+      const float* b = &keys[static_cast<size_t>(j) * d];
+      c[i][j] = ddot(a, b, d) / std::max(std::sqrt(ddot(a, a, d)) * std::sqrt(ddot(b, b, d)), 1e-8);
+    }
+  for (int j = 0; j < n; ++j)
+    for (int i = n - 1; i >= 0; --i)
+      if (c[i][j] > threshold) {  // zero entries (diagonal, other blocks) never exceed threshold >= 0
+        c[i][j] = 0;
+        break;
+      }
+  std::vector<double> r(n);
+  double m = -std::numeric_limits<double>::infinity();
+  for (int i = 0; i < n; ++i) {
+    double sum = 0;
+    for (int j = 0; j < n; ++j) sum += c[i][j];
+    const double len = lightning ? std::min(bs, n - (i / bs) * bs) : n;
+    r[i] = sum / len / tau;
+    m = std::max(m, r[i]);
+  }
+  double z = 0;
+  for (double& x : r) z += (x = std::exp(x - m));
+  for (double& x : r) x /= z;
+  return r;
+}
+
+// Top k by repeated linear scans: the best remaining entry under (score desc, NaN last, index desc).
+inline std::vector<int32_t> naive_top_k(const std::vector<float>& s, int k) {
+  const int n = static_cast<int>(s.size());
+  std::vector<char> taken(n, 0);
+  std::vector<int32_t> out;
+  for (int round = 0; round < k; ++round) {
+    int best = -1;
+    for (int e = 0; e < n; ++e) {
+      if (taken[e]) continue;
+      if (best < 0) {
+        best = e;
+        continue;
+      }
+      // e (the later index) replaces best unless it scores lower: NaN is below every number.
+      const bool en = std::isnan(s[e]), bn = std::isnan(s[best]);
+      bool lower;
+      if (en || bn) lower = en && !bn;
+      else lower = s[e] < s[best];
+      if (!lower) best = e;
+    }
+    taken[best] = 1;
+    out.push_back(best);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The whole documented pipeline for one (layer, KV head): base score, global score (f_new gets
+// the new F), pooling, redundancy, +inf protection. f_prev: [n], read below num_scored.
+inline std::vector<double> naive_scores(const ScoreRecipe& r, const std::vector<float>& keys, int n, int d,
+                                        const std::vector<float>& q, int g, double scale, int bs,
+                                        const std::vector<float>& f_prev, int num_scored, bool first,
+                                        std::vector<double>* f_new) {
+  std::vector<double> s(n, 0.0);
+  if (r.recency) {
+    for (int e = 0; e < n; ++e) s[e] = e;
+  } else if (r.needs_queries()) {
+    s = naive_window_attention(q, keys, n, std::min(r.window, n), d, g, scale);
+  }
+  if (r.global_decay > 0) {
+    for (int e = 0; e < std::min(num_scored, n); ++e) s[e] = std::max(r.global_decay * static_cast<double>(f_prev[e]), s[e]);
+    if (f_new) *f_new = s;
+  }
+  if (r.pool_kernel > 1 && (first || !r.pool_first_only)) {
+    std::vector<float> as_float(s.begin(), s.end());
+    s = naive_pool(as_float, r.pool_kernel, r.pool_type);
+  }
+  if (r.redundancy != RedundancyMode::kNone) {
+    auto red = naive_redundancy(keys, n, d, bs, r.redundancy, r.redundancy_tau, r.redundancy_threshold);
+    for (int e = 0; e < n; ++e) s[e] = r.redundancy_lambda * s[e] - (1.0 - r.redundancy_lambda) * red[e];
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int e = std::max(0, n - r.window); e < n; ++e) s[e] = inf;
+  for (int e = 0; e < std::min(r.num_sinks, n); ++e) s[e] = inf;
+  return s;
+}
+
+}  // namespace origami::test

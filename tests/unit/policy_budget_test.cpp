@@ -1,0 +1,75 @@
+// Budget arithmetic (Zipage §4.1–4.2): N_max = floor(budget / b) + 1, k = (N_max - 1) * b, and
+// the query-slot count M of eq. 1/2, checked against a brute-force search of the constraints.
+#include "policy/kv_budget.h"
+
+#include <gtest/gtest.h>
+
+namespace origami {
+namespace {
+
+TEST(KVBudget, MaxBlocksAndKeep) {
+  EXPECT_EQ(max_blocks_for_budget(2048, 256), 9);
+  EXPECT_EQ(entries_kept_for_budget(2048, 256), 2048);
+  EXPECT_EQ(max_blocks_for_budget(2047, 256), 8);
+  EXPECT_EQ(entries_kept_for_budget(2047, 256), 1792);  // a budget rounds down to whole blocks
+  EXPECT_EQ(max_blocks_for_budget(16, 16), 2);
+  EXPECT_EQ(entries_kept_for_budget(16, 16), 16);
+  EXPECT_EQ(max_blocks_for_budget(100, 16), 7);
+  EXPECT_EQ(entries_kept_for_budget(100, 16), 96);
+  EXPECT_EQ(max_blocks_for_budget(5, 16), 1);
+  EXPECT_EQ(entries_kept_for_budget(5, 16), 0);
+}
+
+TEST(KVBudget, PaperExampleSizes) {
+  // Qwen3-8B-like: 36 layers, 8 KV heads, d = 128, bf16, b = 256, 32 q heads, w = 16, budget 2048.
+  const int64_t block = int64_t{36} * 8 * 128 * 2 * 2 * 256;
+  const int64_t slot = int64_t{36} * 16 * 32 * 128 * 2;
+  const int64_t avail = int64_t{60} << 30;
+  QuerySlotSizing s = size_query_slots(avail, block, 0, 9, slot, 1 << 20);
+  EXPECT_EQ(s.num_query_slots, static_cast<int>(avail / (block * 9 + slot)));
+  EXPECT_EQ(s.num_blocks, static_cast<int>((avail - s.num_query_slots * slot) / block));
+  EXPECT_GE(s.num_blocks, s.num_query_slots * 9);  // M <= N_total / N_max holds at the optimum
+}
+
+// Brute force: the largest M with some N_total >= M * N_max fitting beside M slots.
+int brute_force_m(int64_t avail, int64_t m_block, int n_max, int64_t slot) {
+  int best = 0;
+  for (int m = 0; m < 200000; ++m) {
+    const int64_t left = avail - m * slot;
+    if (left < 0) break;
+    if (left / m_block >= static_cast<int64_t>(m) * n_max) best = m;
+  }
+  return best;
+}
+
+TEST(KVBudget, QuerySlotsMatchBruteForce) {
+  for (int64_t avail : {int64_t{0}, int64_t{999}, int64_t{12345}, int64_t{1} << 20, int64_t{7777777}}) {
+    for (int64_t block : {int64_t{64}, int64_t{1000}, int64_t{4096}}) {
+      for (int64_t page : {int64_t{0}, int64_t{16}}) {
+        for (int n_max : {1, 2, 9}) {
+          for (int64_t slot : {int64_t{0}, int64_t{100}, int64_t{5000}}) {
+            QuerySlotSizing s = size_query_slots(avail, block, page, n_max, slot, 1 << 30);
+            if (slot == 0 && avail > 0) {
+              EXPECT_EQ(s.num_query_slots, static_cast<int>(avail / ((block + page) * n_max)));
+            } else if (avail > 0) {
+              EXPECT_EQ(s.num_query_slots, brute_force_m(avail, block + page, n_max, slot))
+                  << avail << " " << block << " " << page << " " << n_max << " " << slot;
+            }
+            EXPECT_LE(s.num_query_slots * slot + static_cast<int64_t>(s.num_blocks) * (block + page), std::max<int64_t>(avail, 0));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(KVBudget, CapReturnsSlotMemoryToBlocks) {
+  QuerySlotSizing uncapped = size_query_slots(100000, 100, 0, 2, 50, 1000);
+  QuerySlotSizing capped = size_query_slots(100000, 100, 0, 2, 50, 3);
+  EXPECT_EQ(uncapped.num_query_slots, 100000 / 250);
+  EXPECT_EQ(capped.num_query_slots, 3);
+  EXPECT_EQ(capped.num_blocks, (100000 - 150) / 100);
+}
+
+}  // namespace
+}  // namespace origami

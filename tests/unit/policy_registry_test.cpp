@@ -1,0 +1,160 @@
+// Policy registry and options: every built-in is listed and builds with its documented
+// defaults; aliases only change defaults; unknown names and options, and bad values, are errors
+// that name the policy, the option and what it accepts.
+#include "policy/policy_registry.h"
+
+#include <gtest/gtest.h>
+
+namespace origami {
+namespace {
+
+const PolicyRegistry& reg() { return PolicyRegistry::builtin(); }
+
+std::shared_ptr<const KVPolicy> make(const std::string& name, const PolicyOptionMap& opts = {}) {
+  auto p = reg().create(name, opts);
+  EXPECT_TRUE(p.has_value()) << p.status().to_string();
+  return p ? *p : nullptr;
+}
+
+std::string error_of(const std::string& name, const PolicyOptionMap& opts) {
+  auto p = reg().create(name, opts);
+  EXPECT_FALSE(p.has_value()) << name;
+  return p ? "" : p.status().message();
+}
+
+TEST(PolicyRegistry, ListsBuiltinsInOrder) {
+  EXPECT_EQ(reg().names(), "full, streaming, snapkv, zipage, zipage-attn, zipage-global, zipage-flash, zipage-lightning");
+  for (const PolicyInfo& info : reg().policies()) {
+    EXPECT_FALSE(info.summary.empty()) << info.name;
+    for (const PolicyOptionSpec& s : info.options) EXPECT_FALSE(s.help.empty()) << info.name << "." << s.name;
+    EXPECT_NE(make(info.name), nullptr) << info.name;
+  }
+}
+
+TEST(PolicyRegistry, UnknownPolicyListsRegisteredOnes) {
+  const std::string e = error_of("h2o", {});
+  EXPECT_NE(e.find("'h2o'"), std::string::npos) << e;
+  EXPECT_NE(e.find("full, streaming, snapkv, zipage"), std::string::npos) << e;
+}
+
+TEST(PolicyRegistry, FullNeverCompresses) {
+  auto p = make("full");
+  EXPECT_FALSE(p->compresses());
+  EXPECT_FALSE(p->needs().window_queries);
+  EXPECT_TRUE(p->check_budget(0, 16).is_ok());
+  EXPECT_NE(error_of("full", {{"window", "4"}}).find("takes no options"), std::string::npos);
+}
+
+TEST(PolicyRegistry, ZipageDefaultsArePaperSettings) {
+  auto p = make("zipage");
+  EXPECT_EQ(p->trigger(), CompressionTrigger::kCacheFull);
+  const ScoreRecipe& r = p->score_recipe();
+  EXPECT_TRUE(r.attention);
+  EXPECT_FALSE(r.recency);
+  EXPECT_EQ(r.window, 16);
+  EXPECT_FLOAT_EQ(r.global_decay, 0.8f);
+  EXPECT_EQ(r.redundancy, RedundancyMode::kLightning);
+  EXPECT_FLOAT_EQ(r.redundancy_lambda, 0.2f);
+  EXPECT_FLOAT_EQ(r.redundancy_tau, 0.4f);
+  EXPECT_FLOAT_EQ(r.redundancy_threshold, 0.5f);
+  EXPECT_EQ(r.pool_kernel, 5);
+  EXPECT_TRUE(r.pool_first_only);
+  EXPECT_EQ(r.pool_type, PoolType::kMax);
+  EXPECT_EQ(r.num_sinks, 0);
+  const PolicyNeeds n = p->needs();
+  EXPECT_TRUE(n.window_queries);
+  EXPECT_EQ(n.window, 16);
+  EXPECT_TRUE(n.global_scores);
+  EXPECT_EQ(p->default_budget(), 2048);
+}
+
+TEST(PolicyRegistry, ZipageAliasesChangeOnlyDefaults) {
+  auto attn = make("zipage-attn");
+  EXPECT_EQ(attn->name(), "zipage-attn");
+  EXPECT_FLOAT_EQ(attn->score_recipe().global_decay, 0.0f);
+  EXPECT_EQ(attn->score_recipe().redundancy, RedundancyMode::kNone);
+  EXPECT_FALSE(attn->needs().global_scores);
+  auto global = make("zipage-global");
+  EXPECT_FLOAT_EQ(global->score_recipe().global_decay, 0.8f);
+  EXPECT_EQ(global->score_recipe().redundancy, RedundancyMode::kNone);
+  EXPECT_EQ(make("zipage-flash")->score_recipe().redundancy, RedundancyMode::kFlash);
+  EXPECT_EQ(make("zipage-lightning")->score_recipe().redundancy, RedundancyMode::kLightning);
+  // Options still override an alias's defaults.
+  auto custom = make("zipage-attn", {{"redundancy", "flash"}, {"window", "8"}, {"pool", "off"}});
+  EXPECT_EQ(custom->score_recipe().redundancy, RedundancyMode::kFlash);
+  EXPECT_EQ(custom->score_recipe().window, 8);
+  EXPECT_EQ(custom->score_recipe().pool_kernel, 0);
+  EXPECT_EQ(custom->options().get("window"), "8");
+}
+
+TEST(PolicyRegistry, StreamingAndSnapKVDefaults) {
+  auto s = make("streaming");
+  EXPECT_EQ(s->trigger(), CompressionTrigger::kCacheFull);
+  EXPECT_TRUE(s->score_recipe().recency);
+  EXPECT_EQ(s->score_recipe().num_sinks, 4);
+  EXPECT_FALSE(s->needs().window_queries);
+  auto k = make("snapkv");
+  EXPECT_EQ(k->trigger(), CompressionTrigger::kPrefillEnd);
+  EXPECT_EQ(k->score_recipe().window, 32);
+  EXPECT_EQ(k->score_recipe().pool_kernel, 7);
+  EXPECT_TRUE(k->needs().window_queries);
+  EXPECT_FALSE(k->needs().global_scores);
+}
+
+TEST(PolicyRegistry, OptionErrorsNameOptionAndAcceptedValues) {
+  std::string e = error_of("zipage", {{"windw", "16"}});
+  EXPECT_NE(e.find("policy zipage"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown option 'windw'"), std::string::npos) << e;
+  EXPECT_NE(e.find("window"), std::string::npos) << e;
+  e = error_of("zipage", {{"window", "abc"}});
+  EXPECT_NE(e.find("window=abc is not an integer"), std::string::npos) << e;
+  e = error_of("zipage", {{"window", "0"}});
+  EXPECT_NE(e.find("out of range"), std::string::npos) << e;
+  e = error_of("zipage", {{"redundancy", "fast"}});
+  EXPECT_NE(e.find("none|flash|lightning"), std::string::npos) << e;
+  e = error_of("zipage", {{"global", "maybe"}});
+  EXPECT_NE(e.find("0|1"), std::string::npos) << e;
+  e = error_of("zipage", {{"lambda", "1.5"}});
+  EXPECT_NE(e.find("lambda=1.5"), std::string::npos) << e;
+  e = error_of("snapkv", {{"kernel", "4"}});
+  EXPECT_NE(e.find("kernel=4 must be odd"), std::string::npos) << e;
+  e = error_of("zipage", {{"alpha", "0"}});
+  EXPECT_NE(e.find("alpha"), std::string::npos) << e;
+  // Booleans accept the usual spellings.
+  EXPECT_FALSE(make("zipage", {{"global", "off"}})->needs().global_scores);
+  EXPECT_TRUE(make("zipage-attn", {{"global", "true"}})->needs().global_scores);
+}
+
+TEST(PolicyRegistry, BudgetChecks) {
+  auto z = make("zipage");
+  EXPECT_TRUE(z->check_budget(32, 16).is_ok());  // N_max = 3, k = 32 > w = 16
+  Status st = z->check_budget(8, 16);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("at least one block"), std::string::npos) << st.message();
+  st = z->check_budget(16, 16);  // k = 16 = w: nothing left to choose
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("window + sinks"), std::string::npos) << st.message();
+  st = make("zipage", {{"window", "32"}})->check_budget(256, 16);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("larger than the block size"), std::string::npos) << st.message();
+  EXPECT_TRUE(make("snapkv")->check_budget(33, 16).is_ok());
+  EXPECT_FALSE(make("snapkv")->check_budget(32, 16).is_ok());
+  EXPECT_TRUE(make("streaming")->check_budget(16, 16).is_ok());
+  EXPECT_FALSE(make("streaming", {{"sinks", "16"}})->check_budget(16, 16).is_ok());
+}
+
+TEST(PolicyOptions, ParseKeyValue) {
+  PolicyOptionMap m;
+  EXPECT_TRUE(parse_policy_option("window=16", &m).is_ok());
+  EXPECT_EQ(m["window"], "16");
+  EXPECT_TRUE(parse_policy_option("a=b=c", &m).is_ok());
+  EXPECT_EQ(m["a"], "b=c");
+  for (const char* bad : {"window", "=3", "window=", ""}) {
+    Status st = parse_policy_option(bad, &m);
+    EXPECT_FALSE(st.is_ok()) << bad;
+    EXPECT_NE(st.message().find("key=value"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace origami

@@ -1,0 +1,316 @@
+#pragma once
+// A fake engine for scheduler tests with compression. It "computes" each scheduled token by
+// writing a value naming the token's whole prefix into a fake KV store, and "compresses" a
+// request by compacting a chosen subset of its entries (its window always included) into its
+// destination blocks, the way the backend kernels do. Before every step it checks that each
+// request reads exactly the entries it should hold, that nothing writes into a block another
+// request holds (shared prefix blocks stay bit-identical), that every window entry's query was
+// captured into the request's slot, that bounded requests stay within N_max blocks, and that
+// reference counts match the tables.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <set>
+#include <vector>
+
+#include "policy/kv_budget.h"
+#include "policy/policy_registry.h"
+#include "sched/compression_state.h"
+#include "sched/scheduler.h"
+
+namespace origami::testing {
+
+inline RequestCompression make_compression(const std::string& policy, int budget, int block_size,
+                                           const PolicyOptionMap& options = {}) {
+  auto p = PolicyRegistry::builtin().create(policy, options);
+  EXPECT_TRUE(p.has_value()) << p.status().to_string();
+  RequestCompression c;
+  c.policy = *p;
+  c.trigger = c.policy->trigger();
+  if (!c.policy->compresses()) return c;
+  c.budget = budget;
+  EXPECT_TRUE(c.policy->check_budget(budget, block_size).is_ok()) << c.policy->check_budget(budget, block_size).message();
+  c.window = c.policy->needs().window_queries ? c.policy->needs().window : 0;
+  if (c.trigger == CompressionTrigger::kCacheFull) {
+    c.max_blocks = max_blocks_for_budget(budget, block_size);
+    c.num_keep = entries_kept_for_budget(budget, block_size);
+  } else {
+    c.num_keep = budget;
+  }
+  return c;
+}
+
+struct CompressionHarness {
+  int block_size;
+  KVCacheManager kv;
+  Scheduler sched;
+  std::vector<std::unique_ptr<Request>> requests;
+  std::vector<uint64_t> fake_kv;  // [num_blocks * block_size]
+  // Per request: what each cache entry must hold once it has been compressed.
+  std::map<RequestId, std::vector<uint64_t>> compressed_entries;
+  // Per request: entry index -> slot its query was captured into (since the last compaction).
+  std::map<RequestId, std::map<int, int>> captured;
+  std::vector<Request*> in_flight;
+  int flight_delay = 0;  // steps a compression stays in flight (async emulation)
+  int flight_age = 0;
+  std::vector<Request*> rejected;
+  int64_t num_preemptions = 0;
+  int64_t num_compressions = 0;
+  int64_t num_slot_waits = 0;
+  int64_t num_fresh_targets = 0;  // destination blocks that replaced shared prefix blocks
+  int num_steps = 0;
+  std::vector<CompressionPlan> plans;  // every plan, for exact assertions
+
+  CompressionHarness(int block, int num_blocks, bool prefix_caching, SchedulerConfig config)
+      : block_size(block),
+        kv(KVLayout::full(1, 1, 4, block, num_blocks, DType::kF32), prefix_caching),
+        sched(config, &kv),
+        fake_kv(static_cast<size_t>(num_blocks) * block, 0) {}
+
+  Request* add(std::vector<int32_t> prompt, int max_tokens, RequestCompression compression) {
+    auto r = std::make_unique<Request>();
+    r->id = requests.size() + 1;
+    r->prompt_token_ids = std::move(prompt);
+    r->sampling.max_tokens = max_tokens;
+    r->compression = std::move(compression);
+    sched.add_request(r.get());
+    requests.push_back(std::move(r));
+    return requests.back().get();
+  }
+
+  static int32_t sampled_token(const Request& r) {
+    return static_cast<int32_t>(5000 + (r.id * 31 + r.output_token_ids.size() * 7) % 97);
+  }
+  static uint64_t prefix_value(const Request& r, int pos) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i <= pos; ++i) h = (h ^ static_cast<uint32_t>(r.token_at(i))) * 1099511628211ull;
+    return h | 1;
+  }
+  size_t slot(const Request& r, int entry) const {
+    return static_cast<size_t>(r.kv.groups[0].blocks[static_cast<size_t>(entry / block_size)]) * block_size +
+           entry % block_size;
+  }
+  uint64_t expected_entry(const Request& r, int entry) const {
+    if (!r.compression.compressed()) return prefix_value(r, entry);
+    return compressed_entries.at(r.id).at(static_cast<size_t>(entry));
+  }
+
+  // The backend's job: keep the window and a pseudo-random choice of the rest, in order.
+  void compress(Request* r) {
+    const RequestCompression& c = r->compression;
+    const int n = r->kv.groups[0].num_entries;
+    const int k = c.num_keep;
+    ASSERT_LT(k, n);
+    std::vector<uint64_t> values(static_cast<size_t>(n));
+    for (int e = 0; e < n; ++e) {
+      values[static_cast<size_t>(e)] = fake_kv[slot(*r, e)];
+      ASSERT_EQ(values[static_cast<size_t>(e)], expected_entry(*r, e)) << "request " << r->id << " entry " << e;
+    }
+    // The window's queries must all have been captured into the slot the job uses.
+    if (c.window > 0) {
+      ASSERT_GE(c.query_slot, 0) << "request " << r->id << " compresses without a query slot";
+      for (int e = n - c.window; e < n; ++e) {
+        auto it = captured[r->id].find(e);
+        ASSERT_TRUE(it != captured[r->id].end()) << "request " << r->id << ": query of window entry " << e << " not captured";
+        ASSERT_EQ(it->second, c.query_slot) << "request " << r->id << " entry " << e;
+      }
+    }
+    const int protect = c.trigger == CompressionTrigger::kCacheFull && c.window == 0 ? 0 : c.window;
+    std::vector<int> keep;
+    for (int e = 0; e < n - protect; ++e) keep.push_back(e);
+    // Drop a deterministic pseudo-random subset of the unprotected entries.
+    uint64_t state = r->id * 7919 + static_cast<uint64_t>(c.num_compressions) * 104729 + 1;
+    while (static_cast<int>(keep.size()) > k - protect) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      keep.erase(keep.begin() + static_cast<std::ptrdiff_t>((state >> 33) % keep.size()));
+    }
+    for (int e = n - protect; e < n; ++e) keep.push_back(e);
+    ASSERT_EQ(static_cast<int>(keep.size()), k);
+    for (BlockId dst : c.dst_blocks) {
+      const auto& src = r->kv.groups[0].blocks;
+      if (std::find(src.begin(), src.end(), dst) == src.end()) ++num_fresh_targets;
+    }
+    std::vector<uint64_t> kept;
+    for (int i = 0; i < k; ++i) {
+      const BlockId dst = c.dst_blocks.at(static_cast<size_t>(i / block_size));
+      ASSERT_EQ(kv.pool().ref_count(dst), 1) << "compaction writes into shared block " << dst;
+      fake_kv[static_cast<size_t>(dst) * block_size + i % block_size] = values[static_cast<size_t>(keep[static_cast<size_t>(i)])];
+      kept.push_back(values[static_cast<size_t>(keep[static_cast<size_t>(i)])]);
+    }
+    pending_results[r->id] = std::move(kept);
+  }
+  std::map<RequestId, std::vector<uint64_t>> pending_results;
+
+  void complete(Request* r) {
+    sched.complete_compression(r);
+    compressed_entries[r->id] = pending_results.at(r->id);
+    pending_results.erase(r->id);
+    captured[r->id].clear();
+    ++num_compressions;
+  }
+
+  void complete_all_in_flight() {
+    for (Request* r : in_flight) complete(r);
+    in_flight.clear();
+  }
+
+  void start_compressions() {
+    if (!in_flight.empty()) return;
+    CompressionPlan plan = sched.plan_compressions();
+    for (Request* r : plan.preempted) forget(r);
+    num_preemptions += static_cast<int64_t>(plan.preempted.size());
+    for (Request* r : plan.requests) {
+      compress(r);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    in_flight = plan.requests;
+    flight_age = 0;
+    if (!plan.requests.empty() || !plan.preempted.empty()) plans.push_back(plan);
+    if (flight_delay == 0) complete_all_in_flight();
+  }
+
+  void forget(Request* r) {
+    compressed_entries.erase(r->id);
+    captured[r->id].clear();
+  }
+
+  void check_invariants(const SchedulerOutput& out) {
+    std::set<Request*> seen;
+    for (const ScheduledSequence& s : out.sequences) {
+      Request& r = *s.request;
+      ASSERT_TRUE(seen.insert(&r).second) << "scheduled twice";
+      ASSERT_EQ(r.status, RequestStatus::kRunning);
+      ASSERT_FALSE(r.compression.in_flight || r.compression.pending) << "request " << r.id << " runs while compressing";
+      ASSERT_GE(s.num_new_tokens, 1);
+    }
+    std::vector<int> refs(static_cast<size_t>(kv.pool().num_blocks()), 0);
+    for (Request* r : sched.running()) {
+      for (BlockId b : r->kv.groups.at(0).blocks) ++refs[static_cast<size_t>(b)];
+      // Fresh compression targets are held outside the table until the compression completes.
+      if (r->compression.in_flight)
+        for (BlockId b : r->compression.next_table)
+          if (std::find(r->kv.groups[0].blocks.begin(), r->kv.groups[0].blocks.end(), b) == r->kv.groups[0].blocks.end())
+            ++refs[static_cast<size_t>(b)];
+      const RequestCompression& c = r->compression;
+      if (c.bounded() && !c.in_flight) {
+        ASSERT_LE(static_cast<int>(r->kv.groups[0].blocks.size()), c.max_blocks) << "request " << r->id;
+        ASSERT_LE(r->kv.groups[0].num_entries, c.max_blocks * block_size) << "request " << r->id;
+      }
+    }
+    for (Request* r : sched.waiting()) ASSERT_TRUE(r->kv.groups.empty()) << "a waiting request holds blocks";
+    int num_free = 0;
+    for (BlockId b = 1; b < kv.pool().num_blocks(); ++b) {
+      ASSERT_EQ(kv.pool().ref_count(b), refs[static_cast<size_t>(b)]) << "block " << b;
+      num_free += refs[static_cast<size_t>(b)] == 0;
+    }
+    ASSERT_EQ(num_free, kv.num_free_blocks());
+    // Query slots: each held by at most one request.
+    std::set<int> held;
+    for (Request* r : sched.running()) {
+      if (r->compression.query_slot >= 0) {
+        ASSERT_TRUE(held.insert(r->compression.query_slot).second);
+      }
+    }
+    ASSERT_EQ(static_cast<int>(held.size()), sched.query_slots().num_slots() - sched.query_slots().num_free());
+  }
+
+  void run_model(const SchedulerOutput& out) {
+    for (const ScheduledSequence& s : out.sequences) {
+      Request& r = *s.request;
+      const int entries_before = r.kv.groups[0].num_entries - s.num_new_tokens;
+      for (int e = 0; e < entries_before; ++e)
+        ASSERT_EQ(fake_kv[slot(r, e)], expected_entry(r, e)) << "request " << r.id << " reads wrong KV at entry " << e;
+      const int capture_from = query_capture_from(r, block_size, entries_before);
+      for (int i = 0; i < s.num_new_tokens; ++i) {
+        const int e = entries_before + i;
+        const BlockId b = r.kv.groups[0].blocks[static_cast<size_t>(e / block_size)];
+        ASSERT_EQ(kv.pool().ref_count(b), 1) << "writing into a shared block";
+        const uint64_t value = prefix_value(r, r.num_computed_tokens + i);
+        fake_kv[slot(r, e)] = value;
+        if (r.compression.compressed()) {
+          std::vector<uint64_t>& v = compressed_entries[r.id];
+          ASSERT_EQ(static_cast<int>(v.size()), e);
+          v.push_back(value);
+        }
+        if (capture_from >= 0 && e >= capture_from) {
+          ASSERT_GE(r.compression.query_slot, 0) << "request " << r.id << " computes window entry " << e << " without a slot";
+          captured[r.id][e] = r.compression.query_slot;
+        }
+      }
+    }
+  }
+
+  // Requests compressed under a bounded policy are never preempted by schedule() or
+  // plan_compressions() (only preempt_to_make_progress may, as a last resort).
+  std::set<Request*> bounded_requests() const {
+    std::set<Request*> s;
+    for (Request* r : sched.running())
+      if (r->compression.bounded()) s.insert(r);
+    return s;
+  }
+  void check_not_bounded(const std::set<Request*>& bounded, const std::vector<Request*>& preempted) {
+    for (Request* r : preempted) ASSERT_EQ(bounded.count(r), 0u) << "compressed request " << r->id << " preempted";
+  }
+
+  SchedulerOutput step() {
+    ++num_steps;
+    if (!in_flight.empty() && ++flight_age >= flight_delay) complete_all_in_flight();
+    const size_t plans_before = plans.size();
+    std::set<Request*> bounded = bounded_requests();
+    start_compressions();
+    if (plans.size() > plans_before) check_not_bounded(bounded, plans.back().preempted);
+    SchedulerOutput out;
+    for (;;) {
+      bounded = bounded_requests();
+      out = sched.schedule();
+      check_not_bounded(bounded, out.preempted);
+      num_preemptions += static_cast<int64_t>(out.preempted.size());
+      for (Request* r : out.preempted) forget(r);
+      num_slot_waits += out.num_query_slot_waits;
+      for (Request* r : out.rejected) {
+        rejected.push_back(r);
+        sched.finish_request(r, FinishReason::kError);
+      }
+      if (!out.empty() || !sched.has_unfinished()) break;
+      if (!in_flight.empty()) {
+        complete_all_in_flight();
+        start_compressions();
+        continue;
+      }
+      std::vector<Request*> preempted;
+      if (!sched.preempt_to_make_progress(&preempted)) break;
+      for (Request* r : preempted) forget(r);
+      num_preemptions += static_cast<int64_t>(preempted.size());
+    }
+    check_invariants(out);
+    if (::testing::Test::HasFatalFailure()) return out;
+    run_model(out);
+    if (::testing::Test::HasFatalFailure()) return out;
+    sched.on_step_done(out);
+    for (const ScheduledSequence& s : out.sequences) {
+      Request& r = *s.request;
+      if (r.num_computed_tokens < r.num_tokens()) continue;
+      r.output_token_ids.push_back(sampled_token(r));
+      if (static_cast<int>(r.output_token_ids.size()) >= r.sampling.max_tokens)
+        sched.finish_request(&r, FinishReason::kLength);
+    }
+    return out;
+  }
+
+  void run_to_completion(int max_steps = 20000) {
+    while (sched.has_unfinished() && num_steps < max_steps) {
+      const SchedulerOutput out = step();
+      if (::testing::Test::HasFatalFailure()) return;
+      ASSERT_TRUE(!out.empty() || !out.rejected.empty() || !sched.has_unfinished()) << "no progress: deadlock";
+    }
+    ASSERT_FALSE(sched.has_unfinished()) << "did not drain in " << max_steps << " steps";
+    ASSERT_TRUE(in_flight.empty());
+    ASSERT_EQ(kv.num_free_blocks(), kv.num_usable_blocks()) << "blocks leaked";
+    ASSERT_EQ(sched.query_slots().num_free(), sched.query_slots().num_slots()) << "query slots leaked";
+  }
+};
+
+}  // namespace origami::testing
