@@ -8,6 +8,9 @@
 #   profile   ncu per-kernel times of one eager decode step (Qwen3-8B, batch 1 and 64, context 1K)
 #   bench     throughput: `origami bench` (3 workloads x Qwen3-8B, Llama-3.1-8B shapes, dummy
 #             weights) and HF generate() (scripts/hf_generate_bench.py) on the first workload
+#   compress  throughput under KV compression: Qwen3-8B shape, 256 x (128 -> 4096), ignore_eos,
+#             block 256; full KV next to each COMPRESS_RUNS entry (policy:budget:async|sync)
+#   fidelity  `origami eval` sweeps on origami-tiny-qwen3 (retrieval prefill + stream, perplexity)
 #   all       everything (about 15 minutes: more than one 10-minute device call allows)
 # Modes combine with commas: `scripts/gpu_run.sh tests,roofline`. Full logs go to $OUT (or
 # /tmp/origami-gpu), at most 8 files; a summary table is printed last (and kept in summary.txt).
@@ -52,7 +55,7 @@ cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DORIGAMI_CUDA=ON 
 targets=()
 if ! has quick; then  # only what the chosen modes run
   { has roofline || has profile; } && targets+=(cuda_decode_bench_test)
-  has bench && targets+=(origami_cli)
+  { has bench || has compress || has fidelity; } && targets+=(origami_cli)
 fi
 tflags=(); [ ${#targets[@]} -gt 0 ] && tflags=(--target "${targets[@]}")
 # Keep going past targets of modules that do not build, so the GPU tests still run.
@@ -165,6 +168,57 @@ if has bench; then
     RESULT["6_hf_${cfg}_128x128+1024"]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep HF_GENERATE "$OUT/hf_generate.log" | grep "$cfg" | sed -E 's/.*= ([0-9.]+ tok\/s).*/\1/')"
   done
   grep -E "HF_GENERATE|Error|error" "$OUT/hf_generate.log" | tail -6
+fi
+
+# ---------------------------------------------------------------- compress: throughput under compression
+if has compress; then
+  CLI=$BUILD/origami
+  SCHED=${SCHED:-"--max-num-seqs 512 --max-num-batched-tokens 8192"}
+  W=${COMPRESS_WORKLOAD:-256:128:4096}
+  IFS=: read -r -a wl <<< "$W"
+  # full KV gets the whole pool (--query-slots -1: no query slots, no global-score pages).
+  for run in ${COMPRESS_RUNS:-full:0:async zipage:2048:async zipage:1024:async zipage:2048:sync zipage:1024:sync}; do
+    IFS=: read -r pol budget mode <<< "$run"
+    flags=(--kv-policy "$pol")
+    if [ "$pol" = full ]; then flags+=(--query-slots -1); else flags+=(--kv-budget "$budget"); fi
+    [ "$mode" = sync ] && flags+=(--no-async-compression)
+    t0=$(date +%s)
+    echo "==== qwen3-8b prompts=${wl[0]} in=${wl[1]} out=${wl[2]} block=256 $run" >> "$OUT/compress.log"
+    # shellcheck disable=SC2086
+    timeout 420 "$CLI" bench --model "$SH/configs/qwen3-8b" --dummy-weights --tokenizer "$SH/tokenizers/qwen3" \
+      --device cuda --num-prompts "${wl[0]}" --input-len "${wl[1]}" --output-len "${wl[2]}" --block-size 256 \
+      "${flags[@]}" $SCHED --quiet --json > /tmp/compress.json 2> /tmp/compress.err
+    rc=$?
+    cat /tmp/compress.json /tmp/compress.err >> "$OUT/compress.log"
+    RESULT["8_compress_$run"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(python3 -c '
+import json,sys
+try: j=json.load(open("/tmp/compress.json"))
+except Exception as e: print("no json"); sys.exit()
+print("%.0f tok/s, peak running %d, preemptions %d, compressions %d, compression %.1f%% of wall" % (j["output_tokens_per_second"], j["peak_running_requests"], j.get("num_preemptions",-1), j.get("num_compressions",0), 100*j.get("compression_time_share",0)))')"
+  done
+  grep -E "^====|error" "$OUT/compress.log"
+fi
+
+# ---------------------------------------------------------------- fidelity: eval sweeps, tiny model
+if has fidelity; then
+  CLI=$BUILD/origami
+  M=$SH/models/origami-tiny-qwen3
+  POLICIES=${FIDELITY_POLICIES:-full,streaming,snapkv,zipage-attn,zipage-global,zipage-flash,zipage-lightning}
+  BUDGETS=${FIDELITY_BUDGETS:-256,512,1024}
+  for mode in ${FIDELITY_MODES:-stream prefill}; do
+    t0=$(date +%s)
+    timeout 400 "$CLI" eval retrieval --model "$M" --device cuda --block-size 16 --data "$SH/data/retrieval_dev.jsonl" \
+      --mode "$mode" --kv-policy "$POLICIES" --kv-budget "$BUDGETS" --json --quiet \
+      --plot "$OUT/retrieval_$mode.svg" > "$OUT/retrieval_$mode.jsonl" 2> "$OUT/retrieval_$mode.err"
+    RESULT["9_retrieval_$mode"]="rc=$? ($(( $(date +%s) - t0 ))s)"
+  done
+  if [ "${FIDELITY_PPL:-1}" = 1 ]; then
+    t0=$(date +%s)
+    timeout 400 "$CLI" eval ppl --model "$M" --device cuda --block-size 16 --text "$SH/data/wikitext2_test_dev.txt" \
+      --kv-policy "$POLICIES" --kv-budget "$BUDGETS" --json --quiet --plot "$OUT/ppl.svg" > "$OUT/ppl.jsonl" 2> "$OUT/ppl.err"
+    RESULT["9_ppl"]="rc=$? ($(( $(date +%s) - t0 ))s)"
+  fi
+  cat "$OUT"/retrieval_*.err "$OUT"/ppl.err 2>/dev/null | tail -5
 fi
 
 {
