@@ -194,7 +194,7 @@ if has compress; then
 import json,sys
 try: j=json.load(open("/tmp/compress.json"))
 except Exception as e: print("no json"); sys.exit()
-print("%.0f tok/s, peak running %d, preemptions %d, compressions %d, compression %.1f%% of wall" % (j["output_tokens_per_second"], j["peak_running_requests"], j.get("num_preemptions",-1), j.get("num_compressions",0), 100*j.get("compression_time_share",0)))')"
+print("%.0f tok/s, peak running %d, preemptions %d, compressions %d, compression: engine %.1f%% device %.1f%% of wall" % (j["output_tokens_per_second"], j["peak_running_requests"], j.get("num_preemptions",-1), j.get("num_compressions",0), 100*j.get("compression_time_share",0), 100*j.get("compression_device_time_share",0)))')"
   done
   grep -E "^====|error" "$OUT/compress.log"
 fi

@@ -64,6 +64,9 @@ class Backend {
   virtual bool compression_done() { return true; }
   // Blocks until they complete; returns the first error of the batch.
   virtual Status wait_compression() { return Status::ok(); }
+  // Seconds the device spent running compression batches so far (completed batches; CUDA: from
+  // the compression stream's first kernel to its last, overlapped decoding included).
+  virtual double compression_device_seconds() const { return 0.0; }
 };
 
 // Creates the backend named in options.device ("cpu", or "cuda" when built with ORIGAMI_CUDA).

@@ -69,6 +69,7 @@ void CompressionController::finish_batch(const Status& status, Result* result) {
     }
   }
   if (!status.is_ok()) result->error = status;
+  metrics_->compression_device_seconds = backend_->compression_device_seconds();
   batch_.clear();
   jobs_.clear();
 }

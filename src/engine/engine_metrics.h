@@ -21,6 +21,9 @@ struct EngineMetrics {
   int64_t num_compressions = 0;      // request compressions completed
   int64_t num_evicted_tokens = 0;    // entries dropped per (layer, KV head), summed over compressions
   double compression_seconds = 0.0;  // wall time the engine spent starting or waiting for compressions
+  // Time the backend spent running compressions (CUDA: the compression stream, overlapping the
+  // decode steps when compression is async; CPU: the compression itself).
+  double compression_device_seconds = 0.0;
   int64_t num_query_slot_waits = 0;  // request-steps skipped because no query slot was free
   int num_query_slots = 0;           // M (0: the engine cannot compress)
 };

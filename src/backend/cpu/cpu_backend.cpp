@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <chrono>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -224,7 +226,9 @@ size_t CpuBackend::query_slot_bytes(int max_window) const {
 
 Status CpuBackend::begin_compression(const std::vector<CompressionJob>& jobs) {
   const float scale = loaded_ ? 1.0f / std::sqrt(static_cast<float>(config_.head_dim)) : 1.0f;
+  const auto t0 = std::chrono::steady_clock::now();
   compression_status_ = cpu::run_compression(kv_, jobs, scale, pool_.get());
+  compression_device_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return compression_status_;
 }
 

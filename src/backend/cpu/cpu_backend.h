@@ -31,6 +31,7 @@ class CpuBackend : public Backend {
   Status begin_compression(const std::vector<CompressionJob>& jobs) override;
   bool compression_done() override { return true; }
   Status wait_compression() override { return compression_status_; }
+  double compression_device_seconds() const override { return compression_device_seconds_; }
 
   int num_threads() const { return pool_->num_threads(); }
   const ModelConfig& config() const { return config_; }
@@ -86,6 +87,7 @@ class CpuBackend : public Backend {
   cpu::CpuKVCache kv_;
   Workspace ws_;
   Status compression_status_;  // of the last begin_compression()
+  double compression_device_seconds_ = 0.0;
 };
 
 }  // namespace origami

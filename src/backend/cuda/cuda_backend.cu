@@ -645,6 +645,10 @@ bool CudaBackend::compression_done() { return compressor_ == nullptr || compress
 
 Status CudaBackend::wait_compression() { return compressor_ == nullptr ? Status::ok() : compressor_->wait(); }
 
+double CudaBackend::compression_device_seconds() const {
+  return compressor_ == nullptr ? 0.0 : compressor_->device_seconds();
+}
+
 void CudaBackend::synchronize() const { ORIGAMI_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 }  // namespace origami::cuda

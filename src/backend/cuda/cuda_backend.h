@@ -40,6 +40,7 @@ class CudaBackend : public Backend {
   Status begin_compression(const std::vector<CompressionJob>& jobs) override;
   bool compression_done() override;
   Status wait_compression() override;
+  double compression_device_seconds() const override;
 
   // Device storage, for tests: one layer's K or V [num_blocks, num_kv_heads, block_size, head_dim],
   // the query cache [L, M, max_window, h_q, d] and the global scores [L, num_blocks, h_kv, block_size].

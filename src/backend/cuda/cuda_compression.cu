@@ -91,7 +91,9 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
 CudaCompressor::CudaCompressor() {
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   ORIGAMI_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-  ORIGAMI_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  // started_/done_ time the batch on the device (compression_device_seconds).
+  ORIGAMI_CUDA_CHECK(cudaEventCreate(&started_));
+  ORIGAMI_CUDA_CHECK(cudaEventCreate(&done_));
 }
 
 CudaCompressor::~CudaCompressor() {
@@ -103,6 +105,7 @@ CudaCompressor::~CudaCompressor() {
   if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
   if (ready_ != nullptr) cudaEventDestroy(ready_);
   if (done_ != nullptr) cudaEventDestroy(done_);
+  if (started_ != nullptr) cudaEventDestroy(started_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -266,6 +269,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs, cudaStream
     const cudaError_t err = cudaEventSynchronize(done_);
     in_flight_ = false;
     if (err != cudaSuccess) status_ = cuda_status(err, "compression batch");
+    else account_finished_batch();
   }
   status_ = validate(jobs);
   if (!status_.is_ok()) return status_;
@@ -315,6 +319,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs, cudaStream
   // After everything already queued on the backend's stream (KV writes, query capture, copies).
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_, main_stream));
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, ready_, 0));
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(started_, stream_));
   if (!descs.empty()) {
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_meta_, host_meta_, meta_bytes, cudaMemcpyHostToDevice, stream_));
     char* dm = static_cast<char*>(dev_meta_);
@@ -364,6 +369,7 @@ bool CudaCompressor::done() {
   if (q == cudaErrorNotReady) return false;
   in_flight_ = false;
   if (q != cudaSuccess && status_.is_ok()) status_ = cuda_status(q, "compression batch");
+  if (q == cudaSuccess) account_finished_batch();
   return true;
 }
 
@@ -372,8 +378,15 @@ Status CudaCompressor::wait() {
     const cudaError_t err = cudaEventSynchronize(done_);
     in_flight_ = false;
     if (err != cudaSuccess && status_.is_ok()) status_ = cuda_status(err, "compression batch");
+    if (err == cudaSuccess) account_finished_batch();
   }
   return status_;
+}
+
+void CudaCompressor::account_finished_batch() {
+  float ms = 0.0f;
+  if (cudaEventElapsedTime(&ms, started_, done_) == cudaSuccess) device_seconds_ += ms * 1e-3;
+  else cudaGetLastError();  // timing is best effort; the batch itself succeeded
 }
 
 void CudaCompressor::copy_scores(BlockId src, BlockId dst, cudaStream_t stream) {

@@ -83,6 +83,9 @@ class CudaCompressor {
   Status begin(const std::vector<CompressionJob>& jobs, cudaStream_t main_stream);
   bool done();
   Status wait();
+  // Device time of the completed batches: from the batch's first command on stream_ (after it
+  // waited for the main stream) to its done_ event. Decode kernels overlapping it count too.
+  double device_seconds() const { return device_seconds_; }
 
   // Copy-on-write of one page's global scores (every layer), enqueued on `stream`.
   void copy_scores(BlockId src, BlockId dst, cudaStream_t stream);
@@ -97,8 +100,11 @@ class CudaCompressor {
   Geometry geom_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ready_ = nullptr;  // recorded on the backend's stream at begin()
-  cudaEvent_t done_ = nullptr;   // recorded on stream_ after the batch
+  cudaEvent_t started_ = nullptr;  // recorded on stream_ once it may run the batch
+  cudaEvent_t done_ = nullptr;     // recorded on stream_ after the batch
   bool in_flight_ = false;
+  double device_seconds_ = 0.0;
+  void account_finished_batch();  // adds the batch's device time (done_ has completed)
   Status status_;
 
   __nv_bfloat16* q_cache_ = nullptr;
