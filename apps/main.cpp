@@ -1,4 +1,4 @@
-// origami: the command-line front end (generate, bench, policies).
+// origami: the command-line front end (generate, bench, policies, eval).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   origami::cli::register_generate_command(app);
   origami::cli::register_bench_command(app);
   origami::cli::register_policies_command(app);
+  origami::cli::register_eval_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

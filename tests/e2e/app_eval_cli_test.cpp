@@ -1,0 +1,248 @@
+// `origami eval retrieval|ppl` run as a user would run it, on origami-tiny-qwen3 with the CPU
+// backend: sweeps print one JSON line per point with the right fields, a budget larger than
+// every document equals full KV exactly (an invariant), the SVG plot has one line per policy,
+// and bad input is an error that names the problem.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "engine_test_util.h"
+
+namespace origami::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+};
+
+CommandResult run_command(const std::string& args, bool with_stderr = false) {
+  const std::string cmd = std::string(ORIGAMI_BINARY_DIR) + "/origami " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  CommandResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::vector<nlohmann::json> parse_lines(const std::string& text) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + what.size())) ++n;
+  return n;
+}
+
+const char* kFiller =
+    "The river ran past the old mill and the village where the people worked in the fields every day of the "
+    "long summer. ";
+
+// Three retrieval documents (~110 tokens each, one fact each) and a short text, in a folder of
+// this process's own.
+class EvalCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("origami_eval_cli_test_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    const struct {
+      const char* adjective;
+      const char* noun;
+      const char* digits;
+    } facts[] = {{"red", "fox", "1234"}, {"blue", "whale", "5678"}, {"green", "tiger", "9012"}};
+    std::ofstream docs(dir_ / "docs.jsonl");
+    int id = 0;
+    for (const auto& f : facts) {
+      const std::string thing = std::string(f.adjective) + " " + f.noun;
+      const std::string prompt = std::string(kFiller) + kFiller + " The secret number of the " + thing + " is " +
+                                 f.digits + ". " + kFiller + kFiller + "\nQuestion: What is the secret number of the " +
+                                 thing + "?\nAnswer: The secret number of the " + thing + " is";
+      docs << nlohmann::json{{"id", id++}, {"prompt", prompt}, {"answer", f.digits}}.dump() << "\n";
+    }
+    std::ofstream text(dir_ / "text.txt");
+    for (int i = 0; i < 4; ++i)
+      text << "Once upon a time a small rabbit lived near a quiet meadow. Every morning it ran to the river to "
+              "drink, and every evening it watched the sun go down behind the ancient tower. ";
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  static std::string path(const char* name) { return (dir_ / name).string(); }
+  static std::string model() { return "--model " + tiny_qwen3_dir() + " "; }
+
+  static fs::path dir_;
+};
+fs::path EvalCli::dir_;
+
+TEST_F(EvalCli, RetrievalSweepPrintsOnePointPerLineAndPlotsOneLinePerPolicy) {
+  const CommandResult r =
+      run_command("eval retrieval " + model() + "--data " + path("docs.jsonl") +
+                  " --mode stream --kv-policy full,streaming,zipage --kv-budget 512,64 --json --quiet --plot " +
+                  path("sweep.svg") + " --details " + path("details.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::vector<nlohmann::json> lines = parse_lines(r.out);
+  // The full-KV reference once, then every policy at every budget in ascending order.
+  ASSERT_EQ(lines.size(), 5u) << r.out;
+  const std::vector<std::pair<std::string, int>> expected = {
+      {"full", 0}, {"streaming", 64}, {"streaming", 512}, {"zipage", 64}, {"zipage", 512}};
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const nlohmann::json& j = lines[i];
+    EXPECT_EQ(j["task"], "retrieval");
+    EXPECT_EQ(j["policy"], expected[i].first);
+    EXPECT_EQ(j["budget"], expected[i].second);
+    EXPECT_EQ(j["reference"], i == 0);
+    EXPECT_EQ(j["mode"], "stream");
+    EXPECT_EQ(j["num_documents"], 3);
+    EXPECT_EQ(j["failed"], 0) << j;
+    EXPECT_TRUE(j["accuracy"].is_number()) << j;
+    EXPECT_EQ(j["accuracy_full"], lines[0]["accuracy"]);
+    // The engine flags the run used.
+    EXPECT_EQ(j["device"], "cpu");
+    EXPECT_EQ(j["block_size"], 16);
+    EXPECT_EQ(j["max_answer_tokens"], 6);
+    EXPECT_NE(j["model"].get<std::string>().find("origami-tiny-qwen3"), std::string::npos);
+    EXPECT_TRUE(j.contains("kv_policy_options"));
+  }
+  // The facts are easy for the tiny model with its full KV cache.
+  EXPECT_GE(lines[0]["correct"].get<int>(), 2) << lines[0];
+  // Budget 64 compresses these ~110-token documents; 512 is more than any of them holds, so the
+  // policy changes nothing: exactly full KV's accuracy.
+  EXPECT_GT(lines[1]["num_compressions"].get<int>(), 0);
+  for (size_t i : {2u, 4u}) {
+    EXPECT_EQ(lines[i]["num_compressions"], 0) << lines[i];
+    EXPECT_EQ(lines[i]["correct"], lines[0]["correct"]) << lines[i];
+    EXPECT_EQ(lines[i]["accuracy"], lines[0]["accuracy"]) << lines[i];
+  }
+
+  const std::string svg = read_file(dir_ / "sweep.svg");
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_EQ(count(svg, "<polyline"), 2u) << "one line per policy other than full KV";
+  EXPECT_NE(svg.find(">streaming</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">zipage</text>"), std::string::npos);
+  EXPECT_NE(svg.find("full KV"), std::string::npos);
+
+  const std::vector<nlohmann::json> details = parse_lines(read_file(dir_ / "details.jsonl"));
+  ASSERT_EQ(details.size(), 5u * 3u);
+  int correct_full = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(details[i]["policy"], "full");
+    EXPECT_EQ(details[i]["mode"], "stream");
+    EXPECT_EQ(details[i]["id"], std::to_string(i));
+    EXPECT_TRUE(details[i]["output"].is_string());
+    correct_full += details[i]["correct"].get<bool>() ? 1 : 0;
+  }
+  EXPECT_EQ(correct_full, lines[0]["correct"].get<int>());
+}
+
+TEST_F(EvalCli, RetrievalRunsBothModesWithAReferenceEach) {
+  const CommandResult r = run_command("eval retrieval " + model() + "--data " + path("docs.jsonl") +
+                                      " --mode prefill,stream --kv-policy full,streaming --kv-budget 512 --limit 2 "
+                                      "--max-answer-tokens 5 --json --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::vector<nlohmann::json> lines = parse_lines(r.out);
+  ASSERT_EQ(lines.size(), 4u) << r.out;
+  const char* modes[] = {"prefill", "prefill", "stream", "stream"};
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["mode"], modes[i]);
+    EXPECT_EQ(lines[i]["num_documents"], 2);
+    EXPECT_EQ(lines[i]["max_answer_tokens"], 5);
+    EXPECT_EQ(lines[i]["reference"], i % 2 == 0);
+  }
+  EXPECT_EQ(lines[1]["accuracy"], lines[0]["accuracy"]);
+  EXPECT_EQ(lines[3]["accuracy"], lines[2]["accuracy"]);
+}
+
+TEST_F(EvalCli, PerplexityUnderABudgetLargerThanEveryWindowEqualsFullKv) {
+  const CommandResult r = run_command("eval ppl " + model() + "--text " + path("text.txt") +
+                                      " --context 64 --limit 2 --kv-policy full,streaming --kv-budget 32,512 --json --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::vector<nlohmann::json> lines = parse_lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  for (const nlohmann::json& j : lines) {
+    EXPECT_EQ(j["task"], "ppl");
+    EXPECT_EQ(j["mode"], "stream");
+    EXPECT_EQ(j["context"], 64);
+    EXPECT_EQ(j["num_documents"], 2);  // windows
+    EXPECT_EQ(j["num_tokens"], 2 * 63);
+    EXPECT_EQ(j["failed"], 0) << j;
+    ASSERT_TRUE(j["ppl"].is_number()) << j;
+    EXPECT_GT(j["ppl"].get<double>(), 1.0);
+    EXPECT_EQ(j["ppl_full"], lines[0]["ppl"]);
+  }
+  EXPECT_EQ(lines[1]["budget"], 32);
+  EXPECT_GT(lines[1]["num_compressions"].get<int>(), 0);
+  EXPECT_EQ(lines[2]["budget"], 512);
+  EXPECT_EQ(lines[2]["num_compressions"], 0);
+  // Bit-identical computation: the same log-probabilities, so the very same double.
+  EXPECT_EQ(lines[2]["ppl"].get<double>(), lines[0]["ppl"].get<double>());
+  EXPECT_EQ(lines[2]["ppl_ratio"].get<double>(), 1.0);
+}
+
+TEST_F(EvalCli, PrintsATableByDefault) {
+  const CommandResult r = run_command("eval ppl " + model() + "--text " + path("text.txt") + " --context 32 --limit 1 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("policy"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ppl"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nfull "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('{'), std::string::npos) << r.out;
+}
+
+TEST_F(EvalCli, BadInputIsAnErrorThatNamesTheProblem) {
+  {
+    std::ofstream bad(dir_ / "bad.jsonl");
+    bad << R"({"id": 1, "prompt": "The secret number of the red fox is", "answer": "1234"})" << "\n";
+    bad << "this is not json\n";
+  }
+  const std::string retrieval = "eval retrieval " + model() + "--quiet ";
+  const std::string docs = "--data " + path("docs.jsonl") + " ";
+  const struct {
+    std::string args;
+    std::string message;
+  } cases[] = {
+      {retrieval + "--data " + path("missing.jsonl"), "missing.jsonl"},
+      {retrieval + "--data " + path("bad.jsonl"), "bad.jsonl:2: not a JSON object"},
+      {retrieval + docs + "--kv-policy full,h2o", "unknown policy 'h2o'"},
+      {retrieval + docs + "--kv-policy streaming --kv-budget 64,abc", "'abc'"},
+      {retrieval + docs + "--kv-policy streaming --kv-budget 64,,128", "--kv-budget"},
+      {retrieval + docs + "--mode sideways", "'sideways'"},
+      {retrieval + docs + "--kv-policy streaming --kv-policy-opt window=4", "'window'"},
+      {retrieval + docs + "--plot " + path("plot.png"), "SVG"},
+      {retrieval, "--data"},
+      {"eval ppl " + model() + "--quiet --text " + path("missing.txt"), "missing.txt"},
+      {"eval ppl " + model() + "--quiet --text " + path("text.txt") + " --context 100000", "--context"},
+  };
+  for (const auto& c : cases) {
+    const CommandResult r = run_command(c.args, /*with_stderr=*/true);
+    EXPECT_NE(r.exit_code, 0) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find("origami: error:"), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+  }
+  // An unknown policy's error lists the known ones.
+  const CommandResult r = run_command(retrieval + docs + "--kv-policy h2o", true);
+  EXPECT_NE(r.out.find("zipage"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("streaming"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace origami::testing
