@@ -205,18 +205,27 @@ if has fidelity; then
   M=$SH/models/origami-tiny-qwen3
   POLICIES=${FIDELITY_POLICIES:-full,streaming,snapkv,zipage-attn,zipage-global,zipage-flash,zipage-lightning}
   BUDGETS=${FIDELITY_BUDGETS:-256,512,1024}
+  # Every document runs at once, each with its own query slot.
+  EVAL_FLAGS=${EVAL_FLAGS:-"--max-num-seqs 128 --query-slots 128"}
   for mode in ${FIDELITY_MODES:-stream prefill}; do
     t0=$(date +%s)
     timeout 400 "$CLI" eval retrieval --model "$M" --device cuda --block-size 16 --data "$SH/data/retrieval_dev.jsonl" \
-      --mode "$mode" --kv-policy "$POLICIES" --kv-budget "$BUDGETS" --json --quiet \
+      --mode "$mode" --kv-policy "$POLICIES" --kv-budget "$BUDGETS" --json --quiet $EVAL_FLAGS \
       --plot "$OUT/retrieval_$mode.svg" > "$OUT/retrieval_$mode.jsonl" 2> "$OUT/retrieval_$mode.err"
     RESULT["9_retrieval_$mode"]="rc=$? ($(( $(date +%s) - t0 ))s)"
   done
   if [ "${FIDELITY_PPL:-1}" = 1 ]; then
     t0=$(date +%s)
     timeout 400 "$CLI" eval ppl --model "$M" --device cuda --block-size 16 --text "$SH/data/wikitext2_test_dev.txt" \
-      --kv-policy "$POLICIES" --kv-budget "$BUDGETS" --json --quiet --plot "$OUT/ppl.svg" > "$OUT/ppl.jsonl" 2> "$OUT/ppl.err"
+      --kv-policy "$POLICIES" --kv-budget "$BUDGETS" --json --quiet $EVAL_FLAGS --plot "$OUT/ppl.svg" > "$OUT/ppl.jsonl" 2> "$OUT/ppl.err"
     RESULT["9_ppl"]="rc=$? ($(( $(date +%s) - t0 ))s)"
+  fi
+  if [ "${FIDELITY_CPU_CHECK:-1}" = 1 ]; then  # the same point on both backends
+    for dev in cuda cpu; do
+      timeout 200 "$CLI" eval retrieval --model "$M" --device $dev --block-size 16 --data "$SH/data/retrieval_dev.jsonl" \
+        --mode stream --limit 20 --kv-policy zipage --kv-budget 512 --json --quiet --threads 16 $EVAL_FLAGS > "/tmp/fid_$dev.jsonl" 2>&1
+      RESULT["9_backend_$dev"]="rc=$? $(python3 -c 'import json,sys; print(" ".join("%s@%s=%s" % (j["policy"], j["budget"], j.get("accuracy")) for j in map(json.loads, open(sys.argv[1])) if True))' /tmp/fid_$dev.jsonl 2>&1 | tail -1)"
+    done
   fi
   cat "$OUT"/retrieval_*.err "$OUT"/ppl.err 2>/dev/null | tail -5
 fi
