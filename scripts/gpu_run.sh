@@ -205,20 +205,21 @@ if has fidelity; then
   M=$SH/models/origami-tiny-qwen3
   POLICIES=${FIDELITY_POLICIES:-full,streaming,snapkv,zipage-attn,zipage-global,zipage-flash,zipage-lightning}
   BUDGETS=${FIDELITY_BUDGETS:-256,512,1024}
+  FB=${FIDELITY_BLOCK:-16}
   # Every document runs at once, each with its own query slot.
   EVAL_FLAGS=${EVAL_FLAGS:-"--max-num-seqs 128 --query-slots 128"}
   for mode in ${FIDELITY_MODES:-stream prefill}; do
     t0=$(date +%s)
-    timeout 400 "$CLI" eval retrieval --model "$M" --device cuda --block-size 16 --data "$SH/data/retrieval_dev.jsonl" \
+    timeout 400 "$CLI" eval retrieval --model "$M" --device cuda --block-size "$FB" --data "$SH/data/retrieval_dev.jsonl" \
       --mode "$mode" --kv-policy "$POLICIES" --kv-budget "$BUDGETS" --json --quiet $EVAL_FLAGS \
-      --plot "$OUT/retrieval_$mode.svg" > "$OUT/retrieval_$mode.jsonl" 2> "$OUT/retrieval_$mode.err"
-    RESULT["9_retrieval_$mode"]="rc=$? ($(( $(date +%s) - t0 ))s)"
+      --plot "$OUT/retrieval_${mode}_b$FB.svg" > "$OUT/retrieval_${mode}_b$FB.jsonl" 2> "$OUT/retrieval_$mode.err"
+    RESULT["9_retrieval_${mode}_b$FB"]="rc=$? ($(( $(date +%s) - t0 ))s)"
   done
   if [ "${FIDELITY_PPL:-1}" = 1 ]; then
     t0=$(date +%s)
-    timeout 400 "$CLI" eval ppl --model "$M" --device cuda --block-size 16 --text "$SH/data/wikitext2_test_dev.txt" \
-      --kv-policy "$POLICIES" --kv-budget "$BUDGETS" --json --quiet $EVAL_FLAGS --plot "$OUT/ppl.svg" > "$OUT/ppl.jsonl" 2> "$OUT/ppl.err"
-    RESULT["9_ppl"]="rc=$? ($(( $(date +%s) - t0 ))s)"
+    timeout 400 "$CLI" eval ppl --model "$M" --device cuda --block-size "$FB" --text "$SH/data/wikitext2_test_dev.txt" --limit "${PPL_LIMIT:-24}" \
+      --kv-policy "$POLICIES" --kv-budget "$BUDGETS" --json --quiet $EVAL_FLAGS --plot "$OUT/ppl_b$FB.svg" > "$OUT/ppl_b$FB.jsonl" 2> "$OUT/ppl.err"
+    RESULT["9_ppl_b$FB"]="rc=$? ($(( $(date +%s) - t0 ))s)"
   fi
   if [ "${FIDELITY_CPU_CHECK:-1}" = 1 ]; then  # the same point on both backends
     for dev in cuda cpu; do
