@@ -171,6 +171,7 @@ int run_bench(BenchFlags& f) {
   j["kv_budget"] = f.engine.config.kv_budget;
   j["kv_policy_options"] = f.engine.config.kv_policy_options;
   j["async_compression"] = f.engine.config.async_compression;
+  j["kv_reservation"] = f.engine.config.reserve_bounded_kv;
   j["num_compressions"] = m.num_compressions;
   j["evicted_tokens"] = m.num_evicted_tokens;
   j["compression_seconds"] = m.compression_seconds;

@@ -74,6 +74,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
       ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--kv-policy-opt", flags->kv_policy_opts, "Policy option key=value, e.g. window=16 (repeatable)");
   cmd->add_flag("!--no-async-compression", c.async_compression, "Wait for each compression instead of overlapping it with decoding");
+  cmd->add_flag("!--no-kv-reservation", c.reserve_bounded_kv,
+                "Admit compressed requests without reserving the blocks they will grow into (they may be preempted)");
   cmd->add_option("--compression-layer-stride", c.compression_layer_stride, "Layers scored and compacted together")
       ->check(CLI::Range(1, 1 << 16))->capture_default_str();
   cmd->add_option("--query-slots", c.num_query_slots,

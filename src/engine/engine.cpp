@@ -113,6 +113,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   if (!config.enable_chunked_prefill && sc.max_num_batched_tokens < sc.max_model_len)
     sc.max_num_batched_tokens = sc.max_model_len;  // a whole prompt must fit in one step
   sc.num_query_slots = support.num_query_slots;
+  sc.reserve_bounded_kv = config.reserve_bounded_kv;
   engine->scheduler_ = std::make_unique<Scheduler>(sc, engine->kv_.get());
   engine->compression_ =
       std::make_unique<CompressionController>(engine->backend_.get(), engine->scheduler_.get(), &engine->metrics_);

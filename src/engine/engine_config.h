@@ -35,6 +35,9 @@ struct EngineConfig {
   std::map<std::string, std::string> kv_policy_options;  // policy options, e.g. {"window", "16"}
   bool async_compression = true;   // overlap compression with decoding (CUDA)
   int compression_layer_stride = 8;  // layers scored and compacted together (Zipage App. C.1)
+  // Admit a bounded (cache-full compressed) request only when its peak blocks are free after the
+  // growth the running bounded requests still have ahead (SchedulerConfig::reserve_bounded_kv).
+  bool reserve_bounded_kv = true;
   // Query slots M (Zipage eq. 1): 0 = from the default policy's budget, capped by max_num_seqs
   // (8 when the default policy needs no queries, so per-request policies still can); -1 = none
   // and no compression support at all (a pure full-KV engine).

@@ -7,7 +7,12 @@
 #include "sched/compression_state.h"
 
 namespace origami {
+
 namespace {
+
+int held_blocks(const Request& request) {
+  return request.kv.groups.empty() ? 0 : static_cast<int>(request.kv.groups[0].blocks.size());
+}
 
 // Slot math counts entries, not logical tokens, so that a compressed request asks only for the
 // room its cache needs.
@@ -164,6 +169,7 @@ SchedulerOutput Scheduler::schedule() {
   // Waiting requests, FCFS. After a preemption the cache is tight: admitting now would only
   // take blocks the preempted requests need to come back.
   if (out.preempted.empty()) {
+    int reserved = config_.reserve_bounded_kv ? reserved_growth() : 0;
     while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
       Request* request = waiting_.front();
       const int num_tokens = request->num_tokens();
@@ -199,6 +205,15 @@ SchedulerOutput Scheduler::schedule() {
         }
       }
       if (request->sample_alone && num_new == remaining && remaining > 1) --num_new;
+      const int peak = config_.reserve_bounded_kv ? peak_blocks(*request) : -1;
+      if (admitted && config_.reserve_bounded_kv && !running_.empty()) {
+        // Blocks it takes now (unbounded) or ever (bounded), beyond those the prefix cache gave it,
+        // must come out of what the running bounded requests do not still need.
+        const int held = held_blocks(*request);
+        const int needs = (peak >= 0 ? std::max(peak, kv_->blocks_needed(entries + num_new))
+                                     : kv_->blocks_needed(entries + num_new)) - held;
+        admitted = kv_->num_free_blocks() - reserved >= needs;
+      }
       admitted = admitted && kv_->allocate_slots(*request, entries + num_new);
       if (!admitted) {
         // FCFS: the head waits for room rather than being overtaken.
@@ -216,6 +231,7 @@ SchedulerOutput Scheduler::schedule() {
       running_.push_back(request);
       out.sequences.push_back({request, num_new});
       budget -= num_new;
+      if (peak >= 0) reserved += std::max(0, peak - held_blocks(*request));
     }
   }
   out.num_batched_tokens = config_.max_num_batched_tokens - budget;
@@ -262,6 +278,24 @@ bool Scheduler::preempt_to_make_progress(std::vector<Request*>* preempted) {
   preempt(victim, nullptr, nullptr);
   preempted->push_back(victim);
   return true;
+}
+
+int Scheduler::peak_blocks(const Request& request) const {
+  const RequestCompression& c = request.compression;
+  if (c.trigger != CompressionTrigger::kCacheFull || c.max_blocks <= 0) return -1;
+  // A recomputed request prefills its prompt and outputs so far; it is compressed right after.
+  const int prefill_blocks = kv_->blocks_needed(request.num_tokens());
+  const int final_blocks = kv_->blocks_needed(request.num_prompt_tokens() + request.sampling.max_tokens);
+  return std::min(final_blocks, std::max(c.max_blocks, prefill_blocks));
+}
+
+int Scheduler::reserved_growth() const {
+  int growth = 0;
+  for (const Request* r : running_) {
+    const int peak = peak_blocks(*r);
+    if (peak >= 0) growth += std::max(0, peak - held_blocks(*r));
+  }
+  return growth;
 }
 
 }  // namespace origami

@@ -36,6 +36,11 @@ struct SchedulerConfig {
   bool enable_chunked_prefill = true; // false: a prompt is prefilled in one step or waits
   int max_model_len = 4096;           // prompt + output at most
   int num_query_slots = 0;            // M: query slots of the backend's query cache
+  // Budget reservation (TANGRAM): a request whose memory is bounded (cache-full compression)
+  // is admitted only if the free blocks cover its peak and the growth still ahead of every
+  // running bounded request, so bounded requests are never preempted for lack of blocks.
+  // Requests without a bound (full KV) are admitted as before, but never into reserved blocks.
+  bool reserve_bounded_kv = false;
 };
 
 struct ScheduledSequence {
@@ -119,6 +124,11 @@ class Scheduler {
   void release_slot(Request* request);
   // Why the request can never be scheduled, or empty if it can.
   std::string never_fits(const Request& request, int num_entries_after) const;
+  // Blocks a bounded request holds at most until it finishes (its N_max, or its prompt's blocks
+  // while a longer prompt is prefilled, or fewer if it finishes sooner); -1 if unbounded.
+  int peak_blocks(const Request& request) const;
+  // Blocks the running bounded requests will still take before reaching their peaks.
+  int reserved_growth() const;
   void reject(Request* request, std::string why, SchedulerOutput* out);
 };
 

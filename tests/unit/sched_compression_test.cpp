@@ -198,6 +198,53 @@ TEST(SchedCompression, PreemptsTheLastRequestWithoutASlotAndNeverACompressedOne)
   for (Request* r : {a, b, c}) EXPECT_EQ(r->output_token_ids.size(), 30u) << r->id;
 }
 
+// Budget reservation: 12 usable blocks, bounded requests peaking at N_max = 3 blocks. Without
+// reservation all six short prompts are admitted and growing into their third block preempts;
+// with it at most four run at once (4 x 3 = 12), none is ever preempted, and all complete.
+TEST(SchedCompression, ReservationAdmitsOnlyWhatFitsAtPeakAndNeverPreempts) {
+  for (bool reserve : {false, true}) {
+    SchedulerConfig c = config(8, 64, 8);
+    c.reserve_bounded_kv = reserve;
+    CompressionHarness h(kB, 13, false, c);
+    std::vector<Request*> rs;
+    for (int i = 0; i < 6; ++i) rs.push_back(h.add(tokens(3, 100 * i + 1), 40, zipage8()));
+    size_t peak_running = 0;
+    while (h.sched.has_unfinished() && h.num_steps < 2000) {
+      h.step();
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+      peak_running = std::max(peak_running, h.sched.running().size());
+    }
+    for (Request* r : rs) EXPECT_EQ(r->output_token_ids.size(), 40u) << "reserve " << reserve << " request " << r->id;
+    if (reserve) {
+      EXPECT_EQ(h.num_preemptions, 0);
+      EXPECT_EQ(peak_running, 4u);
+    } else {
+      EXPECT_GT(h.num_preemptions, 0);
+      EXPECT_EQ(peak_running, 6u);
+    }
+  }
+}
+
+// Reservation only holds blocks back for bounded requests: a full-KV request is admitted into
+// the blocks that the running bounded ones will not need, and a bounded request whose peak is
+// covered is admitted next to it.
+TEST(SchedCompression, ReservationLeavesUnreservedBlocksToFullKv) {
+  SchedulerConfig c = config(8, 64, 8);
+  c.reserve_bounded_kv = true;
+  CompressionHarness h(kB, 9, false, c);  // 8 usable blocks
+  Request* a = h.add(tokens(3, 1), 40, zipage8());                      // peak 3 blocks
+  Request* b = h.add(tokens(3, 100), 4, make_compression("full", 0, kB));  // 7 tokens: 2 blocks
+  Request* d = h.add(tokens(3, 200), 40, zipage8());                    // peak 3 blocks
+  h.step();
+  EXPECT_EQ(h.sched.running().size(), 3u);  // 3 (a's peak) + 2 (b) + 3 (d's peak) = 8
+  Request* e = h.add(tokens(3, 300), 40, zipage8());
+  h.step();
+  EXPECT_EQ(e->status, RequestStatus::kWaiting) << "no room for e's peak";
+  h.run_to_completion();
+  EXPECT_EQ(h.num_preemptions, 0);
+  for (Request* r : {a, b, d, e}) EXPECT_EQ(r->status, RequestStatus::kFinished) << r->id;
+}
+
 TEST(SchedCompression, SnapKVCompressesOnceAfterThePrompt) {
   CompressionHarness h(kB, 32, false, config(8, 64, 1));
   Request* r = h.add(tokens(10, 1), 9, make_compression("snapkv", 6, kB, {{"window", "3"}}));
@@ -238,7 +285,9 @@ TEST(SchedCompression, RandomizedTinyPoolsAlwaysDrain) {
     const bool prefix = seed % 2 == 0;
     const int slots = 1 + seed % 3;
     const int num_blocks = 10 + static_cast<int>(rng() % 14);
-    CompressionHarness h(kB, num_blocks, prefix, config(2 + seed % 6, 6 + static_cast<int>(rng() % 20), slots));
+    SchedulerConfig sc = config(2 + seed % 6, 6 + static_cast<int>(rng() % 20), slots);
+    sc.reserve_bounded_kv = seed % 4 >= 2;  // budget reservation on for half the runs
+    CompressionHarness h(kB, num_blocks, prefix, sc);
     h.flight_delay = seed % 3;
     const std::vector<int32_t> shared = tokens(11, 700);
     std::vector<Request*> reqs;
