@@ -1,0 +1,456 @@
+// Decode-time compression checked against a brute force at layer 0, at EVERY compression.
+//
+// Requests are streamed through the engine as forced tokens (as `origami eval retrieval --mode
+// stream` does), under `zipage-attn` (window attention only: window w = 16, max pooling with
+// kernel 5 at the first compression, no global score, no redundancy), block size 16 and budget
+// 64 (N_max = 5: compress at 80 entries, keep 64), so each request goes through a dozen or more
+// compressions. Layer 0's keys and queries depend only on a token's id and its logical position,
+// not on what was evicted before, so the test recomputes them naively from the weights in double
+// (embedding -> input RMSNorm -> q/k_proj -> q/k_norm -> RoPE at the logical position) and tracks
+// itself, per KV head, which logical position every cache entry holds. Between engine steps it
+// checks:
+//   (a) every cache entry's layer-0 key, of every KV head, is the naive key of the logical
+//       position the test expects there (after every step, so before every compression);
+//   (q) before each compression, the query slot rows of the window hold the naive queries of the
+//       window tokens at their logical positions;
+//   (b) each compression keeps, per KV head, the brute-force top k of: mean over the last w
+//       entries' queries of (max over the GQA group's query heads of softmax over the cached
+//       keys, causal inside the window), max-pooled (kernel 5) at the first compression only,
+//       window always kept, ties to the newer entry; in original order, as bit-exact copies.
+//       Float vs double may swap entries whose scores are within a relative 1e-5 of each other,
+//       nothing else; exact ties (max pooling copies a score onto its neighbours) must go to the
+//       newer entry.
+// The kept set then becomes the expected content the next steps are checked against.
+// Two engine setups: zipage-attn as the engine default (query window 16), and the eval's setup
+// (full-KV default engine, query window 32, 128 slots, per-request policy), with several
+// requests at once whose compressions fall on different steps, one of them compressing right
+// after a prompt longer than N_max blocks.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "backend/cpu/cpu_backend.h"
+#include "engine_test_util.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace origami::testing {
+namespace {
+
+constexpr int kBlock = 16;
+constexpr int kBudget = 64;  // N_max = 5: compress at 80 entries, keep 64
+constexpr int kKeep = 64;
+constexpr int kWindow = 16;
+constexpr int kPoolKernel = 5;
+constexpr double kScoreRelTol = 1e-5;
+constexpr double kKeyTol = 2e-4;
+
+// Layer 0's projections, recomputed naively in double.
+class NaiveLayer0 {
+ public:
+  NaiveLayer0(const ModelConfig& c, const ModelWeights& w) : c_(c) {
+    embed_ = w.embed_tokens.to_f32();
+    norm_ = w.layers[0].input_norm.to_f32();
+    wq_ = w.layers[0].q_proj.to_f32();
+    wk_ = w.layers[0].k_proj.to_f32();
+    if (!w.layers[0].q_norm.empty()) qn_ = w.layers[0].q_norm.to_f32();
+    if (!w.layers[0].k_norm.empty()) kn_ = w.layers[0].k_norm.to_f32();
+    if (!w.layers[0].q_bias.empty()) qb_ = w.layers[0].q_bias.to_f32();
+    if (!w.layers[0].k_bias.empty()) kb_ = w.layers[0].k_bias.to_f32();
+  }
+  // [num_heads * head_dim]
+  std::vector<double> query(int token, int position) const {
+    return project(token, position, wq_, qb_, qn_, c_.num_heads);
+  }
+  // [num_kv_heads * head_dim]
+  std::vector<double> key(int token, int position) const {
+    return project(token, position, wk_, kb_, kn_, c_.num_kv_heads);
+  }
+
+ private:
+  std::vector<double> project(int token, int position, const std::vector<float>& weight, const std::vector<float>& bias,
+                              const std::vector<float>& head_norm, int heads) const {
+    const int hidden = c_.hidden_size, d = c_.head_dim, half = d / 2;
+    const float* e = embed_.data() + static_cast<size_t>(token) * hidden;
+    double ss = 0;
+    for (int i = 0; i < hidden; ++i) ss += static_cast<double>(e[i]) * e[i];
+    const double inv = 1.0 / std::sqrt(ss / hidden + c_.rms_norm_eps);
+    std::vector<double> h(hidden);
+    for (int i = 0; i < hidden; ++i) h[i] = e[i] * inv * norm_[i];
+    std::vector<double> out(static_cast<size_t>(heads) * d);
+    for (size_t o = 0; o < out.size(); ++o) {
+      double s = bias.empty() ? 0.0 : bias[o];
+      for (int i = 0; i < hidden; ++i) s += weight[o * hidden + i] * h[i];
+      out[o] = s;
+    }
+    for (int head = 0; head < heads; ++head) {
+      double* x = &out[static_cast<size_t>(head) * d];
+      if (!head_norm.empty()) {
+        double hs = 0;
+        for (int i = 0; i < d; ++i) hs += x[i] * x[i];
+        const double hinv = 1.0 / std::sqrt(hs / d + c_.rms_norm_eps);
+        for (int i = 0; i < d; ++i) x[i] = x[i] * hinv * head_norm[i];
+      }
+      for (int i = 0; i < half; ++i) {  // rotate_half RoPE at the logical position
+        const double angle = position * std::pow(static_cast<double>(c_.rope.theta), -2.0 * i / d);
+        const double a = x[i], b = x[i + half];
+        x[i] = a * std::cos(angle) - b * std::sin(angle);
+        x[i + half] = b * std::cos(angle) + a * std::sin(angle);
+      }
+    }
+    return out;
+  }
+
+  ModelConfig c_;
+  std::vector<float> embed_, norm_, wq_, wk_, qn_, kn_, qb_, kb_;
+};
+
+// One streamed request and what the test expects its layer-0 cache to hold.
+struct Tracked {
+  RequestId id = 0;
+  std::vector<int32_t> tokens;         // prompt + forced tokens: token at every logical position
+  int prompt_length = 0;
+  std::vector<std::vector<int>> pos;   // [kv head][entry] -> logical position
+  int num_computed = 0;
+  int num_compressions = 0;
+  bool finished = false;
+  // Snapshot taken before a step in which the request compresses.
+  bool snapshot = false;
+  bool snapshot_first = false;
+  std::vector<std::vector<std::vector<float>>> pre_keys;  // [head][entry][d], the engine's floats
+  std::vector<std::vector<double>> bf_scores;             // [head][entry] brute-force score
+  std::vector<std::vector<int>> bf_keep;                  // [head] brute-force kept entries, ascending
+  // Lazily computed naive projections per logical position.
+  std::map<int, std::vector<double>> naive_k, naive_q;
+};
+
+struct Stats {
+  int compressions_checked = 0;
+  int compressions_unchecked = 0;  // in a request's last step (its blocks are already freed)
+  int entries_checked = 0;
+  int swaps = 0;
+  double max_swap_gap = 0.0;  // relative score gap of the worst accepted swap
+  int differing_head_choices = 0;
+  int heads = 0;
+};
+
+class BruteForce {
+ public:
+  BruteForce(Engine& engine, const NaiveLayer0& naive)
+      : engine_(engine), naive_(naive), kv_(dynamic_cast<CpuBackend&>(engine.backend()).kv_cache()) {
+    const ModelConfig& c = engine.model_config();
+    heads_ = c.num_kv_heads;
+    group_ = c.num_heads / c.num_kv_heads;
+    d_ = c.head_dim;
+    scale_ = 1.0 / std::sqrt(static_cast<double>(d_));
+    max_window_ = engine.compression_support().max_window;
+  }
+
+  const std::vector<double>& key(Tracked& t, int p) {
+    auto it = t.naive_k.find(p);
+    if (it == t.naive_k.end()) it = t.naive_k.emplace(p, naive_.key(t.tokens[static_cast<size_t>(p)], p)).first;
+    return it->second;
+  }
+  const std::vector<double>& query(Tracked& t, int p) {
+    auto it = t.naive_q.find(p);
+    if (it == t.naive_q.end()) it = t.naive_q.emplace(p, naive_.query(t.tokens[static_cast<size_t>(p)], p)).first;
+    return it->second;
+  }
+
+  // (a), and before a compression (q) plus the brute-force selection. Called between steps.
+  void before_step(Tracked& t, Stats* stats) {
+    const Request* r = engine_.request(t.id);
+    ASSERT_NE(r, nullptr);
+    if (r->is_finished()) {
+      t.finished = true;
+      return;
+    }
+    const int n = r->kv.groups.empty() ? 0 : r->kv.groups[0].num_entries;
+    ASSERT_EQ(r->num_computed_tokens, t.num_computed) << "request " << t.id;
+    ASSERT_EQ(r->compression.num_compressions, t.num_compressions) << "request " << t.id;
+    for (int h = 0; h < heads_; ++h) ASSERT_EQ(static_cast<int>(t.pos[h].size()), n) << "request " << t.id;
+    const std::vector<BlockId>* table = n > 0 ? &r->kv.groups[0].blocks : nullptr;
+    // (a) every entry's key is the naive key of its expected logical position.
+    for (int h = 0; h < heads_; ++h) {
+      for (int e = 0; e < n; ++e) {
+        const float* got = kv_.key_at(0, (*table)[static_cast<size_t>(e / kBlock)], h, e % kBlock);
+        const int p = t.pos[h][static_cast<size_t>(e)];
+        const double* want = key(t, p).data() + static_cast<size_t>(h) * d_;
+        for (int i = 0; i < d_; ++i)
+          ASSERT_NEAR(got[i], want[i], kKeyTol * std::max(1.0, std::abs(want[i])))
+              << "request " << t.id << " after " << t.num_compressions << " compressions: layer 0 head " << h
+              << " entry " << e << " should hold logical position " << p << " (element " << i << ")";
+      }
+    }
+    stats->entries_checked += n * heads_;
+    t.snapshot = false;
+    if (!r->compression.pending) return;
+
+    // A compression starts at the beginning of the next step.
+    ASSERT_GE(r->compression.query_slot, 0) << "request " << t.id << " compresses without a query slot";
+    ASSERT_EQ(r->compression.num_keep, kKeep);
+    ASSERT_EQ(r->compression.window, kWindow);
+    ASSERT_GE(n, kKeep + kWindow);
+    // The window's entries are the newest tokens, the same in every head.
+    for (int h = 0; h < heads_; ++h)
+      for (int i = 0; i < kWindow; ++i)
+        ASSERT_EQ(t.pos[h][static_cast<size_t>(n - kWindow + i)], t.num_computed - kWindow + i);
+    // (q) the captured window queries.
+    const int slot = r->compression.query_slot;
+    const int q_size = group_ * heads_ * d_;
+    for (int i = 0; i < kWindow; ++i) {
+      const int e = n - kWindow + i;
+      const int p = t.num_computed - kWindow + i;
+      const float* got = kv_.query_row(0, slot, e % max_window_);
+      const std::vector<double>& want = query(t, p);
+      for (int x = 0; x < q_size; ++x)
+        ASSERT_NEAR(got[x], want[static_cast<size_t>(x)], kKeyTol * std::max(1.0, std::abs(want[static_cast<size_t>(x)])))
+            << "request " << t.id << " compression " << t.num_compressions + 1 << ": query slot " << slot << " row "
+            << e % max_window_ << " (window entry " << e << ") should hold the query of logical position " << p
+            << " (element " << x << ")";
+    }
+    // The brute force.
+    t.snapshot = true;
+    t.snapshot_first = t.num_compressions == 0;
+    t.pre_keys.assign(static_cast<size_t>(heads_), {});
+    t.bf_scores.assign(static_cast<size_t>(heads_), {});
+    t.bf_keep.assign(static_cast<size_t>(heads_), {});
+    for (int h = 0; h < heads_; ++h) {
+      for (int e = 0; e < n; ++e) {
+        const float* k = kv_.key_at(0, (*table)[static_cast<size_t>(e / kBlock)], h, e % kBlock);
+        t.pre_keys[h].emplace_back(k, k + d_);
+      }
+      std::vector<double> s(static_cast<size_t>(n), 0.0);
+      for (int i = 0; i < kWindow; ++i) {
+        const int visible = n - kWindow + i + 1;
+        const std::vector<double>& q = query(t, t.num_computed - kWindow + i);
+        std::vector<double> best(static_cast<size_t>(visible), 0.0);
+        for (int j = 0; j < group_; ++j) {
+          const double* qh = q.data() + static_cast<size_t>(h * group_ + j) * d_;
+          std::vector<double> logit(static_cast<size_t>(visible));
+          double m = -std::numeric_limits<double>::infinity();
+          for (int e = 0; e < visible; ++e) {
+            const double* k = key(t, t.pos[h][static_cast<size_t>(e)]).data() + static_cast<size_t>(h) * d_;
+            double dot = 0;
+            for (int x = 0; x < d_; ++x) dot += qh[x] * k[x];
+            logit[e] = dot * scale_;
+            m = std::max(m, logit[e]);
+          }
+          double z = 0;
+          for (int e = 0; e < visible; ++e) z += std::exp(logit[e] - m);
+          for (int e = 0; e < visible; ++e) best[e] = std::max(best[e], std::exp(logit[e] - m) / z);
+        }
+        for (int e = 0; e < visible; ++e) s[e] += best[e];
+      }
+      for (double& v : s) v /= kWindow;
+      if (t.snapshot_first) {  // max pooling, first compression only
+        std::vector<double> pooled(s.size());
+        for (int e = 0; e < n; ++e) {
+          double m = s[e];
+          for (int x = std::max(0, e - kPoolKernel / 2); x <= std::min(n - 1, e + kPoolKernel / 2); ++x) m = std::max(m, s[x]);
+          pooled[e] = m;
+        }
+        s = pooled;
+      }
+      for (int e = n - kWindow; e < n; ++e) s[e] = std::numeric_limits<double>::infinity();
+      std::vector<int> order(static_cast<size_t>(n));
+      for (int e = 0; e < n; ++e) order[e] = e;
+      std::sort(order.begin(), order.end(), [&](int a, int b) { return s[a] != s[b] ? s[a] > s[b] : a > b; });
+      std::vector<int> keep(order.begin(), order.begin() + kKeep);
+      std::sort(keep.begin(), keep.end());
+      t.bf_scores[h] = std::move(s);
+      t.bf_keep[h] = std::move(keep);
+    }
+  }
+
+  // (b) after a step: the kept set of a compression that ran in it, then the new entries.
+  void after_step(Tracked& t, Stats* stats) {
+    if (t.finished) return;
+    const Request* r = engine_.request(t.id);
+    ASSERT_NE(r, nullptr);
+    if (r->compression.num_compressions != t.num_compressions) {
+      ASSERT_EQ(r->compression.num_compressions, t.num_compressions + 1) << "request " << t.id;
+      ASSERT_TRUE(t.snapshot) << "request " << t.id << " compressed without having been pending before the step";
+      if (r->is_finished()) {  // its blocks are gone: nothing left to read (its last step)
+        ++stats->compressions_unchecked;
+        t.finished = true;
+        return;
+      }
+      const std::vector<BlockId>& table = r->kv.groups[0].blocks;
+      std::vector<int> first_choice;
+      for (int h = 0; h < heads_; ++h) {
+        const std::vector<std::vector<float>>& pre = t.pre_keys[h];
+        // The engine's choice: kept entries are bit-exact copies of original ones, in order.
+        std::vector<int> chosen;
+        size_t next = 0;
+        for (int i = 0; i < kKeep; ++i) {
+          const float* k = kv_.key_at(0, table[static_cast<size_t>(i / kBlock)], h, i % kBlock);
+          while (next < pre.size() && std::memcmp(pre[next].data(), k, d_ * sizeof(float)) != 0) ++next;
+          ASSERT_LT(next, pre.size()) << "request " << t.id << " compression " << t.num_compressions + 1 << " head " << h
+                                      << ": kept entry " << i << " is not an original key in order";
+          chosen.push_back(static_cast<int>(next++));
+        }
+        if (first_choice.empty()) first_choice = chosen;
+        stats->differing_head_choices += chosen != first_choice;
+        // Compare with the brute force, allowing swaps only between near-equal scores.
+        const std::vector<double>& s = t.bf_scores[h];
+        const std::vector<int>& want = t.bf_keep[h];
+        std::vector<int> extra, missing;  // chosen but not brute-force, and the reverse
+        std::set_difference(chosen.begin(), chosen.end(), want.begin(), want.end(), std::back_inserter(extra));
+        std::set_difference(want.begin(), want.end(), chosen.begin(), chosen.end(), std::back_inserter(missing));
+        ASSERT_EQ(extra.size(), missing.size());
+        auto describe = [&](const std::vector<int>& v) {
+          std::ostringstream out;
+          for (int e : v) out << " " << e << "(pos " << t.pos[h][static_cast<size_t>(e)] << ", score " << s[e] << ")";
+          return out.str();
+        };
+        for (int x : extra) {
+          for (int y : missing) {
+            // Exactly equal brute-force scores are true ties (max pooling copies one score onto
+            // its neighbours, identically in float): the newer entry must win, no slack.
+            const bool finite = std::isfinite(s[x]) && std::isfinite(s[y]) && s[x] != s[y];
+            const double gap = finite ? (s[y] - s[x]) / std::max(std::abs(s[y]), 1e-30) : 1e30;
+            EXPECT_LE(gap, kScoreRelTol)
+                << "request " << t.id << " compression " << t.num_compressions + 1 << " (first: " << t.snapshot_first
+                << ") layer 0 head " << h << ": the engine kept" << describe(extra) << " instead of" << describe(missing);
+            if (gap > kScoreRelTol) return;
+            stats->max_swap_gap = std::max(stats->max_swap_gap, gap);
+          }
+        }
+        stats->swaps += static_cast<int>(extra.size());
+        for (int i = 0; i < kWindow; ++i) ASSERT_EQ(chosen[kKeep - kWindow + i], static_cast<int>(pre.size()) - kWindow + i);
+        // The engine's (validated) choice is what the cache holds from now on.
+        std::vector<int> kept_pos;
+        for (int e : chosen) kept_pos.push_back(t.pos[h][static_cast<size_t>(e)]);
+        t.pos[h] = std::move(kept_pos);
+      }
+      ++t.num_compressions;
+      ++stats->compressions_checked;
+    }
+    t.snapshot = false;
+    if (r->is_finished()) {
+      t.finished = true;
+      return;
+    }
+    for (int p = t.num_computed; p < r->num_computed_tokens; ++p)
+      for (int h = 0; h < heads_; ++h) t.pos[h].push_back(p);
+    t.num_computed = r->num_computed_tokens;
+  }
+
+  int heads() const { return heads_; }
+
+ private:
+  Engine& engine_;
+  const NaiveLayer0& naive_;
+  cpu::CpuKVCache& kv_;
+  int heads_ = 0, group_ = 0, d_ = 0, max_window_ = 0;
+  double scale_ = 0.0;
+};
+
+// The retrieval fixture's text (what stream mode feeds), tokenized.
+std::vector<int32_t> document_tokens(const Tokenizer& tokenizer, int line, size_t count) {
+  std::ifstream in(shared_dir() + "/data/retrieval_dev.jsonl");
+  EXPECT_TRUE(in.good()) << "cannot open the retrieval fixture";
+  std::string text;
+  for (int i = 0; i <= line && std::getline(in, text); ++i) {
+  }
+  std::vector<int32_t> ids = tokenizer.encode(nlohmann::json::parse(text)["prompt"].get<std::string>(), false);
+  EXPECT_GE(ids.size(), count);
+  ids.resize(std::min(ids.size(), count));
+  return ids;
+}
+
+struct EngineSetup {
+  const char* name;
+  bool policy_per_request;  // the eval's setup: full-KV default engine, policy per request
+};
+
+void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths, int num_tokens, Stats* stats) {
+  EngineConfig c = cpu_config(tiny_qwen3_dir());
+  if (setup.policy_per_request) {
+    c.kv_policy = "full";
+    c.max_num_seqs = 128;
+    c.num_query_slots = 128;
+    c.query_window = 32;
+  } else {
+    c.kv_policy = "zipage-attn";
+    c.kv_budget = kBudget;
+  }
+  auto engine = make_engine(c);
+  ASSERT_NE(engine, nullptr);
+  auto config = load_model_config(tiny_qwen3_dir());
+  ASSERT_TRUE(config.has_value());
+  auto weights = load_model_weights(tiny_qwen3_dir(), *config);
+  ASSERT_TRUE(weights.has_value());
+  ASSERT_EQ(config->rope.type, "default");
+  const NaiveLayer0 naive(*config, *weights);
+  BruteForce bf(*engine, naive);
+  stats->heads = bf.heads();
+
+  std::vector<Tracked> tracked(prompt_lengths.size());
+  for (size_t i = 0; i < prompt_lengths.size(); ++i) {
+    Tracked& t = tracked[i];
+    t.prompt_length = prompt_lengths[i];
+    t.tokens = document_tokens(*engine->tokenizer(), static_cast<int>(i), static_cast<size_t>(num_tokens));
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    const std::vector<int32_t> prompt(t.tokens.begin(), t.tokens.begin() + prompt_lengths[i]);
+    RequestOptions opts;
+    if (setup.policy_per_request) {
+      opts.kv_policy = "zipage-attn";
+      opts.kv_budget = kBudget;
+    }
+    opts.forced_output_tokens.assign(t.tokens.begin() + prompt_lengths[i], t.tokens.end());
+    auto id = engine->add_request(prompt, greedy(static_cast<int>(opts.forced_output_tokens.size())), opts);
+    ASSERT_TRUE(id.has_value()) << id.status().to_string();
+    t.id = *id;
+    t.pos.assign(static_cast<size_t>(bf.heads()), {});
+  }
+  const int before = stats->compressions_checked + stats->compressions_unchecked;
+  while (engine->has_unfinished()) {
+    for (Tracked& t : tracked) {
+      bf.before_step(t, stats);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    }
+    for (const RequestOutput& out : engine->step()) ASSERT_NE(out.finish_reason, FinishReason::kError) << out.error;
+    for (Tracked& t : tracked) {
+      bf.after_step(t, stats);
+      ASSERT_FALSE(::testing::Test::HasFailure()) << setup.name;
+    }
+  }
+  for (const Tracked& t : tracked) {
+    EXPECT_TRUE(t.finished);
+    EXPECT_EQ(engine->request(t.id)->output_token_ids.size(), t.tokens.size() - static_cast<size_t>(t.prompt_length));
+    // Every compression of the request was checked (one per 16 tokens after the first).
+    EXPECT_GE(t.num_compressions, (num_tokens - 80) / kBlock) << setup.name << " request " << t.id;
+  }
+  EXPECT_EQ(engine->metrics().num_preemptions, 0);
+  EXPECT_EQ(engine->metrics().num_compressions, stats->compressions_checked + stats->compressions_unchecked - before)
+      << setup.name;
+}
+
+TEST(EngineCompressionBruteForce, ZipageAttnKeepsTheBruteForceTopKAtEveryDecodeCompression) {
+  // Prompt lengths: 1 (stream mode: the whole text is forced), 7 and 12 (compressions on other
+  // steps), 100 (compressed right after its prefill, then while decoding).
+  const std::vector<int> prompt_lengths = {1, 7, 12, 100};
+  const int num_tokens = 300;
+  for (const EngineSetup& setup :
+       {EngineSetup{"zipage-attn engine default", false}, EngineSetup{"eval setup (per-request policy)", true}}) {
+    Stats stats;
+    run_setup(setup, prompt_lengths, num_tokens, &stats);
+    ASSERT_FALSE(HasFailure()) << setup.name;
+    std::printf("[%s] %d compressions checked at layer 0 (x %d KV heads; %d more in a request's last step, "
+                "unreadable), %d cache entries checked, %d fp swaps (worst relative score gap %.2e), %d head choices "
+                "differing from head 0's\n",
+                setup.name, stats.compressions_checked, stats.heads, stats.compressions_unchecked, stats.entries_checked,
+                stats.swaps, stats.max_swap_gap, stats.differing_head_choices);
+    EXPECT_GE(stats.compressions_checked, 4 * 12);
+    EXPECT_GT(stats.differing_head_choices, 0) << "token-wise eviction per head: heads should keep different entries";
+  }
+}
+
+}  // namespace
+}  // namespace origami::testing
