@@ -1,32 +1,13 @@
 // The `origami` command line, run as a user would run it.
-#include <cstdio>
 #include <filesystem>
-#include <sstream>
 
+#include "cli_test_util.h"
 #include "engine_test_util.h"
 
 namespace origami::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;
-};
-
-CommandResult run_command(const std::string& args) {
-  const std::string cmd = std::string(ORIGAMI_BINARY_DIR) + "/origami " + args + " 2>/dev/null";
-  CommandResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 
 TEST(Cli, GenerateMatchesTheGoldenContinuation) {
   const nlohmann::json golden = read_json(shared_dir() + "/golden/origami-tiny-qwen3_golden.json");
@@ -51,10 +32,7 @@ TEST(Cli, JsonlBatchCompletesAroundInvalidLines) {
   CommandResult r = run_command("generate --model " + tiny_qwen3_dir() + " --input " + (dir / "in.jsonl").string() +
                                 " --output " + (dir / "out.jsonl").string());
   ASSERT_EQ(r.exit_code, 0);
-  std::ifstream out(dir / "out.jsonl");
-  std::vector<nlohmann::json> lines;
-  std::string line;
-  while (std::getline(out, line)) lines.push_back(nlohmann::json::parse(line));
+  const std::vector<nlohmann::json> lines = parse_json_lines(read_file(dir / "out.jsonl"));
   ASSERT_EQ(lines.size(), 5u);
   EXPECT_EQ(lines[0]["id"], "a");
   EXPECT_EQ(lines[0]["num_output_tokens"], 5);

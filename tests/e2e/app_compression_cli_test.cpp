@@ -1,33 +1,15 @@
 // The compression side of the `origami` command line: `origami policies`, the common
 // --kv-policy/--kv-budget/--kv-policy-opt flags, per-line policies in JSONL batches, and the
 // compression metrics `origami bench` reports.
-#include <cstdio>
 #include <filesystem>
 
+#include "cli_test_util.h"
 #include "engine_test_util.h"
 
 namespace origami::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;
-};
-
-CommandResult run_command(const std::string& args, bool with_stderr = false) {
-  const std::string cmd = std::string(ORIGAMI_BINARY_DIR) + "/origami " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  CommandResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 
 TEST(CliCompression, PoliciesListsEveryPolicyWithOptions) {
   CommandResult r = run_command("policies --json");
@@ -95,10 +77,7 @@ TEST(CliCompression, JsonlLinesCarryTheirOwnPolicy) {
   CommandResult r = run_command("generate --model " + tiny_qwen3_dir() + " --input " + (dir / "in.jsonl").string() +
                                 " --output " + (dir / "out.jsonl").string());
   ASSERT_EQ(r.exit_code, 0);
-  std::ifstream out(dir / "out.jsonl");
-  std::vector<nlohmann::json> lines;
-  std::string line;
-  while (std::getline(out, line)) lines.push_back(nlohmann::json::parse(line));
+  const std::vector<nlohmann::json> lines = parse_json_lines(read_file(dir / "out.jsonl"));
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[0]["num_output_tokens"], 70);
   EXPECT_EQ(lines[1]["num_output_tokens"], 70);

@@ -4,50 +4,15 @@
 // and bad input is an error that names the problem.
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <sstream>
 
+#include "cli_test_util.h"
 #include "engine_test_util.h"
 
 namespace origami::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;
-};
-
-CommandResult run_command(const std::string& args, bool with_stderr = false) {
-  const std::string cmd = std::string(ORIGAMI_BINARY_DIR) + "/origami " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  CommandResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::vector<nlohmann::json> parse_lines(const std::string& text) {
-  std::vector<nlohmann::json> lines;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -100,7 +65,7 @@ TEST_F(EvalCli, RetrievalSweepPrintsOnePointPerLineAndPlotsOneLinePerPolicy) {
                   " --mode stream --kv-policy full,streaming,zipage --kv-budget 512,64 --json --quiet --plot " +
                   path("sweep.svg") + " --details " + path("details.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  const std::vector<nlohmann::json> lines = parse_lines(r.out);
+  const std::vector<nlohmann::json> lines = parse_json_lines(r.out);
   // The full-KV reference once, then every policy at every budget in ascending order.
   ASSERT_EQ(lines.size(), 5u) << r.out;
   const std::vector<std::pair<std::string, int>> expected = {
@@ -142,7 +107,7 @@ TEST_F(EvalCli, RetrievalSweepPrintsOnePointPerLineAndPlotsOneLinePerPolicy) {
   EXPECT_NE(svg.find(">zipage</text>"), std::string::npos);
   EXPECT_NE(svg.find("full KV"), std::string::npos);
 
-  const std::vector<nlohmann::json> details = parse_lines(read_file(dir_ / "details.jsonl"));
+  const std::vector<nlohmann::json> details = parse_json_lines(read_file(dir_ / "details.jsonl"));
   ASSERT_EQ(details.size(), 5u * 3u);
   int correct_full = 0;
   for (size_t i = 0; i < 3; ++i) {
@@ -160,7 +125,7 @@ TEST_F(EvalCli, RetrievalRunsBothModesWithAReferenceEach) {
                                       " --mode prefill,stream --kv-policy full,streaming --kv-budget 512 --limit 2 "
                                       "--max-answer-tokens 5 --json --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  const std::vector<nlohmann::json> lines = parse_lines(r.out);
+  const std::vector<nlohmann::json> lines = parse_json_lines(r.out);
   ASSERT_EQ(lines.size(), 4u) << r.out;
   const char* modes[] = {"prefill", "prefill", "stream", "stream"};
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -177,7 +142,7 @@ TEST_F(EvalCli, PerplexityUnderABudgetLargerThanEveryWindowEqualsFullKv) {
   const CommandResult r = run_command("eval ppl " + model() + "--text " + path("text.txt") +
                                       " --context 64 --limit 2 --kv-policy full,streaming --kv-budget 32,512 --json --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  const std::vector<nlohmann::json> lines = parse_lines(r.out);
+  const std::vector<nlohmann::json> lines = parse_json_lines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
   for (const nlohmann::json& j : lines) {
     EXPECT_EQ(j["task"], "ppl");

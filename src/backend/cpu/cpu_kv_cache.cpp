@@ -4,6 +4,8 @@
 #include <new>
 #include <string>
 
+#include "kv/compression_validation.h"
+
 namespace origami::cpu {
 
 Status CpuKVCache::allocate(const KVLayout& layout) {
@@ -52,14 +54,7 @@ Status CpuKVCache::allocate(const KVLayout& layout) {
 
 Status CpuKVCache::configure_compression(const CompressionConfig& config, int num_q_heads) {
   if (!allocated()) return invalid_argument("compression config: configure after allocate_kv_cache()");
-  if (config.num_query_slots < 0)
-    return invalid_argument("compression config: num_query_slots must be >= 0, got " +
-                            std::to_string(config.num_query_slots));
-  if (config.max_window < 1)
-    return invalid_argument("compression config: max_window must be >= 1, got " + std::to_string(config.max_window));
-  if (config.layer_stride < 1)
-    return invalid_argument("compression config: layer_stride must be >= 1, got " +
-                            std::to_string(config.layer_stride));
+  ORIGAMI_RETURN_IF_ERROR(validate_compression_config(config));
   if (num_q_heads <= 0 || num_q_heads % layout_.num_kv_heads != 0)
     return invalid_argument("compression config: " + std::to_string(num_q_heads) +
                             " query heads is not a multiple of " + std::to_string(layout_.num_kv_heads) +

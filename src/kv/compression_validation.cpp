@@ -1,0 +1,129 @@
+#include "kv/compression_validation.h"
+
+#include <cmath>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace origami {
+namespace {
+
+int pages_for(int entries, int block_size) { return (entries + block_size - 1) / block_size; }
+
+Status validate_recipe(const std::string& who, const ScoreRecipe& r, int max_window, bool have_global_scores) {
+  if (r.window < 0) return invalid_argument(who + ": recipe.window must be >= 0, got " + std::to_string(r.window));
+  if (r.num_sinks < 0)
+    return invalid_argument(who + ": recipe.num_sinks must be >= 0, got " + std::to_string(r.num_sinks));
+  if (r.needs_queries()) {
+    if (r.window < 1) return invalid_argument(who + ": attention scoring needs recipe.window >= 1, got 0");
+    if (r.window > max_window)
+      return invalid_argument(who + ": recipe.window " + std::to_string(r.window) +
+                              " exceeds the query cache's max_window " + std::to_string(max_window));
+  }
+  if (r.pool_kernel > 1 && r.pool_kernel % 2 == 0)
+    return invalid_argument(who + ": recipe.pool_kernel must be odd, got " + std::to_string(r.pool_kernel));
+  // Written so that NaN fails too.
+  if (!(r.global_decay >= 0.0f) || !std::isfinite(r.global_decay))
+    return invalid_argument(who + ": recipe.global_decay must be a finite value >= 0, got " +
+                            std::to_string(r.global_decay));
+  if (r.global_decay > 0.0f && !have_global_scores)
+    return invalid_argument(who + ": recipe.global_decay > 0 needs CompressionConfig::global_scores");
+  if (r.redundancy != RedundancyMode::kNone && !(r.redundancy_tau > 0.0f))
+    return invalid_argument(who + ": recipe.redundancy_tau must be > 0, got " + std::to_string(r.redundancy_tau));
+  return Status::ok();
+}
+
+// The page tables of one job.
+Status validate_tables(const std::string& who, const CompressionJob& job, int bs, int num_blocks) {
+  auto check_table = [&](const char* name, const std::vector<BlockId>& table, int entries) -> Status {
+    const int need = pages_for(entries, bs);
+    if (static_cast<int>(table.size()) < need)
+      return invalid_argument(who + ": " + name + " has " + std::to_string(table.size()) + " pages, " +
+                              std::to_string(entries) + " entries need " + std::to_string(need));
+    for (int p = 0; p < need; ++p)
+      if (table[p] <= kNullBlock || table[p] >= num_blocks)
+        return invalid_argument(who + ": " + name + "[" + std::to_string(p) + "] is block " +
+                                std::to_string(table[p]) + ", outside [1, " + std::to_string(num_blocks) + ")");
+    return Status::ok();
+  };
+  ORIGAMI_RETURN_IF_ERROR(check_table("src_blocks", *job.src_blocks, job.num_entries));
+  ORIGAMI_RETURN_IF_ERROR(check_table("dst_blocks", *job.dst_blocks, job.num_keep));
+  // In place is safe only if no destination page is a source page at a later table index: kept
+  // entry i comes from source entry keep[i] >= i (keep ascending), so once destination page p is
+  // written, source pages before p are no longer needed but later ones may still be.
+  std::unordered_map<BlockId, int> src_index;
+  for (int p = 0; p < pages_for(job.num_entries, bs); ++p) src_index.emplace((*job.src_blocks)[p], p);
+  std::unordered_set<BlockId> seen;
+  for (int p = 0; p < pages_for(job.num_keep, bs); ++p) {
+    const BlockId b = (*job.dst_blocks)[p];
+    if (!seen.insert(b).second)
+      return invalid_argument(who + ": dst_blocks lists block " + std::to_string(b) + " twice");
+    auto it = src_index.find(b);
+    if (it != src_index.end() && it->second > p)
+      return invalid_argument(who + ": dst_blocks[" + std::to_string(p) + "] is block " + std::to_string(b) +
+                              ", which is src_blocks[" + std::to_string(it->second) +
+                              "]: a later source page would be overwritten before it is read");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status validate_compression_config(const CompressionConfig& config) {
+  if (config.num_query_slots < 0)
+    return invalid_argument("compression config: num_query_slots must be >= 0, got " +
+                            std::to_string(config.num_query_slots));
+  if (config.max_window < 1)
+    return invalid_argument("compression config: max_window must be >= 1, got " + std::to_string(config.max_window));
+  if (config.layer_stride < 1)
+    return invalid_argument("compression config: layer_stride must be >= 1, got " +
+                            std::to_string(config.layer_stride));
+  return Status::ok();
+}
+
+Status validate_compression_batch(const std::vector<CompressionJob>& jobs, int block_size, int num_blocks,
+                                  int num_query_slots, int max_window, bool have_global_scores) {
+  const int bs = block_size;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const CompressionJob& job = jobs[j];
+    const std::string who = "compression job " + std::to_string(j) + " (request " + std::to_string(job.request_id) + ")";
+    if (job.src_blocks == nullptr) return invalid_argument(who + ": src_blocks is null");
+    if (job.dst_blocks == nullptr) return invalid_argument(who + ": dst_blocks is null");
+    if (job.recipe == nullptr) return invalid_argument(who + ": recipe is null");
+    if (job.num_entries < 0)
+      return invalid_argument(who + ": num_entries must be >= 0, got " + std::to_string(job.num_entries));
+    if (job.num_keep < 0 || job.num_keep > job.num_entries)
+      return invalid_argument(who + ": num_keep " + std::to_string(job.num_keep) + " outside [0, num_entries " +
+                              std::to_string(job.num_entries) + "]");
+    if (job.num_scored_entries < 0 || job.num_scored_entries > job.num_entries)
+      return invalid_argument(who + ": num_scored_entries " + std::to_string(job.num_scored_entries) +
+                              " outside [0, num_entries " + std::to_string(job.num_entries) + "]");
+    ORIGAMI_RETURN_IF_ERROR(validate_recipe(who, *job.recipe, max_window, have_global_scores));
+    // An empty job scores nothing, so it needs no queries.
+    if (job.recipe->needs_queries() && job.num_entries > 0 && (job.query_slot < 0 || job.query_slot >= num_query_slots))
+      return invalid_argument(who + ": attention scoring needs the window's queries, but query_slot " +
+                              std::to_string(job.query_slot) + " is outside [0, " + std::to_string(num_query_slots) +
+                              ")");
+    ORIGAMI_RETURN_IF_ERROR(validate_tables(who, job, bs, num_blocks));
+  }
+  // Backends run the jobs of a batch in parallel, so a page one job writes must not be touched by
+  // another. Source pages shared by several jobs (a common prefix) are only read, which is fine.
+  std::unordered_map<BlockId, size_t> written;  // dst page -> job
+  for (size_t j = 0; j < jobs.size(); ++j)
+    for (int p = 0; p < pages_for(jobs[j].num_keep, bs); ++p) {
+      auto [it, inserted] = written.emplace((*jobs[j].dst_blocks)[p], j);
+      if (!inserted)
+        return invalid_argument("compression jobs " + std::to_string(it->second) + " and " + std::to_string(j) +
+                                " both write block " + std::to_string(it->first));
+    }
+  for (size_t j = 0; j < jobs.size(); ++j)
+    for (int p = 0; p < pages_for(jobs[j].num_entries, bs); ++p) {
+      auto it = written.find((*jobs[j].src_blocks)[p]);
+      if (it != written.end() && it->second != j)
+        return invalid_argument("compression job " + std::to_string(j) + " reads block " + std::to_string(it->first) +
+                                ", which job " + std::to_string(it->second) + " writes");
+    }
+  return Status::ok();
+}
+
+}  // namespace origami
