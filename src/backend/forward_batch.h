@@ -34,6 +34,10 @@ struct SequenceInput {
   const SamplingParams* sampling = nullptr;
   uint64_t seed = 0;
   int sample_index = 0;  // index of the token being sampled in the output (keys the RNG)
+  // >= 0 (with kLast or kAll): also return log p(logprob_token) under the logits the token is
+  // sampled from, at temperature 1 (teacher forcing: the forced token's log-probability). Cheap
+  // on both backends, and unlike kAll it keeps decode steps in CUDA graphs.
+  int32_t logprob_token = -1;
 };
 
 struct ForwardBatch {
@@ -51,6 +55,8 @@ struct StepOutput {
   std::vector<int32_t> sampled_tokens;
   // For sequences with LogitsMode::kAll: [num_query_tokens * vocab] logits, fp32; else empty.
   std::vector<std::vector<float>> all_logits;
+  // One entry per sequence: log p(logprob_token), or NaN where none was asked for.
+  std::vector<float> token_logprobs;
 };
 
 }  // namespace origami

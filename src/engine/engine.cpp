@@ -24,19 +24,6 @@ struct Engine::Tracked {
   bool forced_logprobs = false;        // report log p(forced token)
 };
 
-namespace {
-
-// log softmax(logits)[token], stable: max-shifted, the sum accumulated in double.
-float log_softmax_at(const float* logits, int vocab, int32_t token) {
-  float max_logit = -std::numeric_limits<float>::infinity();
-  for (int i = 0; i < vocab; ++i) max_logit = std::max(max_logit, logits[i]);
-  double sum = 0.0;
-  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_logit);
-  return static_cast<float>(static_cast<double>(logits[token]) - max_logit - std::log(sum));
-}
-
-}  // namespace
-
 Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) { return create(config, nullptr); }
 
 Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::unique_ptr<Backend> backend) {
@@ -167,7 +154,6 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   tracked->forced_logprobs = options.return_forced_logprobs && !options.forced_output_tokens.empty();
   Request& r = tracked->request;
   r.compression = std::move(compression);
-  r.sample_alone = tracked->forced_logprobs;
   r.id = next_request_id_++;
   r.prompt_token_ids = std::move(prompt_token_ids);
   r.sampling = params;
@@ -375,11 +361,10 @@ std::vector<RequestOutput> Engine::step() {
     in.seed = r.seed;
     in.sample_index = static_cast<int>(r.output_token_ids.size());
     const Tracked& tracked = *requests_.at(r.id);
-    // The logits that predict a forced token are needed to report its log-probability; the
-    // scheduler made this step compute that position alone (Request::sample_alone), so kAll
-    // returns exactly one row.
+    // The row that predicts a forced token is the one sampled: the backend returns the forced
+    // token's log-probability under it.
     if (completes_prompt && tracked.forced_logprobs && in.sample_index < static_cast<int>(tracked.forced_tokens.size()))
-      in.logits_mode = LogitsMode::kAll;
+      in.logprob_token = tracked.forced_tokens[in.sample_index];
     for (int i = 0; i < s.num_new_tokens; ++i) {
       batch.token_ids.push_back(r.token_at(r.num_computed_tokens + i));
       batch.positions.push_back(r.num_computed_tokens + i);
@@ -403,7 +388,6 @@ std::vector<RequestOutput> Engine::step() {
   }
   scheduler_->on_step_done(plan);
 
-  const int vocab = model_config_.vocab_size;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     int32_t token = result.sampled_tokens[i];
     if (token < 0) continue;  // mid-prompt chunk
@@ -415,9 +399,9 @@ std::vector<RequestOutput> Engine::step() {
     if (forced) {
       token = tracked.forced_tokens[index];
       if (tracked.forced_logprobs) {
-        const std::vector<float>& logits = result.all_logits[i];
-        ORIGAMI_CHECK_MSG(logits.size() >= static_cast<size_t>(vocab), "forced logprobs need the step's logits (kAll)");
-        out.forced_logprobs.push_back(log_softmax_at(logits.data() + logits.size() - vocab, vocab, token));
+        ORIGAMI_CHECK_MSG(i < result.token_logprobs.size() && !std::isnan(result.token_logprobs[i]),
+                          "the backend returned no log-probability for a forced token");
+        out.forced_logprobs.push_back(result.token_logprobs[i]);
       }
     }
     append_token(tracked, token, forced, &out);

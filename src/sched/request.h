@@ -78,9 +78,6 @@ struct Request {
   // KV memory held: one block table per head group (one group for full KV).
   RequestKV kv;
   RequestCompression compression;
-  // The step that samples computes only the sampled position (a prompt's last token alone), so
-  // that LogitsMode::kAll returns one row: forced-token log-probabilities need those logits.
-  bool sample_alone = false;
 
   int num_prompt_tokens() const { return static_cast<int>(prompt_token_ids.size()); }
   int num_tokens() const { return num_prompt_tokens() + static_cast<int>(output_token_ids.size()); }

@@ -137,7 +137,6 @@ SchedulerOutput Scheduler::schedule() {
       num_new = capture_from - entries;  // the tokens before the window need no slot
       take_slot = false;
     }
-    if (request->sample_alone && num_new == remaining && remaining > 1) --num_new;
     const int entries_after = entries + num_new;
 
     bool scheduled = false;
@@ -204,7 +203,6 @@ SchedulerOutput Scheduler::schedule() {
           take_slot = false;
         }
       }
-      if (request->sample_alone && num_new == remaining && remaining > 1) --num_new;
       const int peak = config_.reserve_bounded_kv ? peak_blocks(*request) : -1;
       if (admitted && config_.reserve_bounded_kv && !running_.empty()) {
         // Blocks it takes now (unbounded) or ever (bounded), beyond those the prefix cache gave it,

@@ -276,7 +276,9 @@ TEST(EngineCompression, TinyPoolWithPrefixSharingNeverDeadlocks) {
     }
     const EngineMetrics& m = engine->metrics();
     EXPECT_GT(m.num_compressions, 5);
-    if (!reserve) EXPECT_GT(m.num_preemptions, 0);
+    if (!reserve) {
+      EXPECT_GT(m.num_preemptions, 0);
+    }
     EXPECT_EQ(engine->num_running(), 0u);
   }
 }

@@ -3,14 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/logprob_kernels.h"
 #include "backend/cuda/sampling_kernels.h"
 #include "cuda_test_util.h"
+#include "sampling/logprob.h"
 #include "sampling/sampler.h"
 
 namespace origami::cuda {
@@ -269,6 +272,39 @@ TEST(CudaKernels, SamplingMatchesCpuSampler) {
       }
       EXPECT_LE(mismatches, 1) << "vocab " << vocab << " T " << cfg.temperature << " k " << cfg.top_k << " p "
                                << cfg.top_p << " min_p " << cfg.min_p;
+    }
+  }
+}
+
+TEST(CudaKernels, RowLogprobsMatchCpu) {
+  std::mt19937 rng(11);
+  for (int vocab : {1, 7, 97, 1000, 4097, 151936}) {
+    const int rows = vocab > 10000 ? 16 : 64;
+    std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+    std::normal_distribution<float> dist(0.0f, 4.0f);
+    for (float& x : logits) x = dist(rng);
+    if (vocab > 10) {  // -inf and NaN entries count as impossible tokens
+      logits[1] = -INFINITY;
+      logits[2] = NAN;
+    }
+    std::vector<RowSamplingParams> params(rows);
+    for (int r = 0; r < rows; ++r) params[r].logprob_token = r % 3 == 0 ? -1 : static_cast<int>(rng() % vocab);
+    DeviceBuffer<float> d_logits(logits);
+    DeviceBuffer<RowSamplingParams> d_params(params);
+    DeviceBuffer<float> d_out(rows);
+    launch_row_logprobs(d_logits.get(), rows, vocab, vocab, d_params.get(), d_out.get(), nullptr);
+    const std::vector<float> got = d_out.download();
+    for (int r = 0; r < rows; ++r) {
+      if (params[r].logprob_token < 0) {
+        EXPECT_TRUE(std::isnan(got[r])) << "row " << r << " asked nothing";
+        continue;
+      }
+      const float want = log_softmax_at(logits.data() + static_cast<size_t>(r) * vocab, vocab, params[r].logprob_token);
+      if (std::isinf(want)) {
+        EXPECT_EQ(got[r], want) << "vocab " << vocab << " row " << r;
+      } else {
+        EXPECT_NEAR(got[r], want, 1e-5 * std::max(1.0f, std::fabs(want))) << "vocab " << vocab << " row " << r;
+      }
     }
   }
 }

@@ -101,11 +101,11 @@ TEST_F(TokenizerGoldenTest, Qwen3Streaming) { check_streaming("qwen3"); }
 TEST_F(TokenizerGoldenTest, TinyQwen3Streaming) { check_streaming("origami-tiny-qwen3"); }
 TEST_F(TokenizerGoldenTest, Stories260kStreaming) { check_streaming("stories260k"); }
 
-TEST_F(TokenizerGoldenTest, Qwen3LoadsFast) {
+// Load time is measured by bench/tokenizer_bench.cpp (docs/benchmarks.md), not asserted here:
+// a wall-clock bound fails on a loaded or sanitized build without anything being wrong.
+TEST_F(TokenizerGoldenTest, Qwen3LoadsTheWholeVocabulary) {
   ASSERT_TRUE(tok("qwen3"));
-#ifdef NDEBUG
-  EXPECT_LT(load_seconds_.at("qwen3"), 2.0);  // Release; generous for loaded CI machines
-#endif
+  EXPECT_EQ(tok("qwen3")->vocab_size(), 151643 + 26);  // BPE vocabulary + added tokens
   std::printf("qwen3 tokenizer load: %.3f s\n", load_seconds_.at("qwen3"));
 }
 

@@ -2,17 +2,18 @@
 
 #include <unistd.h>
 
-#include <chrono>
-
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_compression.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/check.h"
+#include "sampling/logprob.h"
 #include "sampling/sampler.h"
 
 namespace origami {
@@ -172,6 +173,9 @@ Status CpuBackend::validate(const ForwardBatch& batch) const {
       return invalid_argument(who + ": tokens [" + std::to_string(seq.query_start) + ", " +
                               std::to_string(seq.query_start + seq.num_query_tokens) + ") outside the batch's " +
                               std::to_string(num_tokens) + " tokens");
+    if (seq.logprob_token >= config_.vocab_size)
+      return invalid_argument(who + ": logprob_token " + std::to_string(seq.logprob_token) +
+                              " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
     for (int t = seq.query_start; t < seq.query_start + seq.num_query_tokens; ++t) {
       if (row_used[t]) return invalid_argument(who + ": token " + std::to_string(t) + " belongs to two sequences");
       row_used[t] = 1;
@@ -367,6 +371,7 @@ Status CpuBackend::execute(const ForwardBatch& batch, StepOutput* out) {
 
   out->sampled_tokens.assign(num_seqs, -1);
   out->all_logits.assign(num_seqs, {});
+  out->token_logprobs.assign(num_seqs, std::numeric_limits<float>::quiet_NaN());
   // Sampling may sort much of the vocabulary (top-p), so sequences sample in parallel.
   cpu::parallel_for(pool_.get(), static_cast<int>(num_seqs), [&](int s) {
     const SequenceInput& seq = batch.sequences[s];
@@ -375,6 +380,7 @@ Status CpuBackend::execute(const ForwardBatch& batch, StepOutput* out) {
     const float* first = logits.data() + static_cast<size_t>(first_row[s]) * vocab;
     const float* last = first + static_cast<size_t>(count - 1) * vocab;
     out->sampled_tokens[s] = sample_token(last, vocab, *seq.sampling, seq.seed, seq.sample_index);
+    if (seq.logprob_token >= 0) out->token_logprobs[s] = log_softmax_at(last, vocab, seq.logprob_token);
     if (seq.logits_mode == LogitsMode::kAll) out->all_logits[s].assign(first, first + static_cast<size_t>(count) * vocab);
   });
   return Status::ok();

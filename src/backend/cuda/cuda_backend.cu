@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cuda/cuda_backend_factory.h"
@@ -11,6 +12,7 @@
 #include "core/check.h"
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/kv_cache_write.h"
+#include "backend/cuda/logprob_kernels.h"
 #include "sampling/sampler.h"
 
 namespace origami::cuda {
@@ -56,10 +58,10 @@ CudaBackend::~CudaBackend() {
                   static_cast<void*>(attn_out_), static_cast<void*>(delta_), static_cast<void*>(gate_up_),
                   static_cast<void*>(act_), static_cast<void*>(logit_hidden_), static_cast<void*>(logits_),
                   attn_workspace_, static_cast<void*>(dev_inputs_), static_cast<void*>(dev_params_),
-                  static_cast<void*>(dev_tokens_), kv_pool_})
+                  static_cast<void*>(dev_tokens_), static_cast<void*>(dev_logprobs_), kv_pool_})
     if (p != nullptr) cudaFree(p);
   for (void* p : {static_cast<void*>(host_inputs_), static_cast<void*>(host_params_),
-                  static_cast<void*>(host_tokens_)})
+                  static_cast<void*>(host_tokens_), static_cast<void*>(host_logprobs_)})
     if (p != nullptr) cudaFreeHost(p);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -263,6 +265,8 @@ Status CudaBackend::ensure_capacity(int tokens, int seqs, int pages) {
     ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_params_, next.seqs * sizeof(RowSamplingParams)));
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_tokens_, next.seqs * sizeof(int32_t)));
     ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_tokens_, next.seqs * sizeof(int32_t)));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_logprobs_, next.seqs * sizeof(float)));
+    ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_logprobs_, next.seqs * sizeof(float)));
   }
   const size_t total = input_layout(next).total;
   ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_inputs_, total * sizeof(int32_t)));
@@ -423,6 +427,7 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     launch_gather_rows(normed_, dev_inputs_ + in.sample_rows + r0, rows, h, logit_hidden_, stream_);
     gemm_->linear(logit_hidden_, rows, h, lm_head_, c.vocab_size, logits_, true);
     launch_sample_rows(logits_, rows, c.vocab_size, c.vocab_size, dev_params_ + r0, dev_tokens_ + r0, stream_);
+    launch_row_logprobs(logits_, rows, c.vocab_size, c.vocab_size, dev_params_ + r0, dev_logprobs_ + r0, stream_);
   }
 }
 
@@ -459,13 +464,19 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   out->sampled_tokens.assign(num_seqs, -1);
   out->all_logits.resize(num_seqs);
   for (auto& v : out->all_logits) v.clear();
+  out->token_logprobs.assign(num_seqs, std::numeric_limits<float>::quiet_NaN());
   if (num_seqs == 0) return Status::ok();
 
   // Decode steps replay a graph of their bucket; padding rows are inert.
   bool use_graph = options_.enable_cuda_graphs && batch.is_decode_only() && graphs_.bucket_for(num_seqs) > 0;
   int total_pages = 0, max_kv_len = 0;
+  bool any_logprobs = false;
   for (const SequenceInput& s : batch.sequences) {
     if (s.logits_mode == LogitsMode::kAll) use_graph = false;
+    if (s.logprob_token >= c.vocab_size)
+      return invalid_argument("ForwardBatch: request " + std::to_string(s.request_id) + " asks for the log-probability of token " +
+                              std::to_string(s.logprob_token) + ", outside the vocabulary");
+    any_logprobs = any_logprobs || (s.logprob_token >= 0 && s.logits_mode != LogitsMode::kNone);
     const int kv_len = s.num_cached_entries + s.num_query_tokens;
     if (s.block_table == nullptr) return invalid_argument("ForwardBatch: sequence without a block table");
     const int pages = (kv_len + bs - 1) / bs;
@@ -552,6 +563,7 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
         rp.min_p = sp->min_p;
       }
       rp.u = sampling_uniform(s.seed, static_cast<uint64_t>(s.sample_index));
+      rp.logprob_token = s.logits_mode == LogitsMode::kNone ? -1 : s.logprob_token;
       hi[in.sample_rows + num_sample_rows] = s.query_start + s.num_query_tokens - 1;
       ++num_sample_rows;
     }
@@ -594,12 +606,18 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   if (num_sample_rows > 0)
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_, dev_tokens_, num_sample_rows * sizeof(int32_t),
                                                  cudaMemcpyDeviceToHost, stream_));
+  if (num_sample_rows > 0 && any_logprobs)
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_logprobs_, dev_logprobs_, num_sample_rows * sizeof(float),
+                                                 cudaMemcpyDeviceToHost, stream_));
   ORIGAMI_RETURN_IF_ERROR(compute_all_logits(batch, out));
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   for (int i = 0, row = 0; i < num_seqs; ++i) {
     const bool sampled = use_graph || batch.sequences[i].logits_mode != LogitsMode::kNone;
     if (!sampled) continue;
-    if (batch.sequences[i].logits_mode != LogitsMode::kNone) out->sampled_tokens[i] = host_tokens_[row];
+    if (batch.sequences[i].logits_mode != LogitsMode::kNone) {
+      out->sampled_tokens[i] = host_tokens_[row];
+      if (batch.sequences[i].logprob_token >= 0) out->token_logprobs[i] = host_logprobs_[row];
+    }
     ++row;
   }
   return Status::ok();

@@ -136,6 +136,8 @@ class CudaBackend : public Backend {
   RowSamplingParams* dev_params_ = nullptr;
   int32_t* host_tokens_ = nullptr;  // [seqs] sampled tokens, pinned
   int32_t* dev_tokens_ = nullptr;
+  float* host_logprobs_ = nullptr;  // [seqs] log p(logprob_token), pinned
+  float* dev_logprobs_ = nullptr;
 
   std::unique_ptr<CudaCompressor> compressor_;  // null until configure_compression()
 
