@@ -2,11 +2,11 @@
 // Runs a list of evaluation requests through one engine as one batch (continuous batching:
 // all are queued at once and the scheduler admits as many as fit), under one compression
 // policy and budget.
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "engine/batch_runner.h"
 #include "engine/engine.h"
 #include "eval/eval_item.h"
 
@@ -19,7 +19,7 @@ struct PolicyChoice {
 };
 
 // Called after every engine step with (finished items, all items).
-using EvalProgress = std::function<void(size_t done, size_t total)>;
+using EvalProgress = ProgressCallback;
 
 // Every item is decoded greedily. An item the engine rejects or fails ends with ok = false and
 // the engine's message; the others still run. Results are checked against what was asked: the

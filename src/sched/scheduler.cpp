@@ -208,8 +208,8 @@ SchedulerOutput Scheduler::schedule() {
         // Blocks it takes now (unbounded) or ever (bounded), beyond those the prefix cache gave it,
         // must come out of what the running bounded requests do not still need.
         const int held = held_blocks(*request);
-        const int needs = (peak >= 0 ? std::max(peak, kv_->blocks_needed(entries + num_new))
-                                     : kv_->blocks_needed(entries + num_new)) - held;
+        // A bounded request's peak covers every prefix of its tokens, this step's included.
+        const int needs = (peak >= 0 ? peak : kv_->blocks_needed(entries + num_new)) - held;
         admitted = kv_->num_free_blocks() - reserved >= needs;
       }
       admitted = admitted && kv_->allocate_slots(*request, entries + num_new);
