@@ -11,6 +11,9 @@
 #   compress  throughput under KV compression: Qwen3-8B shape, 256 x (128 -> 4096), ignore_eos,
 #             block 256; full KV next to each COMPRESS_RUNS entry (policy:budget:async|sync)
 #   fidelity  `origami eval` sweeps on origami-tiny-qwen3 (retrieval prefill + stream, perplexity)
+#   tune      stream-mode retrieval of policy variants on a tuning set built from the papers
+#             (scripts/make_retrieval_set.py; never the dev set the results are reported on):
+#             TUNE_VARIANTS="policy[,policy] [key=value ...];..." (see the default below)
 #   all       everything (about 15 minutes: more than one 10-minute device call allows)
 # Modes combine with commas: `scripts/gpu_run.sh tests,roofline`. Full logs go to $OUT (or
 # /tmp/origami-gpu), at most 8 files; a summary table is printed last (and kept in summary.txt).
@@ -55,7 +58,7 @@ cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DORIGAMI_CUDA=ON 
 targets=()
 if ! has quick; then  # only what the chosen modes run
   { has roofline || has profile; } && targets+=(cuda_decode_bench_test)
-  { has bench || has compress || has fidelity; } && targets+=(origami_cli)
+  { has bench || has compress || has fidelity || has tune; } && targets+=(origami_cli)
 fi
 tflags=(); [ ${#targets[@]} -gt 0 ] && tflags=(--target "${targets[@]}")
 # Keep going past targets of modules that do not build, so the GPU tests still run.
@@ -229,6 +232,44 @@ if has fidelity; then
     done
   fi
   cat "$OUT"/retrieval_*.err "$OUT"/ppl.err 2>/dev/null | tail -5
+fi
+
+# ---------------------------------------------------------------- tune: variants on the tuning set
+if has tune; then
+  CLI=$BUILD/origami
+  M=$SH/models/origami-tiny-qwen3
+  TUNE_DATA=${TUNE_DATA:-/tmp/retrieval_tune.jsonl}
+  [ -f "$TUNE_DATA" ] || python3 scripts/make_retrieval_set.py --out "$TUNE_DATA" "$SH"/papers/*.txt
+  TB=${TUNE_BLOCK:-16}
+  DEFAULT_VARIANTS="streaming;zipage-flash,zipage-lightning;zipage-flash,zipage-lightning window=8"
+  IFS=';' read -r -a variants <<< "${TUNE_VARIANTS:-$DEFAULT_VARIANTS}"
+  : > "$OUT/tune.jsonl"
+  for v in "${variants[@]}"; do
+    read -r -a words <<< "$v"
+    opts=()
+    for kv in "${words[@]:1}"; do opts+=(--kv-policy-opt "$kv"); done
+    timeout 300 "$CLI" eval retrieval --model "$M" --device cuda --block-size "$TB" --data "$TUNE_DATA" --mode stream \
+      --kv-policy "${words[0]}" --kv-budget "${TUNE_BUDGETS:-256,512,1024}" "${opts[@]}" --json --quiet \
+      --max-num-seqs 128 --query-slots 128 2>> "$OUT/tune.err" \
+      | python3 -c 'import json,sys; [print(json.dumps(dict(json.loads(l), variant=sys.argv[1]))) for l in sys.stdin]' "$v" \
+      >> "$OUT/tune.jsonl"
+  done
+  python3 - "$OUT/tune.jsonl" > "$OUT/tune_table.txt" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+budgets = sorted({r["budget"] for r in rows if r["budget"]})
+table = {}
+for r in rows:
+    key = (r["variant"], r["policy"]) if r["budget"] else ("(full KV)", "full")
+    table.setdefault(key, {})[r["budget"]] = r["accuracy"]
+print("%-60s %s" % ("variant / policy", " ".join("%6s" % b for b in budgets)))
+for (variant, policy), acc in table.items():
+    if policy == "full": print("%-60s %6.2f" % ("full KV", acc[0])); continue
+    label = " ".join([policy] + variant.split()[1:])
+    print("%-60s %s" % (label, " ".join("%6.2f" % acc.get(b, float("nan")) for b in budgets)))
+PYEOF
+  cat "$OUT/tune_table.txt"
+  RESULT[9_tune]="$(wc -l < "$OUT/tune.jsonl") points, table in tune_table.txt"
 fi
 
 {

@@ -46,6 +46,16 @@ struct ScoreRecipe {
   float redundancy_lambda = 0.2f;
   float redundancy_tau = 0.4f;
   float redundancy_threshold = 0.5f;  // per column, the newest duplicate above this is kept
+  // Lightning compares keys only within consecutive groups of this many entries; 0 = one block
+  // (the paper's definition). A fixed span makes lightning behave alike at every block size.
+  int redundancy_span = 0;
+  // The last `recent` entries are always kept too (+inf), beside the observation window: a recent
+  // window as H2O keeps one. 0 = only the observation window.
+  int recent = 0;
+
+  // The lightning group at this block size, and how many trailing entries are protected.
+  int lightning_span(int block_size) const { return redundancy_span > 0 ? redundancy_span : block_size; }
+  int protected_tail() const { return recent > window ? recent : window; }
 
   bool needs_queries() const { return attention && !recency; }
 };

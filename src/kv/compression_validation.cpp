@@ -28,6 +28,9 @@ Status validate_recipe(const std::string& who, const ScoreRecipe& r, int max_win
                             std::to_string(r.global_decay));
   if (r.global_decay > 0.0f && !have_global_scores)
     return invalid_argument(who + ": recipe.global_decay > 0 needs CompressionConfig::global_scores");
+  if (r.redundancy_span < 0)
+    return invalid_argument(who + ": recipe.redundancy_span must be >= 0, got " + std::to_string(r.redundancy_span));
+  if (r.recent < 0) return invalid_argument(who + ": recipe.recent must be >= 0, got " + std::to_string(r.recent));
   if (r.redundancy != RedundancyMode::kNone && !(r.redundancy_tau > 0.0f))
     return invalid_argument(who + ": recipe.redundancy_tau must be > 0, got " + std::to_string(r.redundancy_tau));
   return Status::ok();

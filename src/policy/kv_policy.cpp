@@ -16,7 +16,7 @@ const char* trigger_name(CompressionTrigger trigger) {
 Status KVPolicy::check_budget(int budget, int block_size) const {
   if (!compresses()) return Status::ok();
   const ScoreRecipe& recipe = score_recipe();
-  const int protected_entries = (recipe.recency ? 0 : recipe.window) + recipe.num_sinks;
+  const int protected_entries = (recipe.recency ? 0 : recipe.protected_tail()) + recipe.num_sinks;
   const std::string where = "policy " + name_ + " with KV budget " + std::to_string(budget);
   if (budget < 1) return invalid_argument(where + ": the budget must be >= 1 token");
   if (trigger() == CompressionTrigger::kCacheFull) {
@@ -26,7 +26,7 @@ Status KVPolicy::check_budget(int budget, int block_size) const {
     const int keep = entries_kept_for_budget(budget, block_size);
     if (keep <= protected_entries)
       return invalid_argument(where + ": keeps " + std::to_string(keep) + " entries, not more than the " +
-                              std::to_string(protected_entries) + " it always protects (window + sinks)");
+                              std::to_string(protected_entries) + " it always protects (window or recent, + sinks)");
     // The window of the next compression must lie in the block a compression leaves empty, so
     // that its queries are all computed after the previous compression.
     if (needs().window_queries && needs().window > block_size)
@@ -36,7 +36,7 @@ Status KVPolicy::check_budget(int budget, int block_size) const {
   }
   if (budget <= protected_entries)
     return invalid_argument(where + ": keeps no more than the " + std::to_string(protected_entries) +
-                            " entries it always protects (window + sinks)");
+                            " entries it always protects (window or recent, + sinks)");
   return Status::ok();
 }
 

@@ -229,7 +229,7 @@ void expect_scores_close(const std::vector<float>& got, const std::vector<float>
 }
 
 std::vector<ScoreRecipe> test_recipes() {
-  std::vector<ScoreRecipe> r(6);
+  std::vector<ScoreRecipe> r(7);
   // 0: SnapKV-like attention only.
   // 1: attention, max pooling 5, global score, sinks.
   r[1].pool_kernel = 5;
@@ -253,6 +253,12 @@ std::vector<ScoreRecipe> test_recipes() {
   r[5].redundancy = RedundancyMode::kFlash;
   r[5].redundancy_lambda = 0.3f;
   r[5].redundancy_tau = 0.5f;
+  // 6: lightning over spans of 40 entries (not a multiple of the 64-entry tiles or of the block),
+  // global score, a recent window of 24 beside the observation window.
+  r[6].global_decay = 0.8f;
+  r[6].redundancy = RedundancyMode::kLightning;
+  r[6].redundancy_span = 40;
+  r[6].recent = 24;
   return r;
 }
 
@@ -344,7 +350,7 @@ TEST(CudaCompression, ScoresSelectionAndCompactionMatchCpu) {
     for (int bs : {1, 16, 256})
       for (int G : {1, 4, 8}) {
         const int d = ci % 3 == 1 ? 128 : 64;
-        for (int r : {0, 1 + ci % 5}) {
+        for (int r : {0, 1 + ci % 6}) {
           SCOPED_TRACE("recipe " + std::to_string(r));
           check_job(n, bs, G, d, recipes[r], ci % 2 == 0, 1000 + ci * 7 + r, &worst, &undecided, &rows);
         }
@@ -364,7 +370,7 @@ TEST(CudaCompression, EveryRecipeAtLargestSize) {
     check_job(4097, 16, 4, 128, recipes[r], r % 2 == 0, 77 + r, &worst, &undecided, &rows);
   }
   // head_dim 96: the CUDA-core redundancy path (the tensor-core one serves 64 and 128).
-  for (int r : {2, 3}) {
+  for (int r : {2, 3, 6}) {
     SCOPED_TRACE("head_dim 96, recipe " + std::to_string(r));
     check_job(1000, 16, 4, 96, recipes[r], true, 91 + r, &worst, &undecided, &rows);
   }

@@ -2,6 +2,7 @@
 // layer l is bit-exactly the i-th kept source entry, the kept set is a top-num_keep of the naive
 // brute-force scores (window entries always kept), shared pages are never written, and the result
 // does not depend on the layer stride, the threads or on batching jobs together.
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -31,13 +32,16 @@ struct Case {
   int kv_heads;
   int q_heads;
   RedundancyMode redundancy;
+  int span = 0;    // ScoreRecipe::redundancy_span
+  int recent = 0;  // ScoreRecipe::recent
 };
 
 TEST(CpuCompression, CompactionEqualsBruteForceTopKPerHead) {
   const Case cases[] = {{16, 2, 2, RedundancyMode::kLightning},
                         {16, 2, 4, RedundancyMode::kFlash},
                         {1, 2, 8, RedundancyMode::kLightning},
-                        {7, 1, 4, RedundancyMode::kNone}};
+                        {7, 1, 4, RedundancyMode::kNone},
+                        {16, 2, 4, RedundancyMode::kLightning, 40, 25}};
   for (const Case& c : cases) {
     const int n = 97, num_keep = 40;
     const int src_pages = (n + c.block_size - 1) / c.block_size;
@@ -47,6 +51,8 @@ TEST(CpuCompression, CompactionEqualsBruteForceTopKPerHead) {
     fill_slot(rig, 0, 12);
     ScoreRecipe recipe = full_recipe();
     recipe.redundancy = c.redundancy;
+    recipe.redundancy_span = c.span;
+    recipe.recent = c.recent;
     const Snapshot before = snapshot(rig, src, n);
     // The window's queries, as the brute force needs them (compression does not touch the slot).
     std::vector<std::vector<float>> qs;
@@ -78,7 +84,8 @@ TEST(CpuCompression, CompactionEqualsBruteForceTopKPerHead) {
         // The window (last 16) and the sinks (first 2) are all there, at the end and the start.
         EXPECT_EQ(keep[0], 0);
         EXPECT_EQ(keep[1], 1);
-        for (int w = 0; w < recipe.window; ++w) EXPECT_EQ(keep[num_keep - recipe.window + w], n - recipe.window + w);
+        const int tail = std::max(recipe.window, recipe.recent);  // the window and the recent entries
+        for (int w = 0; w < tail; ++w) EXPECT_EQ(keep[num_keep - tail + w], n - tail + w);
       }
   }
 }

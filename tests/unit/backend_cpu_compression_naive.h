@@ -162,11 +162,12 @@ inline std::vector<double> naive_scores(const ScoreRecipe& r, const std::vector<
     s = naive_pool(as_float, r.pool_kernel, r.pool_type);
   }
   if (r.redundancy != RedundancyMode::kNone) {
-    auto red = naive_redundancy(keys, n, d, bs, r.redundancy, r.redundancy_tau, r.redundancy_threshold);
+    const int span = r.redundancy_span > 0 ? r.redundancy_span : bs;
+    auto red = naive_redundancy(keys, n, d, span, r.redundancy, r.redundancy_tau, r.redundancy_threshold);
     for (int e = 0; e < n; ++e) s[e] = r.redundancy_lambda * s[e] - (1.0 - r.redundancy_lambda) * red[e];
   }
   const double inf = std::numeric_limits<double>::infinity();
-  for (int e = std::max(0, n - r.window); e < n; ++e) s[e] = inf;
+  for (int e = std::max(0, n - std::max(r.window, r.recent)); e < n; ++e) s[e] = inf;
   for (int e = 0; e < std::min(r.num_sinks, n); ++e) s[e] = inf;
   return s;
 }

@@ -45,15 +45,16 @@ TEST(PolicyRegistry, FullNeverCompresses) {
   EXPECT_NE(error_of("full", {{"window", "4"}}).find("takes no options"), std::string::npos);
 }
 
-TEST(PolicyRegistry, ZipageDefaultsArePaperSettings) {
-  auto p = make("zipage");
-  EXPECT_EQ(p->trigger(), CompressionTrigger::kCacheFull);
-  const ScoreRecipe& r = p->score_recipe();
+// The paper's recommended setting, as the recipe fields it maps to.
+void expect_paper_recipe(const ScoreRecipe& r) {
   EXPECT_TRUE(r.attention);
   EXPECT_FALSE(r.recency);
   EXPECT_EQ(r.window, 16);
+  EXPECT_EQ(r.recent, 0);
   EXPECT_FLOAT_EQ(r.global_decay, 0.8f);
   EXPECT_EQ(r.redundancy, RedundancyMode::kLightning);
+  EXPECT_EQ(r.redundancy_span, 0);  // one block
+  EXPECT_EQ(r.lightning_span(16), 16);
   EXPECT_FLOAT_EQ(r.redundancy_lambda, 0.2f);
   EXPECT_FLOAT_EQ(r.redundancy_tau, 0.4f);
   EXPECT_FLOAT_EQ(r.redundancy_threshold, 0.5f);
@@ -61,11 +62,35 @@ TEST(PolicyRegistry, ZipageDefaultsArePaperSettings) {
   EXPECT_TRUE(r.pool_first_only);
   EXPECT_EQ(r.pool_type, PoolType::kMax);
   EXPECT_EQ(r.num_sinks, 0);
+}
+
+TEST(PolicyRegistry, ZipageLightningIsThePaperSetting) {
+  auto p = make("zipage-lightning");
+  EXPECT_EQ(p->trigger(), CompressionTrigger::kCacheFull);
+  expect_paper_recipe(p->score_recipe());
   const PolicyNeeds n = p->needs();
   EXPECT_TRUE(n.window_queries);
   EXPECT_EQ(n.window, 16);
   EXPECT_TRUE(n.global_scores);
   EXPECT_EQ(p->default_budget(), 2048);
+}
+
+TEST(PolicyRegistry, ZipageDefaultsDifferFromThePaperInSpanAndGlobalOnly) {
+  auto p = make("zipage");
+  EXPECT_EQ(p->trigger(), CompressionTrigger::kCacheFull);
+  ScoreRecipe r = p->score_recipe();
+  EXPECT_FLOAT_EQ(r.global_decay, 0.0f);
+  EXPECT_EQ(r.redundancy_span, 256);
+  EXPECT_EQ(r.lightning_span(16), 256);
+  EXPECT_FALSE(p->needs().global_scores);
+  // Put the two back and the rest is the paper's.
+  r.global_decay = 0.8f;
+  r.redundancy_span = 0;
+  expect_paper_recipe(r);
+  // And the options say so.
+  auto paper = make("zipage", {{"global", "1"}, {"span", "0"}});
+  expect_paper_recipe(paper->score_recipe());
+  EXPECT_TRUE(paper->needs().global_scores);
 }
 
 TEST(PolicyRegistry, ZipageAliasesChangeOnlyDefaults) {
@@ -118,7 +143,7 @@ TEST(PolicyRegistry, OptionErrorsNameOptionAndAcceptedValues) {
   EXPECT_NE(e.find("lambda=1.5"), std::string::npos) << e;
   e = error_of("snapkv", {{"kernel", "4"}});
   EXPECT_NE(e.find("kernel=4 must be odd"), std::string::npos) << e;
-  e = error_of("zipage", {{"alpha", "0"}});
+  e = error_of("zipage", {{"global", "1"}, {"alpha", "0"}});
   EXPECT_NE(e.find("alpha"), std::string::npos) << e;
   // Booleans accept the usual spellings.
   EXPECT_FALSE(make("zipage", {{"global", "off"}})->needs().global_scores);
@@ -133,7 +158,12 @@ TEST(PolicyRegistry, BudgetChecks) {
   EXPECT_NE(st.message().find("at least one block"), std::string::npos) << st.message();
   st = z->check_budget(16, 16);  // k = 16 = w: nothing left to choose
   EXPECT_FALSE(st.is_ok());
-  EXPECT_NE(st.message().find("window + sinks"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("always protects"), std::string::npos) << st.message();
+  // A recent window counts as protected too: 64 kept entries, 64 recent ones.
+  EXPECT_TRUE(make("zipage", {{"recent", "48"}})->check_budget(64, 16).is_ok());
+  st = make("zipage", {{"recent", "64"}})->check_budget(64, 16);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("not more than the 64"), std::string::npos) << st.message();
   st = make("zipage", {{"window", "32"}})->check_budget(256, 16);
   EXPECT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("larger than the block size"), std::string::npos) << st.message();

@@ -75,9 +75,9 @@ void update_global_scores(float* s, float* f, int n, int num_scored, float decay
   std::copy(s, s + n, f);
 }
 
-void redundancy_scores(const float* keys, int n, int d, int block_size, RedundancyMode mode, float tau,
-                       float threshold, float* out) {
-  ORIGAMI_CHECK(mode != RedundancyMode::kNone && block_size >= 1 && tau > 0.0f);
+void redundancy_scores(const float* keys, int n, int d, int span, RedundancyMode mode, float tau, float threshold,
+                       float* out) {
+  ORIGAMI_CHECK(mode != RedundancyMode::kNone && span >= 1 && tau > 0.0f);
   if (n <= 0) return;
   std::vector<float> norm(n);
   for (int e = 0; e < n; ++e) {
@@ -89,8 +89,8 @@ void redundancy_scores(const float* keys, int n, int d, int block_size, Redundan
   // Column by column: C[., j] over the considered rows, zero the newest entry above the
   // threshold, add into the row sums (ascending j for every row).
   for (int j = 0; j < n; ++j) {
-    const int lo = lightning ? (j / block_size) * block_size : 0;
-    const int hi = lightning ? std::min(n, lo + block_size) : n;
+    const int lo = lightning ? (j / span) * span : 0;
+    const int hi = lightning ? std::min(n, lo + span) : n;
     const float* kj = keys + static_cast<size_t>(j) * d;
     for (int i = lo; i < hi; ++i) {
       col[i] = i == j ? 0.0f
@@ -107,8 +107,8 @@ void redundancy_scores(const float* keys, int n, int d, int block_size, Redundan
   for (int i = 0; i < n; ++i) {
     float len = static_cast<float>(n);
     if (lightning) {
-      const int start = (i / block_size) * block_size;
-      len = static_cast<float>(std::min(block_size, n - start));
+      const int start = (i / span) * span;
+      len = static_cast<float>(std::min(span, n - start));
     }
     out[i] = rowsum[i] / len / tau;
   }
@@ -154,10 +154,11 @@ void score_head(const ScoreRecipe& recipe, const float* keys, int n, int d, cons
   std::vector<float> r;
   if (recipe.redundancy != RedundancyMode::kNone) {
     r.resize(n);
-    redundancy_scores(keys, n, d, block_size, recipe.redundancy, recipe.redundancy_tau, recipe.redundancy_threshold,
+    redundancy_scores(keys, n, d, recipe.lightning_span(block_size), recipe.redundancy, recipe.redundancy_tau, recipe.redundancy_threshold,
                       r.data());
   }
-  protect_scores(out, r.empty() ? nullptr : r.data(), n, recipe.redundancy_lambda, recipe.window, recipe.num_sinks);
+  protect_scores(out, r.empty() ? nullptr : r.data(), n, recipe.redundancy_lambda, recipe.protected_tail(),
+                 recipe.num_sinks);
 }
 
 void select_keep(const float* s, int n, int k, int32_t* out) {

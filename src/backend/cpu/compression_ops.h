@@ -13,7 +13,8 @@
 //                                              S = pool_scores(S)   (after the global score, as in
 //                                              Zipage C.4: F stores the unpooled score)
 //   4. if recipe.redundancy != kNone:          S = lambda * S - (1 - lambda) * redundancy_scores(K)
-//   5. protect_scores(S): +inf for the last min(window, n) entries and the first num_sinks.
+//   5. protect_scores(S): +inf for the last min(max(window, recent), n) entries and the first
+//      num_sinks.
 // Then select_keep(S, n, num_keep) gives the kept entries and compact_entries() moves K, V and F.
 #include <cstddef>
 #include <cstdint>
@@ -56,17 +57,19 @@ void update_global_scores(float* s, float* f, int n, int num_scored, float decay
 //   C[i][j] = keys[i] . keys[j] / max(|keys[i]| * |keys[j]|, 1e-8)   (cosine similarity)
 //   C[i][i] = 0.
 //   Pairs: kFlash considers every pair (i, j) of the n entries; kLightning only pairs inside the
-//   same block (entries e with equal e / block_size; other pairs count as 0).
+//   same span (entries e with equal e / span; other pairs count as 0). The paper's span is one
+//   block.
 //   For each column j: among the considered rows i != j with C[i][j] > threshold (strictly), the
 //   one with the LARGEST i (the newest entry similar to j) gets C[i][j] = 0, so the newest
 //   duplicate loses that share of its redundancy and tends to be kept. At most one per column.
 //   rowsum[i] = sum_j C[i][j] (after zeroing), summed in ascending j.
-//   norm[i] = rowsum[i] / L, with L = n (kFlash) or the length of i's block, min(block_size,
-//   n - block_start) (kLightning).
+//   norm[i] = rowsum[i] / L, with L = n (kFlash) or the length of i's span, min(span,
+//   n - span_start) (kLightning).
 //   out = softmax over all n entries of norm / tau (max-subtracted).
-// block_size matters only for kLightning. mode must not be kNone.
-void redundancy_scores(const float* keys, int n, int d, int block_size, RedundancyMode mode, float tau,
-                       float threshold, float* out);
+// span (the lightning group, ScoreRecipe::lightning_span) matters only for kLightning. mode must
+// not be kNone.
+void redundancy_scores(const float* keys, int n, int d, int span, RedundancyMode mode, float tau, float threshold,
+                       float* out);
 
 // Steps 4-5 of the pipeline, in place on s [n]: if r != nullptr,
 // s[e] = lambda * s[e] - (1 - lambda) * r[e]; then s[e] = +inf for e >= n - min(window, n) and

@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(kThreads) key_norms_kernel(const GroupArgs a) 
 // Grid (64-entry chunk of rows, layer/head). For each row entry i: the sum over considered
 // columns j != i of C[i][j] = k_i . k_j / max(|k_i| |k_j|, 1e-8), and the largest considered j
 // with C[i][j] > threshold together with that value. Flash considers every j < n; lightning only
-// j in i's block. Since C is symmetric, that j is the row cpu::redundancy_scores zeroes in column
+// j in i's span (jd.redundancy_span entries; one block by default). Since C is symmetric, that j is the row cpu::redundancy_scores zeroes in column
 // i; the finalize kernel subtracts those values from the row sums.
 __global__ void __launch_bounds__(kThreads) redundancy_kernel(const GroupArgs a) {
   __shared__ TileSmem sm;
@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(kThreads) redundancy_kernel(const GroupArgs a)
   const RowInfo ri = row_info(a, job, blockIdx.y);
   const CompressionJobDesc jd = a.jobs[job];
   if (jd.redundancy == 0) return;
-  const int n = jd.n, bs = a.block_size;
+  const int n = jd.n, span = jd.redundancy_span;
   const bool lightning = jd.redundancy == 2;
   const int e0 = (blockIdx.x - jd.chunk0) * kTile;
   const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
@@ -317,8 +317,8 @@ __global__ void __launch_bounds__(kThreads) redundancy_kernel(const GroupArgs a)
   int col_lo = 0, col_hi = n;
   if (lightning) {
     const int last = min(e0 + kTile - 1, n - 1);
-    col_lo = (e0 / bs) * bs;
-    col_hi = min(n, (last / bs + 1) * bs);
+    col_lo = (e0 / span) * span;
+    col_hi = min(n, (last / span + 1) * span);
   }
   const bf16* a_row = e0 + lr < n ? key_row(a, k_layer, table, e0 + lr, ri.head) : nullptr;
   int row_e[4], last_j[4];
@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(kThreads) redundancy_kernel(const GroupArgs a)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const bool considered =
-            row_e[i] < n && cj < col_hi && cj != row_e[i] && (!lightning || row_e[i] / bs == cj / bs);
+            row_e[i] < n && cj < col_hi && cj != row_e[i] && (!lightning || row_e[i] / span == cj / span);
         if (!considered) continue;
         const float c = acc[i][j] / fmaxf(row_norm[i] * col_norm, 1e-8f);
         row_sum[i] += c;
@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
   const RowInfo ri = row_info(a, job, blockIdx.y);
   const CompressionJobDesc jd = a.jobs[job];
   if (jd.redundancy == 0) return;
-  const int n = jd.n, bs = a.block_size;
+  const int n = jd.n, span = jd.redundancy_span;
   const bool lightning = jd.redundancy == 2;
   const int e0 = (blockIdx.x - jd.chunk0) * kTile;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
@@ -401,8 +401,8 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
   int col_lo = 0, col_hi = n;
   if (lightning) {
     const int last = min(e0 + kTile - 1, n - 1);
-    col_lo = (e0 / bs) * bs;
-    col_hi = min(n, (last / bs + 1) * bs);
+    col_lo = (e0 / span) * span;
+    col_hi = min(n, (last / span + 1) * span);
   }
   auto load_tile = [&](bf16* dst, int base, int end) {
     for (int c = tid; c < kTile * (D / 8); c += 128) {
@@ -450,7 +450,7 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
       for (int i = 0; i < 4; ++i) {
         const int h = i >> 1, cl = x * 8 + 2 * t4 + (i & 1), cj = c0 + cl;
         const bool considered =
-            row_e[h] < n && cj < col_hi && cj != row_e[h] && (!lightning || row_e[h] / bs == cj / bs);
+            row_e[h] < n && cj < col_hi && cj != row_e[h] && (!lightning || row_e[h] / span == cj / span);
         if (!considered) continue;
         const float c = s[x][i] / fmaxf(row_norm[h] * col_norm[cl], 1e-8f);
         row_sum[h] += c;
@@ -533,7 +533,7 @@ __global__ void __launch_bounds__(kRowThreads) finalize_kernel(const GroupArgs a
   const bool lightning = jd.redundancy == 2;
   auto r_logit = [&](int e) {
     float len = static_cast<float>(n);
-    if (lightning) len = static_cast<float>(min(bs, n - (e / bs) * bs));
+    if (lightning) len = static_cast<float>(min(jd.redundancy_span, n - (e / jd.redundancy_span) * jd.redundancy_span));
     return __ldcg(R + e) / len / jd.redundancy_tau;
   };
   if (jd.redundancy != 0) {

@@ -53,7 +53,8 @@ struct CompressionJobDesc {
   float global_decay = 0.0f;  // > 0: G-KV global score (reads and rewrites F)
   int32_t pool_kernel = 0;    // > 1: pooling applies now (first compression or every time)
   int32_t pool_avg = 0;       // 1 = average pooling, 0 = max
-  int32_t redundancy = 0;     // 0 none, 1 flash (all pairs), 2 lightning (within blocks)
+  int32_t redundancy = 0;     // 0 none, 1 flash (all pairs), 2 lightning (within spans)
+  int32_t redundancy_span = 1;  // lightning: keys are compared within consecutive spans of this many
   float redundancy_lambda = 0.2f;
   float redundancy_tau = 0.4f;
   float redundancy_threshold = 0.5f;
