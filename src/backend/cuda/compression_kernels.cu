@@ -105,6 +105,22 @@ __device__ __forceinline__ float halfwarp_sum(float v) {
   return v;
 }
 
+// Merges, across the lanes `lane ^ o` for o = lanes / 2 .. 1 (a group of `lanes` lanes that
+// share a row), each lane's newest column above the redundancy threshold (`j`, -1 if none) and
+// its similarity `v`: afterwards every lane of the group holds the largest j and its v.
+template <int kLanes>
+__device__ __forceinline__ void merge_newest_similar(int& j, float& v) {
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) {
+    const int oj = __shfl_xor_sync(kFull, j, o);
+    const float ov = __shfl_xor_sync(kFull, v, o);
+    if (oj > j) {
+      j = oj;
+      v = ov;
+    }
+  }
+}
+
 struct RowInfo {
   int job, lh, layer, head;  // layer: index inside the group
 };
@@ -358,15 +374,7 @@ __global__ void __launch_bounds__(kThreads) redundancy_kernel(const GroupArgs a)
     const float sum = halfwarp_sum(row_sum[i]);
     int lj = last_j[i];
     float lv = last_v[i];
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) {
-      const int oj = __shfl_xor_sync(kFull, lj, o);
-      const float ov = __shfl_xor_sync(kFull, lv, o);
-      if (oj > lj) {
-        lj = oj;
-        lv = ov;
-      }
-    }
+    merge_newest_similar<16>(lj, lv);
     if (tx == 0 && row_e[i] < n) {
       a.redundancy[off + row_e[i]] = sum;
       a.z[off + row_e[i]] = make_int2(lj, __float_as_int(lv));
@@ -463,18 +471,11 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float sum = row_sum[h];
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) sum += __shfl_xor_sync(kFull, sum, o);
     int lj = last_j[h];
     float lv = last_v[h];
-#pragma unroll
-    for (int o = 1; o < 4; o <<= 1) {
-      sum += __shfl_xor_sync(kFull, sum, o);
-      const int oj = __shfl_xor_sync(kFull, lj, o);
-      const float ov = __shfl_xor_sync(kFull, lv, o);
-      if (oj > lj) {
-        lj = oj;
-        lv = ov;
-      }
-    }
+    merge_newest_similar<4>(lj, lv);
     if (t4 == 0 && row_e[h] < n) {
       a.redundancy[off + row_e[h]] = sum;
       a.z[off + row_e[h]] = make_int2(lj, __float_as_int(lv));
