@@ -204,13 +204,16 @@ SchedulerOutput Scheduler::schedule() {
         }
       }
       const int peak = config_.reserve_bounded_kv ? peak_blocks(*request) : -1;
+      // Prefix blocks it now shares with a request that held them alone: that request's next
+      // compression needs a fresh target for each, which nobody reserved when it was admitted.
+      const int newly_shared = config_.reserve_bounded_kv ? newly_shared_blocks(*request) : 0;
       if (admitted && config_.reserve_bounded_kv && !running_.empty()) {
         // Blocks it takes now (unbounded) or ever (bounded), beyond those the prefix cache gave it,
         // must come out of what the running bounded requests do not still need.
         const int held = held_blocks(*request);
         // A bounded request's peak covers every prefix of its tokens, this step's included.
         const int needs = (peak >= 0 ? peak : kv_->blocks_needed(entries + num_new)) - held;
-        admitted = kv_->num_free_blocks() - reserved >= needs;
+        admitted = kv_->num_free_blocks() - reserved - newly_shared >= needs;
       }
       admitted = admitted && kv_->allocate_slots(*request, entries + num_new);
       if (!admitted) {
@@ -230,6 +233,7 @@ SchedulerOutput Scheduler::schedule() {
       out.sequences.push_back({request, num_new});
       budget -= num_new;
       if (peak >= 0) reserved += std::max(0, peak - held_blocks(*request));
+      reserved += newly_shared;
     }
   }
   out.num_batched_tokens = config_.max_num_batched_tokens - budget;
@@ -284,7 +288,28 @@ int Scheduler::peak_blocks(const Request& request) const {
   // A recomputed request prefills its prompt and outputs so far; it is compressed right after.
   const int prefill_blocks = kv_->blocks_needed(request.num_tokens());
   const int final_blocks = kv_->blocks_needed(request.num_prompt_tokens() + request.sampling.max_tokens);
-  return std::min(final_blocks, std::max(c.max_blocks, prefill_blocks));
+  const int own = std::min(final_blocks, std::max(c.max_blocks, prefill_blocks));
+  // While the shared blocks are still held, compaction writes their entries to fresh blocks.
+  return own + (final_blocks >= c.max_blocks ? fresh_targets_ahead(request) : 0);
+}
+
+int Scheduler::newly_shared_blocks(const Request& request) const {
+  if (request.kv.groups.empty()) return 0;
+  int n = 0;
+  for (BlockId block : request.kv.groups[0].blocks) n += kv_->ref_count(block) == 2 ? 1 : 0;
+  return n;
+}
+
+int Scheduler::fresh_targets_ahead(const Request& request) const {
+  const RequestCompression& c = request.compression;
+  // After its first compression a request's table is its own: it is never registered in the
+  // prefix cache again, so nobody shares it.
+  if (c.num_compressions > 0 || request.kv.groups.empty()) return 0;
+  const std::vector<BlockId>& blocks = request.kv.groups[0].blocks;
+  const int n = std::min(static_cast<int>(blocks.size()), c.max_blocks);
+  int shared = 0;
+  for (int i = 0; i < n; ++i) shared += kv_->ref_count(blocks[static_cast<size_t>(i)]) > 1 ? 1 : 0;
+  return shared;
 }
 
 int Scheduler::reserved_growth() const {

@@ -125,8 +125,15 @@ class Scheduler {
   // Why the request can never be scheduled, or empty if it can.
   std::string never_fits(const Request& request, int num_entries_after) const;
   // Blocks a bounded request holds at most until it finishes (its N_max, or its prompt's blocks
-  // while a longer prompt is prefilled, or fewer if it finishes sooner); -1 if unbounded.
+  // while a longer prompt is prefilled, or fewer if it finishes sooner, plus the fresh target
+  // blocks of its first compression); -1 if unbounded.
   int peak_blocks(const Request& request) const;
+  // Fresh target blocks the request's next compression takes: one per block among its first
+  // N_max that another request shares (compaction never writes a shared block, Figure 3).
+  int fresh_targets_ahead(const Request& request) const;
+  // Blocks of a request being admitted (its prefix-cache hits) that exactly one other request
+  // holds: that holder needs a fresh target for each at its next compression.
+  int newly_shared_blocks(const Request& request) const;
   // Blocks the running bounded requests will still take before reaching their peaks.
   int reserved_growth() const;
   void reject(Request* request, std::string why, SchedulerOutput* out);

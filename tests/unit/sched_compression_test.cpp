@@ -245,6 +245,41 @@ TEST(SchedCompression, ReservationLeavesUnreservedBlocksToFullKv) {
   for (Request* r : {a, b, d, e}) EXPECT_EQ(r->status, RequestStatus::kFinished) << r->id;
 }
 
+// Reservation with prefix sharing: requests sharing prompt blocks need fresh target blocks when
+// they compress (the shared ones are never written). The reservation counts them, so with every
+// request bounded nothing is ever preempted, yet the shared blocks are replaced by fresh targets
+// and all requests complete.
+TEST(SchedCompression, ReservationCountsFreshTargetsOfSharedPrefixes) {
+  int64_t targets = 0, compressions = 0;
+  for (int seed = 0; seed < 200; ++seed) {
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    SchedulerConfig sc = config(2 + seed % 7, 8 + static_cast<int>(rng() % 24), 8);
+    sc.reserve_bounded_kv = true;
+    // N_max = 3 for zipage8: a request peaks at 3 blocks plus up to 2 fresh targets.
+    CompressionHarness h(kB, 6 + static_cast<int>(rng() % 12), /*prefix_caching=*/true, sc);
+    h.flight_delay = seed % 3;
+    const std::vector<int32_t> shared = tokens(12, 900);
+    std::vector<Request*> reqs;
+    for (int i = 0; i < 10; ++i) {
+      std::vector<int32_t> prompt(shared.begin(), shared.begin() + 5 + static_cast<int>(rng() % 6));
+      if (rng() % 3 == 0) prompt.push_back(static_cast<int32_t>(rng() % 50 + 1));
+      reqs.push_back(h.add(prompt, 10 + static_cast<int>(rng() % 20), zipage8()));
+    }
+    h.run_to_completion();
+    if (::testing::Test::HasFatalFailure()) {
+      ADD_FAILURE() << "seed " << seed;
+      return;
+    }
+    EXPECT_EQ(h.num_preemptions, 0) << "seed " << seed;
+    for (Request* r : reqs)
+      EXPECT_EQ(static_cast<int>(r->output_token_ids.size()), r->sampling.max_tokens) << "seed " << seed;
+    targets += h.num_fresh_targets;
+    compressions += h.num_compressions;
+  }
+  EXPECT_GT(targets, 200);  // the runs do share blocks at compression time
+  EXPECT_GT(compressions, 1000);
+}
+
 TEST(SchedCompression, SnapKVCompressesOnceAfterThePrompt) {
   CompressionHarness h(kB, 32, false, config(8, 64, 1));
   Request* r = h.add(tokens(10, 1), 9, make_compression("snapkv", 6, kB, {{"window", "3"}}));
