@@ -243,16 +243,22 @@ if has tune; then
   TB=${TUNE_BLOCK:-16}
   DEFAULT_VARIANTS="streaming;zipage-flash,zipage-lightning;zipage-flash,zipage-lightning window=8"
   IFS=';' read -r -a variants <<< "${TUNE_VARIANTS:-$DEFAULT_VARIANTS}"
+  # TUNE_PPL=1: perplexity too, on the papers' text (not the dev text either).
+  cat "$SH"/papers/*.txt > /tmp/papers_text.txt
+  tasks=(retrieval); [ "${TUNE_PPL:-0}" = 1 ] && tasks+=(ppl)
   : > "$OUT/tune.jsonl"
   for v in "${variants[@]}"; do
     read -r -a words <<< "$v"
     opts=()
     for kv in "${words[@]:1}"; do opts+=(--kv-policy-opt "$kv"); done
-    timeout 300 "$CLI" eval retrieval --model "$M" --device cuda --block-size "$TB" --data "$TUNE_DATA" --mode stream \
-      --kv-policy "${words[0]}" --kv-budget "${TUNE_BUDGETS:-256,512,1024}" "${opts[@]}" --json --quiet \
-      --max-num-seqs 128 --query-slots 128 2>> "$OUT/tune.err" \
-      | python3 -c 'import json,sys; [print(json.dumps(dict(json.loads(l), variant=sys.argv[1]))) for l in sys.stdin]' "$v" \
-      >> "$OUT/tune.jsonl"
+    for task in "${tasks[@]}"; do
+      if [ "$task" = retrieval ]; then input=(--data "$TUNE_DATA" --mode stream); else input=(--text /tmp/papers_text.txt); fi
+      timeout 300 "$CLI" eval "$task" --model "$M" --device cuda --block-size "$TB" "${input[@]}" \
+        --kv-policy "${words[0]}" --kv-budget "${TUNE_BUDGETS:-256,512,1024}" "${opts[@]}" --json --quiet \
+        --max-num-seqs 128 --query-slots 128 2>> "$OUT/tune.err" \
+        | python3 -c 'import json,sys; [print(json.dumps(dict(json.loads(l), variant=sys.argv[1]))) for l in sys.stdin]' "$v" \
+        >> "$OUT/tune.jsonl"
+    done
   done
   python3 - "$OUT/tune.jsonl" > "$OUT/tune_table.txt" <<'PYEOF'
 import json, sys
@@ -261,12 +267,17 @@ budgets = sorted({r["budget"] for r in rows if r["budget"]})
 table = {}
 for r in rows:
     key = (r["variant"], r["policy"]) if r["budget"] else ("(full KV)", "full")
-    table.setdefault(key, {})[r["budget"]] = r["accuracy"]
-print("%-60s %s" % ("variant / policy", " ".join("%6s" % b for b in budgets)))
-for (variant, policy), acc in table.items():
-    if policy == "full": print("%-60s %6.2f" % ("full KV", acc[0])); continue
+    metric = "accuracy" if r["task"] == "retrieval" else "ppl"
+    table.setdefault(key, {})[(r["task"], r["budget"])] = r[metric]
+tasks = sorted({r["task"] for r in rows}, reverse=True)  # retrieval first
+cols = [(t, b) for t in tasks for b in budgets]
+print("%-56s %s" % ("variant / policy", " ".join("%9s" % ("%s@%d" % (t[:3], b)) for t, b in cols)))
+for (variant, policy), got in table.items():
+    if policy == "full":
+        print("%-56s %s" % ("full KV", " ".join("%9.3f" % got[(t, 0)] for t in tasks if (t, 0) in got)))
+        continue
     label = " ".join([policy] + variant.split()[1:])
-    print("%-60s %s" % (label, " ".join("%6.2f" % acc.get(b, float("nan")) for b in budgets)))
+    print("%-56s %s" % (label, " ".join("%9.3f" % got.get(c, float("nan")) for c in cols)))
 PYEOF
   cat "$OUT/tune_table.txt"
   RESULT[9_tune]="$(wc -l < "$OUT/tune.jsonl") points, table in tune_table.txt"
