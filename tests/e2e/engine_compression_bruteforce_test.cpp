@@ -24,7 +24,9 @@
 // Two engine setups: zipage-attn as the engine default (query window 16), and the eval's setup
 // (full-KV default engine, query window 32, 128 slots, per-request policy), with several
 // requests at once whose compressions fall on different steps, one of them compressing right
-// after a prompt longer than N_max blocks.
+// after a prompt longer than N_max blocks. A third run checks `zipage`'s default recipe in the
+// eval's setup: the same score, then lambda * S - (1 - lambda) * R with R-KV's redundancy R of
+// the keys (lightning within 256-entry spans), recomputed from the naive keys.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -47,6 +49,10 @@ constexpr int kKeep = 64;
 constexpr int kWindow = 16;
 constexpr int kPoolKernel = 5;
 constexpr double kScoreRelTol = 1e-5;
+// `zipage`'s default redundancy (R-KV): lightning within 256-entry spans (all 80 entries here),
+// combined as lambda * S - (1 - lambda) * R.
+constexpr double kLambda = 0.2, kTau = 0.4, kThreshold = 0.5;
+constexpr int kSpan = 256;
 constexpr double kKeyTol = 2e-4;
 
 // Layer 0's projections, recomputed naively in double.
@@ -140,8 +146,11 @@ struct Stats {
 
 class BruteForce {
  public:
-  BruteForce(Engine& engine, const NaiveLayer0& naive)
-      : engine_(engine), naive_(naive), kv_(dynamic_cast<CpuBackend&>(engine.backend()).kv_cache()) {
+  BruteForce(Engine& engine, const NaiveLayer0& naive, bool redundancy)
+      : engine_(engine),
+        naive_(naive),
+        kv_(dynamic_cast<CpuBackend&>(engine.backend()).kv_cache()),
+        redundancy_(redundancy) {
     const ModelConfig& c = engine.model_config();
     heads_ = c.num_kv_heads;
     group_ = c.num_heads / c.num_kv_heads;
@@ -256,6 +265,10 @@ class BruteForce {
         }
         s = pooled;
       }
+      if (redundancy_) {
+        const std::vector<double> r = redundancy(t, h, n);
+        for (int e = 0; e < n; ++e) s[e] = kLambda * s[e] - (1.0 - kLambda) * r[e];
+      }
       for (int e = n - kWindow; e < n; ++e) s[e] = std::numeric_limits<double>::infinity();
       std::vector<int> order(static_cast<size_t>(n));
       for (int e = 0; e < n; ++e) order[e] = e;
@@ -265,6 +278,46 @@ class BruteForce {
       t.bf_scores[h] = std::move(s);
       t.bf_keep[h] = std::move(keep);
     }
+  }
+
+  // R-KV redundancy of head h's n entries from the naive keys: cosine similarities within each
+  // span, diagonal zeroed, per column the newest entry above the threshold zeroed, row sums over
+  // the span's length and tau, softmax over all entries.
+  std::vector<double> redundancy(Tracked& t, int h, int n) {
+    std::vector<const double*> k(static_cast<size_t>(n));
+    std::vector<double> norm(static_cast<size_t>(n));
+    for (int e = 0; e < n; ++e) {
+      k[e] = key(t, t.pos[h][static_cast<size_t>(e)]).data() + static_cast<size_t>(h) * d_;
+      double sq = 0;
+      for (int x = 0; x < d_; ++x) sq += k[e][x] * k[e][x];
+      norm[e] = std::sqrt(sq);
+    }
+    std::vector<std::vector<double>> c(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(n), 0.0));
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) {
+        if (i == j || i / kSpan != j / kSpan) continue;
+        double dot = 0;
+        for (int x = 0; x < d_; ++x) dot += k[i][x] * k[j][x];
+        c[i][j] = dot / std::max(norm[i] * norm[j], 1e-8);
+      }
+    for (int j = 0; j < n; ++j)
+      for (int i = n - 1; i >= 0; --i)
+        if (c[i][j] > kThreshold) {
+          c[i][j] = 0;
+          break;
+        }
+    std::vector<double> r(static_cast<size_t>(n));
+    double m = -std::numeric_limits<double>::infinity();
+    for (int i = 0; i < n; ++i) {
+      double sum = 0;
+      for (int j = 0; j < n; ++j) sum += c[i][j];
+      r[i] = sum / std::min(kSpan, n - (i / kSpan) * kSpan) / kTau;
+      m = std::max(m, r[i]);
+    }
+    double z = 0;
+    for (double& x : r) z += (x = std::exp(x - m));
+    for (double& x : r) x /= z;
+    return r;
   }
 
   // (b) after a step: the kept set of a compression that ran in it, then the new entries.
@@ -347,6 +400,7 @@ class BruteForce {
   Engine& engine_;
   const NaiveLayer0& naive_;
   cpu::CpuKVCache& kv_;
+  const bool redundancy_;  // `zipage` (redundancy) rather than `zipage-attn`
   int heads_ = 0, group_ = 0, d_ = 0, max_window_ = 0;
   double scale_ = 0.0;
 };
@@ -367,6 +421,7 @@ std::vector<int32_t> document_tokens(const Tokenizer& tokenizer, int line, size_
 struct EngineSetup {
   const char* name;
   bool policy_per_request;  // the eval's setup: full-KV default engine, policy per request
+  const char* policy = "zipage-attn";  // or "zipage": the default recipe, with redundancy
 };
 
 void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths, int num_tokens, Stats* stats) {
@@ -377,7 +432,7 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
     c.num_query_slots = 128;
     c.query_window = 32;
   } else {
-    c.kv_policy = "zipage-attn";
+    c.kv_policy = setup.policy;
     c.kv_budget = kBudget;
   }
   auto engine = make_engine(c);
@@ -388,7 +443,9 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
   ASSERT_TRUE(weights.has_value());
   ASSERT_EQ(config->rope.type, "default");
   const NaiveLayer0 naive(*config, *weights);
-  BruteForce bf(*engine, naive);
+  const bool redundancy = std::string(setup.policy) == "zipage";
+  ASSERT_TRUE(redundancy || std::string(setup.policy) == "zipage-attn") << setup.policy;
+  BruteForce bf(*engine, naive, redundancy);
   stats->heads = bf.heads();
 
   std::vector<Tracked> tracked(prompt_lengths.size());
@@ -400,7 +457,7 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
     const std::vector<int32_t> prompt(t.tokens.begin(), t.tokens.begin() + prompt_lengths[i]);
     RequestOptions opts;
     if (setup.policy_per_request) {
-      opts.kv_policy = "zipage-attn";
+      opts.kv_policy = setup.policy;
       opts.kv_budget = kBudget;
     }
     opts.forced_output_tokens.assign(t.tokens.begin() + prompt_lengths[i], t.tokens.end());
@@ -432,13 +489,14 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
       << setup.name;
 }
 
-TEST(EngineCompressionBruteForce, ZipageAttnKeepsTheBruteForceTopKAtEveryDecodeCompression) {
+TEST(EngineCompressionBruteForce, ZipageKeepsTheBruteForceTopKAtEveryDecodeCompression) {
   // Prompt lengths: 1 (stream mode: the whole text is forced), 7 and 12 (compressions on other
   // steps), 100 (compressed right after its prefill, then while decoding).
   const std::vector<int> prompt_lengths = {1, 7, 12, 100};
   const int num_tokens = 300;
   for (const EngineSetup& setup :
-       {EngineSetup{"zipage-attn engine default", false}, EngineSetup{"eval setup (per-request policy)", true}}) {
+       {EngineSetup{"zipage-attn engine default", false}, EngineSetup{"eval setup (per-request policy)", true},
+        EngineSetup{"zipage (default recipe: redundancy), eval setup", true, "zipage"}}) {
     Stats stats;
     run_setup(setup, prompt_lengths, num_tokens, &stats);
     ASSERT_FALSE(HasFailure()) << setup.name;
