@@ -31,7 +31,7 @@ void register_zipage_policies(PolicyRegistry* registry) {
       bool_option("global", false, "G-KV global score: F <- max(alpha * F_prev, S), carried across compressions"),
       float_option("alpha", "0.8", 0.0, 1.0, "decay of the global score"),
       enum_option("redundancy", "lightning", {"none", "flash", "lightning"},
-                  "R-KV redundancy of keys: all pairs (flash) or within each block (lightning)"),
+                  "R-KV redundancy of keys: all pairs (flash) or within spans of `span` entries (lightning)"),
       float_option("lambda", "0.2", 0.0, 1.0, "score = lambda * S - (1 - lambda) * R (the reference code's form)"),
       float_option("tau", "0.4", 1e-6, 1e6, "temperature of the redundancy softmax"),
       float_option("threshold", "0.5", -1.0, 1.0, "cosine similarity p above which the newest duplicate is kept"),
