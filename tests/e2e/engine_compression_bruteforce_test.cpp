@@ -39,6 +39,7 @@
 #include "engine_test_util.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "unit/backend_cpu_compression_naive.h"
 
 namespace origami::testing {
 namespace {
@@ -280,44 +281,16 @@ class BruteForce {
     }
   }
 
-  // R-KV redundancy of head h's n entries from the naive keys: cosine similarities within each
-  // span, diagonal zeroed, per column the newest entry above the threshold zeroed, row sums over
-  // the span's length and tau, softmax over all entries.
+  // R-KV redundancy of head h's n entries, from the naive keys (the compression unit tests'
+  // double-precision reference of the definition).
   std::vector<double> redundancy(Tracked& t, int h, int n) {
-    std::vector<const double*> k(static_cast<size_t>(n));
-    std::vector<double> norm(static_cast<size_t>(n));
+    std::vector<float> keys;
+    keys.reserve(static_cast<size_t>(n) * d_);
     for (int e = 0; e < n; ++e) {
-      k[e] = key(t, t.pos[h][static_cast<size_t>(e)]).data() + static_cast<size_t>(h) * d_;
-      double sq = 0;
-      for (int x = 0; x < d_; ++x) sq += k[e][x] * k[e][x];
-      norm[e] = std::sqrt(sq);
+      const double* k = key(t, t.pos[h][static_cast<size_t>(e)]).data() + static_cast<size_t>(h) * d_;
+      keys.insert(keys.end(), k, k + d_);
     }
-    std::vector<std::vector<double>> c(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(n), 0.0));
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < n; ++j) {
-        if (i == j || i / kSpan != j / kSpan) continue;
-        double dot = 0;
-        for (int x = 0; x < d_; ++x) dot += k[i][x] * k[j][x];
-        c[i][j] = dot / std::max(norm[i] * norm[j], 1e-8);
-      }
-    for (int j = 0; j < n; ++j)
-      for (int i = n - 1; i >= 0; --i)
-        if (c[i][j] > kThreshold) {
-          c[i][j] = 0;
-          break;
-        }
-    std::vector<double> r(static_cast<size_t>(n));
-    double m = -std::numeric_limits<double>::infinity();
-    for (int i = 0; i < n; ++i) {
-      double sum = 0;
-      for (int j = 0; j < n; ++j) sum += c[i][j];
-      r[i] = sum / std::min(kSpan, n - (i / kSpan) * kSpan) / kTau;
-      m = std::max(m, r[i]);
-    }
-    double z = 0;
-    for (double& x : r) z += (x = std::exp(x - m));
-    for (double& x : r) x /= z;
-    return r;
+    return test::naive_redundancy(keys, n, d_, kSpan, RedundancyMode::kLightning, kTau, kThreshold);
   }
 
   // (b) after a step: the kept set of a compression that ran in it, then the new entries.
