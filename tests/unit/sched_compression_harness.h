@@ -18,6 +18,7 @@
 
 #include "policy/kv_budget.h"
 #include "policy/policy_registry.h"
+#include "sched_fake_model.h"
 #include "sched/compression_state.h"
 #include "sched/scheduler.h"
 
@@ -81,20 +82,12 @@ struct CompressionHarness {
     return requests.back().get();
   }
 
-  static int32_t sampled_token(const Request& r) {
-    return static_cast<int32_t>(5000 + (r.id * 31 + r.output_token_ids.size() * 7) % 97);
-  }
-  static uint64_t prefix_value(const Request& r, int pos) {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i <= pos; ++i) h = (h ^ static_cast<uint32_t>(r.token_at(i))) * 1099511628211ull;
-    return h | 1;
-  }
   size_t slot(const Request& r, int entry) const {
     return static_cast<size_t>(r.kv.groups[0].blocks[static_cast<size_t>(entry / block_size)]) * block_size +
            entry % block_size;
   }
   uint64_t expected_entry(const Request& r, int entry) const {
-    if (!r.compression.compressed()) return prefix_value(r, entry);
+    if (!r.compression.compressed()) return fake_prefix_value(r, entry);
     return compressed_entries.at(r.id).at(static_cast<size_t>(entry));
   }
 
@@ -228,7 +221,7 @@ struct CompressionHarness {
         const int e = entries_before + i;
         const BlockId b = r.kv.groups[0].blocks[static_cast<size_t>(e / block_size)];
         ASSERT_EQ(kv.pool().ref_count(b), 1) << "writing into a shared block";
-        const uint64_t value = prefix_value(r, r.num_computed_tokens + i);
+        const uint64_t value = fake_prefix_value(r, r.num_computed_tokens + i);
         fake_kv[slot(r, e)] = value;
         if (r.compression.compressed()) {
           std::vector<uint64_t>& v = compressed_entries[r.id];
@@ -293,7 +286,7 @@ struct CompressionHarness {
     for (const ScheduledSequence& s : out.sequences) {
       Request& r = *s.request;
       if (r.num_computed_tokens < r.num_tokens()) continue;
-      r.output_token_ids.push_back(sampled_token(r));
+      r.output_token_ids.push_back(fake_sampled_token(r));
       if (static_cast<int>(r.output_token_ids.size()) >= r.sampling.max_tokens)
         sched.finish_request(&r, FinishReason::kLength);
     }

@@ -15,8 +15,13 @@
 #include <set>
 #include <vector>
 
+#include "sched_fake_model.h"
+
 namespace origami {
 namespace {
+
+using testing::fake_prefix_value;
+using testing::fake_sampled_token;
 
 constexpr int kBlock = 4;
 
@@ -51,17 +56,6 @@ struct Harness {
     sched.add_request(r.get());
     requests.push_back(std::move(r));
     return requests.back().get();
-  }
-
-  static int32_t sampled_token(const Request& r) {
-    return static_cast<int32_t>(5000 + (r.id * 31 + r.output_token_ids.size() * 7) % 97);
-  }
-
-  // Identifies tokens [0, pos] of the request: equal values mean equal prefixes.
-  static uint64_t prefix_value(const Request& r, int pos) {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i <= pos; ++i) h = (h ^ static_cast<uint32_t>(r.token_at(i))) * 1099511628211ull;
-    return h | 1;  // never 0, the value of an unwritten slot
   }
 
   size_t slot(const Request& r, int pos) const {
@@ -106,11 +100,11 @@ struct Harness {
     for (const ScheduledSequence& s : out.sequences) {
       const Request& r = *s.request;
       for (int p = 0; p < r.num_computed_tokens; ++p)
-        ASSERT_EQ(fake_kv[slot(r, p)], prefix_value(r, p)) << "request " << r.id << " reads wrong KV at " << p;
+        ASSERT_EQ(fake_kv[slot(r, p)], fake_prefix_value(r, p)) << "request " << r.id << " reads wrong KV at " << p;
       for (int p = r.num_computed_tokens; p < r.num_computed_tokens + s.num_new_tokens; ++p) {
         const BlockId b = r.kv.groups[0].blocks[static_cast<size_t>(p / kBlock)];
         ASSERT_EQ(kv.pool().ref_count(b), 1) << "writing into a shared block";
-        fake_kv[slot(r, p)] = prefix_value(r, p);
+        fake_kv[slot(r, p)] = fake_prefix_value(r, p);
       }
     }
   }
@@ -130,7 +124,7 @@ struct Harness {
     for (const ScheduledSequence& s : out.sequences) {
       Request& r = *s.request;
       if (r.num_computed_tokens < r.num_tokens()) continue;  // mid-prompt chunk: no logits
-      r.output_token_ids.push_back(sampled_token(r));
+      r.output_token_ids.push_back(fake_sampled_token(r));
       if (static_cast<int>(r.output_token_ids.size()) >= r.sampling.max_tokens)
         sched.finish_request(&r, FinishReason::kLength);
     }
