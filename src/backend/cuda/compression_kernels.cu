@@ -310,6 +310,51 @@ __global__ void __launch_bounds__(kThreads) key_norms_kernel(const GroupArgs a) 
   }
 }
 
+// What both redundancy kernels know of the 64-row chunk their block owns: the job's row
+// (layer, KV head), the columns its rows are compared with (every entry for flash; the spans the
+// rows fall in for lightning), and where the row's keys, norms and outputs are.
+struct RedundancyChunk {
+  bool active;     // the job scores redundancy at all
+  RowInfo ri;
+  int n, span, e0;  // entries, lightning span, first row of the chunk
+  bool lightning;
+  int col_lo, col_hi;  // columns [col_lo, col_hi) cover every pair a row of the chunk considers
+  const bf16* k_layer;
+  const int32_t* table;
+  size_t off;  // of the row in scores/redundancy/z/norms
+  const float* norms;
+  float threshold;
+
+  // Whether entry `row` is compared with entry `col` (C[row][col] counts).
+  __device__ __forceinline__ bool considers(int row, int col) const {
+    return row < n && col < col_hi && col != row && (!lightning || row / span == col / span);
+  }
+};
+__device__ __forceinline__ RedundancyChunk redundancy_chunk(const GroupArgs& a) {
+  RedundancyChunk c;
+  const int job = a.chunk_job[blockIdx.x];
+  const CompressionJobDesc& jd = a.jobs[job];
+  c.active = jd.redundancy != 0;
+  c.ri = row_info(a, job, blockIdx.y);
+  c.n = jd.n;
+  c.span = jd.redundancy_span;
+  c.e0 = (blockIdx.x - jd.chunk0) * kTile;
+  c.lightning = jd.redundancy == 2;
+  c.col_lo = 0;
+  c.col_hi = c.n;
+  if (c.lightning) {
+    const int last = min(c.e0 + kTile - 1, c.n - 1);
+    c.col_lo = (c.e0 / c.span) * c.span;
+    c.col_hi = min(c.n, (last / c.span + 1) * c.span);
+  }
+  c.k_layer = a.k + c.ri.layer * a.kv_layer_pitch;
+  c.table = a.pages + jd.src_page0;
+  c.off = jd.score0 + static_cast<size_t>(c.ri.lh) * c.n;
+  c.norms = a.norms + c.off;
+  c.threshold = jd.redundancy_threshold;
+  return c;
+}
+
 // Grid (64-entry chunk of rows, layer/head). For each row entry i: the sum over considered
 // columns j != i of C[i][j] = k_i . k_j / max(|k_i| |k_j|, 1e-8), and the largest considered j
 // with C[i][j] > threshold together with that value. Flash considers every j < n; lightning only
@@ -317,52 +362,34 @@ __global__ void __launch_bounds__(kThreads) key_norms_kernel(const GroupArgs a) 
 // i; the finalize kernel subtracts those values from the row sums.
 __global__ void __launch_bounds__(kThreads) redundancy_kernel(const GroupArgs a) {
   __shared__ TileSmem sm;
-  const int job = a.chunk_job[blockIdx.x];
-  const RowInfo ri = row_info(a, job, blockIdx.y);
-  const CompressionJobDesc jd = a.jobs[job];
-  if (jd.redundancy == 0) return;
-  const int n = jd.n, span = jd.redundancy_span;
-  const bool lightning = jd.redundancy == 2;
-  const int e0 = (blockIdx.x - jd.chunk0) * kTile;
+  const RedundancyChunk rc = redundancy_chunk(a);
+  if (!rc.active) return;
   const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
-  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
-  const int32_t* table = a.pages + jd.src_page0;
-  const size_t off = jd.score0 + static_cast<size_t>(ri.lh) * n;
-  const float* norms = a.norms + off;
-  const float threshold = jd.redundancy_threshold;
-  int col_lo = 0, col_hi = n;
-  if (lightning) {
-    const int last = min(e0 + kTile - 1, n - 1);
-    col_lo = (e0 / span) * span;
-    col_hi = min(n, (last / span + 1) * span);
-  }
-  const bf16* a_row = e0 + lr < n ? key_row(a, k_layer, table, e0 + lr, ri.head) : nullptr;
+  const bf16* a_row = rc.e0 + lr < rc.n ? key_row(a, rc.k_layer, rc.table, rc.e0 + lr, rc.ri.head) : nullptr;
   int row_e[4], last_j[4];
   float row_norm[4], row_sum[4], last_v[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    row_e[i] = e0 + ty + 16 * i;
-    row_norm[i] = row_e[i] < n ? norms[row_e[i]] : 0.0f;
+    row_e[i] = rc.e0 + ty + 16 * i;
+    row_norm[i] = row_e[i] < rc.n ? rc.norms[row_e[i]] : 0.0f;
     row_sum[i] = 0.0f;
     last_j[i] = -1;
     last_v[i] = 0.0f;
   }
-  for (int c0 = col_lo; c0 < col_hi; c0 += kTile) {
-    const bf16* b_row = c0 + lr < col_hi ? key_row(a, k_layer, table, c0 + lr, ri.head) : nullptr;
+  for (int c0 = rc.col_lo; c0 < rc.col_hi; c0 += kTile) {
+    const bf16* b_row = c0 + lr < rc.col_hi ? key_row(a, rc.k_layer, rc.table, c0 + lr, rc.ri.head) : nullptr;
     float acc[4][4];
     tile_dots(a_row, b_row, a.head_dim, sm, acc);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int cj = c0 + tx + 16 * j;
-      const float col_norm = cj < col_hi ? norms[cj] : 0.0f;
+      const float col_norm = cj < rc.col_hi ? rc.norms[cj] : 0.0f;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const bool considered =
-            row_e[i] < n && cj < col_hi && cj != row_e[i] && (!lightning || row_e[i] / span == cj / span);
-        if (!considered) continue;
+        if (!rc.considers(row_e[i], cj)) continue;
         const float c = acc[i][j] / fmaxf(row_norm[i] * col_norm, 1e-8f);
         row_sum[i] += c;
-        if (c > threshold) {  // columns ascend, so the last one seen is the largest j
+        if (c > rc.threshold) {  // columns ascend, so the last one seen is the largest j
           last_j[i] = cj;
           last_v[i] = c;
         }
@@ -375,9 +402,9 @@ __global__ void __launch_bounds__(kThreads) redundancy_kernel(const GroupArgs a)
     int lj = last_j[i];
     float lv = last_v[i];
     merge_newest_similar<16>(lj, lv);
-    if (tx == 0 && row_e[i] < n) {
-      a.redundancy[off + row_e[i]] = sum;
-      a.z[off + row_e[i]] = make_int2(lj, __float_as_int(lv));
+    if (tx == 0 && row_e[i] < rc.n) {
+      a.redundancy[rc.off + row_e[i]] = sum;
+      a.z[rc.off + row_e[i]] = make_int2(lj, __float_as_int(lv));
     }
   }
 }
@@ -393,49 +420,33 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
   __shared__ __align__(16) bf16 sa[kTile * kStride];
   __shared__ __align__(16) bf16 sb[kTile * kStride];
   __shared__ float col_norm[kTile];
-  const int job = a.chunk_job[blockIdx.x];
-  const RowInfo ri = row_info(a, job, blockIdx.y);
-  const CompressionJobDesc jd = a.jobs[job];
-  if (jd.redundancy == 0) return;
-  const int n = jd.n, span = jd.redundancy_span;
-  const bool lightning = jd.redundancy == 2;
-  const int e0 = (blockIdx.x - jd.chunk0) * kTile;
+  const RedundancyChunk rc = redundancy_chunk(a);
+  if (!rc.active) return;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
-  const int32_t* table = a.pages + jd.src_page0;
-  const size_t off = jd.score0 + static_cast<size_t>(ri.lh) * n;
-  const float* norms = a.norms + off;
-  const float threshold = jd.redundancy_threshold;
-  int col_lo = 0, col_hi = n;
-  if (lightning) {
-    const int last = min(e0 + kTile - 1, n - 1);
-    col_lo = (e0 / span) * span;
-    col_hi = min(n, (last / span + 1) * span);
-  }
   auto load_tile = [&](bf16* dst, int base, int end) {
     for (int c = tid; c < kTile * (D / 8); c += 128) {
       const int r = c / (D / 8), col = (c % (D / 8)) * 8;
       const int e = base + r;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (e < end) v = *reinterpret_cast<const uint4*>(key_row(a, k_layer, table, e, ri.head) + col);
+      if (e < end) v = *reinterpret_cast<const uint4*>(key_row(a, rc.k_layer, rc.table, e, rc.ri.head) + col);
       *reinterpret_cast<uint4*>(dst + r * kStride + col) = v;
     }
   };
-  load_tile(sa, e0, n);
+  load_tile(sa, rc.e0, rc.n);
   int row_e[2], last_j[2];
   float row_norm[2], row_sum[2], last_v[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    row_e[h] = e0 + warp * 16 + g + 8 * h;
-    row_norm[h] = row_e[h] < n ? norms[row_e[h]] : 0.0f;
+    row_e[h] = rc.e0 + warp * 16 + g + 8 * h;
+    row_norm[h] = row_e[h] < rc.n ? rc.norms[row_e[h]] : 0.0f;
     row_sum[h] = 0.0f;
     last_j[h] = -1;
     last_v[h] = 0.0f;
   }
-  for (int c0 = col_lo; c0 < col_hi; c0 += kTile) {
+  for (int c0 = rc.col_lo; c0 < rc.col_hi; c0 += kTile) {
     __syncthreads();  // the previous column tile is consumed
-    load_tile(sb, c0, col_hi);
-    if (tid < kTile) col_norm[tid] = c0 + tid < col_hi ? norms[c0 + tid] : 0.0f;
+    load_tile(sb, c0, rc.col_hi);
+    if (tid < kTile) col_norm[tid] = c0 + tid < rc.col_hi ? rc.norms[c0 + tid] : 0.0f;
     __syncthreads();
     float s[kTile / 8][4];
 #pragma unroll
@@ -457,12 +468,10 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int h = i >> 1, cl = x * 8 + 2 * t4 + (i & 1), cj = c0 + cl;
-        const bool considered =
-            row_e[h] < n && cj < col_hi && cj != row_e[h] && (!lightning || row_e[h] / span == cj / span);
-        if (!considered) continue;
+        if (!rc.considers(row_e[h], cj)) continue;
         const float c = s[x][i] / fmaxf(row_norm[h] * col_norm[cl], 1e-8f);
         row_sum[h] += c;
-        if (c > threshold && cj > last_j[h]) {
+        if (c > rc.threshold && cj > last_j[h]) {
           last_j[h] = cj;
           last_v[h] = c;
         }
@@ -476,9 +485,9 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
     int lj = last_j[h];
     float lv = last_v[h];
     merge_newest_similar<4>(lj, lv);
-    if (t4 == 0 && row_e[h] < n) {
-      a.redundancy[off + row_e[h]] = sum;
-      a.z[off + row_e[h]] = make_int2(lj, __float_as_int(lv));
+    if (t4 == 0 && row_e[h] < rc.n) {
+      a.redundancy[rc.off + row_e[h]] = sum;
+      a.z[rc.off + row_e[h]] = make_int2(lj, __float_as_int(lv));
     }
   }
 }
