@@ -244,8 +244,11 @@ if has tune; then
   DEFAULT_VARIANTS="streaming;zipage-flash,zipage-lightning;zipage-flash,zipage-lightning window=8"
   IFS=';' read -r -a variants <<< "${TUNE_VARIANTS:-$DEFAULT_VARIANTS}"
   # TUNE_PPL=1: perplexity too, on the papers' text (not the dev text either).
-  cat "$SH"/papers/*.txt > /tmp/papers_text.txt
-  tasks=(retrieval); [ "${TUNE_PPL:-0}" = 1 ] && tasks+=(ppl)
+  tasks=(retrieval)
+  if [ "${TUNE_PPL:-0}" = 1 ]; then
+    tasks+=(ppl)
+    cat "$SH"/papers/*.txt > /tmp/papers_text.txt
+  fi
   : > "$OUT/tune.jsonl"
   for v in "${variants[@]}"; do
     read -r -a words <<< "$v"
