@@ -10,10 +10,12 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cuda/elementwise_kernels.h"
 #include "cuda_test_util.h"
+#include "rope_check.h"
 
 namespace origami::cuda {
 namespace {
 
+using testing::check_qk_norm_rope;
 using testing::DeviceBuffer;
 using testing::from_device_bf16;
 using testing::random_bf16_values;
@@ -72,56 +74,9 @@ TEST(CudaElementwiseVec, QkNormRopeWithManyHeads) {
   RopeConfig rope;
   rope.theta = 1e6f;
   for (int head_dim : {64, 128})
-    for (bool qk_norm : {false, true}) {
-      const int nh = 32, nkv = 8, tokens = 5, cols = (nh + 2 * nkv) * head_dim, half = head_dim / 2;
-      const std::vector<float> qkv = random_bf16_values(static_cast<size_t>(tokens) * cols, rng);
-      const std::vector<float> q_norm = random_bf16_values(head_dim, rng), k_norm = random_bf16_values(head_dim, rng);
-      const std::vector<int32_t> positions = {0, 1, 4095, 17, 40000};
-      const std::vector<float> inv_freq = cpu::rope_inv_freq(rope, head_dim);
-      DeviceBuffer<bf16> d_qkv(to_device_bf16(qkv)), d_qn(to_device_bf16(q_norm)), d_kn(to_device_bf16(k_norm));
-      DeviceBuffer<int32_t> d_pos(positions);
-      DeviceBuffer<float> d_freq(inv_freq);
-      DeviceBuffer<bf16> d_q(static_cast<size_t>(tokens) * nh * head_dim);
-      DeviceBuffer<bf16> d_k(static_cast<size_t>(tokens) * nkv * head_dim), d_v(static_cast<size_t>(tokens) * nkv * head_dim);
-      d_q.poison();
-      d_k.poison();
-      d_v.poison();
-      RopeArgs a;
-      a.qkv = d_qkv.get();
-      a.qkv_stride = cols;
-      a.positions = d_pos.get();
-      a.inv_freq = d_freq.get();
-      a.q_norm = qk_norm ? d_qn.get() : nullptr;
-      a.k_norm = qk_norm ? d_kn.get() : nullptr;
-      a.eps = 1e-6f;
-      a.num_tokens = tokens;
-      a.num_heads = nh;
-      a.num_kv_heads = nkv;
-      a.head_dim = head_dim;
-      a.q_out = d_q.get();
-      a.k_out = d_k.get();
-      a.v_out = d_v.get();
-      launch_qk_norm_rope(a, nullptr);
-      std::vector<float> want_q, want_k, want_v, cs(half), sn(half);
-      for (int t = 0; t < tokens; ++t) {
-        const float* row = qkv.data() + static_cast<size_t>(t) * cols;
-        std::vector<float> q(row, row + nh * head_dim), k(row + nh * head_dim, row + (nh + nkv) * head_dim);
-        if (qk_norm) {
-          cpu::rms_norm(nh, head_dim, q.data(), head_dim, q_norm.data(), 1e-6f, q.data(), head_dim);
-          cpu::rms_norm(nkv, head_dim, k.data(), head_dim, k_norm.data(), 1e-6f, k.data(), head_dim);
-        }
-        cpu::rope_cos_sin(positions[t], inv_freq.data(), half, cs.data(), sn.data());
-        cpu::apply_rope(q.data(), nh, head_dim, cs.data(), sn.data());
-        cpu::apply_rope(k.data(), nkv, head_dim, cs.data(), sn.data());
-        want_q.insert(want_q.end(), q.begin(), q.end());
-        want_k.insert(want_k.end(), k.begin(), k.end());
-        want_v.insert(want_v.end(), row + (nh + nkv) * head_dim, row + cols);
-      }
+    for (bool qk_norm : {false, true})
       // The GPU rounds the normalised head to bf16 before rotating (as HF does): 2 roundings.
-      EXPECT_LT(rel_err(from_device_bf16(d_q.download()), want_q), 2 * kTol) << "d " << head_dim << " norm " << qk_norm;
-      EXPECT_LT(rel_err(from_device_bf16(d_k.download()), want_k), 2 * kTol) << "d " << head_dim << " norm " << qk_norm;
-      EXPECT_EQ(rel_err(from_device_bf16(d_v.download()), want_v), 0.0);
-    }
+      check_qk_norm_rope(5, 32, 8, head_dim, qk_norm, rope, {0, 1, 4095, 17, 40000}, 2 * kTol, rng);
 }
 
 }  // namespace

@@ -13,12 +13,14 @@
 #include "backend/cuda/logprob_kernels.h"
 #include "backend/cuda/sampling_kernels.h"
 #include "cuda_test_util.h"
+#include "rope_check.h"
 #include "sampling/logprob.h"
 #include "sampling/sampler.h"
 
 namespace origami::cuda {
 namespace {
 
+using testing::check_qk_norm_rope;
 using testing::DeviceBuffer;
 using testing::from_device_bf16;
 using testing::random_bf16_values;
@@ -74,58 +76,6 @@ TEST(CudaKernels, AddRmsNormMatchesCpu) {
   }
 }
 
-void check_rope(int num_tokens, int head_dim, bool qk_norm, const RopeConfig& rope, std::mt19937& rng) {
-  const int nh = 4, nkv = 2, cols = (nh + 2 * nkv) * head_dim, half = head_dim / 2;
-  const std::vector<float> qkv = random_bf16_values(static_cast<size_t>(num_tokens) * cols, rng);
-  const std::vector<float> q_norm = random_bf16_values(head_dim, rng), k_norm = random_bf16_values(head_dim, rng);
-  std::vector<int32_t> positions(num_tokens);
-  for (int& p : positions) p = static_cast<int>(rng() % 4097);
-  const std::vector<float> inv_freq = cpu::rope_inv_freq(rope, head_dim);
-  DeviceBuffer<bf16> d_qkv(to_device_bf16(qkv)), d_qn(to_device_bf16(q_norm)), d_kn(to_device_bf16(k_norm));
-  DeviceBuffer<int32_t> d_pos(positions);
-  DeviceBuffer<float> d_freq(inv_freq);
-  DeviceBuffer<bf16> d_q(static_cast<size_t>(num_tokens) * nh * head_dim);
-  DeviceBuffer<bf16> d_k(static_cast<size_t>(num_tokens) * nkv * head_dim), d_v(static_cast<size_t>(num_tokens) * nkv * head_dim);
-  d_q.poison();
-  d_k.poison();
-  d_v.poison();
-  RopeArgs a;
-  a.qkv = d_qkv.get();
-  a.qkv_stride = cols;
-  a.positions = d_pos.get();
-  a.inv_freq = d_freq.get();
-  a.q_norm = qk_norm ? d_qn.get() : nullptr;
-  a.k_norm = qk_norm ? d_kn.get() : nullptr;
-  a.eps = 1e-6f;
-  a.num_tokens = num_tokens;
-  a.num_heads = nh;
-  a.num_kv_heads = nkv;
-  a.head_dim = head_dim;
-  a.q_out = d_q.get();
-  a.k_out = d_k.get();
-  a.v_out = d_v.get();
-  launch_qk_norm_rope(a, nullptr);
-  std::vector<float> want_q, want_k, want_v;
-  std::vector<float> cs(half), sn(half);
-  for (int t = 0; t < num_tokens; ++t) {
-    const float* row = qkv.data() + static_cast<size_t>(t) * cols;
-    std::vector<float> q(row, row + nh * head_dim), k(row + nh * head_dim, row + (nh + nkv) * head_dim);
-    if (qk_norm) {
-      cpu::rms_norm(nh, head_dim, q.data(), head_dim, q_norm.data(), 1e-6f, q.data(), head_dim);
-      cpu::rms_norm(nkv, head_dim, k.data(), head_dim, k_norm.data(), 1e-6f, k.data(), head_dim);
-    }
-    cpu::rope_cos_sin(positions[t], inv_freq.data(), half, cs.data(), sn.data());
-    cpu::apply_rope(q.data(), nh, head_dim, cs.data(), sn.data());
-    cpu::apply_rope(k.data(), nkv, head_dim, cs.data(), sn.data());
-    want_q.insert(want_q.end(), q.begin(), q.end());
-    want_k.insert(want_k.end(), k.begin(), k.end());
-    want_v.insert(want_v.end(), row + (nh + nkv) * head_dim, row + cols);
-  }
-  EXPECT_LT(rel_err(from_device_bf16(d_q.download()), want_q), kTol) << num_tokens << " tokens, d " << head_dim;
-  EXPECT_LT(rel_err(from_device_bf16(d_k.download()), want_k), kTol) << num_tokens << " tokens, d " << head_dim;
-  EXPECT_EQ(rel_err(from_device_bf16(d_v.download()), want_v), 0.0);
-}
-
 TEST(CudaKernels, QkNormRopeMatchesCpu) {
   std::mt19937 rng(3);
   RopeConfig plain;
@@ -137,7 +87,7 @@ TEST(CudaKernels, QkNormRopeMatchesCpu) {
   llama3.original_max_position_embeddings = 8192;
   for (int n : {1, 7, 97, 1000})
     for (int d : {8, 64, 128})
-      for (bool norm : {false, true}) check_rope(n, d, norm, n % 2 ? plain : llama3, rng);
+      for (bool norm : {false, true}) check_qk_norm_rope(n, 4, 2, d, norm, n % 2 ? plain : llama3, {}, kTol, rng);
 }
 
 TEST(CudaKernels, SiluAndMulMatchesCpu) {
