@@ -28,6 +28,7 @@
 #include "eval/retrieval_task.h"
 #include "eval/svg_plot.h"
 #include "eval/sweep.h"
+#include "policy/kv_budget.h"
 #include "policy/policy_registry.h"
 #include "progress_bar.h"
 
@@ -145,7 +146,7 @@ bool plan_sweep(const EvalFlags& f, const PolicyOptionMap& user_options, std::ve
     if (!p.reference) {
       pp.options = options_of[p.policy];
       const KVPolicy& policy = *policy_of[p.policy];
-      if (p.budget == 0 && policy.compresses()) p.budget = policy.default_budget();
+      if (policy.compresses()) p.budget = resolve_kv_budget(p.budget, 0, policy.default_budget());
       if (policy.compresses()) {
         Status st = policy.check_budget(p.budget, f.engine.config.block_size);
         if (!st.is_ok()) {

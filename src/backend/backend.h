@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/forward_batch.h"
+#include "backend/kv_compressor.h"
 #include "core/status.h"
 #include "kv/compression.h"
 #include "kv/kv_layout.h"
@@ -39,8 +40,10 @@ class Backend {
   virtual size_t available_kv_bytes(size_t requested_bytes) const = 0;
   // Allocates the paged KV storage.
   virtual Status allocate_kv_cache(const KVLayout& layout) = 0;
-  // Runs the model on a batch and samples (see LogitsMode). The batch's page tables must cover
-  // every entry it reads and writes.
+  // One step: starts the batch's compressions, runs the model on its sequences and samples (see
+  // LogitsMode), and reports the compressions that finished (backend/compression_stepper.h).
+  // The batch's page tables must cover every entry it reads and writes. A batch may hold
+  // compressions only, or nothing but a wait for those in flight.
   virtual Status execute(const ForwardBatch& batch, StepOutput* out) = 0;
   // Copies one page's KV (all layers) into another (copy-on-write of a partly shared page).
   virtual void copy_block(int group, BlockId src, BlockId dst) = 0;
@@ -52,21 +55,9 @@ class Backend {
   }
   // Bytes of one query slot (Q[L, max_window, h_q, d] in the backend's dtype), for sizing M.
   virtual size_t query_slot_bytes(int max_window) const { return 0; }
-  // Starts compressing `jobs` (scores, selects top num_keep per layer and KV head, compacts into
-  // dst_blocks, moves global scores along). The CUDA backend runs it on its own stream,
-  // concurrently with execute(); the CPU backend finishes before returning. The jobs' tables and
-  // recipes must stay alive and untouched, and their source pages unreleased, until
-  // compression_done() returns true. One batch of jobs in flight at a time.
-  virtual Status begin_compression(const std::vector<CompressionJob>& jobs) {
-    return invalid_argument(name() + " backend: KV compression is not supported");
-  }
-  // True once the jobs of the last begin_compression() have completed (never blocks).
-  virtual bool compression_done() { return true; }
-  // Blocks until they complete; returns the first error of the batch.
-  virtual Status wait_compression() { return Status::ok(); }
-  // Seconds the device spent running compression batches so far (completed batches; CUDA: from
-  // the compression stream's first kernel to its last, overlapped decoding included).
-  virtual double compression_device_seconds() const { return 0.0; }
+  // The compressor that runs the jobs of ForwardBatch::compressions (null until
+  // configure_compression()). The engine never calls it during a step; tests and tools may.
+  virtual KVCompressor* compressor() { return nullptr; }
 };
 
 // Creates the backend named in options.device ("cpu", or "cuda" when built with ORIGAMI_CUDA).

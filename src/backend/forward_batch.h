@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kv/block_table.h"
+#include "kv/compression.h"
 #include "sampling/sampling_params.h"
 
 namespace origami {
@@ -44,6 +45,13 @@ struct ForwardBatch {
   std::vector<int32_t> token_ids;  // [num_tokens]
   std::vector<int32_t> positions;  // [num_tokens]
   std::vector<SequenceInput> sequences;
+  // Compressions to start this step (kv/compression.h), before the forward pass. Their requests
+  // are not among `sequences` until the backend reports them finished. The jobs' tables belong
+  // to the requests and stay untouched while the compression is in flight.
+  std::vector<CompressionJob> compressions;
+  // Wait for every compression in flight (these included) before returning: synchronous
+  // compression, or a step with nothing else to run. `sequences` may then be empty.
+  bool wait_for_compressions = false;
   bool is_decode_only() const {
     for (const auto& s : sequences) if (s.num_query_tokens != 1) return false;
     return true;
@@ -57,6 +65,10 @@ struct StepOutput {
   std::vector<std::vector<float>> all_logits;
   // One entry per sequence: log p(logprob_token), or NaN where none was asked for.
   std::vector<float> token_logprobs;
+  // Compressions that finished (or were refused) during this step, each reported once.
+  std::vector<CompressionResult> finished_compressions;
+  double compression_seconds = 0.0;         // host time this step spent starting or waiting for them
+  double compression_device_seconds = 0.0;  // the backend's KVCompressor::device_seconds() so far
 };
 
 }  // namespace origami

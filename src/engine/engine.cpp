@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "engine/forward_batch_builder.h"
 #include "engine/kv_memory_plan.h"
 #include "sched/compression_state.h"
 #include "model/weights.h"
@@ -101,15 +102,16 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
     sc.max_num_batched_tokens = sc.max_model_len;  // a whole prompt must fit in one step
   sc.num_query_slots = support.num_query_slots;
   sc.reserve_bounded_kv = config.reserve_bounded_kv;
+  const KVCompressor* compressor = engine->backend_->compressor();
+  sc.compress_before_forward =
+      support.available && (!config.async_compression || (compressor != nullptr && compressor->synchronous()));
   engine->scheduler_ = std::make_unique<Scheduler>(sc, engine->kv_.get());
-  engine->compression_ =
-      std::make_unique<CompressionController>(engine->backend_.get(), engine->scheduler_.get(), &engine->metrics_);
   return engine;
 }
 
 Engine::~Engine() {
   // The backend may still be reading and writing pages for a compression (CUDA: on its stream).
-  if (compression_ != nullptr && compression_->in_flight()) (void)backend_->wait_compression();
+  if (backend_ != nullptr && backend_->compressor() != nullptr) (void)backend_->compressor()->wait();
 }
 
 double Engine::now() const {
@@ -254,51 +256,17 @@ void Engine::append_token(Tracked& tracked, int32_t token, bool forced, RequestO
   tracked.text_emitted = safe;
 }
 
-void Engine::handle_compression_result(const CompressionController::Result& result, std::vector<RequestOutput>* outputs) {
-  for (Request* r : result.failed)
-    finish(*requests_.at(r->id), FinishReason::kError, outputs, "KV compression failed: " + result.error.to_string());
-}
-
-void Engine::start_compressions(std::vector<RequestOutput>* outputs) {
-  if (compression_->in_flight()) return;
-  CompressionPlan plan = scheduler_->plan_compressions();
+SchedulerOutput Engine::schedule_step(std::vector<RequestOutput>* outputs) {
+  const double t0 = now();
+  SchedulerOutput plan = scheduler_->schedule();
+  metrics_.schedule_seconds += now() - t0;
   metrics_.num_preemptions += static_cast<int64_t>(plan.preempted.size());
-  if (plan.requests.empty()) return;
-  handle_compression_result(compression_->start(plan.requests), outputs);
-  // Synchronous mode, or a backend that already finished (the CPU's runs inside begin): the
-  // compressed requests take part in this very step.
-  CompressionController::Result done;
-  if (compression_->poll(/*wait=*/!config_.async_compression, &done)) handle_compression_result(done, outputs);
-}
-
-SchedulerOutput Engine::plan_step(std::vector<RequestOutput>* outputs) {
-  for (;;) {
-    const double t0 = now();
-    SchedulerOutput plan = scheduler_->schedule();
-    metrics_.schedule_seconds += now() - t0;
-    metrics_.num_preemptions += static_cast<int64_t>(plan.preempted.size());
-    metrics_.num_query_slot_waits += plan.num_query_slot_waits;
-    for (Request* r : plan.rejected) {
-      finish(*requests_.at(r->id), FinishReason::kError, outputs,
-             r->error.empty() ? "request needs more KV blocks than the whole cache holds" : r->error);
-    }
-    if (!plan.empty() || !scheduler_->has_unfinished()) return plan;
-    // Nothing runnable: the running requests wait for compressions or for each other.
-    if (compression_->in_flight()) {
-      CompressionController::Result done;
-      compression_->poll(/*wait=*/true, &done);
-      handle_compression_result(done, outputs);
-      process_aborts(outputs);
-      start_compressions(outputs);
-      continue;
-    }
-    std::vector<Request*> preempted;
-    if (scheduler_->num_running() > 0 && scheduler_->preempt_to_make_progress(&preempted)) {
-      metrics_.num_preemptions += static_cast<int64_t>(preempted.size());
-      continue;
-    }
-    return plan;
+  metrics_.num_query_slot_waits += plan.num_query_slot_waits;
+  for (Request* r : plan.rejected) {
+    finish(*requests_.at(r->id), FinishReason::kError, outputs,
+           r->error.empty() ? "request needs more KV blocks than the whole cache holds" : r->error);
   }
+  return plan;
 }
 
 void Engine::process_aborts(std::vector<RequestOutput>* outputs) {
@@ -319,79 +287,58 @@ void Engine::process_aborts(std::vector<RequestOutput>* outputs) {
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outputs;
   process_aborts(&outputs);
-
-  // Compressions: complete the batch in flight if it is done, then start the pending ones.
-  CompressionController::Result done;
-  if (compression_->poll(/*wait=*/false, &done)) handle_compression_result(done, &outputs);
-  process_aborts(&outputs);
-  start_compressions(&outputs);
-
-  SchedulerOutput plan = plan_step(&outputs);
+  SchedulerOutput plan = schedule_step(&outputs);
   if (plan.empty()) return outputs;
 
   ++metrics_.num_steps;
   metrics_.peak_running = std::max(metrics_.peak_running, static_cast<int>(scheduler_->num_running()));
   metrics_.peak_kv_blocks_used = std::max(metrics_.peak_kv_blocks_used, kv_->num_used_blocks(0));
-
-  // Build the backend's view of the step.
-  ForwardBatch batch;
-  batch.token_ids.reserve(plan.num_batched_tokens);
-  batch.positions.reserve(plan.num_batched_tokens);
-  batch.sequences.reserve(plan.sequences.size());
   for (const ScheduledSequence& s : plan.sequences) {
-    Request& r = *s.request;
-    SequenceInput in;
-    in.request_id = r.id;
-    in.query_start = static_cast<int>(batch.token_ids.size());
-    in.num_query_tokens = s.num_new_tokens;
-    in.start_position = r.num_computed_tokens;
-    in.num_cached_entries = r.kv.groups[0].num_entries - s.num_new_tokens;
-    in.block_table = &r.kv.groups[0].blocks;
-    // Tokens of the next compression's window capture their queries into the request's slot.
-    if (r.compression.query_slot >= 0) {
-      const int capture_from = query_capture_from(r, config_.block_size, in.num_cached_entries);
-      if (capture_from >= 0) {
-        in.query_slot = r.compression.query_slot;
-        in.query_capture_from = capture_from;
-      }
-    }
-    const bool completes_prompt = r.num_computed_tokens + s.num_new_tokens == r.num_tokens();
-    in.logits_mode = completes_prompt ? LogitsMode::kLast : LogitsMode::kNone;
-    in.sampling = &r.sampling;
-    in.seed = r.seed;
-    in.sample_index = static_cast<int>(r.output_token_ids.size());
-    const Tracked& tracked = *requests_.at(r.id);
-    // The row that predicts a forced token is the one sampled: the backend returns the forced
-    // token's log-probability under it.
-    if (completes_prompt && tracked.forced_logprobs && in.sample_index < static_cast<int>(tracked.forced_tokens.size()))
-      in.logprob_token = tracked.forced_tokens[in.sample_index];
-    for (int i = 0; i < s.num_new_tokens; ++i) {
-      batch.token_ids.push_back(r.token_at(r.num_computed_tokens + i));
-      batch.positions.push_back(r.num_computed_tokens + i);
-    }
-    if (r.num_computed_tokens < r.num_prompt_tokens()) {
-      const int prompt_part = std::min(s.num_new_tokens, r.num_prompt_tokens() - r.num_computed_tokens);
-      metrics_.num_prompt_tokens_computed += prompt_part;
-    }
-    batch.sequences.push_back(in);
+    const Request& r = *s.request;
+    if (r.num_computed_tokens < r.num_prompt_tokens())
+      metrics_.num_prompt_tokens_computed += std::min(s.num_new_tokens, r.num_prompt_tokens() - r.num_computed_tokens);
   }
+  ForwardBatchOptions batch_options;
+  batch_options.block_size = config_.block_size;
+  batch_options.synchronous_compression = scheduler_->config().compress_before_forward;
+  batch_options.logprob_token = [this](const Request& r) -> int32_t {
+    const Tracked& tracked = *requests_.at(r.id);
+    const size_t index = r.output_token_ids.size();
+    return tracked.forced_logprobs && index < tracked.forced_tokens.size() ? tracked.forced_tokens[index] : -1;
+  };
+  const ForwardBatch batch = build_forward_batch(plan, batch_options);
 
   StepOutput result;
   const double t1 = now();
   Status st = backend_->execute(batch, &result);
   metrics_.execute_seconds += now() - t1;
+  metrics_.compression_seconds += result.compression_seconds;
+  metrics_.compression_device_seconds = std::max(metrics_.compression_device_seconds, result.compression_device_seconds);
   if (!st.is_ok()) {
     // A backend failure is not one request's fault; fail the step's requests, keep the engine.
     for (const ScheduledSequence& s : plan.sequences)
       finish(*requests_.at(s.request->id), FinishReason::kError, &outputs, st.to_string());
-    return outputs;
   }
-  scheduler_->on_step_done(plan);
+  // The one place where the step's results reach the scheduler: computed tokens (requests failed
+  // above are skipped) and finished compressions.
+  const SchedulerUpdate update = scheduler_->update_from_output(plan, result.finished_compressions);
+  metrics_.num_compressions += update.num_compressions;
+  metrics_.num_evicted_tokens += update.num_evicted_entries;
+  for (Request* r : update.failed_compressions) {
+    const auto failed = std::find_if(result.finished_compressions.begin(), result.finished_compressions.end(),
+                                     [&](const CompressionResult& c) { return c.request_id == r->id; });
+    finish(*requests_.at(r->id), FinishReason::kError, &outputs,
+           "KV compression failed: " + failed->status.to_string());
+  }
+  // Aborts that waited for a compression to finish.
+  process_aborts(&outputs);
+  if (!st.is_ok()) return outputs;
 
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     int32_t token = result.sampled_tokens[i];
     if (token < 0) continue;  // mid-prompt chunk
     Tracked& tracked = *requests_.at(plan.sequences[i].request->id);
+    if (tracked.request.is_finished()) continue;
     RequestOutput out;
     out.request_id = tracked.request.id;
     const size_t index = tracked.request.output_token_ids.size();

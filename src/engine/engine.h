@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/compression_controller.h"
 #include "engine/engine_config.h"
 #include "engine/engine_metrics.h"
 #include "engine/policy_resolver.h"
@@ -63,6 +62,8 @@ class Engine {
   // The backend, for tests that inspect its KV storage.
   Backend& backend() { return *backend_; }
   size_t num_running() const { return scheduler_->num_running(); }
+  // KV blocks held by requests (or by the prefix cache's live entries); 0 once all are done.
+  int num_kv_blocks_used() const { return kv_->num_used_blocks(0); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
   double now() const;  // seconds since the engine started
 
@@ -71,15 +72,10 @@ class Engine {
   struct Tracked;  // a request with its decoder and text state
   void finish(Tracked& tracked, FinishReason reason, std::vector<RequestOutput>* outputs, const std::string& error = "");
   void append_token(Tracked& tracked, int32_t token, bool forced, RequestOutput* output);
-  // Starts the scheduler's pending compressions (none may be in flight) and, when synchronous,
-  // completes them.
-  void start_compressions(std::vector<RequestOutput>* outputs);
   // Finishes aborted requests, except those being compressed (they wait for it).
   void process_aborts(std::vector<RequestOutput>* outputs);
-  void handle_compression_result(const CompressionController::Result& result, std::vector<RequestOutput>* outputs);
-  // Schedules a step; when nothing can run, waits for the compression in flight or preempts
-  // until something can (or nothing is left).
-  SchedulerOutput plan_step(std::vector<RequestOutput>* outputs);
+  // Asks the scheduler for the step's plan and finishes the requests it rejected.
+  SchedulerOutput schedule_step(std::vector<RequestOutput>* outputs);
 
   EngineConfig config_;
   ModelConfig model_config_;
@@ -87,7 +83,6 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<CompressionController> compression_;
   std::unordered_map<RequestId, std::unique_ptr<Tracked>> requests_;
   CompressionSupport compression_support_;
   std::vector<RequestId> pending_aborts_;

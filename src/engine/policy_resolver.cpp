@@ -21,7 +21,7 @@ Expected<RequestCompression> resolve_request_compression(const EngineConfig& con
   c.trigger = c.policy->trigger();
   if (!c.policy->compresses()) return c;
 
-  c.budget = options.kv_budget > 0 ? options.kv_budget : config.kv_budget > 0 ? config.kv_budget : c.policy->default_budget();
+  c.budget = resolve_kv_budget(options.kv_budget, config.kv_budget, c.policy->default_budget());
   ORIGAMI_RETURN_IF_ERROR(c.policy->check_budget(c.budget, support.block_size));
   if (!support.available)
     return invalid_argument("KV policy " + name + " compresses the KV cache, which this engine cannot do on the " +

@@ -29,7 +29,13 @@ struct BlockTable {
 
 struct RequestKV {
   std::vector<BlockTable> groups;  // indexed by head group
-  void clear() { groups.clear(); }
+  // Entries were evicted (compressed in place): the blocks hold a selection of entries that no
+  // token run hashes to, so they are never registered in the prefix cache again.
+  bool compacted = false;
+  void clear() {
+    groups.clear();
+    compacted = false;
+  }
 };
 
 }  // namespace origami

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/status.h"
 #include "kv/block_table.h"
 
 namespace origami {
@@ -86,6 +87,13 @@ struct CompressionJob {
   int num_scored_entries = 0;
   bool first_compression = true;
   const ScoreRecipe* recipe = nullptr;
+};
+
+// What a backend reports for each compression it finished, or refused: on success the request's
+// destination table holds its num_keep entries; on failure nothing is known of its pages.
+struct CompressionResult {
+  uint64_t request_id = 0;
+  Status status;
 };
 
 }  // namespace origami

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/check.h"
-#include "sched/request.h"
 
 namespace origami {
 
@@ -27,12 +26,12 @@ int KVCacheManager::num_usable_blocks() const {
   return n;
 }
 
-void KVCacheManager::ensure_tables(Request& request) const {
+void KVCacheManager::ensure_tables(KVSequence& request) const {
   if (request.kv.groups.empty()) request.kv.groups.resize(pools_.size());
   ORIGAMI_CHECK(request.kv.groups.size() == pools_.size());
 }
 
-uint64_t KVCacheManager::block_hash(const Request& request, int index, uint64_t parent_hash,
+uint64_t KVCacheManager::block_hash(const KVSequence& request, int index, uint64_t parent_hash,
                                     std::vector<int32_t>* scratch) const {
   const int b = layout_.block_size;
   scratch->resize(static_cast<size_t>(b));
@@ -46,7 +45,7 @@ bool KVCacheManager::allocate_blocks(int n, std::vector<BlockId>* out, int group
 
 void KVCacheManager::release_blocks(std::span<const BlockId> blocks, int group) { pools_[group]->free(blocks); }
 
-int KVCacheManager::acquire_cached_prefix(Request& request, int max_cached_tokens) {
+int KVCacheManager::acquire_cached_prefix(KVSequence& request, int max_cached_tokens) {
   ensure_tables(request);
   for (const BlockTable& t : request.kv.groups) ORIGAMI_CHECK_MSG(t.blocks.empty(), "admitting a request that holds blocks");
   request.num_cached_prefix_tokens = 0;
@@ -97,7 +96,7 @@ int KVCacheManager::acquire_cached_prefix(Request& request, int max_cached_token
   return num_cached;
 }
 
-bool KVCacheManager::allocate_slots(Request& request, int num_entries_after) {
+bool KVCacheManager::allocate_slots(KVSequence& request, int num_entries_after) {
   ensure_tables(request);
   const int need = blocks_needed(num_entries_after);
   // Prepare: every group must be able to grow, or nothing changes.
@@ -117,9 +116,9 @@ bool KVCacheManager::allocate_slots(Request& request, int num_entries_after) {
   return true;
 }
 
-void KVCacheManager::cache_full_blocks(Request& request, int num_computed_tokens) {
+void KVCacheManager::cache_full_blocks(KVSequence& request, int num_computed_tokens) {
   // A compressed request's blocks hold a selection of entries that no token run hashes to.
-  if (!enable_prefix_caching_ || request.kv.groups.empty() || request.compression.compressed()) return;
+  if (!enable_prefix_caching_ || request.kv.groups.empty() || request.kv.compacted) return;
   const int b = layout_.block_size;
   ORIGAMI_CHECK(num_computed_tokens <= request.num_tokens());
   std::vector<int32_t> scratch;
@@ -141,12 +140,12 @@ void KVCacheManager::cache_full_blocks(Request& request, int num_computed_tokens
   }
 }
 
-void KVCacheManager::free(Request& request) {
+void KVCacheManager::free(KVSequence& request) {
   for (size_t g = 0; g < request.kv.groups.size(); ++g) pools_[g]->free(request.kv.groups[g].blocks);
   request.kv.clear();
 }
 
-void KVCacheManager::abandon_admission(Request& request) {
+void KVCacheManager::abandon_admission(KVSequence& request) {
   if (enable_prefix_caching_) {
     stats_.num_queried_tokens -= request.num_tokens();
     stats_.num_hit_tokens -= request.num_cached_prefix_tokens;

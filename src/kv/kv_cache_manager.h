@@ -9,11 +9,11 @@
 
 #include "kv/block_hash.h"
 #include "kv/block_pool.h"
+#include "kv/kv_sequence.h"
 #include "kv/kv_layout.h"
 
 namespace origami {
 
-struct Request;
 
 // Prefix-cache effectiveness, in tokens, over admissions (a retried admission counts once).
 struct PrefixCacheStats {
@@ -33,16 +33,16 @@ class KVCacheManager {
   // least one prompt token is always left to compute, so the last prompt logits exist, and no
   // more than `max_cached_tokens` are served (tokens whose queries a compression needs must be
   // computed, not served from the cache).
-  int acquire_cached_prefix(Request& request, int max_cached_tokens = std::numeric_limits<int>::max());
+  int acquire_cached_prefix(KVSequence& request, int max_cached_tokens = std::numeric_limits<int>::max());
   // Ensures the request's tables can hold `num_entries_after` entries; all-or-nothing.
-  bool allocate_slots(Request& request, int num_entries_after);
+  bool allocate_slots(KVSequence& request, int num_entries_after);
   // After a step: registers the request's newly completed full blocks in the prefix cache.
-  void cache_full_blocks(Request& request, int num_computed_tokens);
+  void cache_full_blocks(KVSequence& request, int num_computed_tokens);
   // Drops the request's references (cached blocks stay reusable until evicted, LRU).
-  void free(Request& request);
+  void free(KVSequence& request);
   // Undoes an admission that acquire_cached_prefix began but allocate_slots could not finish:
   // frees like free() and takes the lookup back out of the hit-rate statistics.
-  void abandon_admission(Request& request);
+  void abandon_admission(KVSequence& request);
 
   // Blocks outside any request's table (compression targets): all-or-nothing; released with
   // release_blocks() or by becoming part of a table that free() drops.
@@ -72,9 +72,9 @@ class KVCacheManager {
   BlockHasher hasher_ = &hash_block_tokens;
   PrefixCacheStats stats_;
 
-  void ensure_tables(Request& request) const;
+  void ensure_tables(KVSequence& request) const;
   // Key of block `index` of the request's tokens, chained on `parent_hash`.
-  uint64_t block_hash(const Request& request, int index, uint64_t parent_hash, std::vector<int32_t>* scratch) const;
+  uint64_t block_hash(const KVSequence& request, int index, uint64_t parent_hash, std::vector<int32_t>* scratch) const;
 };
 
 }  // namespace origami

@@ -6,6 +6,11 @@
 
 namespace origami {
 
+int resolve_kv_budget(int request_budget, int engine_budget, int policy_default) {
+  if (request_budget > 0) return request_budget;
+  return engine_budget > 0 ? engine_budget : policy_default;
+}
+
 int max_blocks_for_budget(int budget, int block_size) {
   ORIGAMI_CHECK(budget >= 0 && block_size >= 1);
   return budget / block_size + 1;

@@ -7,6 +7,10 @@
 
 namespace origami {
 
+// The budget a request runs with, in tokens: the request's if set (> 0), else the engine's, else
+// the policy's default. The one place this order is written.
+int resolve_kv_budget(int request_budget, int engine_budget, int policy_default);
+
 // N_max: blocks a request may hold while decoding under `budget` tokens (>= 1 block of budget).
 int max_blocks_for_budget(int budget, int block_size);
 // k = (N_max - 1) * b: entries kept per (layer, KV head) by a cache-full compression.

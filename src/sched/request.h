@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kv/block_table.h"
+#include "kv/kv_sequence.h"
 #include "policy/kv_policy.h"
 #include "sampling/sampling_params.h"
 
@@ -35,8 +36,18 @@ struct RequestCompression {
   bool prefill_checked = false;  // kPrefillEnd: the end-of-prefill decision was taken
   bool pending = false;          // reached its trigger; waits (unscheduled) until compressed
   bool in_flight = false;        // a compression of this request is running in the backend
-  // The compression in flight: where its kept entries go, and the table it leaves (dst blocks,
-  // plus for kCacheFull a spare block for the next tokens). Alive until it completes.
+  // Switched to its compacted table when the compression started, ahead of a backend that
+  // compacts before the step's forward pass (SchedulerConfig::compress_before_forward); the
+  // backend has not reported it yet. It computes in that same step but is never preempted then.
+  bool switched_early = false;
+  // The compression in flight: the table it reads (a copy of the request's table when it
+  // started, and its entries), where its kept entries go, and the table it leaves (dst blocks,
+  // plus for kCacheFull a spare block for the next tokens). Alive until it is reported.
+  std::vector<BlockId> src_blocks;
+  int src_entries = 0;
+  int src_scored_entries = 0;     // num_scored_entries when it started
+  int src_query_slot = -1;        // the slot holding its window's queries
+  bool src_first_compression = true;
   std::vector<BlockId> dst_blocks;
   std::vector<BlockId> next_table;
 
@@ -47,6 +58,7 @@ struct RequestCompression {
     num_scored_entries = 0;
     prefill_checked = false;
     pending = false;
+    src_blocks.clear();
     dst_blocks.clear();
     next_table.clear();
   }
@@ -57,10 +69,9 @@ struct RequestCompression {
   bool bounded() const { return compressed() && trigger == CompressionTrigger::kCacheFull; }
 };
 
-struct Request {
+// Tokens, pages and prefix-cache hits come from KVSequence (what the KV manager sees).
+struct Request : KVSequence {
   RequestId id = 0;
-  std::vector<int32_t> prompt_token_ids;
-  std::vector<int32_t> output_token_ids;
   SamplingParams sampling;
   uint64_t seed = 0;  // resolved seed (sampling.seed or drawn by the engine)
 
@@ -69,21 +80,13 @@ struct Request {
   std::string error;  // set with kError
 
   int num_computed_tokens = 0;  // tokens whose KV is in the cache (logical count)
-  int num_cached_prefix_tokens = 0;  // tokens served by the prefix cache at the last admission
   int num_preemptions = 0;
   double arrival_time = 0.0;      // seconds, engine clock
   double first_token_time = -1.0;
   double finish_time = -1.0;
 
-  // KV memory held: one block table per head group (one group for full KV).
-  RequestKV kv;
   RequestCompression compression;
 
-  int num_prompt_tokens() const { return static_cast<int>(prompt_token_ids.size()); }
-  int num_tokens() const { return num_prompt_tokens() + static_cast<int>(output_token_ids.size()); }
-  int32_t token_at(int i) const {
-    return i < num_prompt_tokens() ? prompt_token_ids[i] : output_token_ids[i - num_prompt_tokens()];
-  }
   bool is_finished() const { return status == RequestStatus::kFinished; }
   bool is_prefilling() const { return num_computed_tokens < num_tokens() - 1; }
 };

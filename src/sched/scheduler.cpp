@@ -21,7 +21,7 @@ int num_entries(const Request& request) { return num_cache_entries(request); }
 // In flight: its source pages are being read. Bounded and compressed: it never needs another
 // block, so preempting it would only throw away work (Zipage: compressed requests run to the end).
 bool may_preempt(const Request& request) {
-  return !request.compression.in_flight && !request.compression.bounded();
+  return !request.compression.in_flight && !request.compression.switched_early && !request.compression.bounded();
 }
 
 // Waits for its compression (pending or in flight) before it computes anything else.
@@ -109,6 +109,25 @@ Request* Scheduler::pick_victim(bool slotless_only) const {
 
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
+  // One batch of compressions in flight at a time (the backend's compressor runs one).
+  if (compressing_.empty()) start_compressions(&out);
+  for (;;) {
+    schedule_requests(&out);
+    if (!out.sequences.empty() || running_.empty()) break;
+    // Nothing runnable: the running requests wait for compressions or for each other.
+    if (!compressing_.empty()) {
+      out.wait_for_compressions = true;
+      break;
+    }
+    if (!preempt_to_make_progress(&out.preempted)) break;
+  }
+  return out;
+}
+
+void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
+  SchedulerOutput& out = *out_ptr;
+  // Preemptions of this pass (not those that freed compression targets) keep new requests out.
+  const size_t preempted_before = out.preempted.size();
   int budget = config_.max_num_batched_tokens;
   const int block_size = kv_->layout().block_size;
   const bool constrained = !kv_->prefix_caching_enabled();
@@ -167,7 +186,7 @@ SchedulerOutput Scheduler::schedule() {
 
   // Waiting requests, FCFS. After a preemption the cache is tight: admitting now would only
   // take blocks the preempted requests need to come back.
-  if (out.preempted.empty()) {
+  if (out.preempted.size() == preempted_before) {
     int reserved = config_.reserve_bounded_kv ? reserved_growth() : 0;
     while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
       Request* request = waiting_.front();
@@ -237,10 +256,30 @@ SchedulerOutput Scheduler::schedule() {
     }
   }
   out.num_batched_tokens = config_.max_num_batched_tokens - budget;
-  return out;
 }
 
-void Scheduler::on_step_done(const SchedulerOutput& output) {
+SchedulerUpdate Scheduler::update_from_output(const SchedulerOutput& output,
+                                              const std::vector<CompressionResult>& finished) {
+  advance(output);
+  SchedulerUpdate update;
+  for (const CompressionResult& result : finished) {
+    auto it = std::find_if(compressing_.begin(), compressing_.end(),
+                           [&](const Request* r) { return r->id == result.request_id; });
+    ORIGAMI_CHECK_MSG(it != compressing_.end(), "the backend reported a compression that is not in flight");
+    Request* request = *it;
+    if (result.status.is_ok()) {
+      update.num_evicted_entries += request->compression.src_entries - request->compression.num_keep;
+      ++update.num_compressions;
+      complete_compression(request);
+    } else {
+      abort_compression(request);
+      update.failed_compressions.push_back(request);
+    }
+  }
+  return update;
+}
+
+void Scheduler::advance(const SchedulerOutput& output) {
   const int block_size = kv_->layout().block_size;
   for (const ScheduledSequence& s : output.sequences) {
     Request* request = s.request;
@@ -274,7 +313,7 @@ bool Scheduler::preempt_to_make_progress(std::vector<Request*>* preempted) {
     // Only bounded compressed requests are left, and none can move: recomputing one is still
     // correct, and frees its blocks and slot for the others.
     for (auto it = running_.rbegin(); it != running_.rend() && victim == nullptr; ++it)
-      if (!(*it)->compression.in_flight) victim = *it;
+      if (!(*it)->compression.in_flight && !(*it)->compression.switched_early) victim = *it;
   }
   if (victim == nullptr) return false;
   preempt(victim, nullptr, nullptr);

@@ -6,9 +6,9 @@
 //
 // Compression (Zipage §4.3–4.4):
 //  - A request that reaches its policy's trigger after a step is *pending*: it is not scheduled
-//    until plan_compressions() has given it its destination blocks and the engine has run the
-//    compression (complete_compression()). A request whose compression is in flight is not
-//    scheduled either.
+//    until a schedule() has given it its destination blocks and listed it among the step's
+//    compressions, and update_from_output() has heard from the backend that the compression
+//    finished. A request whose compression is in flight is not scheduled.
 //  - Query slots: a request needs one of the M slots before it computes a token whose query
 //    belongs to its next compression's window (query_capture_from). Without one it computes up to
 //    the window and then waits; slots go to running requests in admission order (the earliest
@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
+#include "kv/compression.h"
 #include "kv/kv_cache_manager.h"
 #include "sched/query_slot_pool.h"
 #include "sched/request.h"
@@ -41,6 +43,10 @@ struct SchedulerConfig {
   // running bounded request, so bounded requests are never preempted for lack of blocks.
   // Requests without a bound (full KV) are admitted as before, but never into reserved blocks.
   bool reserve_bounded_kv = false;
+  // The backend finishes a step's compressions before that step's forward pass (synchronous
+  // compression, or a compressor that runs inside begin(), as on the CPU): a request compressed
+  // in a step switches to its compacted table at once and computes in that same step.
+  bool compress_before_forward = false;
 };
 
 struct ScheduledSequence {
@@ -50,21 +56,27 @@ struct ScheduledSequence {
 
 struct SchedulerOutput {
   std::vector<ScheduledSequence> sequences;  // running requests first, then newly admitted ones
-  std::vector<Request*> preempted;           // preempted during this schedule() call
+  // Compressions to start this step (in admission order): each request holds its destination
+  // blocks (compression.dst_blocks) and is in flight until update_from_output() hears it finished.
+  std::vector<Request*> compressions;
+  // Nothing can run until the compressions in flight finish: the step only waits for them.
+  bool wait_for_compressions = false;
+  std::vector<Request*> preempted;  // preempted during this schedule() call
   // Requests that can never run (they need more KV blocks than the whole cache holds, or, with
   // chunked prefill off, more tokens than one step allows). They have left the queues and hold
   // no blocks; `error` says why; the caller finishes them with FinishReason::kError.
   std::vector<Request*> rejected;
   int num_batched_tokens = 0;
   int num_query_slot_waits = 0;  // running requests left out because no query slot was free
-  bool empty() const { return sequences.empty(); }
+  // Nothing for the backend to do.
+  bool empty() const { return sequences.empty() && compressions.empty() && !wait_for_compressions; }
 };
 
-// Compressions plan_compressions() started: each request has its destination blocks
-// (compression.dst_blocks) and is marked in flight.
-struct CompressionPlan {
-  std::vector<Request*> requests;
-  std::vector<Request*> preempted;  // to free target blocks
+// What update_from_output() did with the compressions that finished.
+struct SchedulerUpdate {
+  std::vector<Request*> failed_compressions;  // undone; the caller finishes them with an error
+  int64_t num_compressions = 0;               // completed
+  int64_t num_evicted_entries = 0;            // entries dropped per (layer, KV head), summed
 };
 
 class Scheduler {
@@ -73,38 +85,35 @@ class Scheduler {
 
   // Takes ownership-free pointer: the engine owns requests and keeps them alive until finished.
   void add_request(Request* request);
-  // Plans one step and allocates the KV blocks it needs.
+  // Plans one step: starts the pending requests' compressions (when none is in flight), then
+  // schedules running and waiting requests and allocates the KV blocks they need. When nothing
+  // can run, it waits for the compressions in flight or, with none, preempts until something can.
   SchedulerOutput schedule();
-  // After the step ran: advances num_computed_tokens of every scheduled request by its
-  // num_new_tokens, registers full blocks in the prefix cache, and marks requests that reached
-  // their compression trigger as pending. Sampled tokens are appended by the engine.
-  void on_step_done(const SchedulerOutput& output);
+  // After the backend ran the step: advances num_computed_tokens of every scheduled request by its
+  // num_new_tokens, registers full blocks in the prefix cache, marks requests that reached their
+  // compression trigger as pending, and applies the finished compressions (the request switches
+  // to its compacted table and releases the dropped blocks; a failed one is undone). Sampled
+  // tokens are appended by the engine.
+  SchedulerUpdate update_from_output(const SchedulerOutput& output, const std::vector<CompressionResult>& finished);
   // Frees a finished or aborted request's blocks and removes it from the queues. Not for a
   // request whose compression is in flight (its source pages must stay until it completes).
   void finish_request(Request* request, FinishReason reason);
-
-  // --- Compression (see the file comment) ---
-  // Starts the pending requests' compressions (in admission order): allocates target blocks for
-  // shared prefix blocks (and a spare block for the next tokens), preempting uncompressed
-  // requests if the pool is short, and marks them in flight.
-  CompressionPlan plan_compressions();
-  // The backend finished: the request switches to its destination table holding num_keep
-  // entries, releases the dropped blocks and, if its next window is not due yet, its slot.
-  void complete_compression(Request* request);
-  // The backend failed: undoes plan_compressions() for the request (the caller finishes it).
-  void abort_compression(Request* request);
-  // Nothing could be scheduled and nothing is in flight: preempts the last running request that
-  // may be preempted (uncompressed first) so that the rest can move. False if none can.
-  bool preempt_to_make_progress(std::vector<Request*>* preempted);
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
   const SchedulerConfig& config() const { return config_; }
+  // Tests switch between synchronous and deferred compression; only while none is in flight.
+  void set_compress_before_forward(bool on) {
+    ORIGAMI_CHECK(compressing_.empty());
+    config_.compress_before_forward = on;
+  }
   // Running requests in admission order (the order preemption undoes).
   const std::vector<Request*>& running() const { return running_; }
   const std::deque<Request*>& waiting() const { return waiting_; }
   const QuerySlotPool& query_slots() const { return slots_; }
+  // Requests whose compression is in flight, in the order they started.
+  const std::vector<Request*>& compressing() const { return compressing_; }
 
  private:
   SchedulerConfig config_;
@@ -112,6 +121,25 @@ class Scheduler {
   QuerySlotPool slots_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;
+  std::vector<Request*> compressing_;
+
+  // One scheduling pass over running and waiting requests (the body of schedule()).
+  void schedule_requests(SchedulerOutput* out);
+  // Gives pending requests their destination blocks (Zipage Figure 3), preempting uncompressed
+  // requests if the pool is short of fresh targets, and marks them in flight.
+  void start_compressions(SchedulerOutput* out);
+  // The request switches to its destination table holding num_keep entries; the blocks it drops
+  // are added to `dropped` (the caller releases them); its slot goes if its next window is not due.
+  void switch_to_compacted_table(Request* request, std::vector<BlockId>* dropped);
+  // The backend finished: switches the request (unless it switched early) and forgets the job.
+  void complete_compression(Request* request);
+  // The backend failed: undoes start_compressions() for the request (the caller finishes it).
+  void abort_compression(Request* request);
+  // Nothing could be scheduled and nothing is in flight: preempts the last running request that
+  // may be preempted (uncompressed first) so that the rest can move. False if none can.
+  bool preempt_to_make_progress(std::vector<Request*>* preempted);
+  // Advances the scheduled requests by their computed tokens and marks compression triggers.
+  void advance(const SchedulerOutput& output);
 
   // Drops the request's KV and slot, sends it to the front of the waiting queue for recompute,
   // and takes it out of `out` if it was already scheduled this step (refunding its tokens).

@@ -54,19 +54,24 @@ bool Scheduler::try_start_compression(Request* request) {
     }
   }
   ORIGAMI_CHECK(next_fresh == fresh.size());
+  c.src_blocks = src;
+  c.src_entries = num_cache_entries(*request);
+  c.src_scored_entries = c.num_scored_entries;
+  c.src_query_slot = c.query_slot;
+  c.src_first_compression = !c.compressed();
   c.pending = false;
   c.in_flight = true;
   return true;
 }
 
-CompressionPlan Scheduler::plan_compressions() {
-  CompressionPlan plan;
+void Scheduler::start_compressions(SchedulerOutput* out) {
   const std::vector<Request*> order = running_;
   for (Request* request : order) {
     if (request->status != RequestStatus::kRunning || !request->compression.pending) continue;
     for (;;) {
       if (try_start_compression(request)) {
-        plan.requests.push_back(request);
+        out->compressions.push_back(request);
+        compressing_.push_back(request);
         break;
       }
       // Short of target blocks (only an uncompressed request with shared prefix blocks needs
@@ -74,27 +79,33 @@ CompressionPlan Scheduler::plan_compressions() {
       Request* victim = pick_victim(/*slotless_only=*/false);
       if (victim == nullptr) break;
       preempt(victim, nullptr, nullptr);
-      plan.preempted.push_back(victim);
+      out->preempted.push_back(victim);
       if (victim == request) break;
     }
   }
-  return plan;
+  if (!config_.compress_before_forward) return;
+  // The backend compacts before this step's forward pass: the requests take their compacted
+  // tables now and compute in this very step. The blocks they drop go back only after every
+  // compression of the batch has its targets, so no job writes a page another job reads.
+  std::vector<BlockId> dropped;
+  for (Request* request : out->compressions) {
+    switch_to_compacted_table(request, &dropped);
+    request->compression.switched_early = true;
+  }
+  kv_->release_blocks(dropped);
 }
 
-void Scheduler::complete_compression(Request* request) {
+void Scheduler::switch_to_compacted_table(Request* request, std::vector<BlockId>* dropped) {
   RequestCompression& c = request->compression;
   ORIGAMI_CHECK(c.in_flight);
   BlockTable& table = request->kv.groups[0];
   const std::unordered_set<BlockId> kept(c.next_table.begin(), c.next_table.end());
-  std::vector<BlockId> dropped;
   for (BlockId block : table.blocks)
-    if (kept.count(block) == 0) dropped.push_back(block);
-  kv_->release_blocks(dropped);  // own blocks return to the pool; shared ones lose a reference
-  table.blocks = std::move(c.next_table);
+    if (kept.count(block) == 0) dropped->push_back(block);  // own blocks return; shared ones lose a reference
+  table.blocks = c.next_table;
   table.num_entries = c.num_keep;
-  table.block_keys.clear();  // never registered in the prefix cache again
-  c.next_table.clear();
-  c.dst_blocks.clear();
+  table.block_keys.clear();
+  request->kv.compacted = true;  // never registered in the prefix cache again
   c.in_flight = false;
   ++c.num_compressions;
   c.num_scored_entries = c.num_keep;
@@ -105,14 +116,35 @@ void Scheduler::complete_compression(Request* request) {
   }
 }
 
+void Scheduler::complete_compression(Request* request) {
+  RequestCompression& c = request->compression;
+  compressing_.erase(std::find(compressing_.begin(), compressing_.end(), request));
+  if (!c.switched_early) {
+    std::vector<BlockId> dropped;
+    switch_to_compacted_table(request, &dropped);
+    kv_->release_blocks(dropped);
+  }
+  c.switched_early = false;
+  c.src_blocks.clear();
+  c.next_table.clear();
+  c.dst_blocks.clear();
+}
+
 void Scheduler::abort_compression(Request* request) {
   RequestCompression& c = request->compression;
+  compressing_.erase(std::find(compressing_.begin(), compressing_.end(), request));
+  if (c.switched_early) {
+    // Already on its (now unreliable) compacted table: the caller finishes it, which frees it.
+    c.switched_early = false;
+    return;
+  }
   ORIGAMI_CHECK(c.in_flight);
   const std::vector<BlockId>& src = request->kv.groups[0].blocks;
   std::vector<BlockId> fresh;
   for (BlockId block : c.next_table)
     if (std::find(src.begin(), src.end(), block) == src.end()) fresh.push_back(block);
   kv_->release_blocks(fresh);
+  c.src_blocks.clear();
   c.next_table.clear();
   c.dst_blocks.clear();
   c.in_flight = false;

@@ -126,7 +126,7 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
   ASSERT_TRUE(cpu.load(mc, *weights).is_ok());
   ASSERT_TRUE(gpu.allocate_kv_cache(KVLayout::full(L, H, d, kBlockSize, kNumBlocks, DType::kBF16)).is_ok());
   ASSERT_TRUE(cpu.allocate_kv_cache(KVLayout::full(L, H, d, kBlockSize, kNumBlocks, DType::kF32)).is_ok());
-  EXPECT_FALSE(gpu.begin_compression({}).is_ok());  // before configure_compression()
+  EXPECT_FALSE(gpu.compressor()->begin({}).is_ok());  // before configure_compression()
   CompressionConfig cc;
   cc.num_query_slots = kSlots;
   cc.max_window = kWindow;
@@ -230,20 +230,20 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
 
   // Compress on the GPU while the bystander decodes; the bystander's step is repeated afterwards
   // (same inputs, same KV slot) and must give the same logits.
-  st = gpu.begin_compression(jobs);
+  st = gpu.compressor()->begin(jobs);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   const int by_computed = seqs[2].num_computed, by_entries = seqs[2].num_entries;
   std::vector<float> during, after, unused;
   step(gpu, cpu, {&seqs[2]}, &during, &unused);
-  st = gpu.wait_compression();
+  st = gpu.compressor()->wait();
   ASSERT_TRUE(st.is_ok()) << st.to_string();
-  EXPECT_TRUE(gpu.compression_done());
+  EXPECT_TRUE(gpu.compressor()->done());
   seqs[2].num_computed = by_computed;
   seqs[2].num_entries = by_entries;
   seqs[2].tokens.pop_back();
   step(gpu, cpu, {&seqs[2]}, &after, &unused);
   EXPECT_TRUE(during == after) << "a decode step during compression differs from the same step after it";
-  st = cpu.begin_compression(jobs);
+  st = cpu.compressor()->begin(jobs);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
 
   // The oracle: the CPU pipeline on the GPU's snapshot.

@@ -67,9 +67,9 @@ TEST(CpuCompression, CompactionEqualsBruteForceTopKPerHead) {
     job.num_keep = num_keep;
     job.query_slot = 0;
     job.recipe = &recipe;
-    ASSERT_TRUE(rig.backend->begin_compression({job}).is_ok());
-    EXPECT_TRUE(rig.backend->compression_done());
-    ASSERT_TRUE(rig.backend->wait_compression().is_ok());
+    ASSERT_TRUE(rig.backend->compressor()->begin({job}).is_ok());
+    EXPECT_TRUE(rig.backend->compressor()->done());
+    ASSERT_TRUE(rig.backend->compressor()->wait().is_ok());
 
     const Snapshot after = snapshot(rig, src, num_keep);
     for (int l = 0; l < rig.num_layers; ++l)
@@ -106,7 +106,7 @@ TEST(CpuCompression, RecencyKeepsExactlyTheNewestEntries) {
   job.num_entries = n;
   job.num_keep = num_keep;  // no query slot: recency needs no queries
   job.recipe = &recipe;
-  ASSERT_TRUE(rig.backend->begin_compression({job}).is_ok());
+  ASSERT_TRUE(rig.backend->compressor()->begin({job}).is_ok());
   const Snapshot after = snapshot(rig, src, num_keep);
   std::vector<int> want = {0, 1, 2};
   for (int e = n - (num_keep - 3); e < n; ++e) want.push_back(e);
@@ -151,7 +151,7 @@ TEST(CpuCompression, SharedLeadingPagesAreReplacedAndNeverWritten) {
   job.num_keep = num_keep;
   job.query_slot = 1;
   job.recipe = &recipe;
-  ASSERT_TRUE(rig.backend->begin_compression({job}).is_ok());
+  ASSERT_TRUE(rig.backend->compressor()->begin({job}).is_ok());
   EXPECT_EQ(raw_page(1), page1);
   EXPECT_EQ(raw_page(2), page2);
   const Snapshot after = snapshot(rig, dst, num_keep);
@@ -181,7 +181,7 @@ TEST(CpuCompression, KeepingEverythingInPlaceChangesNothing) {
   job.num_keep = n;
   job.query_slot = 0;
   job.recipe = &recipe;
-  ASSERT_TRUE(rig.backend->begin_compression({job}).is_ok());
+  ASSERT_TRUE(rig.backend->compressor()->begin({job}).is_ok());
   const Snapshot after = snapshot(rig, src, n);
   EXPECT_EQ(before.k, after.k);
   EXPECT_EQ(before.v, after.v);
@@ -217,10 +217,10 @@ TEST(CpuCompression, LayerStrideThreadsAndBatchingDoNotChangeTheResult) {
     jb.query_slot = 1;
     jb.recipe = &rb;
     if (together) {
-      EXPECT_TRUE(rig.backend->begin_compression({ja, jb}).is_ok());
+      EXPECT_TRUE(rig.backend->compressor()->begin({ja, jb}).is_ok());
     } else {
-      EXPECT_TRUE(rig.backend->begin_compression({ja}).is_ok());
-      EXPECT_TRUE(rig.backend->begin_compression({jb}).is_ok());
+      EXPECT_TRUE(rig.backend->compressor()->begin({ja}).is_ok());
+      EXPECT_TRUE(rig.backend->compressor()->begin({jb}).is_ok());
     }
     std::vector<float> all;
     for (int l = 0; l < rig.num_layers; ++l) {

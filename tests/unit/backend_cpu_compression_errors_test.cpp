@@ -28,13 +28,13 @@ class CompressionErrors : public ::testing::Test {
   }
   Status run(const CompressionJob& job) {
     const Snapshot before = snapshot(rig_, src_, 50);
-    Status st = rig_.backend->begin_compression({job});
+    Status st = rig_.backend->compressor()->begin({job});
     if (!st.is_ok()) {  // failed jobs leave the cache alone, and wait reports the same error
       const Snapshot after = snapshot(rig_, src_, 50);
       EXPECT_EQ(before.k, after.k);
       EXPECT_EQ(before.v, after.v);
-      EXPECT_TRUE(rig_.backend->compression_done());
-      EXPECT_EQ(rig_.backend->wait_compression().message(), st.message());
+      EXPECT_TRUE(rig_.backend->compressor()->done());
+      EXPECT_EQ(rig_.backend->compressor()->wait().message(), st.message());
     }
     return st;
   }
@@ -111,7 +111,7 @@ TEST_F(CompressionErrors, JobsOfOneBatchMustNotWriteEachOthersPages) {
   j.src_blocks = j.dst_blocks = &other;
   j.num_entries = 30;
   j.num_keep = 17;
-  expect_error(rig_.backend->begin_compression({job_, j}), "both write block 2");
+  expect_error(rig_.backend->compressor()->begin({job_, j}), "both write block 2");
   // Reading a shared page is fine when nobody writes it: job 2 reads page 1 (shared prefix) and
   // writes fresh pages 6, 7.
   std::vector<BlockId> src2 = {1, 5}, dst2 = {6, 7};
@@ -121,12 +121,12 @@ TEST_F(CompressionErrors, JobsOfOneBatchMustNotWriteEachOthersPages) {
   CompressionJob first = job_;
   first.dst_blocks = &dst1;
   fill_entries(rig_, src2, 16, 30, 72);
-  EXPECT_TRUE(rig_.backend->begin_compression({first, j}).is_ok());
+  EXPECT_TRUE(rig_.backend->compressor()->begin({first, j}).is_ok());
   // But a page one job writes cannot be read by another.
   CompressionJob reader = j;
   std::vector<BlockId> src3 = {8, 5};
   reader.src_blocks = &src3;
-  expect_error(rig_.backend->begin_compression({first, reader}), "reads block 8");
+  expect_error(rig_.backend->compressor()->begin({first, reader}), "reads block 8");
 }
 
 TEST(CompressionConfigErrors, ConfigureNeedsAllocationAndSaneValues) {
@@ -145,7 +145,15 @@ TEST(CompressionConfigErrors, ConfigureNeedsAllocationAndSaneValues) {
   job.num_entries = 4;
   job.num_keep = 2;
   job.recipe = &recency;
-  expect_error(backend.begin_compression({job}), "configure_compression() was not called");
+  // No compressor yet: a step that starts a compression reports it failed, and nothing else breaks.
+  EXPECT_EQ(backend.compressor(), nullptr);
+  ForwardBatch only_job;
+  only_job.compressions = {job};
+  only_job.wait_for_compressions = true;
+  StepOutput step_out;
+  ASSERT_TRUE(backend.execute(only_job, &step_out).is_ok());
+  ASSERT_EQ(step_out.finished_compressions.size(), 1u);
+  expect_error(step_out.finished_compressions[0].status, "configure_compression() was not called");
   CompressionConfig c;
   c.max_window = 0;
   expect_error(backend.configure_compression(c), "max_window");
@@ -160,7 +168,7 @@ TEST(CompressionConfigErrors, ConfigureNeedsAllocationAndSaneValues) {
   EXPECT_TRUE(backend.configure_compression(c).is_ok());
   // Q[L=2, max_window=16, h_q=4, d=16] floats per slot.
   EXPECT_EQ(backend.query_slot_bytes(16), size_t{2} * 16 * 4 * 16 * 4);
-  EXPECT_TRUE(backend.begin_compression({job}).is_ok());
+  EXPECT_TRUE(backend.compressor()->begin({job}).is_ok());
 }
 
 TEST_F(CompressionErrors, CaptureArgumentsAreValidated) {

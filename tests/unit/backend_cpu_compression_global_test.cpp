@@ -45,7 +45,7 @@ TEST(CpuCompressionGlobal, ScoreMovesWithItsEntryAndDecaysAcrossCompressions) {
   job.num_scored_entries = 0;
   job.first_compression = true;
   job.recipe = &recipe;
-  ASSERT_TRUE(rig.backend->begin_compression({job}).is_ok());
+  ASSERT_TRUE(rig.backend->compressor()->begin({job}).is_ok());
   const Snapshot after1 = snapshot(rig, table1, num_keep);
   for (int l = 0; l < rig.num_layers; ++l)
     for (int h = 0; h < rig.num_kv_heads; ++h) {
@@ -71,7 +71,7 @@ TEST(CpuCompressionGlobal, ScoreMovesWithItsEntryAndDecaysAcrossCompressions) {
   job.src_blocks = job.dst_blocks = &table2;
   job.num_scored_entries = num_keep;
   job.first_compression = false;
-  ASSERT_TRUE(rig.backend->begin_compression({job}).is_ok());
+  ASSERT_TRUE(rig.backend->compressor()->begin({job}).is_ok());
   const Snapshot after2 = snapshot(rig, table2, num_keep);
   int decayed_wins = 0;  // entries whose F came from the decayed history: the test means something
   for (int l = 0; l < rig.num_layers; ++l)

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-#include "sched/request.h"
+#include "kv/kv_sequence.h"
 
 namespace origami {
 namespace {
@@ -17,9 +17,8 @@ constexpr int kBlock = 4;
 
 KVLayout small_layout(int num_blocks) { return KVLayout::full(2, 2, 8, kBlock, num_blocks, DType::kF32); }
 
-Request make_request(RequestId id, std::vector<int32_t> prompt) {
-  Request r;
-  r.id = id;
+KVSequence make_request(int /*id*/, std::vector<int32_t> prompt) {
+  KVSequence r;
   r.prompt_token_ids = std::move(prompt);
   return r;
 }
@@ -31,16 +30,14 @@ std::vector<int32_t> iota_tokens(int n, int32_t first) {
 }
 
 // What the scheduler and engine do for a whole prefill in one step.
-int admit_and_prefill(KVCacheManager& kv, Request& r) {
+int admit_and_prefill(KVCacheManager& kv, KVSequence& r) {
   const int cached = kv.acquire_cached_prefix(r);
-  r.num_computed_tokens = cached;
   EXPECT_TRUE(kv.allocate_slots(r, r.num_tokens()));
-  r.num_computed_tokens = r.num_tokens();
-  kv.cache_full_blocks(r, r.num_computed_tokens);
+  kv.cache_full_blocks(r, r.num_tokens());
   return cached;
 }
 
-const std::vector<BlockId>& blocks(const Request& r) { return r.kv.groups.at(0).blocks; }
+const std::vector<BlockId>& blocks(const KVSequence& r) { return r.kv.groups.at(0).blocks; }
 
 TEST(KVLayout, FullLayoutAndPageBytes) {
   const KVLayout layout = KVLayout::full(3, 4, 64, 16, 100, DType::kBF16);
@@ -64,7 +61,7 @@ TEST(KVCacheManager, BlocksNeededRoundsUp) {
 
 TEST(KVCacheManager, AllocatesExactBlockIdsAndTracksEntries) {
   KVCacheManager kv(small_layout(10), false);
-  Request r = make_request(1, iota_tokens(10, 100));
+  KVSequence r = make_request(1, iota_tokens(10, 100));
   EXPECT_EQ(kv.acquire_cached_prefix(r), 0);  // caching off
   ASSERT_TRUE(kv.allocate_slots(r, 6));  // a first chunk
   EXPECT_EQ(blocks(r), (std::vector<BlockId>{1, 2}));
@@ -82,14 +79,14 @@ TEST(KVCacheManager, AllocatesExactBlockIdsAndTracksEntries) {
 
 TEST(KVCacheManager, PrefixHitSharesTheSameBlocks) {
   KVCacheManager kv(small_layout(12), true);
-  Request a = make_request(1, iota_tokens(10, 100));  // 2 full blocks + 2 tokens
+  KVSequence a = make_request(1, iota_tokens(10, 100));  // 2 full blocks + 2 tokens
   EXPECT_EQ(admit_and_prefill(kv, a), 0);
   EXPECT_EQ(blocks(a), (std::vector<BlockId>{1, 2, 3}));
   EXPECT_EQ(kv.pool().num_cached_blocks(), 2);  // the partial block is not cached
 
   std::vector<int32_t> prompt_b = iota_tokens(8, 100);  // same 2 blocks, then other tokens
   for (int32_t t : {7, 7, 7}) prompt_b.push_back(t);
-  Request b = make_request(2, prompt_b);
+  KVSequence b = make_request(2, prompt_b);
   EXPECT_EQ(admit_and_prefill(kv, b), 8);
   EXPECT_EQ(b.num_cached_prefix_tokens, 8);
   EXPECT_EQ(blocks(b), (std::vector<BlockId>{1, 2, 4}));
@@ -106,7 +103,7 @@ TEST(KVCacheManager, PrefixHitSharesTheSameBlocks) {
   EXPECT_EQ(kv.num_free_blocks(), 11);
   EXPECT_EQ(kv.pool().num_cached_blocks(), 2);  // cached blocks outlive their requests
 
-  Request c = make_request(3, iota_tokens(9, 100));
+  KVSequence c = make_request(3, iota_tokens(9, 100));
   EXPECT_EQ(admit_and_prefill(kv, c), 8);
   EXPECT_EQ(blocks(c)[0], 1);
   EXPECT_EQ(blocks(c)[1], 2);
@@ -118,57 +115,57 @@ TEST(KVCacheManager, PrefixHitSharesTheSameBlocks) {
 
 TEST(KVCacheManager, AlwaysLeavesOneTokenToCompute) {
   KVCacheManager kv(small_layout(12), true);
-  Request a = make_request(1, iota_tokens(12, 0));  // exactly 3 blocks
+  KVSequence a = make_request(1, iota_tokens(12, 0));  // exactly 3 blocks
   admit_and_prefill(kv, a);
   EXPECT_EQ(kv.pool().num_cached_blocks(), 3);
-  Request same = make_request(2, iota_tokens(12, 0));
+  KVSequence same = make_request(2, iota_tokens(12, 0));
   EXPECT_EQ(kv.acquire_cached_prefix(same), 8);  // the last block is recomputed
-  Request longer = make_request(3, iota_tokens(13, 0));
+  KVSequence longer = make_request(3, iota_tokens(13, 0));
   EXPECT_EQ(kv.acquire_cached_prefix(longer), 12);
-  Request one = make_request(4, iota_tokens(4, 0));
+  KVSequence one = make_request(4, iota_tokens(4, 0));
   EXPECT_EQ(kv.acquire_cached_prefix(one), 0);
-  Request other = make_request(5, iota_tokens(13, 1));
+  KVSequence other = make_request(5, iota_tokens(13, 1));
   EXPECT_EQ(kv.acquire_cached_prefix(other), 0);
 }
 
 TEST(KVCacheManager, GeneratedTokensAreCachedToo) {
   KVCacheManager kv(small_layout(12), true);
-  Request a = make_request(1, iota_tokens(6, 50));
+  KVSequence a = make_request(1, iota_tokens(6, 50));
   admit_and_prefill(kv, a);
   EXPECT_EQ(kv.pool().num_cached_blocks(), 1);
   // Decode: the engine appends the sampled token, the next step computes it.
   for (int32_t t : {900, 901, 902}) {
     a.output_token_ids.push_back(t);
     ASSERT_TRUE(kv.allocate_slots(a, a.num_tokens()));
-    a.num_computed_tokens = a.num_tokens();
-    kv.cache_full_blocks(a, a.num_computed_tokens);
+    
+    kv.cache_full_blocks(a, a.num_tokens());
   }
   EXPECT_EQ(a.num_tokens(), 9);
   EXPECT_EQ(kv.pool().num_cached_blocks(), 2);  // tokens 4..7 = 54 55 900 901
   std::vector<int32_t> follow_up = iota_tokens(6, 50);
   for (int32_t t : {900, 901, 902, 5}) follow_up.push_back(t);
-  Request b = make_request(2, follow_up);
+  KVSequence b = make_request(2, follow_up);
   EXPECT_EQ(kv.acquire_cached_prefix(b), 8);
   EXPECT_EQ(blocks(b), (std::vector<BlockId>{blocks(a)[0], blocks(a)[1]}));
 }
 
 TEST(KVCacheManager, EvictsLeastRecentlyFreedTailFirst) {
   KVCacheManager kv(small_layout(7), true);  // 6 usable blocks
-  Request a = make_request(1, iota_tokens(12, 0));
-  Request b = make_request(2, iota_tokens(12, 100));
+  KVSequence a = make_request(1, iota_tokens(12, 0));
+  KVSequence b = make_request(2, iota_tokens(12, 100));
   admit_and_prefill(kv, a);  // blocks 1 2 3
   admit_and_prefill(kv, b);  // blocks 4 5 6
   kv.free(a);
   kv.free(b);
   EXPECT_EQ(kv.pool().free_queue(), (std::vector<BlockId>{3, 2, 1, 6, 5, 4}));
-  Request c = make_request(3, iota_tokens(8, 1000));
+  KVSequence c = make_request(3, iota_tokens(8, 1000));
   admit_and_prefill(kv, c);  // takes a's tail, then its middle block
   EXPECT_EQ(blocks(c), (std::vector<BlockId>{3, 2}));
   EXPECT_EQ(kv.pool().num_evictions(), 2);
-  Request a2 = make_request(4, iota_tokens(13, 0));
+  KVSequence a2 = make_request(4, iota_tokens(13, 0));
   EXPECT_EQ(kv.acquire_cached_prefix(a2), 4);  // only a's head survived
   EXPECT_EQ(blocks(a2), (std::vector<BlockId>{1}));
-  Request b2 = make_request(5, iota_tokens(13, 100));
+  KVSequence b2 = make_request(5, iota_tokens(13, 100));
   EXPECT_EQ(kv.acquire_cached_prefix(b2), 12);
   EXPECT_EQ(blocks(b2), (std::vector<BlockId>{4, 5, 6}));
 }
@@ -180,23 +177,23 @@ TEST(KVCacheManager, CollidingHashesNeverServeWrongBlocks) {
   kv.set_block_hasher_for_testing(&constant_hash);
   // Every block hashes alike; repeated blocks make tokens match too, so only the chain link
   // tells block 0 from block 1.
-  Request a = make_request(1, {7, 7, 7, 7, 7, 7, 7, 7, 1});
+  KVSequence a = make_request(1, {7, 7, 7, 7, 7, 7, 7, 7, 1});
   admit_and_prefill(kv, a);
   EXPECT_EQ(kv.pool().num_cached_blocks(), 1);
-  Request b = make_request(2, {7, 7, 7, 7, 7, 7, 7, 7, 2});
+  KVSequence b = make_request(2, {7, 7, 7, 7, 7, 7, 7, 7, 2});
   EXPECT_EQ(kv.acquire_cached_prefix(b), 4);
   EXPECT_EQ(blocks(b), (std::vector<BlockId>{blocks(a)[0]}));
-  Request c = make_request(3, {8, 7, 7, 7, 7, 7, 7, 7, 2});
+  KVSequence c = make_request(3, {8, 7, 7, 7, 7, 7, 7, 7, 2});
   EXPECT_EQ(kv.acquire_cached_prefix(c), 0);
-  Request d = make_request(4, {7, 7, 7, 7, 3});  // same first block: a true hit
+  KVSequence d = make_request(4, {7, 7, 7, 7, 3});  // same first block: a true hit
   EXPECT_EQ(kv.acquire_cached_prefix(d), 4);
 }
 
 TEST(KVCacheManager, FailedAllocationLeavesEverythingUntouched) {
   KVCacheManager kv(small_layout(6), true);  // 5 usable
-  Request a = make_request(1, iota_tokens(12, 0));
+  KVSequence a = make_request(1, iota_tokens(12, 0));
   admit_and_prefill(kv, a);  // 3 blocks
-  Request b = make_request(2, iota_tokens(8, 100));
+  KVSequence b = make_request(2, iota_tokens(8, 100));
   ASSERT_TRUE(kv.allocate_slots(b, 4));
   const std::vector<BlockId> before = blocks(b);
   const std::vector<BlockId> queue_before = kv.pool().free_queue();
@@ -216,7 +213,7 @@ TEST(KVCacheManager, AllGroupsGrowOrNone) {
   KVCacheManager kv(layout, true);
   EXPECT_EQ(kv.num_groups(), 2);
   EXPECT_EQ(kv.num_usable_blocks(), 3);
-  Request a = make_request(1, iota_tokens(12, 0));
+  KVSequence a = make_request(1, iota_tokens(12, 0));
   ASSERT_TRUE(kv.allocate_slots(a, 8));
   EXPECT_EQ(a.kv.groups[0].blocks, (std::vector<BlockId>{1, 2}));
   EXPECT_EQ(a.kv.groups[1].blocks, (std::vector<BlockId>{1, 2}));
@@ -224,10 +221,9 @@ TEST(KVCacheManager, AllGroupsGrowOrNone) {
   EXPECT_EQ(kv.num_free_blocks(0), 5);
   EXPECT_EQ(kv.num_free_blocks(1), 1);
   ASSERT_TRUE(kv.allocate_slots(a, 12));
-  a.num_computed_tokens = 12;
   kv.cache_full_blocks(a, 12);
   kv.free(a);
-  Request b = make_request(2, iota_tokens(13, 0));
+  KVSequence b = make_request(2, iota_tokens(13, 0));
   EXPECT_EQ(kv.acquire_cached_prefix(b), 12);
   EXPECT_EQ(b.kv.groups[0].blocks.size(), 3u);
   EXPECT_EQ(b.kv.groups[1].blocks.size(), 3u);
@@ -235,12 +231,12 @@ TEST(KVCacheManager, AllGroupsGrowOrNone) {
 
 TEST(KVCacheManager, AbandonedAdmissionIsUndone) {
   KVCacheManager kv(small_layout(10), true);
-  Request a = make_request(1, iota_tokens(9, 0));
+  KVSequence a = make_request(1, iota_tokens(9, 0));
   admit_and_prefill(kv, a);
   kv.free(a);
   const std::vector<BlockId> queue_before = kv.pool().free_queue();
   const PrefixCacheStats stats_before = kv.prefix_cache_stats();
-  Request b = make_request(2, iota_tokens(9, 0));
+  KVSequence b = make_request(2, iota_tokens(9, 0));
   EXPECT_EQ(kv.acquire_cached_prefix(b), 8);
   EXPECT_EQ(kv.num_free_blocks(), 7);
   kv.abandon_admission(b);
@@ -251,17 +247,15 @@ TEST(KVCacheManager, AbandonedAdmissionIsUndone) {
   EXPECT_EQ(kv.prefix_cache_stats().num_hit_tokens, stats_before.num_hit_tokens);
   // The hit blocks are cached contents again, still findable.
   EXPECT_EQ(kv.pool().free_queue().size(), queue_before.size());
-  Request c = make_request(3, iota_tokens(9, 0));
+  KVSequence c = make_request(3, iota_tokens(9, 0));
   EXPECT_EQ(kv.acquire_cached_prefix(c), 8);
 }
 
 TEST(KVCacheManager, CompressedTablesAreNotCached) {
   KVCacheManager kv(small_layout(10), true);
-  Request a = make_request(1, iota_tokens(12, 0));
-  a.num_computed_tokens = 0;
+  KVSequence a = make_request(1, iota_tokens(12, 0));
   ASSERT_TRUE(kv.allocate_slots(a, 12));
   a.kv.groups[0].num_entries = 8;  // as if compression had dropped entries
-  a.num_computed_tokens = 12;
   kv.cache_full_blocks(a, 12);
   EXPECT_EQ(kv.pool().num_cached_blocks(), 0);
 }

@@ -63,7 +63,11 @@ struct CompressionHarness {
   int64_t num_slot_waits = 0;
   int64_t num_fresh_targets = 0;  // destination blocks that replaced shared prefix blocks
   int num_steps = 0;
-  std::vector<CompressionPlan> plans;  // every plan, for exact assertions
+  // Every batch of compressions started, for exact assertions.
+  struct CompressionPlan {
+    std::vector<Request*> requests;
+  };
+  std::vector<CompressionPlan> plans;
 
   CompressionHarness(int block, int num_blocks, bool prefix_caching, SchedulerConfig config)
       : block_size(block),
@@ -91,31 +95,37 @@ struct CompressionHarness {
     return compressed_entries.at(r.id).at(static_cast<size_t>(entry));
   }
 
-  // The backend's job: keep the window and a pseudo-random choice of the rest, in order.
+  // The backend's job: keep the window and a pseudo-random choice of the rest, in order. It reads
+  // the table the compression started from (the request may already have switched to its
+  // compacted table, ahead of a synchronous backend).
   void compress(Request* r) {
     const RequestCompression& c = r->compression;
-    const int n = r->kv.groups[0].num_entries;
+    const int n = c.src_entries;
     const int k = c.num_keep;
     ASSERT_LT(k, n);
     std::vector<uint64_t> values(static_cast<size_t>(n));
     for (int e = 0; e < n; ++e) {
-      values[static_cast<size_t>(e)] = fake_kv[slot(*r, e)];
-      ASSERT_EQ(values[static_cast<size_t>(e)], expected_entry(*r, e)) << "request " << r->id << " entry " << e;
+      const size_t at = static_cast<size_t>(c.src_blocks.at(static_cast<size_t>(e / block_size))) * block_size + e % block_size;
+      values[static_cast<size_t>(e)] = fake_kv[at];
+      const uint64_t expected =
+          c.src_first_compression ? fake_prefix_value(*r, e) : compressed_entries.at(r->id).at(static_cast<size_t>(e));
+      ASSERT_EQ(values[static_cast<size_t>(e)], expected) << "request " << r->id << " entry " << e;
     }
     // The window's queries must all have been captured into the slot the job uses.
     if (c.window > 0) {
-      ASSERT_GE(c.query_slot, 0) << "request " << r->id << " compresses without a query slot";
+      ASSERT_GE(c.src_query_slot, 0) << "request " << r->id << " compresses without a query slot";
       for (int e = n - c.window; e < n; ++e) {
         auto it = captured[r->id].find(e);
         ASSERT_TRUE(it != captured[r->id].end()) << "request " << r->id << ": query of window entry " << e << " not captured";
-        ASSERT_EQ(it->second, c.query_slot) << "request " << r->id << " entry " << e;
+        ASSERT_EQ(it->second, c.src_query_slot) << "request " << r->id << " entry " << e;
       }
     }
     const int protect = c.trigger == CompressionTrigger::kCacheFull && c.window == 0 ? 0 : c.window;
     std::vector<int> keep;
     for (int e = 0; e < n - protect; ++e) keep.push_back(e);
     // Drop a deterministic pseudo-random subset of the unprotected entries.
-    uint64_t state = r->id * 7919 + static_cast<uint64_t>(c.num_compressions) * 104729 + 1;
+    const uint64_t done_before = static_cast<uint64_t>(c.num_compressions - (c.switched_early ? 1 : 0));
+    uint64_t state = r->id * 7919 + done_before * 104729 + 1;
     while (static_cast<int>(keep.size()) > k - protect) {
       state = state * 6364136223846793005ull + 1442695040888963407ull;
       keep.erase(keep.begin() + static_cast<std::ptrdiff_t>((state >> 33) % keep.size()));
@@ -123,7 +133,7 @@ struct CompressionHarness {
     for (int e = n - protect; e < n; ++e) keep.push_back(e);
     ASSERT_EQ(static_cast<int>(keep.size()), k);
     for (BlockId dst : c.dst_blocks) {
-      const auto& src = r->kv.groups[0].blocks;
+      const auto& src = c.src_blocks;
       if (std::find(src.begin(), src.end(), dst) == src.end()) ++num_fresh_targets;
     }
     std::vector<uint64_t> kept;
@@ -137,32 +147,47 @@ struct CompressionHarness {
   }
   std::map<RequestId, std::vector<uint64_t>> pending_results;
 
-  void complete(Request* r) {
-    sched.complete_compression(r);
-    compressed_entries[r->id] = pending_results.at(r->id);
-    pending_results.erase(r->id);
-    captured[r->id].clear();
-    ++num_compressions;
+  // The backend's report of the whole batch in flight.
+  std::vector<CompressionResult> report_in_flight() const {
+    std::vector<CompressionResult> done;
+    for (Request* r : in_flight) done.push_back({r->id, Status::ok()});
+    return done;
   }
 
-  void complete_all_in_flight() {
-    for (Request* r : in_flight) complete(r);
-    in_flight.clear();
+  void record_completions(const std::vector<CompressionResult>& done) {
+    for (const CompressionResult& c : done) {
+      take_result(c.request_id);
+      ++num_compressions;
+    }
+    if (!done.empty()) in_flight.clear();
   }
 
-  void start_compressions() {
-    if (!in_flight.empty()) return;
-    CompressionPlan plan = sched.plan_compressions();
-    for (Request* r : plan.preempted) forget(r);
-    num_preemptions += static_cast<int64_t>(plan.preempted.size());
-    for (Request* r : plan.requests) {
+  // The request's cache now holds what its compression kept (once per compression).
+  void take_result(RequestId id) {
+    auto it = pending_results.find(id);
+    if (it == pending_results.end()) return;
+    compressed_entries[id] = std::move(it->second);
+    pending_results.erase(it);
+    captured[id].clear();
+  }
+
+  // The step's new compressions, as the backend runs them before the forward pass.
+  void start_compressions(const SchedulerOutput& out) {
+    for (Request* r : out.preempted) forget(r);
+    for (Request* r : out.compressions) {
       compress(r);
       if (::testing::Test::HasFatalFailure()) return;
+      // Switched to its compacted table already: it computes on it in this very step.
+      if (r->compression.switched_early) take_result(r->id);
     }
-    in_flight = plan.requests;
-    flight_age = 0;
-    if (!plan.requests.empty() || !plan.preempted.empty()) plans.push_back(plan);
-    if (flight_delay == 0) complete_all_in_flight();
+    if (!out.compressions.empty()) {
+      ASSERT_TRUE(in_flight.empty()) << "a second compression batch while one is in flight";
+      in_flight = out.compressions;
+      flight_age = 0;
+      CompressionPlan plan;
+      plan.requests = out.compressions;
+      plans.push_back(plan);
+    }
   }
 
   void forget(Request* r) {
@@ -248,41 +273,40 @@ struct CompressionHarness {
     for (Request* r : preempted) ASSERT_EQ(bounded.count(r), 0u) << "compressed request " << r->id << " preempted";
   }
 
+  // A backend whose compressions run `flight_delay` steps: with 0 it compacts before the step's
+  // forward pass (the request computes in that same step); with d > 0 the request runs again d
+  // steps after its compression started (reported between steps, as a wait-only step would).
   SchedulerOutput step() {
     ++num_steps;
-    if (!in_flight.empty() && ++flight_age >= flight_delay) complete_all_in_flight();
-    const size_t plans_before = plans.size();
-    std::set<Request*> bounded = bounded_requests();
-    start_compressions();
-    if (plans.size() > plans_before) check_not_bounded(bounded, plans.back().preempted);
-    SchedulerOutput out;
-    for (;;) {
-      bounded = bounded_requests();
-      out = sched.schedule();
-      check_not_bounded(bounded, out.preempted);
-      num_preemptions += static_cast<int64_t>(out.preempted.size());
-      for (Request* r : out.preempted) forget(r);
-      num_slot_waits += out.num_query_slot_waits;
-      for (Request* r : out.rejected) {
-        rejected.push_back(r);
-        sched.finish_request(r, FinishReason::kError);
-      }
-      if (!out.empty() || !sched.has_unfinished()) break;
-      if (!in_flight.empty()) {
-        complete_all_in_flight();
-        start_compressions();
-        continue;
-      }
-      std::vector<Request*> preempted;
-      if (!sched.preempt_to_make_progress(&preempted)) break;
-      for (Request* r : preempted) forget(r);
-      num_preemptions += static_cast<int64_t>(preempted.size());
+    if (!in_flight.empty() && ++flight_age >= flight_delay) {
+      const std::vector<CompressionResult> done = report_in_flight();
+      const SchedulerUpdate update = sched.update_from_output(SchedulerOutput{}, done);
+      EXPECT_TRUE(update.failed_compressions.empty());
+      record_completions(done);
+    }
+    const std::set<Request*> bounded = bounded_requests();
+    if (in_flight.empty()) sched.set_compress_before_forward(flight_delay == 0);
+    SchedulerOutput out = sched.schedule();
+    check_not_bounded(bounded, out.preempted);
+    num_preemptions += static_cast<int64_t>(out.preempted.size());
+    num_slot_waits += out.num_query_slot_waits;
+    start_compressions(out);
+    if (::testing::Test::HasFatalFailure()) return out;
+    for (Request* r : out.rejected) {
+      rejected.push_back(r);
+      sched.finish_request(r, FinishReason::kError);
     }
     check_invariants(out);
     if (::testing::Test::HasFatalFailure()) return out;
     run_model(out);
     if (::testing::Test::HasFatalFailure()) return out;
-    sched.on_step_done(out);
+    // A synchronous backend reports the step's compressions with it; a wait step blocks until
+    // the batch in flight is done.
+    std::vector<CompressionResult> done;
+    if (flight_delay == 0 || out.wait_for_compressions) done = report_in_flight();
+    const SchedulerUpdate update = sched.update_from_output(out, done);
+    EXPECT_TRUE(update.failed_compressions.empty());
+    record_completions(done);
     for (const ScheduledSequence& s : out.sequences) {
       Request& r = *s.request;
       if (r.num_computed_tokens < r.num_tokens()) continue;

@@ -120,7 +120,7 @@ struct Harness {
       rejected.push_back(r);
       sched.finish_request(r, FinishReason::kError);
     }
-    sched.on_step_done(out);
+    sched.update_from_output(out, {});
     for (const ScheduledSequence& s : out.sequences) {
       Request& r = *s.request;
       if (r.num_computed_tokens < r.num_tokens()) continue;  // mid-prompt chunk: no logits

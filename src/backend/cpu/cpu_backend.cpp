@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_compression.h"
+#include "backend/forward_batch_validation.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/check.h"
 #include "sampling/logprob.h"
@@ -152,88 +153,27 @@ void CpuBackend::copy_block(int group, BlockId src, BlockId dst) {
 Status CpuBackend::validate(const ForwardBatch& batch) const {
   if (!loaded_) return invalid_argument("cpu backend: execute() before load()");
   if (!kv_.allocated()) return invalid_argument("cpu backend: execute() before allocate_kv_cache()");
-  const int num_tokens = static_cast<int>(batch.token_ids.size());
-  if (batch.positions.size() != batch.token_ids.size())
-    return invalid_argument("batch: " + std::to_string(batch.positions.size()) + " positions for " +
-                            std::to_string(num_tokens) + " tokens");
-  for (int i = 0; i < num_tokens; ++i) {
-    if (batch.token_ids[i] < 0 || batch.token_ids[i] >= config_.vocab_size)
-      return invalid_argument("batch: token id " + std::to_string(batch.token_ids[i]) + " at index " +
-                              std::to_string(i) + " is outside the vocabulary [0, " +
-                              std::to_string(config_.vocab_size) + ")");
-    if (batch.positions[i] < 0)
-      return invalid_argument("batch: negative position at index " + std::to_string(i));
-  }
-  const int bs = kv_.layout().block_size;
-  std::vector<char> row_used(num_tokens, 0);
-  for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    const SequenceInput& seq = batch.sequences[s];
-    const std::string who = "batch: sequence " + std::to_string(s) + " (request " + std::to_string(seq.request_id) + ")";
-    if (seq.num_query_tokens < 1 || seq.query_start < 0 || seq.query_start + seq.num_query_tokens > num_tokens)
-      return invalid_argument(who + ": tokens [" + std::to_string(seq.query_start) + ", " +
-                              std::to_string(seq.query_start + seq.num_query_tokens) + ") outside the batch's " +
-                              std::to_string(num_tokens) + " tokens");
-    if (seq.logprob_token >= config_.vocab_size)
-      return invalid_argument(who + ": logprob_token " + std::to_string(seq.logprob_token) +
-                              " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
-    for (int t = seq.query_start; t < seq.query_start + seq.num_query_tokens; ++t) {
-      if (row_used[t]) return invalid_argument(who + ": token " + std::to_string(t) + " belongs to two sequences");
-      row_used[t] = 1;
-    }
-    if (seq.num_cached_entries < 0) return invalid_argument(who + ": negative num_cached_entries");
-    if (!seq.block_table) return invalid_argument(who + ": no block table");
-    const int64_t num_entries = static_cast<int64_t>(seq.num_cached_entries) + seq.num_query_tokens;
-    const int64_t num_pages = (num_entries + bs - 1) / bs;
-    if (static_cast<int64_t>(seq.block_table->size()) < num_pages)
-      return invalid_argument(who + ": block table has " + std::to_string(seq.block_table->size()) +
-                              " pages, " + std::to_string(num_entries) + " entries need " + std::to_string(num_pages));
-    for (int64_t p = 0; p < num_pages; ++p) {
-      const BlockId b = (*seq.block_table)[p];
-      if (b <= kNullBlock || b >= kv_.num_blocks())
-        return invalid_argument(who + ": page " + std::to_string(p) + " is block " + std::to_string(b) +
-                                ", outside [1, " + std::to_string(kv_.num_blocks()) + ")");
-    }
-    if (seq.logits_mode != LogitsMode::kNone && !seq.sampling)
-      return invalid_argument(who + ": no sampling parameters");
-    if (seq.query_slot < -1)
-      return invalid_argument(who + ": query_slot must be -1 (no capture) or a slot index, got " +
-                              std::to_string(seq.query_slot));
-    if (seq.query_slot >= 0) {
-      if (!kv_.compression_configured())
-        return invalid_argument(who + ": query_slot " + std::to_string(seq.query_slot) +
-                                " set but configure_compression() was not called");
-      if (seq.query_slot >= kv_.compression_config().num_query_slots)
-        return invalid_argument(who + ": query_slot " + std::to_string(seq.query_slot) + " outside [0, " +
-                                std::to_string(kv_.compression_config().num_query_slots) + ")");
-      if (seq.query_capture_from < 0)
-        return invalid_argument(who + ": query_capture_from must be >= 0 with a query slot, got " +
-                                std::to_string(seq.query_capture_from));
-      for (size_t o = 0; o < s; ++o)
-        if (batch.sequences[o].query_slot == seq.query_slot)
-          return invalid_argument(who + ": query_slot " + std::to_string(seq.query_slot) + " is also used by sequence " +
-                                  std::to_string(o));
-    }
-  }
-  return Status::ok();
+  ForwardBatchLimits limits;
+  limits.vocab_size = config_.vocab_size;
+  limits.block_size = kv_.layout().block_size;
+  limits.num_blocks = kv_.num_blocks();
+  limits.num_query_slots = kv_.compression_configured() ? kv_.compression_config().num_query_slots : -1;
+  return validate_forward_batch(batch, limits);
 }
 
 Status CpuBackend::configure_compression(const CompressionConfig& config) {
   if (!loaded_) return invalid_argument("cpu backend: configure_compression() before load()");
   if (!kv_.allocated()) return invalid_argument("cpu backend: configure_compression() before allocate_kv_cache()");
-  return kv_.configure_compression(config, config_.num_heads);
+  compressor_.reset();
+  ORIGAMI_RETURN_IF_ERROR(kv_.configure_compression(config, config_.num_heads));
+  compressor_ = std::make_unique<cpu::CpuCompressor>(&kv_, 1.0f / std::sqrt(static_cast<float>(config_.head_dim)),
+                                                     pool_.get());
+  return Status::ok();
 }
 
 size_t CpuBackend::query_slot_bytes(int max_window) const {
   if (!loaded_ || max_window <= 0) return 0;
   return static_cast<size_t>(config_.num_layers) * max_window * config_.num_heads * config_.head_dim * sizeof(float);
-}
-
-Status CpuBackend::begin_compression(const std::vector<CompressionJob>& jobs) {
-  const float scale = loaded_ ? 1.0f / std::sqrt(static_cast<float>(config_.head_dim)) : 1.0f;
-  const auto t0 = std::chrono::steady_clock::now();
-  compression_status_ = cpu::run_compression(kv_, jobs, scale, pool_.get());
-  compression_device_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return compression_status_;
 }
 
 void CpuBackend::capture_queries(int layer_idx, const ForwardBatch& batch) {
@@ -327,6 +267,16 @@ void CpuBackend::run_layer(int layer_idx, const ForwardBatch& batch, int num_tok
 
 Status CpuBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   ORIGAMI_RETURN_IF_ERROR(validate(batch));
+  compressions_.start(compressor_.get(), batch, out);
+  out->sampled_tokens.clear();
+  out->all_logits.clear();
+  out->token_logprobs.clear();
+  const Status st = batch.sequences.empty() ? Status::ok() : forward(batch, out);
+  compressions_.collect(compressor_.get(), out);
+  return st;
+}
+
+Status CpuBackend::forward(const ForwardBatch& batch, StepOutput* out) {
   const ModelConfig& c = config_;
   const int num_tokens = static_cast<int>(batch.token_ids.size());
   const int hidden = c.hidden_size, half = c.head_dim / 2, vocab = c.vocab_size;

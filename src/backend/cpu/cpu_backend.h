@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/compression_stepper.h"
+#include "backend/cpu/cpu_compression.h"
 #include "backend/cpu/cpu_kv_cache.h"
 #include "backend/cpu/cpu_thread_pool.h"
 
@@ -28,10 +30,7 @@ class CpuBackend : public Backend {
   // Compression (cpu_compression.h): synchronous, spread over the pool by (layer, KV head).
   Status configure_compression(const CompressionConfig& config) override;
   size_t query_slot_bytes(int max_window) const override;
-  Status begin_compression(const std::vector<CompressionJob>& jobs) override;
-  bool compression_done() override { return true; }
-  Status wait_compression() override { return compression_status_; }
-  double compression_device_seconds() const override { return compression_device_seconds_; }
+  KVCompressor* compressor() override { return compressor_.get(); }
 
   int num_threads() const { return pool_->num_threads(); }
   const ModelConfig& config() const { return config_; }
@@ -69,6 +68,8 @@ class CpuBackend : public Backend {
   };
 
   Status validate(const ForwardBatch& batch) const;
+  // The model step proper (execute() wraps it with the step's compressions).
+  Status forward(const ForwardBatch& batch, StepOutput* out);
   void linear(const Linear& layer, int num_rows, const float* in, float* out) const;
   void run_layer(int layer_idx, const ForwardBatch& batch, int num_tokens);
   // Writes the layer's post-RoPE queries of capturing sequences into their query slots.
@@ -86,8 +87,8 @@ class CpuBackend : public Backend {
   std::vector<float> inv_freq_;  // [head_dim / 2]
   cpu::CpuKVCache kv_;
   Workspace ws_;
-  Status compression_status_;  // of the last begin_compression()
-  double compression_device_seconds_ = 0.0;
+  std::unique_ptr<cpu::CpuCompressor> compressor_;  // null until configure_compression()
+  CompressionStepper compressions_;
 };
 
 }  // namespace origami

@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_compression.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "backend/cpu/compression_ops.h"
@@ -117,6 +118,13 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
     });
   }
   return Status::ok();
+}
+
+Status CpuCompressor::begin(const std::vector<CompressionJob>& jobs) {
+  const auto t0 = std::chrono::steady_clock::now();
+  status_ = run_compression(*kv_, jobs, scale_, pool_);
+  device_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return status_;
 }
 
 }  // namespace origami::cpu

@@ -15,6 +15,7 @@
 
 #include "backend/cpu/cpu_kv_cache.h"
 #include "backend/cpu/cpu_thread_pool.h"
+#include "backend/kv_compressor.h"
 #include "core/status.h"
 #include "kv/compression.h"
 
@@ -28,5 +29,24 @@ Status validate_compression_jobs(const CpuKVCache& kv, const std::vector<Compres
 
 // Validates, then runs `jobs` to completion. `scale` is the attention scale (1 / sqrt(head_dim)).
 Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, float scale, ThreadPool* pool);
+
+// The CPU backend's KVCompressor: begin() runs the batch to completion (run_compression), so
+// done() is always true and wait() returns the batch's status.
+class CpuCompressor : public KVCompressor {
+ public:
+  CpuCompressor(CpuKVCache* kv, float scale, ThreadPool* pool) : kv_(kv), scale_(scale), pool_(pool) {}
+  Status begin(const std::vector<CompressionJob>& jobs) override;
+  bool done() override { return true; }
+  Status wait() override { return status_; }
+  double device_seconds() const override { return device_seconds_; }
+  bool synchronous() const override { return true; }
+
+ private:
+  CpuKVCache* kv_;
+  float scale_;
+  ThreadPool* pool_;
+  Status status_;
+  double device_seconds_ = 0.0;
+};
 
 }  // namespace origami::cpu

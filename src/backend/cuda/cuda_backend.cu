@@ -8,6 +8,7 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cuda/cuda_backend_factory.h"
 #include "backend/cuda/compression_kernels.h"
+#include "backend/forward_batch_validation.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/check.h"
 #include "backend/cuda/elementwise_kernels.h"
@@ -454,13 +455,23 @@ Status CudaBackend::compute_all_logits(const ForwardBatch& batch, StepOutput* ou
 
 Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   if (!loaded_ || kv_pool_ == nullptr) return invalid_argument("CUDA backend: execute before load/allocate_kv_cache");
+  ForwardBatchLimits limits;
+  limits.vocab_size = config_.vocab_size;
+  limits.block_size = kv_layout_.block_size;
+  limits.num_blocks = kv_layout_.groups[0].num_blocks;
+  limits.num_query_slots = compressor_ != nullptr ? compressor_->config().num_query_slots : -1;
+  ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits));
+  compressions_.start(compressor_.get(), batch, out);
+  const Status st = forward(batch, out);
+  compressions_.collect(compressor_.get(), out);
+  return st;
+}
+
+Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
   const ModelConfig& c = config_;
   const int num_seqs = static_cast<int>(batch.sequences.size());
   const int num_tokens = static_cast<int>(batch.token_ids.size());
   const int bs = kv_layout_.block_size;
-  const int num_blocks = kv_layout_.groups[0].num_blocks;
-  if (batch.positions.size() != batch.token_ids.size())
-    return invalid_argument("ForwardBatch: positions and token_ids differ in length");
   out->sampled_tokens.assign(num_seqs, -1);
   out->all_logits.resize(num_seqs);
   for (auto& v : out->all_logits) v.clear();
@@ -473,42 +484,17 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   bool any_logprobs = false;
   for (const SequenceInput& s : batch.sequences) {
     if (s.logits_mode == LogitsMode::kAll) use_graph = false;
-    if (s.logprob_token >= c.vocab_size)
-      return invalid_argument("ForwardBatch: request " + std::to_string(s.request_id) + " asks for the log-probability of token " +
-                              std::to_string(s.logprob_token) + ", outside the vocabulary");
     any_logprobs = any_logprobs || (s.logprob_token >= 0 && s.logits_mode != LogitsMode::kNone);
     const int kv_len = s.num_cached_entries + s.num_query_tokens;
-    if (s.block_table == nullptr) return invalid_argument("ForwardBatch: sequence without a block table");
     const int pages = (kv_len + bs - 1) / bs;
-    if (static_cast<int>(s.block_table->size()) < pages)
-      return invalid_argument("ForwardBatch: request " + std::to_string(s.request_id) + " has " +
-                              std::to_string(s.block_table->size()) + " pages for " + std::to_string(kv_len) +
-                              " KV entries");
     total_pages += pages;
     max_kv_len = std::max(max_kv_len, kv_len);
   }
   if (max_kv_len > graph_max_kv_len_) use_graph = false;
-  // Query capture (compression): the slot must exist and belong to one sequence of the batch.
+  // Query capture (compression); validate_forward_batch checked the slots.
   const int num_slots = compressor_ != nullptr ? compressor_->config().num_query_slots : 0;
-  const int max_window = compressor_ != nullptr ? compressor_->config().max_window : 1;
   bool any_capture = false;
-  for (int i = 0; i < num_seqs; ++i) {
-    const SequenceInput& s = batch.sequences[i];
-    if (s.query_slot == -1) continue;
-    const std::string who = "ForwardBatch: request " + std::to_string(s.request_id);
-    if (s.query_slot < -1 || s.query_slot >= num_slots)
-      return invalid_argument(who + ": query_slot " + std::to_string(s.query_slot) + " outside [0, " +
-                              std::to_string(num_slots) + ")" +
-                              (compressor_ == nullptr ? " (configure_compression() was not called)" : ""));
-    if (s.query_capture_from < 0)
-      return invalid_argument(who + ": query_capture_from must be >= 0 with a query slot, got " +
-                              std::to_string(s.query_capture_from));
-    for (int o = 0; o < i; ++o)
-      if (batch.sequences[o].query_slot == s.query_slot)
-        return invalid_argument(who + ": query_slot " + std::to_string(s.query_slot) + " is also used by sequence " +
-                                std::to_string(o));
-    any_capture = true;
-  }
+  for (const SequenceInput& s : batch.sequences) any_capture = any_capture || s.query_slot >= 0;
   // A captured graph serves steps that capture and steps that do not, so it always copies.
   const bool capture_queries = num_slots > 0 && (use_graph || any_capture);
   const int run_seqs = use_graph ? graphs_.bucket_for(num_seqs) : num_seqs;
@@ -519,30 +505,20 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   const InputLayout in = input_layout(cap_);
   int32_t* hi = host_inputs_;
   int32_t* pages_out = hi + in.page_indices;
-  int page_count = 0, num_sample_rows = 0, expected_start = 0;
+  const int max_window = compressor_ != nullptr ? compressor_->config().max_window : 1;
+  int page_count = 0, num_sample_rows = 0;
   hi[in.q_indptr] = 0;
   hi[in.page_indptr] = 0;
   for (int i = 0; i < num_seqs; ++i) {
     const SequenceInput& s = batch.sequences[i];
-    if (s.query_start != expected_start || s.num_query_tokens <= 0 || s.query_start + s.num_query_tokens > num_tokens)
-      return invalid_argument("ForwardBatch: sequences must cover token_ids in order with >= 1 token each");
-    expected_start += s.num_query_tokens;
     const std::vector<BlockId>& table = *s.block_table;
     const int kv_len = s.num_cached_entries + s.num_query_tokens;
     const int pages = (kv_len + bs - 1) / bs;
-    for (int p = 0; p < pages; ++p) {
-      if (table[p] < 0 || table[p] >= num_blocks)
-        return invalid_argument("ForwardBatch: request " + std::to_string(s.request_id) + " has block id " +
-                                std::to_string(table[p]) + " outside the pool");
-      pages_out[page_count++] = table[p];
-    }
+    for (int p = 0; p < pages; ++p) pages_out[page_count++] = table[p];
     for (int j = 0; j < s.num_query_tokens; ++j) {
       const int t = s.query_start + j;
       const int e = s.num_cached_entries + j;
-      const int32_t token = batch.token_ids[t];
-      if (token < 0 || token >= c.vocab_size)
-        return invalid_argument("ForwardBatch: token id " + std::to_string(token) + " outside the vocabulary");
-      hi[in.tokens + t] = token;
+      hi[in.tokens + t] = batch.token_ids[t];
       hi[in.positions + t] = batch.positions[t];
       hi[in.slots + t] = table[e / bs] * bs + e % bs;
       hi[in.query_rows + t] = s.query_slot >= 0 && e >= s.query_capture_from
@@ -568,7 +544,6 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
       ++num_sample_rows;
     }
   }
-  if (expected_start != num_tokens) return invalid_argument("ForwardBatch: sequences do not cover every token");
   if (use_graph) {
     // Padding rows: token 0 at position 0, no KV write, one entry read from the null block.
     for (int i = num_seqs; i < run_seqs; ++i) {
@@ -628,7 +603,7 @@ Status CudaBackend::configure_compression(const CompressionConfig& config) {
     return invalid_argument("CUDA backend: configure_compression() before load() and allocate_kv_cache()");
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   graphs_.clear();  // captured graphs point at the old query cache (or capture nothing)
-  if (compressor_ == nullptr) compressor_ = std::make_unique<CudaCompressor>();
+  if (compressor_ == nullptr) compressor_ = std::make_unique<CudaCompressor>(stream_);
   CudaCompressor::Geometry g;
   g.num_layers = config_.num_layers;
   g.num_kv_heads = config_.num_kv_heads;
@@ -651,20 +626,6 @@ size_t CudaBackend::query_slot_bytes(int max_window) const {
   g.num_q_heads = config_.num_heads;
   g.head_dim = config_.head_dim;
   return CudaCompressor::query_slot_bytes(g, max_window);
-}
-
-Status CudaBackend::begin_compression(const std::vector<CompressionJob>& jobs) {
-  if (compressor_ == nullptr)
-    return invalid_argument("CUDA backend: begin_compression() before configure_compression()");
-  return compressor_->begin(jobs, stream_);
-}
-
-bool CudaBackend::compression_done() { return compressor_ == nullptr || compressor_->done(); }
-
-Status CudaBackend::wait_compression() { return compressor_ == nullptr ? Status::ok() : compressor_->wait(); }
-
-double CudaBackend::compression_device_seconds() const {
-  return compressor_ == nullptr ? 0.0 : compressor_->device_seconds();
 }
 
 void CudaBackend::synchronize() const { ORIGAMI_CUDA_CHECK(cudaStreamSynchronize(stream_)); }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/compression_stepper.h"
 #include "backend/cuda/cuda_compression.h"
 #include "backend/cuda/cuda_graph_runner.h"
 #include "backend/cuda/gemm.h"
@@ -37,10 +38,7 @@ class CudaBackend : public Backend {
   // each token's destination row is a step input), jobs on a separate stream.
   Status configure_compression(const CompressionConfig& config) override;
   size_t query_slot_bytes(int max_window) const override;
-  Status begin_compression(const std::vector<CompressionJob>& jobs) override;
-  bool compression_done() override;
-  Status wait_compression() override;
-  double compression_device_seconds() const override;
+  KVCompressor* compressor() override { return compressor_.get(); }
 
   // Device storage, for tests: one layer's K or V [num_blocks, num_kv_heads, block_size, head_dim],
   // the query cache [L, M, max_window, h_q, d] and the global scores [L, num_blocks, h_kv, block_size].
@@ -55,6 +53,8 @@ class CudaBackend : public Backend {
   int num_graphs() const { return graphs_.num_graphs(); }
 
  private:
+  // The model step proper (execute() validates the batch and wraps it with its compressions).
+  Status forward(const ForwardBatch& batch, StepOutput* out);
   using bf16 = __nv_bfloat16;
   struct Layer {
     bf16* input_norm = nullptr;      // [hidden]
@@ -140,6 +140,7 @@ class CudaBackend : public Backend {
   float* dev_logprobs_ = nullptr;
 
   std::unique_ptr<CudaCompressor> compressor_;  // null until configure_compression()
+  CompressionStepper compressions_;
 
   CudaGraphRunner graphs_;
   int graph_max_kv_len_ = 0;

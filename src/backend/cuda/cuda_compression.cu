@@ -66,7 +66,7 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
   return plan;
 }
 
-CudaCompressor::CudaCompressor() {
+CudaCompressor::CudaCompressor(cudaStream_t main_stream) : main_stream_(main_stream) {
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   ORIGAMI_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   // started_/done_ time the batch on the device (compression_device_seconds).
@@ -170,7 +170,7 @@ Status CudaCompressor::ensure_device(void** ptr, size_t* capacity, size_t bytes)
   return Status::ok();
 }
 
-Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs, cudaStream_t main_stream) {
+Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   if (!configured_) return invalid_argument("CUDA backend: begin_compression() before configure_compression()");
   if (in_flight_) {
     const cudaError_t err = cudaEventSynchronize(done_);
@@ -224,7 +224,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs, cudaStream
   }
 
   // After everything already queued on the backend's stream (KV writes, query capture, copies).
-  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_, main_stream));
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_, main_stream_));
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, ready_, 0));
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(started_, stream_));
   if (!descs.empty()) {

@@ -10,7 +10,8 @@
 //
 // Scratch is sized for one layer group of the batch: per (layer of the stride, KV head, entry)
 // 8 bytes (24 with a redundancy score), plus 4 per kept entry; it grows between batches, never
-// while one is in flight or during a graph capture (begin() is not called from inside execute()).
+// while one is in flight or during a graph capture (execute() calls begin() before it enqueues or
+// captures the step).
 // It is not part of the KV memory plan: it comes out of the backend's reserve.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "backend/cuda/compression_kernels.h"
+#include "backend/kv_compressor.h"
 #include "core/status.h"
 #include "kv/block_table.h"
 #include "kv/compression.h"
@@ -43,7 +45,7 @@ struct CompressionPlan {
 CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int block_size, int rows_per_job,
                                  int group_size);
 
-class CudaCompressor {
+class CudaCompressor : public KVCompressor {
  public:
   // The backend's paged storage: K of layer l at k + l * kv_layer_pitch (elements), V likewise.
   struct Geometry {
@@ -58,8 +60,10 @@ class CudaCompressor {
     size_t kv_layer_pitch = 0;
   };
 
-  CudaCompressor();
-  ~CudaCompressor();
+  // Batches run after the work already queued on `main_stream` (the backend's stream) when begin()
+  // is called.
+  explicit CudaCompressor(cudaStream_t main_stream);
+  ~CudaCompressor() override;
   CudaCompressor(const CudaCompressor&) = delete;
   CudaCompressor& operator=(const CudaCompressor&) = delete;
 
@@ -79,13 +83,13 @@ class CudaCompressor {
   size_t score_layer_pitch() const;
 
   // Validates `jobs` (each names the job, request and field at fault) and enqueues them after the
-  // work already on `main_stream`. Waits for a previous batch still in flight.
-  Status begin(const std::vector<CompressionJob>& jobs, cudaStream_t main_stream);
-  bool done();
-  Status wait();
+  // work already on the main stream. Waits for a previous batch still in flight.
+  Status begin(const std::vector<CompressionJob>& jobs) override;
+  bool done() override;
+  Status wait() override;
   // Device time of the completed batches: from the batch's first command on stream_ (after it
   // waited for the main stream) to its done_ event. Decode kernels overlapping it count too.
-  double device_seconds() const { return device_seconds_; }
+  double device_seconds() const override { return device_seconds_; }
 
   // Copy-on-write of one page's global scores (every layer), enqueued on `stream`.
   void copy_scores(BlockId src, BlockId dst, cudaStream_t stream);
@@ -98,6 +102,7 @@ class CudaCompressor {
   bool configured_ = false;
   CompressionConfig config_;
   Geometry geom_;
+  cudaStream_t main_stream_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ready_ = nullptr;  // recorded on the backend's stream at begin()
   cudaEvent_t started_ = nullptr;  // recorded on stream_ once it may run the batch

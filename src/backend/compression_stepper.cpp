@@ -1,0 +1,48 @@
+#include "backend/compression_stepper.h"
+
+#include <chrono>
+
+#include "core/check.h"
+
+namespace origami {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void CompressionStepper::report(const Status& status, StepOutput* out) {
+  for (uint64_t id : in_flight_) out->finished_compressions.push_back({id, status});
+  in_flight_.clear();
+}
+
+void CompressionStepper::start(KVCompressor* compressor, const ForwardBatch& batch, StepOutput* out) {
+  out->finished_compressions.clear();
+  out->compression_seconds = 0.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!batch.compressions.empty()) {
+    // The scheduler starts a batch only once the previous one was reported.
+    ORIGAMI_CHECK_MSG(in_flight_.empty(), "a compression batch started while another one is in flight");
+    for (const CompressionJob& job : batch.compressions) in_flight_.push_back(job.request_id);
+    const Status st = compressor == nullptr
+                          ? invalid_argument("KV compression is not set up: configure_compression() was not called")
+                          : compressor->begin(batch.compressions);
+    if (!st.is_ok()) report(st, out);  // refused whole: nothing was written
+  }
+  if (batch.wait_for_compressions && !in_flight_.empty() && compressor != nullptr) report(compressor->wait(), out);
+  out->compression_seconds = seconds_since(t0);
+  out->compression_device_seconds = compressor != nullptr ? compressor->device_seconds() : 0.0;
+}
+
+void CompressionStepper::collect(KVCompressor* compressor, StepOutput* out) {
+  if (in_flight_.empty()) return;
+  if (!compressor->done()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  report(compressor->wait(), out);  // done: returns at once with the batch's status
+  out->compression_seconds += seconds_since(t0);
+  out->compression_device_seconds = compressor->device_seconds();
+}
+
+}  // namespace origami

@@ -1,0 +1,75 @@
+#include "backend/forward_batch_validation.h"
+
+#include <string>
+
+namespace origami {
+
+Status validate_forward_batch(const ForwardBatch& batch, const ForwardBatchLimits& limits) {
+  const int num_tokens = static_cast<int>(batch.token_ids.size());
+  if (batch.positions.size() != batch.token_ids.size())
+    return invalid_argument("batch: " + std::to_string(batch.positions.size()) + " positions for " +
+                            std::to_string(num_tokens) + " tokens");
+  for (int i = 0; i < num_tokens; ++i) {
+    if (batch.token_ids[i] < 0 || batch.token_ids[i] >= limits.vocab_size)
+      return invalid_argument("batch: token id " + std::to_string(batch.token_ids[i]) + " at index " +
+                              std::to_string(i) + " is outside the vocabulary [0, " +
+                              std::to_string(limits.vocab_size) + ")");
+    if (batch.positions[i] < 0) return invalid_argument("batch: negative position at index " + std::to_string(i));
+  }
+  const int bs = limits.block_size;
+  int expected_start = 0;
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const SequenceInput& seq = batch.sequences[s];
+    const std::string who = "batch: sequence " + std::to_string(s) + " (request " + std::to_string(seq.request_id) + ")";
+    if (seq.num_query_tokens < 1 || seq.query_start < 0 || seq.query_start + seq.num_query_tokens > num_tokens)
+      return invalid_argument(who + ": tokens [" + std::to_string(seq.query_start) + ", " +
+                              std::to_string(seq.query_start + seq.num_query_tokens) + ") outside the batch's " +
+                              std::to_string(num_tokens) + " tokens");
+    // Sequences take consecutive token ranges in order (no token belongs to two sequences).
+    if (seq.query_start != expected_start)
+      return invalid_argument(who + ": its tokens start at " + std::to_string(seq.query_start) + ", expected " +
+                              std::to_string(expected_start) + " (sequences cover the batch's tokens in order)");
+    expected_start += seq.num_query_tokens;
+    if (seq.logprob_token >= limits.vocab_size)
+      return invalid_argument(who + ": logprob_token " + std::to_string(seq.logprob_token) +
+                              " is outside the vocabulary [0, " + std::to_string(limits.vocab_size) + ")");
+    if (seq.num_cached_entries < 0) return invalid_argument(who + ": negative num_cached_entries");
+    if (!seq.block_table) return invalid_argument(who + ": no block table");
+    const int64_t num_entries = static_cast<int64_t>(seq.num_cached_entries) + seq.num_query_tokens;
+    const int64_t num_pages = (num_entries + bs - 1) / bs;
+    if (static_cast<int64_t>(seq.block_table->size()) < num_pages)
+      return invalid_argument(who + ": block table has " + std::to_string(seq.block_table->size()) + " pages, " +
+                              std::to_string(num_entries) + " entries need " + std::to_string(num_pages));
+    for (int64_t p = 0; p < num_pages; ++p) {
+      const BlockId b = (*seq.block_table)[static_cast<size_t>(p)];
+      if (b <= kNullBlock || b >= limits.num_blocks)
+        return invalid_argument(who + ": page " + std::to_string(p) + " is block " + std::to_string(b) +
+                                ", outside [1, " + std::to_string(limits.num_blocks) + ")");
+    }
+    if (seq.logits_mode != LogitsMode::kNone && !seq.sampling) return invalid_argument(who + ": no sampling parameters");
+    if (seq.query_slot < -1)
+      return invalid_argument(who + ": query_slot must be -1 (no capture) or a slot index, got " +
+                              std::to_string(seq.query_slot));
+    if (seq.query_slot >= 0) {
+      if (limits.num_query_slots < 0)
+        return invalid_argument(who + ": query_slot " + std::to_string(seq.query_slot) +
+                                " set but configure_compression() was not called");
+      if (seq.query_slot >= limits.num_query_slots)
+        return invalid_argument(who + ": query_slot " + std::to_string(seq.query_slot) + " outside [0, " +
+                                std::to_string(limits.num_query_slots) + ")");
+      if (seq.query_capture_from < 0)
+        return invalid_argument(who + ": query_capture_from must be >= 0 with a query slot, got " +
+                                std::to_string(seq.query_capture_from));
+      for (size_t o = 0; o < s; ++o)
+        if (batch.sequences[o].query_slot == seq.query_slot)
+          return invalid_argument(who + ": query_slot " + std::to_string(seq.query_slot) +
+                                  " is also used by sequence " + std::to_string(o));
+    }
+  }
+  if (expected_start != num_tokens)
+    return invalid_argument("batch: the sequences cover " + std::to_string(expected_start) + " of its " +
+                            std::to_string(num_tokens) + " tokens");
+  return Status::ok();
+}
+
+}  // namespace origami

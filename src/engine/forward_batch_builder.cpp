@@ -1,0 +1,66 @@
+#include "engine/forward_batch_builder.h"
+
+#include "core/check.h"
+#include "sched/compression_state.h"
+
+namespace origami {
+
+CompressionJob compression_job(const Request& r) {
+  const RequestCompression& c = r.compression;
+  ORIGAMI_CHECK((c.in_flight || c.switched_early) && c.policy != nullptr);
+  CompressionJob job;
+  job.request_id = r.id;
+  job.src_blocks = &c.src_blocks;
+  job.num_entries = c.src_entries;
+  job.dst_blocks = &c.dst_blocks;
+  job.num_keep = c.num_keep;
+  job.query_slot = c.src_query_slot;
+  job.num_scored_entries = c.src_scored_entries;
+  job.first_compression = c.src_first_compression;
+  job.recipe = &c.policy->score_recipe();
+  return job;
+}
+
+ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatchOptions& options) {
+  ForwardBatch batch;
+  batch.token_ids.reserve(plan.num_batched_tokens);
+  batch.positions.reserve(plan.num_batched_tokens);
+  batch.sequences.reserve(plan.sequences.size());
+  for (const ScheduledSequence& s : plan.sequences) {
+    const Request& r = *s.request;
+    SequenceInput in;
+    in.request_id = r.id;
+    in.query_start = static_cast<int>(batch.token_ids.size());
+    in.num_query_tokens = s.num_new_tokens;
+    in.start_position = r.num_computed_tokens;
+    in.num_cached_entries = r.kv.groups[0].num_entries - s.num_new_tokens;
+    in.block_table = &r.kv.groups[0].blocks;
+    // Tokens of the next compression's window capture their queries into the request's slot.
+    if (r.compression.query_slot >= 0) {
+      const int capture_from = query_capture_from(r, options.block_size, in.num_cached_entries);
+      if (capture_from >= 0) {
+        in.query_slot = r.compression.query_slot;
+        in.query_capture_from = capture_from;
+      }
+    }
+    const bool completes_prompt = r.num_computed_tokens + s.num_new_tokens == r.num_tokens();
+    in.logits_mode = completes_prompt ? LogitsMode::kLast : LogitsMode::kNone;
+    in.sampling = &r.sampling;
+    in.seed = r.seed;
+    in.sample_index = static_cast<int>(r.output_token_ids.size());
+    // The row that predicts a forced token is the one sampled.
+    if (completes_prompt && options.logprob_token) in.logprob_token = options.logprob_token(r);
+    for (int i = 0; i < s.num_new_tokens; ++i) {
+      batch.token_ids.push_back(r.token_at(r.num_computed_tokens + i));
+      batch.positions.push_back(r.num_computed_tokens + i);
+    }
+    batch.sequences.push_back(in);
+  }
+  batch.compressions.reserve(plan.compressions.size());
+  for (const Request* r : plan.compressions) batch.compressions.push_back(compression_job(*r));
+  batch.wait_for_compressions =
+      plan.wait_for_compressions || (options.synchronous_compression && !batch.compressions.empty());
+  return batch;
+}
+
+}  // namespace origami

@@ -1,0 +1,204 @@
+// One test matrix over every registered KV policy (aliases included), on origami-tiny-qwen3 with
+// the CPU backend, so that a policy is tested end to end the day it is registered. For each
+// policy, with and without prefix caching, a mixed batch runs through a backend that checks every
+// step's compressions as they happen:
+//   - budget respected: a job keeps exactly what the request's budget allows (k = (N_max - 1) * b
+//     for cache-full triggers, the budget for prefill-end), and after every step a compressed
+//     cache-full request holds at most N_max blocks;
+//   - window kept: the protected tail (window / recent entries) and the sinks of the source land
+//     bit-exact at the end and the start of the destination;
+//   - prefix blocks never written: a page held by two tables of the step is bit-identical after it;
+//   - no block leaked: once every request has finished, no KV block is in use;
+// and every request completes with the number of tokens it asked for.
+#include <map>
+#include <random>
+#include <set>
+
+#include "backend/cpu/cpu_backend.h"
+#include "engine_test_util.h"
+#include "policy/kv_budget.h"
+#include "policy/policy_registry.h"
+
+namespace origami::testing {
+namespace {
+
+constexpr int kBlock = 16;
+constexpr int kBudget = 64;
+
+// A CPU backend that checks the invariants above around each step.
+class CheckingBackend : public Backend {
+ public:
+  CheckingBackend() {
+    BackendOptions o;
+    o.device = "cpu";
+    inner_ = std::make_unique<CpuBackend>(o);
+  }
+  std::string name() const override { return "checking-cpu"; }
+  Status load(const ModelConfig& c, const ModelWeights& w) override { return inner_->load(c, w); }
+  size_t available_kv_bytes(size_t requested) const override { return inner_->available_kv_bytes(requested); }
+  Status allocate_kv_cache(const KVLayout& layout) override { return inner_->allocate_kv_cache(layout); }
+  void copy_block(int group, BlockId src, BlockId dst) override { inner_->copy_block(group, src, dst); }
+  Status configure_compression(const CompressionConfig& c) override { return inner_->configure_compression(c); }
+  size_t query_slot_bytes(int w) const override { return inner_->query_slot_bytes(w); }
+  KVCompressor* compressor() override { return inner_->compressor(); }
+
+  Status execute(const ForwardBatch& batch, StepOutput* out) override {
+    cpu::CpuKVCache& kv = inner_->kv_cache();
+    const int bs = kv.layout().block_size;
+    // Pages held by two requests' tables in this step (prefix hits): nobody may write them. (A
+    // request may appear twice, with the table its compression reads and the one it computes on.)
+    std::map<BlockId, std::set<uint64_t>> holders;
+    auto hold = [&](uint64_t request, const std::vector<BlockId>& table, int entries) {
+      const int pages = (entries + bs - 1) / bs;
+      for (int p = 0; p < pages && p < static_cast<int>(table.size()); ++p) holders[table[static_cast<size_t>(p)]].insert(request);
+    };
+    for (const SequenceInput& s : batch.sequences) hold(s.request_id, *s.block_table, s.num_cached_entries + s.num_query_tokens);
+    for (const CompressionJob& j : batch.compressions) hold(j.request_id, *j.src_blocks, j.num_entries);
+    std::map<BlockId, std::vector<float>> shared;
+    for (const auto& [block, requests] : holders)
+      if (requests.size() > 1) shared[block] = page(block);
+    // Protected entries of each job: sinks and the tail, as they are before the compaction.
+    struct Protected {
+      std::vector<std::vector<float>> sinks, tail;
+    };
+    std::vector<Protected> before;
+    for (const CompressionJob& j : batch.compressions) {
+      Protected p;
+      const int tail = std::min(j.recipe->protected_tail(), j.num_entries);
+      const int sinks = std::min(j.recipe->num_sinks, j.num_entries - tail);
+      for (int e = 0; e < sinks; ++e) p.sinks.push_back(entry(*j.src_blocks, e));
+      for (int e = j.num_entries - tail; e < j.num_entries; ++e) p.tail.push_back(entry(*j.src_blocks, e));
+      before.push_back(std::move(p));
+      jobs_seen_.push_back({j.request_id, j.num_entries, j.num_keep});
+    }
+    ORIGAMI_RETURN_IF_ERROR(inner_->execute(batch, out));
+    for (const auto& [block, contents] : shared)
+      EXPECT_EQ(page(block), contents) << "shared prefix block " << block << " was written";
+    for (const CompressionResult& r : out->finished_compressions) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+    for (size_t i = 0; i < batch.compressions.size(); ++i) {
+      const CompressionJob& j = batch.compressions[i];
+      const Protected& p = before[i];
+      const int tail = static_cast<int>(p.tail.size());
+      for (size_t e = 0; e < p.sinks.size(); ++e)
+        EXPECT_EQ(entry(*j.dst_blocks, static_cast<int>(e)), p.sinks[e]) << "request " << j.request_id << " sink " << e;
+      for (int e = 0; e < tail; ++e)
+        EXPECT_EQ(entry(*j.dst_blocks, j.num_keep - tail + e), p.tail[static_cast<size_t>(e)])
+            << "request " << j.request_id << " protected entry " << (j.num_entries - tail + e);
+    }
+    return Status::ok();
+  }
+
+  struct JobSeen {
+    uint64_t request_id;
+    int num_entries, num_keep;
+  };
+  const std::vector<JobSeen>& jobs_seen() const { return jobs_seen_; }
+
+ private:
+  // K and V of one page, every layer and head.
+  std::vector<float> page(BlockId block) {
+    cpu::CpuKVCache& kv = inner_->kv_cache();
+    const KVLayout& l = kv.layout();
+    std::vector<float> out;
+    for (int layer = 0; layer < l.num_layers; ++layer)
+      for (int h = 0; h < l.num_kv_heads; ++h)
+        for (int o = 0; o < l.block_size; ++o) {
+          const float* k = kv.key_at(layer, block, h, o);
+          const float* v = kv.value_at(layer, block, h, o);
+          out.insert(out.end(), k, k + l.head_dim);
+          out.insert(out.end(), v, v + l.head_dim);
+        }
+    return out;
+  }
+  // K and V of one entry of a table, every layer and head.
+  std::vector<float> entry(const std::vector<BlockId>& table, int e) {
+    cpu::CpuKVCache& kv = inner_->kv_cache();
+    const KVLayout& l = kv.layout();
+    const BlockId block = table.at(static_cast<size_t>(e / l.block_size));
+    std::vector<float> out;
+    for (int layer = 0; layer < l.num_layers; ++layer)
+      for (int h = 0; h < l.num_kv_heads; ++h) {
+        const float* k = kv.key_at(layer, block, h, e % l.block_size);
+        const float* v = kv.value_at(layer, block, h, e % l.block_size);
+        out.insert(out.end(), k, k + l.head_dim);
+        out.insert(out.end(), v, v + l.head_dim);
+      }
+    return out;
+  }
+
+  std::unique_ptr<CpuBackend> inner_;
+  std::vector<JobSeen> jobs_seen_;
+};
+
+// 10 prompts of 3..140 tokens; several share a 48-token prefix (three full blocks).
+std::vector<BatchItem> matrix_items() {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> tok(3, 8000);
+  std::vector<int32_t> shared(48);
+  for (auto& t : shared) t = tok(rng);
+  std::vector<BatchItem> items;
+  for (int i = 0; i < 10; ++i) {
+    BatchItem item;
+    const int len = 3 + (i * 37) % 140;
+    if (i % 3 == 0) item.prompt_token_ids = shared;
+    while (static_cast<int>(item.prompt_token_ids.size()) < len) item.prompt_token_ids.push_back(tok(rng));
+    item.sampling = greedy(60 + (i % 3) * 10);
+    items.push_back(item);
+  }
+  return items;
+}
+
+TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
+  const PolicyRegistry& registry = PolicyRegistry::builtin();
+  int num_policies = 0;
+  for (const PolicyInfo& info : registry.policies()) {
+    auto policy = registry.create(info.name, {});
+    ASSERT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
+    if (!(*policy)->compresses()) continue;
+    ++num_policies;
+    for (bool prefix : {false, true}) {
+      SCOPED_TRACE(info.name + (prefix ? " with prefix caching" : ""));
+      EngineConfig c = cpu_config(tiny_qwen3_dir());
+      c.block_size = kBlock;
+      c.kv_policy = info.name;
+      c.kv_budget = kBudget;
+      c.enable_prefix_caching = prefix;
+      c.max_num_batched_tokens = 96;
+      auto backend = std::make_unique<CheckingBackend>();
+      CheckingBackend* checking = backend.get();
+      auto created = Engine::create(c, std::move(backend));
+      ASSERT_TRUE(created.has_value()) << created.status().to_string();
+      Engine& engine = **created;
+      const std::vector<BatchItem> items = matrix_items();
+      std::vector<RequestId> ids;
+      for (const BatchItem& item : items) ids.push_back(*engine.add_request(item.prompt_token_ids, item.sampling));
+      const CompressionTrigger trigger = (*policy)->trigger();
+      const int max_blocks = max_blocks_for_budget(kBudget, kBlock);
+      while (engine.has_unfinished()) {
+        for (const RequestOutput& out : engine.step()) ASSERT_NE(out.finish_reason, FinishReason::kError) << out.error;
+        for (RequestId id : ids) {
+          const Request* r = engine.request(id);
+          if (r->is_finished() || !r->compression.bounded() || r->compression.in_flight) continue;
+          ASSERT_LE(static_cast<int>(r->kv.groups[0].blocks.size()), max_blocks) << "request " << id;
+        }
+      }
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const Request* r = engine.request(ids[i]);
+        EXPECT_EQ(r->finish_reason, FinishReason::kLength) << "request " << ids[i];
+        EXPECT_EQ(static_cast<int>(r->output_token_ids.size()), items[i].sampling.max_tokens) << "request " << ids[i];
+      }
+      const int keep = trigger == CompressionTrigger::kCacheFull ? entries_kept_for_budget(kBudget, kBlock) : kBudget;
+      ASSERT_FALSE(checking->jobs_seen().empty()) << "no compression ran";
+      for (const auto& job : checking->jobs_seen()) {
+        EXPECT_EQ(job.num_keep, keep) << "request " << job.request_id;
+        EXPECT_LT(job.num_keep, job.num_entries) << "request " << job.request_id;
+      }
+      EXPECT_EQ(engine.metrics().num_compressions, static_cast<int64_t>(checking->jobs_seen().size()));
+      EXPECT_EQ(engine.num_kv_blocks_used(), 0) << "KV blocks leaked";
+    }
+  }
+  EXPECT_GE(num_policies, 3);
+}
+
+}  // namespace
+}  // namespace origami::testing
