@@ -1,11 +1,13 @@
 // KV-compression kernels; see compression_kernels.h and, for the exact semantics, the CPU twins in
-// backend/cpu/compression_ops.h.
+// backend/cpu/compression_ops.h. The base scorers live in scorers/ (one file each); this file
+// holds the shared stages (redundancy, finalisation), selection, compaction and query capture.
 //
 // The dot-product work (window queries x keys, keys x keys) runs through one 64x64 tile routine
-// on the CUDA cores: 256 threads, each owning a 4x4 block of the tile (rows ty + 16 i, columns
-// tx + 16 j), with the head dimension streamed through shared memory 32 values at a time and
-// accumulated with fmaf in ascending order. A pair's dot product therefore does not depend on
-// where it sits in a tile, which makes the two attention passes see identical logits and makes
+// (compression_device.cuh) on the CUDA cores: 256 threads, each owning a 4x4 block of the tile
+// (rows ty + 16 i, columns tx + 16 j), with the head dimension streamed through shared memory 32
+// values at a time and accumulated with fmaf in ascending order. A pair's dot product therefore
+// does not depend on where it sits in a tile, which makes the two attention passes
+// (scorers/attention_scorer.cu) see identical logits and makes
 // the key-key similarity exactly symmetric (fmaf(a, b, c) == fmaf(b, a, c)). The redundancy
 // score finds each column's zeroed entry from the rows' side, which relies on C being symmetric;
 // its tensor-core variant (head_dim 64/128, the O(n^2) flash case) sums the exact bf16 products
