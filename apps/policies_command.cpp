@@ -1,5 +1,5 @@
-// `origami policies`: the registered KV compression policies, their triggers and options with
-// defaults, as text or JSON.
+// `origami policies`: the registered KV compression policies, their triggers, base scorers and
+// options with defaults, as text or JSON.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -37,6 +37,7 @@ int run_policies(bool json) {
     j["summary"] = info.summary;
     if (!info.alias_of.empty()) j["alias_of"] = info.alias_of;
     j["trigger"] = trigger_name(p.trigger());
+    if (p.compresses()) j["scorer"] = scorer_name(p.score_recipe().scorer);
     j["needs_queries"] = p.needs().window_queries;
     j["needs_global_scores"] = p.needs().global_scores;
     j["default_budget"] = p.compresses() ? p.default_budget() : 0;
@@ -57,6 +58,7 @@ int run_policies(bool json) {
     if (j.contains("alias_of")) std::printf(" (= %s with other defaults)", j["alias_of"].get<std::string>().c_str());
     std::printf("\n  %s\n", j["summary"].get<std::string>().c_str());
     std::printf("  trigger: %s", j["trigger"].get<std::string>().c_str());
+    if (j.contains("scorer")) std::printf("; scorer %s", j["scorer"].get<std::string>().c_str());
     if (j["default_budget"].get<int>() > 0) std::printf("; default budget %d tokens", j["default_budget"].get<int>());
     if (j["needs_queries"].get<bool>()) std::printf("; uses query slots");
     if (j["needs_global_scores"].get<bool>()) std::printf("; uses global scores");

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "kv/block_table.h"
+#include "kv/scorers.h"
 
 namespace origami {
 
@@ -22,17 +23,18 @@ enum class RedundancyMode {
   kLightning,  // similarity only between keys of the same block
 };
 
-// How entries are scored. Each field switches on one scorer kernel; every backend implements
-// all of them. Scores are per (layer, KV head, entry); higher means keep.
+// How entries are scored: a base scorer (kv/scorers.h) then the shared stages below. Every
+// backend implements every registered scorer. Scores are per (layer, KV head, entry); higher
+// means keep.
 struct ScoreRecipe {
-  // Attention of the observation window: softmax(q.k / sqrt(d)) of each of the last `window`
-  // entries' queries over all cached keys (causal inside the window), max over the query heads
-  // of a GQA group, mean over the window's queries. Needs the window's queries captured into a
-  // query slot (see SequenceInput::query_slot).
-  bool attention = true;
-  // StreamingLLM: score = entry index (the most recent entries win). Excludes `attention`.
-  bool recency = false;
-  int window = 16;       // the last `window` entries always kept (+inf); their queries score the rest
+  // The base score S. kAttention (the default) is the observation window's attention:
+  // softmax(q.k / sqrt(d)) of each of the last `window` entries' queries over all cached keys
+  // (causal inside the window), max over the query heads of a GQA group, mean over the window's
+  // queries; it needs the window's queries captured into a query slot (SequenceInput::query_slot).
+  // kRecency (StreamingLLM) scores an entry by its index, kKeyNorm by -||k||, kZero leaves 0.
+  Scorer scorer = Scorer::kAttention;
+  int window = 16;       // the last `window` entries always kept (+inf); for kAttention their queries
+                         // score the rest
   int num_sinks = 0;     // the first `num_sinks` entries always kept (+inf)
   // Pooling of the attention score along the sequence (SnapKV), odd kernel; <= 1 = off.
   int pool_kernel = 0;
@@ -58,7 +60,7 @@ struct ScoreRecipe {
   int lightning_span(int block_size) const { return redundancy_span > 0 ? redundancy_span : block_size; }
   int protected_tail() const { return recent > window ? recent : window; }
 
-  bool needs_queries() const { return attention && !recency; }
+  bool needs_queries() const { return scorer_needs_queries(scorer); }
 };
 
 // Backend state for compression, set once after allocate_kv_cache().

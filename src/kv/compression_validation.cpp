@@ -11,11 +11,14 @@ namespace {
 int pages_for(int entries, int block_size) { return (entries + block_size - 1) / block_size; }
 
 Status validate_recipe(const std::string& who, const ScoreRecipe& r, int max_window, bool have_global_scores) {
+  if (!valid_scorer(r.scorer))
+    return invalid_argument(who + ": recipe.scorer " + std::to_string(static_cast<int32_t>(r.scorer)) +
+                            " is not a registered scorer (kv/scorers.h)");
   if (r.window < 0) return invalid_argument(who + ": recipe.window must be >= 0, got " + std::to_string(r.window));
   if (r.num_sinks < 0)
     return invalid_argument(who + ": recipe.num_sinks must be >= 0, got " + std::to_string(r.num_sinks));
   if (r.needs_queries()) {
-    if (r.window < 1) return invalid_argument(who + ": attention scoring needs recipe.window >= 1, got 0");
+    if (r.window < 1) return invalid_argument(who + ": " + std::string(scorer_name(r.scorer)) + " scoring needs recipe.window >= 1, got 0");
     if (r.window > max_window)
       return invalid_argument(who + ": recipe.window " + std::to_string(r.window) +
                               " exceeds the query cache's max_window " + std::to_string(max_window));
@@ -104,7 +107,7 @@ Status validate_compression_batch(const std::vector<CompressionJob>& jobs, int b
     ORIGAMI_RETURN_IF_ERROR(validate_recipe(who, *job.recipe, max_window, have_global_scores));
     // An empty job scores nothing, so it needs no queries.
     if (job.recipe->needs_queries() && job.num_entries > 0 && (job.query_slot < 0 || job.query_slot >= num_query_slots))
-      return invalid_argument(who + ": attention scoring needs the window's queries, but query_slot " +
+      return invalid_argument(who + ": " + std::string(scorer_name(job.recipe->scorer)) + " scoring needs the window's queries, but query_slot " +
                               std::to_string(job.query_slot) + " is outside [0, " + std::to_string(num_query_slots) +
                               ")");
     ORIGAMI_RETURN_IF_ERROR(validate_tables(who, job, bs, num_blocks));

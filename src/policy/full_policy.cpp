@@ -12,7 +12,7 @@ void register_full_policy(PolicyRegistry* registry) {
   info.summary = "Full KV cache, never compressed (the baseline)";
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ScoreRecipe recipe;
-    recipe.attention = false;
+    recipe.scorer = Scorer::kZero;
     return std::unique_ptr<KVPolicy>(new RecipePolicy(name, options, CompressionTrigger::kNever, recipe));
   };
   ORIGAMI_CHECK(registry->add(std::move(info)).is_ok());

@@ -13,10 +13,28 @@ const char* trigger_name(CompressionTrigger trigger) {
   return "unknown";
 }
 
+TriggerDecision KVPolicy::compression_due(const TriggerState& state) const {
+  switch (trigger()) {
+    case CompressionTrigger::kNever: return {};
+    case CompressionTrigger::kCacheFull: return cache_full_due(state);
+    case CompressionTrigger::kPrefillEnd: return prefill_end_due(state);
+  }
+  return {};
+}
+
+int KVPolicy::capture_from(const TriggerState& state) const {
+  switch (trigger()) {
+    case CompressionTrigger::kNever: return -1;
+    case CompressionTrigger::kCacheFull: return cache_full_capture_from(state);
+    case CompressionTrigger::kPrefillEnd: return prefill_end_capture_from(state);
+  }
+  return -1;
+}
+
 Status KVPolicy::check_budget(int budget, int block_size) const {
   if (!compresses()) return Status::ok();
   const ScoreRecipe& recipe = score_recipe();
-  const int protected_entries = (recipe.recency ? 0 : recipe.protected_tail()) + recipe.num_sinks;
+  const int protected_entries = (recipe.scorer == Scorer::kRecency ? 0 : recipe.protected_tail()) + recipe.num_sinks;
   const std::string where = "policy " + name_ + " with KV budget " + std::to_string(budget);
   if (budget < 1) return invalid_argument(where + ": the budget must be >= 1 token");
   if (trigger() == CompressionTrigger::kCacheFull) {

@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "kv/compression.h"
 #include "policy/policy_options.h"
+#include "policy/triggers.h"
 
 namespace origami {
 
@@ -50,6 +51,14 @@ class KVPolicy {
   const PolicyOptions& options() const { return options_; }
 
   virtual CompressionTrigger trigger() const = 0;
+  // The trigger itself (policy/triggers.h), asked by the scheduler after every step of a request
+  // that is not being compressed: whether to compress it now. The default runs trigger()'s
+  // built-in rule (cache_full_due, prefill_end_due; never for kNever).
+  virtual TriggerDecision compression_due(const TriggerState& state) const;
+  // The entry index from which computed tokens capture their queries into the request's query
+  // slot (the observation window of its next compression); -1 when no compression that needs
+  // queries is coming. The default runs trigger()'s built-in rule.
+  virtual int capture_from(const TriggerState& state) const;
   virtual BudgetSplit budget_split() const { return BudgetSplit::kUniform; }
   virtual PolicyNeeds needs() const = 0;
   // Its score. Entries the recipe protects (window, sinks) are always kept.

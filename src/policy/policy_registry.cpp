@@ -4,15 +4,27 @@
 
 #include "core/check.h"
 
+// The built-in policies in registration order (`origami policies` lists them so): one line per
+// policy file, naming its `register_<...>` function.
+#define ORIGAMI_BUILTIN_POLICIES(X) \
+  X(full_policy)                    \
+  X(streaming_policy)               \
+  X(snapkv_policy)                  \
+  X(zipage_policies)                \
+  X(knorm_policy)
+
 namespace origami {
+
+#define ORIGAMI_DECLARE_POLICY(fn) void register_##fn(PolicyRegistry* registry);
+ORIGAMI_BUILTIN_POLICIES(ORIGAMI_DECLARE_POLICY)
+#undef ORIGAMI_DECLARE_POLICY
 
 const PolicyRegistry& PolicyRegistry::builtin() {
   static const PolicyRegistry* registry = [] {
     auto* r = new PolicyRegistry();
-    register_full_policy(r);
-    register_streaming_policy(r);
-    register_snapkv_policy(r);
-    register_zipage_policies(r);
+#define ORIGAMI_REGISTER_POLICY(fn) register_##fn(r);
+    ORIGAMI_BUILTIN_POLICIES(ORIGAMI_REGISTER_POLICY)
+#undef ORIGAMI_REGISTER_POLICY
     return r;
   }();
   return *registry;

@@ -24,7 +24,7 @@ struct PolicyInfo {
 
 class PolicyRegistry {
  public:
-  // full, streaming, snapkv, zipage and the zipage aliases.
+  // full, streaming, snapkv, zipage and the zipage aliases, knorm (registration order).
   static const PolicyRegistry& builtin();
 
   Status add(PolicyInfo info);
@@ -43,10 +43,7 @@ class PolicyRegistry {
   std::vector<PolicyInfo> policies_;
 };
 
-// Built-in policies (one file each); the registry calls these.
-void register_full_policy(PolicyRegistry* registry);
-void register_streaming_policy(PolicyRegistry* registry);
-void register_snapkv_policy(PolicyRegistry* registry);
-void register_zipage_policies(PolicyRegistry* registry);
+// Built-in policies: one file each defining `void register_<name>(PolicyRegistry*)`, listed once
+// in policy_registry.cpp (ORIGAMI_BUILTIN_POLICIES), which declares and calls them.
 
 }  // namespace origami

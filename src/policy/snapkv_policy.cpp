@@ -22,7 +22,7 @@ void register_snapkv_policy(PolicyRegistry* registry) {
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ORIGAMI_RETURN_IF_ERROR(check_pool_kernel(name, options.get_int("kernel")));
     ScoreRecipe recipe;
-    recipe.attention = true;
+    recipe.scorer = Scorer::kAttention;
     recipe.window = options.get_int("window");
     recipe.pool_kernel = options.get_int("kernel");
     recipe.pool_type = options.get("pool_type") == "avg" ? PoolType::kAvg : PoolType::kMax;

@@ -14,8 +14,7 @@ void register_streaming_policy(PolicyRegistry* registry) {
   info.options = {int_option("sinks", 4, 0, 1 << 20, "first entries always kept (attention sinks); StreamingLLM uses 4")};
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ScoreRecipe recipe;
-    recipe.attention = false;
-    recipe.recency = true;
+    recipe.scorer = Scorer::kRecency;
     recipe.window = 0;
     recipe.num_sinks = options.get_int("sinks");
     return std::unique_ptr<KVPolicy>(new RecipePolicy(name, options, CompressionTrigger::kCacheFull, recipe));

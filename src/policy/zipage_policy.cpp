@@ -45,7 +45,7 @@ void register_zipage_policies(PolicyRegistry* registry) {
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ORIGAMI_RETURN_IF_ERROR(check_pool_kernel(name, options.get_int("kernel")));
     ScoreRecipe recipe;
-    recipe.attention = true;
+    recipe.scorer = Scorer::kAttention;
     recipe.window = options.get_int("window");
     recipe.num_sinks = options.get_int("sinks");
     const std::string& pool = options.get("pool");

@@ -1,7 +1,5 @@
 #include "sched/compression_state.h"
 
-#include <algorithm>
-
 namespace origami {
 
 int num_cache_entries(const Request& request) {
@@ -12,33 +10,33 @@ int entries_after_known_tokens(const Request& request) {
   return num_cache_entries(request) + (request.num_tokens() - request.num_computed_tokens);
 }
 
+TriggerState trigger_state(const Request& request, int block_size, int num_entries) {
+  const RequestCompression& c = request.compression;
+  const int pending = request.num_tokens() - request.num_computed_tokens;
+  TriggerState s;
+  s.entries = num_entries;
+  s.entries_after_known = num_entries + pending;
+  s.tokens_pending = pending > 0;
+  s.budget = c.budget;
+  s.max_blocks = c.max_blocks;
+  s.block_size = block_size;
+  s.window = c.window;
+  s.prefill_checked = c.prefill_checked;
+  return s;
+}
+
 int query_capture_from(const Request& request, int block_size, int num_entries) {
   const RequestCompression& c = request.compression;
-  if (c.window <= 0) return -1;
-  const int end = num_entries + (request.num_tokens() - request.num_computed_tokens);
-  switch (c.trigger) {
-    case CompressionTrigger::kNever: return -1;
-    case CompressionTrigger::kCacheFull: return std::max(c.max_blocks * block_size, end) - c.window;
-    case CompressionTrigger::kPrefillEnd:
-      if (c.prefill_checked || end <= c.budget) return -1;
-      return end - c.window;
-  }
-  return -1;
+  if (!c.enabled() || c.policy == nullptr) return -1;
+  return c.policy->capture_from(trigger_state(request, block_size, num_entries));
 }
 
 bool reached_compression_trigger(Request& request, int block_size) {
   RequestCompression& c = request.compression;
-  if (!c.enabled() || c.in_flight || request.num_computed_tokens < request.num_tokens()) return false;
-  const int entries = num_cache_entries(request);
-  switch (c.trigger) {
-    case CompressionTrigger::kNever: return false;
-    case CompressionTrigger::kCacheFull: return entries >= c.max_blocks * block_size;
-    case CompressionTrigger::kPrefillEnd:
-      if (c.prefill_checked) return false;
-      c.prefill_checked = true;
-      return entries > c.budget;
-  }
-  return false;
+  if (!c.enabled() || c.policy == nullptr || c.in_flight) return false;
+  const TriggerDecision d = c.policy->compression_due(trigger_state(request, block_size, num_cache_entries(request)));
+  if (d.prefill_checked) c.prefill_checked = true;
+  return d.compress;
 }
 
 }  // namespace origami

@@ -1,7 +1,9 @@
 #pragma once
-// When a request compresses and which of its tokens' queries that compression needs, from its
-// policy's trigger (see RequestCompression). Counts are KV entries, not logical tokens: a
+// When a request compresses and which of its tokens' queries that compression needs: this file
+// only describes the Request to its policy (TriggerState, policy/triggers.h), which decides
+// (KVPolicy::compression_due / capture_from). Counts are KV entries, not logical tokens: a
 // compressed request holds fewer entries than its positions.
+#include "policy/triggers.h"
 #include "sched/request.h"
 
 namespace origami {
@@ -13,14 +15,12 @@ int num_cache_entries(const Request& request);
 // prefill, or the entry the next decode step writes.
 int entries_after_known_tokens(const Request& request);
 
+// The request as its policy's trigger sees it, with `num_entries` entries in its cache.
+TriggerState trigger_state(const Request& request, int block_size, int num_entries);
+
 // The entry index from which computed tokens must capture their queries into the request's
 // query slot, because they form the observation window of its next compression; -1 when no
-// compression that needs queries is coming.
-//   kCacheFull:  E - w with E = max(N_max * b, entries_after_known_tokens): the last w entries of
-//                block N_max (Zipage's "b - w tokens in the last block"), or of a prompt that
-//                overshoots N_max blocks (it compresses right after its prefill).
-//   kPrefillEnd: E - w with E = entries_after_known_tokens, while the prefill decision is still
-//                to come and the prompt is longer than the budget.
+// compression that needs queries is coming (KVPolicy::capture_from; e.g. cache_full_capture_from).
 // `num_entries` is what the cache holds before the tokens about to be computed (the engine
 // passes it explicitly: by then the scheduler has already grown the table for this step).
 int query_capture_from(const Request& request, int block_size, int num_entries);
@@ -28,8 +28,8 @@ inline int query_capture_from(const Request& request, int block_size) {
   return query_capture_from(request, block_size, num_cache_entries(request));
 }
 
-// After a step: whether the request has reached its trigger (it must not be prefilling).
-// kPrefillEnd decides once (marks prefill_checked).
+// After a step: whether the request has reached its trigger (KVPolicy::compression_due; never while
+// a compression of it is in flight). A one-off decision marks prefill_checked.
 bool reached_compression_trigger(Request& request, int block_size);
 
 }  // namespace origami

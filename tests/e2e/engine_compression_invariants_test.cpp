@@ -1,14 +1,18 @@
 // Compression end to end on origami-tiny-qwen3 with the CPU backend: a budget larger than every
 // sequence changes nothing (token for token equal to full KV, with or without prefix caching);
 // a compressed request never holds more than N_max blocks; kept entries are bit-exact copies of
-// original entries in their original order with the window kept (zipage) or exactly sinks +
-// recent (streaming); shared prefix blocks stay bit-identical while other requests compress;
+// original entries in their original order with the window kept (zipage), exactly sinks +
+// recent (streaming) or the smallest-norm keys + window (knorm); shared prefix blocks stay bit-identical while other requests compress;
 // a tiny pool with prefix sharing never deadlocks or loses a request.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine_test_util.h"
+#include "policy/policy_registry.h"
 
 namespace origami::testing {
 namespace {
@@ -43,6 +47,21 @@ std::vector<BatchResult> run_items(const EngineConfig& config, const std::vector
   return results;
 }
 
+// The registered base policies (not aliases) that compress, other than `except`; only cache-full
+// ones when `cache_full_only`.
+std::vector<std::string> other_base_policies(const std::vector<std::string>& except, bool cache_full_only) {
+  std::vector<std::string> out;
+  for (const PolicyInfo& info : PolicyRegistry::builtin().policies()) {
+    if (!info.alias_of.empty() || std::find(except.begin(), except.end(), info.name) != except.end()) continue;
+    auto policy = PolicyRegistry::builtin().create(info.name);
+    EXPECT_TRUE(policy.has_value()) << info.name;
+    if (!policy || !(*policy)->compresses()) continue;
+    if (cache_full_only && (*policy)->trigger() != CompressionTrigger::kCacheFull) continue;
+    out.push_back(info.name);
+  }
+  return out;
+}
+
 EngineConfig policy_config(const std::string& policy, int budget, bool prefix_caching = false) {
   EngineConfig c = cpu_config(tiny_qwen3_dir());
   c.kv_policy = policy;
@@ -58,7 +77,11 @@ TEST(EngineCompression, BudgetLargerThanEverySequenceEqualsFullKV) {
     const char* policy;
     bool prefix;
   };
-  for (const Case& cs : {Case{"zipage", true}, Case{"zipage-attn", false}, Case{"streaming", false}, Case{"snapkv", true}}) {
+  std::vector<Case> cases = {Case{"zipage", true}, Case{"zipage-attn", false}, Case{"streaming", false}, Case{"snapkv", true}};
+  // Every other registered compressing policy too (aliases only change a recipe's defaults).
+  std::vector<std::string> others = other_base_policies({"zipage", "streaming", "snapkv"}, false);
+  for (const std::string& name : others) cases.push_back(Case{name.c_str(), false});
+  for (const Case& cs : cases) {
     {
       const char* policy = cs.policy;
       const bool prefix = cs.prefix;
@@ -73,9 +96,13 @@ TEST(EngineCompression, BudgetLargerThanEverySequenceEqualsFullKV) {
 }
 
 // Runs requests step by step and checks after every step that each compressed request holds at
-// most N_max blocks (N_max * b entries).
+// most N_max blocks (N_max * b entries): zipage, streaming and every other registered cache-full
+// policy, so a bounded policy is checked the day it is registered.
 TEST(EngineCompression, CompressedRequestsStayWithinTheirCap) {
-  for (const char* policy : {"zipage", "streaming"}) {
+  std::vector<std::string> policies = {"zipage", "streaming"};
+  for (const std::string& name : other_base_policies({"zipage", "streaming"}, true)) policies.push_back(name);
+  for (const std::string& policy_name : policies) {
+    const char* policy = policy_name.c_str();
     EngineConfig c = policy_config(policy, 40);  // N_max = 3, k = 32
     c.max_num_batched_tokens = 64;
     auto engine = make_engine(c);
@@ -191,6 +218,43 @@ TEST(EngineCompression, StreamingKeepsSinksAndRecentEntries) {
       }
     }
   }
+}
+
+// knorm: at the first compression every (layer, KV head) keeps its 16 window entries and, of the
+// 32 before them, the 16 keys with the smallest L2 norm (brute force in double), in order.
+TEST(EngineCompression, KnormKeepsTheSmallestNormKeysAndTheWindow) {
+  HeadKeys original, kept;
+  int n = 0;
+  keys_around_first_compression("knorm", 40, &original, &kept, &n);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_EQ(n, 48);
+  const int k = 32, w = 16;
+  int compared = 0;
+  for (size_t layer = 0; layer < kept.size(); ++layer) {
+    for (size_t h = 0; h < kept[layer].size(); ++h) {
+      const auto& o = original[layer][h];
+      std::vector<double> norm(static_cast<size_t>(n - w));
+      for (int e = 0; e < n - w; ++e) {
+        double ss = 0.0;
+        for (float x : o[static_cast<size_t>(e)]) ss += static_cast<double>(x) * x;
+        norm[static_cast<size_t>(e)] = std::sqrt(ss);
+      }
+      std::vector<int> order(static_cast<size_t>(n - w));
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(), [&](int a, int b) { return norm[a] != norm[b] ? norm[a] < norm[b] : a > b; });
+      // A cut within float rounding could go either way; such heads are only counted.
+      if (norm[order[k - w]] - norm[order[k - w - 1]] < 1e-5 * norm[order[k - w]]) continue;
+      std::vector<int> want(order.begin(), order.begin() + (k - w));
+      std::sort(want.begin(), want.end());
+      for (int e = n - w; e < n; ++e) want.push_back(e);
+      ASSERT_EQ(kept[layer][h].size(), static_cast<size_t>(k));
+      for (int i = 0; i < k; ++i)
+        EXPECT_EQ(kept[layer][h][static_cast<size_t>(i)], o[static_cast<size_t>(want[i])])
+            << "layer " << layer << " head " << h << " kept entry " << i;
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, static_cast<int>(kept.size() * kept[0].size()) / 2);
 }
 
 TEST(EngineCompression, SharedPrefixBlocksStayBitIdentical) {

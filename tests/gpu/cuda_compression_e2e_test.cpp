@@ -6,7 +6,8 @@
 //     a snapshot of the GPU's own cache, bit for bit, wherever the cut is not a near-tie,
 //   - the kept sets overlap the CPU backend's own (fp32) compression,
 //   - a decode step of another request runs while compression is in flight and is unaffected,
-//   - the compressed cache decodes (logical positions) like the CPU backend's.
+//   - the compressed cache decodes (logical positions) like the CPU backend's,
+//   - every registered policy's recipe compresses the same snapshot like the CPU pipeline.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "cuda_test_util.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "policy/policy_registry.h"
 
 namespace origami::cuda {
 namespace {
@@ -28,6 +30,7 @@ namespace {
 using testing::from_device_bf16;
 using testing::rel_err;
 using testing::shared_dir;
+using testing::to_device_bf16;
 
 constexpr int kBlockSize = 16;
 constexpr int kNumBlocks = 96;
@@ -110,6 +113,68 @@ std::vector<int> kept_from_copies(const std::vector<float>& before, const std::v
   return kept;
 }
 
+// The oracle for one (layer l, KV head h) of `job` on the tiny model's cache: the CPU pipeline
+// (compression_ops.h) run on the GPU's snapshot before compression (keys gk_l, values gv_l of
+// layer l, query cache gq), then whether the GPU's compaction (got_k, got_v of layer l; F of
+// every layer in gf) moved exactly the entries it keeps. Only meaningful when `decided`: the
+// CPU's k-th and (k+1)-th scores are further apart than rounding could move them.
+struct OracleRow {
+  bool decided = false;
+  bool same = true;    // every kept entry's K and V rows are bit-exact at their destination
+  double f_err = 0.0;  // worst relative error of the moved global scores (recipes with one)
+};
+OracleRow check_row_against_oracle(const ModelConfig& mc, const std::vector<float>& gk_l, const std::vector<float>& gv_l,
+                                   const std::vector<float>& gq, const std::vector<float>& got_k,
+                                   const std::vector<float>& got_v, const std::vector<float>& gf,
+                                   const CompressionJob& job, int l, int h) {
+  const int H = mc.num_kv_heads, Hq = mc.num_heads, d = mc.head_dim, G = Hq / H;
+  const size_t block_stride = static_cast<size_t>(H) * kBlockSize * d;
+  const ScoreRecipe& recipe = *job.recipe;
+  const std::vector<BlockId>& src = *job.src_blocks;
+  const std::vector<BlockId>& dst = *job.dst_blocks;
+  const int n = job.num_entries, k = job.num_keep, slot = job.query_slot;
+  std::vector<float> keys(static_cast<size_t>(n) * d), wq;
+  for (int e = 0; e < n; ++e)
+    std::copy_n(gk_l.data() + src[e / kBlockSize] * block_stride + (static_cast<size_t>(h) * kBlockSize + e % kBlockSize) * d,
+                d, keys.data() + static_cast<size_t>(e) * d);
+  if (recipe.needs_queries()) {
+    const int w = std::min(recipe.window, n);
+    for (int u = 0; u < w; ++u) {
+      const float* row = gq.data() + ((static_cast<size_t>(l) * kSlots + slot) * kWindow + (n - w + u) % kWindow) * Hq * d +
+                         static_cast<size_t>(h) * G * d;
+      wq.insert(wq.end(), row, row + static_cast<size_t>(G) * d);
+    }
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> scores(n), f(n, 0.0f);
+  cpu::score_head(recipe, keys.data(), n, d, wq.empty() ? nullptr : wq.data(), G, scale, kBlockSize, f.data(), 0, true,
+                  scores.data());
+  std::vector<int32_t> keep(k);
+  cpu::select_keep(scores.data(), n, k, keep.data());
+  // Decided cut?
+  std::vector<float> sorted(scores);
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  float mag = 0.0f;
+  for (float x : scores)
+    if (std::isfinite(x)) mag = std::max(mag, std::fabs(x));
+  OracleRow out;
+  out.decided = (std::isinf(sorted[k - 1]) && !std::isinf(sorted[k])) || sorted[k - 1] - sorted[k] > 2e-5f * mag;
+  for (int e = 0; e < k && out.same; ++e) {
+    const size_t at = dst[e / kBlockSize] * block_stride + (static_cast<size_t>(h) * kBlockSize + e % kBlockSize) * d;
+    const size_t from = src[keep[e] / kBlockSize] * block_stride +
+                        (static_cast<size_t>(h) * kBlockSize + keep[e] % kBlockSize) * d;
+    out.same = std::equal(got_k.begin() + at, got_k.begin() + at + d, gk_l.begin() + from) &&
+               std::equal(got_v.begin() + at, got_v.begin() + at + d, gv_l.begin() + from);
+    if (recipe.global_decay > 0.0f) {
+      const float got_f = gf[((static_cast<size_t>(l) * kNumBlocks + dst[e / kBlockSize]) * H + h) * kBlockSize +
+                             e % kBlockSize];
+      out.f_err = std::max(out.f_err, std::fabs(static_cast<double>(got_f) - f[keep[e]]) /
+                                          std::max(std::fabs(f[keep[e]]), 1e-6f));
+    }
+  }
+  return out;
+}
+
 TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
   const std::string dir = shared_dir() + "/models/origami-tiny-qwen3";
   auto config = load_model_config(dir);
@@ -117,7 +182,7 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
   auto weights = load_model_weights(dir, *config);
   ASSERT_TRUE(weights.has_value()) << weights.status().to_string();
   const ModelConfig& mc = *config;
-  const int L = mc.num_layers, H = mc.num_kv_heads, Hq = mc.num_heads, d = mc.head_dim, G = Hq / H;
+  const int L = mc.num_layers, H = mc.num_kv_heads, Hq = mc.num_heads, d = mc.head_dim;
 
   BackendOptions opt;
   CudaBackend gpu(opt);
@@ -247,7 +312,6 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
   ASSERT_TRUE(st.is_ok()) << st.to_string();
 
   // The oracle: the CPU pipeline on the GPU's snapshot.
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> gf(static_cast<size_t>(L) * kNumBlocks * H * kBlockSize);
   ORIGAMI_CUDA_CHECK(cudaMemcpy(gf.data(), gpu.global_scores(), gf.size() * 4, cudaMemcpyDeviceToHost));
   int undecided = 0, compared = 0, mismatched = 0;
@@ -259,52 +323,19 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
     for (int i = 0; i < 2; ++i) {
       const int n = seqs[i].num_entries;
       for (int h = 0; h < H; ++h) {
-        std::vector<float> keys(static_cast<size_t>(n) * d), wq;
-        for (int e = 0; e < n; ++e)
-          std::copy_n(gk[l].data() + src[i][e / kBlockSize] * block_stride +
-                          (static_cast<size_t>(h) * kBlockSize + e % kBlockSize) * d,
-                      d, keys.data() + static_cast<size_t>(e) * d);
-        for (int u = 0; u < kWindow; ++u) {
-          const float* row = gq.data() + ((static_cast<size_t>(l) * kSlots + i) * kWindow + (n - kWindow + u) % kWindow) * Hq * d +
-                             static_cast<size_t>(h) * G * d;
-          wq.insert(wq.end(), row, row + static_cast<size_t>(G) * d);
-        }
-        std::vector<float> scores(n), f(n, 0.0f);
-        cpu::score_head(recipes[i], keys.data(), n, d, wq.data(), G, scale, kBlockSize, f.data(), 0, true,
-                        scores.data());
-        std::vector<int32_t> keep(k);
-        cpu::select_keep(scores.data(), n, k, keep.data());
-        // Decided cut?
-        std::vector<float> sorted(scores);
-        std::sort(sorted.begin(), sorted.end(), std::greater<float>());
-        float mag = 0.0f;
-        for (float x : scores)
-          if (std::isfinite(x)) mag = std::max(mag, std::fabs(x));
-        const bool decided = (std::isinf(sorted[k - 1]) && !std::isinf(sorted[k])) || sorted[k - 1] - sorted[k] > 2e-5f * mag;
+        const OracleRow row = check_row_against_oracle(mc, gk[l], gv[l], gq, got_k, got_v, gf, jobs[i], l, h);
         const std::vector<int> gpu_kept = kept_from_copies(gk[l], got_k, n, k, src[i], dst[i], block_stride, h, d);
         const std::vector<int> cpu_kept = kept_from_copies(ck[l], cpu_k_after, n, k, src[i], dst[i], block_stride, h, d);
         int common = 0;
         for (int x : gpu_kept) common += x >= 0 && std::find(cpu_kept.begin(), cpu_kept.end(), x) != cpu_kept.end();
         overlap_sum += static_cast<double>(common) / k;
-        if (!decided) {
+        if (!row.decided) {
           ++undecided;
           continue;
         }
         ++compared;
-        bool same = true;
-        for (int e = 0; e < k && same; ++e) {
-          const size_t at = dst[i][e / kBlockSize] * block_stride + (static_cast<size_t>(h) * kBlockSize + e % kBlockSize) * d;
-          const size_t from = src[i][keep[e] / kBlockSize] * block_stride +
-                              (static_cast<size_t>(h) * kBlockSize + keep[e] % kBlockSize) * d;
-          same = std::equal(got_k.begin() + at, got_k.begin() + at + d, gk[l].begin() + from) &&
-                 std::equal(got_v.begin() + at, got_v.begin() + at + d, gv[l].begin() + from);
-          if (recipes[i].global_decay > 0.0f) {
-            const float got_f = gf[((static_cast<size_t>(l) * kNumBlocks + dst[i][e / kBlockSize]) * H + h) * kBlockSize +
-                                   e % kBlockSize];
-            f_err = std::max(f_err, std::fabs(static_cast<double>(got_f) - f[keep[e]]) / std::max(std::fabs(f[keep[e]]), 1e-6f));
-          }
-        }
-        mismatched += !same;
+        f_err = std::max(f_err, row.f_err);
+        mismatched += !row.same;
       }
     }
   }
@@ -329,6 +360,55 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
   double err = rel_err(g_logits, c_logits);
   std::printf("[tiny-qwen3] first step after compression: logits rel err GPU vs CPU %.3e\n", err);
   EXPECT_LT(err, 0.1);
+
+  // Every compressing policy of the registry with its default options (kvpress's
+  // tests/default_presses.py), so a policy is tested on the model the day it is registered: the
+  // GPU cache is rewound to the snapshot, both jobs are compressed with the policy's recipe, and
+  // every decided row must equal the CPU pipeline bit for bit. A window larger than this test's
+  // query cache (16) is cut to 16, as an engine with that cache would have to;
+  // cuda_compression_test runs the default windows.
+  for (const PolicyInfo& info : PolicyRegistry::builtin().policies()) {
+    auto policy = PolicyRegistry::builtin().create(info.name);
+    ASSERT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
+    if (!(*policy)->compresses()) continue;
+    ScoreRecipe recipe = (*policy)->score_recipe();
+    if (recipe.needs_queries()) recipe.window = std::min(recipe.window, kWindow);
+    for (int l = 0; l < L; ++l) {  // the test rewinds the backend's cache to the snapshot
+      ORIGAMI_CUDA_CHECK(cudaMemcpy(const_cast<__nv_bfloat16*>(gpu.k_cache(l)), to_device_bf16(gk[l]).data(),
+                                    layer_elems * 2, cudaMemcpyHostToDevice));
+      ORIGAMI_CUDA_CHECK(cudaMemcpy(const_cast<__nv_bfloat16*>(gpu.v_cache(l)), to_device_bf16(gv[l]).data(),
+                                    layer_elems * 2, cudaMemcpyHostToDevice));
+    }
+    std::vector<CompressionJob> policy_jobs = jobs;  // the same entries, tables and slots
+    for (CompressionJob& j : policy_jobs) j.recipe = &recipe;
+    st = gpu.begin_compression(policy_jobs);
+    ASSERT_TRUE(st.is_ok()) << info.name << ": " << st.to_string();
+    st = gpu.wait_compression();
+    ASSERT_TRUE(st.is_ok()) << info.name << ": " << st.to_string();
+    ORIGAMI_CUDA_CHECK(cudaMemcpy(gf.data(), gpu.global_scores(), gf.size() * 4, cudaMemcpyDeviceToHost));
+    int policy_compared = 0, policy_undecided = 0, policy_mismatched = 0;
+    double policy_f_err = 0.0;
+    for (int l = 0; l < L; ++l) {
+      const std::vector<float> got_k = download_bf16(gpu.k_cache(l), layer_elems);
+      const std::vector<float> got_v = download_bf16(gpu.v_cache(l), layer_elems);
+      for (int i = 0; i < 2; ++i)
+        for (int h = 0; h < H; ++h) {
+          const OracleRow row = check_row_against_oracle(mc, gk[l], gv[l], gq, got_k, got_v, gf, policy_jobs[i], l, h);
+          if (!row.decided) {
+            ++policy_undecided;
+            continue;
+          }
+          ++policy_compared;
+          policy_f_err = std::max(policy_f_err, row.f_err);
+          policy_mismatched += !row.same;
+        }
+    }
+    std::printf("[tiny-qwen3] policy %-16s: %d/%d rows compared bit-exact (%d near-ties), %d mismatched; F rel err %.3e\n",
+                info.name.c_str(), policy_compared, rows, policy_undecided, policy_mismatched, policy_f_err);
+    EXPECT_EQ(policy_mismatched, 0) << info.name;
+    EXPECT_GE(policy_compared, rows / 4) << info.name;
+    EXPECT_LT(policy_f_err, 1e-2) << info.name;
+  }
 }
 
 }  // namespace

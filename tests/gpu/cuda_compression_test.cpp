@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_compression.h"
 #include "backend/cuda/elementwise_kernels.h"
 #include "cuda_test_util.h"
+#include "policy/policy_registry.h"
 
 namespace origami::cuda {
 namespace {
@@ -129,6 +130,7 @@ struct DeviceGroup {
     a.pages = pages->get();
     a.max_window_group = plan.max_window_group;
     a.any_redundancy = plan.any_redundancy;
+    a.scorers = plan.scorers;
     a.num_group_layers = c.L;
     a.num_kv_heads = c.H;
     a.group_size = c.G;
@@ -229,7 +231,7 @@ void expect_scores_close(const std::vector<float>& got, const std::vector<float>
 }
 
 std::vector<ScoreRecipe> test_recipes() {
-  std::vector<ScoreRecipe> r(7);
+  std::vector<ScoreRecipe> r(8);
   // 0: SnapKV-like attention only.
   // 1: attention, max pooling 5, global score, sinks.
   r[1].pool_kernel = 5;
@@ -241,11 +243,11 @@ std::vector<ScoreRecipe> test_recipes() {
   r[2].pool_first_only = false;
   r[2].redundancy = RedundancyMode::kLightning;
   // 3: flash redundancy alone, a protected window of 8.
-  r[3].attention = false;
+  r[3].scorer = Scorer::kZero;
   r[3].window = 8;
   r[3].redundancy = RedundancyMode::kFlash;
   // 4: StreamingLLM.
-  r[4].recency = true;
+  r[4].scorer = Scorer::kRecency;
   r[4].num_sinks = 2;
   // 5: Zipage's full recipe (attention, pooling, global, flash redundancy).
   r[5].pool_kernel = 5;
@@ -259,6 +261,10 @@ std::vector<ScoreRecipe> test_recipes() {
   r[6].redundancy = RedundancyMode::kLightning;
   r[6].redundancy_span = 40;
   r[6].recent = 24;
+  // 7: K-norm with lightning redundancy and sinks (a query-free scorer meeting the shared stages).
+  r[7].scorer = Scorer::kKeyNorm;
+  r[7].redundancy = RedundancyMode::kLightning;
+  r[7].num_sinks = 3;
   return r;
 }
 
@@ -266,7 +272,7 @@ std::vector<ScoreRecipe> test_recipes() {
 void check_job(int n, int bs, int G, int d, const ScoreRecipe& recipe, bool first, uint32_t seed, double* worst,
                int* undecided, int* rows) {
   std::mt19937 rng(seed);
-  const int L = 2, H = 2, M = 2, W = 16;
+  const int L = 2, H = 2, M = 2, W = std::max(16, recipe.window);  // the query cache holds the window
   const int src_pages = (n + bs - 1) / bs;
   const int NB = src_pages + 2;  // the null block, the source pages, one fresh destination
   HostCache c = make_cache(L, NB, H, G, bs, d, M, W, rng);
@@ -378,6 +384,40 @@ TEST(CudaCompression, EveryRecipeAtLargestSize) {
               rows);
 }
 
+// Every compressing policy of the registry with its default options, so a policy is tested here
+// the day it is registered (kvpress's tests/default_presses.py): its recipe through the same
+// stage-by-stage comparison with the CPU twins as the hand-made recipes above.
+std::vector<std::pair<std::string, ScoreRecipe>> registered_recipes() {
+  std::vector<std::pair<std::string, ScoreRecipe>> out;
+  for (const PolicyInfo& info : PolicyRegistry::builtin().policies()) {
+    auto policy = PolicyRegistry::builtin().create(info.name);
+    EXPECT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
+    if (policy && (*policy)->compresses()) out.emplace_back(info.name, (*policy)->score_recipe());
+  }
+  return out;
+}
+
+TEST(CudaCompression, EveryRegisteredPolicyMatchesCpu) {
+  const auto recipes = registered_recipes();
+  ASSERT_FALSE(recipes.empty());
+  double worst = 0.0;
+  int undecided = 0, rows = 0, ci = 0;
+  for (const auto& [name, recipe] : recipes) {
+    SCOPED_TRACE("policy " + name);
+    for (int n : {1, 7, 97, 1000})
+      for (int bs : {1, 16}) {
+        const int G = ci % 2 == 0 ? 4 : 1, d = ci % 3 == 0 ? 128 : 64;
+        check_job(n, bs, G, d, recipe, ci % 2 == 0, 5000 + ci, &worst, &undecided, &rows);
+        ++ci;
+      }
+    // The largest size once, first and later compressions.
+    check_job(4097, 256, 8, 128, recipe, true, 6000 + ci, &worst, &undecided, &rows);
+    check_job(4097, 16, 4, 64, recipe, false, 7000 + ci, &worst, &undecided, &rows);
+  }
+  std::printf("[compression] %zu registered policies: worst score rel err %.3e; %d of %d rows had a near-tie at the cut\n",
+              recipes.size(), worst, undecided, rows);
+}
+
 // Selection alone on crafted scores: many exact ties, NaN, +-inf, -0 and +0.
 TEST(CudaCompression, SelectionMatchesCpuOnTiesAndSpecialValues) {
   std::mt19937 rng(5);
@@ -391,7 +431,7 @@ TEST(CudaCompression, SelectionMatchesCpuOnTiesAndSpecialValues) {
       std::vector<BlockId> src((n + 15) / 16);
       std::iota(src.begin(), src.end(), 1);
       ScoreRecipe recipe;
-      recipe.attention = false;
+      recipe.scorer = Scorer::kZero;
       CompressionJob job;
       job.src_blocks = &src;
       job.dst_blocks = &src;
@@ -436,7 +476,7 @@ TEST(CudaCompression, DriverMatchesCpuPipeline) {
   recipes[0].global_decay = 0.8f;
   recipes[1].redundancy = RedundancyMode::kLightning;
   recipes[1].num_sinks = 3;
-  recipes[3].recency = true;
+  recipes[3].scorer = Scorer::kRecency;
   recipes[3].num_sinks = 4;
   std::vector<BlockId> free_pages(pages_total);
   std::iota(free_pages.begin(), free_pages.end(), 1);

@@ -96,7 +96,7 @@ TEST(CpuCompression, RecencyKeepsExactlyTheNewestEntries) {
   const auto src = pages(1, 7);
   fill_entries(rig, src, 0, n, 21);
   ScoreRecipe recipe;
-  recipe.recency = true;
+  recipe.scorer = Scorer::kRecency;
   recipe.window = 8;
   recipe.num_sinks = 3;
   const Snapshot before = snapshot(rig, src, n);

@@ -102,6 +102,10 @@ TEST_F(CompressionErrors, JobsAreValidated) {
   r.redundancy_tau = 0.0f;
   j.recipe = &r;
   expect_error(run(j), "redundancy_tau");
+  r = recipe_;
+  r.scorer = static_cast<Scorer>(kNumScorers);
+  j.recipe = &r;
+  expect_error(run(j), "not a registered scorer");
 }
 
 TEST_F(CompressionErrors, JobsOfOneBatchMustNotWriteEachOthersPages) {
@@ -139,7 +143,7 @@ TEST(CompressionConfigErrors, ConfigureNeedsAllocationAndSaneValues) {
   ASSERT_TRUE(backend.allocate_kv_cache(KVLayout::full(2, 2, 16, 16, 8, DType::kF32)).is_ok());
   std::vector<BlockId> t = {1};
   ScoreRecipe recency;
-  recency.recency = true;
+  recency.scorer = Scorer::kRecency;
   CompressionJob job;
   job.src_blocks = job.dst_blocks = &t;
   job.num_entries = 4;

@@ -81,6 +81,16 @@ inline std::vector<double> naive_pool(const std::vector<float>& in, int kernel, 
   return out;
 }
 
+// K-norm: -|k_e| per entry, in double.
+inline std::vector<double> naive_key_norm_scores(const std::vector<float>& keys, int n, int d) {
+  std::vector<double> s(n);
+  for (int e = 0; e < n; ++e) {
+    const float* k = keys.data() + static_cast<size_t>(e) * d;
+    s[e] = -std::sqrt(ddot(k, k, d));
+  }
+  return s;
+}
+
 // The full similarity matrix, then the documented zeroing, row sums, normalisation and softmax.
 inline std::vector<double> naive_redundancy(const std::vector<float>& keys, int n, int d, int bs, RedundancyMode mode,
                                      double tau, double threshold) {
@@ -148,10 +158,13 @@ inline std::vector<double> naive_scores(const ScoreRecipe& r, const std::vector<
                                         const std::vector<float>& f_prev, int num_scored, bool first,
                                         std::vector<double>* f_new) {
   std::vector<double> s(n, 0.0);
-  if (r.recency) {
-    for (int e = 0; e < n; ++e) s[e] = e;
-  } else if (r.needs_queries()) {
-    s = naive_window_attention(q, keys, n, std::min(r.window, n), d, g, scale);
+  switch (r.scorer) {
+    case Scorer::kZero: break;
+    case Scorer::kAttention: s = naive_window_attention(q, keys, n, std::min(r.window, n), d, g, scale); break;
+    case Scorer::kRecency:
+      for (int e = 0; e < n; ++e) s[e] = e;
+      break;
+    case Scorer::kKeyNorm: s = naive_key_norm_scores(keys, n, d); break;
   }
   if (r.global_decay > 0) {
     for (int e = 0; e < std::min(num_scored, n); ++e) s[e] = std::max(r.global_decay * static_cast<double>(f_prev[e]), s[e]);

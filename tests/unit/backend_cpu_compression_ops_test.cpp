@@ -206,7 +206,7 @@ TEST(CompressionOps, ScoreHeadRunsThePipelineInOrder) {
 
 TEST(CompressionOps, RecencyKeepsTheNewest) {
   ScoreRecipe recipe;
-  recipe.recency = true;
+  recipe.scorer = Scorer::kRecency;
   recipe.window = 4;
   recipe.num_sinks = 2;
   const int n = 50, k = 10;

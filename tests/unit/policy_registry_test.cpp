@@ -23,7 +23,7 @@ std::string error_of(const std::string& name, const PolicyOptionMap& opts) {
 }
 
 TEST(PolicyRegistry, ListsBuiltinsInOrder) {
-  EXPECT_EQ(reg().names(), "full, streaming, snapkv, zipage, zipage-attn, zipage-global, zipage-flash, zipage-lightning");
+  EXPECT_EQ(reg().names(), "full, streaming, snapkv, zipage, zipage-attn, zipage-global, zipage-flash, zipage-lightning, knorm");
   for (const PolicyInfo& info : reg().policies()) {
     EXPECT_FALSE(info.summary.empty()) << info.name;
     for (const PolicyOptionSpec& s : info.options) EXPECT_FALSE(s.help.empty()) << info.name << "." << s.name;
@@ -47,8 +47,7 @@ TEST(PolicyRegistry, FullNeverCompresses) {
 
 // The paper's recommended setting, as the recipe fields it maps to.
 void expect_paper_recipe(const ScoreRecipe& r) {
-  EXPECT_TRUE(r.attention);
-  EXPECT_FALSE(r.recency);
+  EXPECT_EQ(r.scorer, Scorer::kAttention);
   EXPECT_EQ(r.window, 16);
   EXPECT_EQ(r.recent, 0);
   EXPECT_FLOAT_EQ(r.global_decay, 0.8f);
@@ -115,7 +114,7 @@ TEST(PolicyRegistry, ZipageAliasesChangeOnlyDefaults) {
 TEST(PolicyRegistry, StreamingAndSnapKVDefaults) {
   auto s = make("streaming");
   EXPECT_EQ(s->trigger(), CompressionTrigger::kCacheFull);
-  EXPECT_TRUE(s->score_recipe().recency);
+  EXPECT_EQ(s->score_recipe().scorer, Scorer::kRecency);
   EXPECT_EQ(s->score_recipe().num_sinks, 4);
   EXPECT_FALSE(s->needs().window_queries);
   auto k = make("snapkv");
@@ -184,6 +183,74 @@ TEST(PolicyOptions, ParseKeyValue) {
     EXPECT_FALSE(st.is_ok()) << bad;
     EXPECT_NE(st.message().find("key=value"), std::string::npos);
   }
+}
+
+TEST(PolicyRegistry, KnormScoresKeyNormsWithoutQueries) {
+  auto p = make("knorm");
+  EXPECT_EQ(p->trigger(), CompressionTrigger::kCacheFull);
+  const ScoreRecipe& r = p->score_recipe();
+  EXPECT_EQ(r.scorer, Scorer::kKeyNorm);
+  EXPECT_EQ(r.window, 16);
+  EXPECT_EQ(r.num_sinks, 0);
+  EXPECT_EQ(r.redundancy, RedundancyMode::kNone);
+  EXPECT_EQ(r.pool_kernel, 0);
+  EXPECT_FLOAT_EQ(r.global_decay, 0.0f);
+  EXPECT_FALSE(r.needs_queries());
+  EXPECT_FALSE(p->needs().window_queries);
+  EXPECT_FALSE(p->needs().global_scores);
+  // No queries, so the protected window is not bounded by the block size; it must leave
+  // something to select: 16 + 2 sinks protected, budget 16 at b = 16 keeps k = 16.
+  EXPECT_TRUE(make("knorm", {{"window", "32"}})->check_budget(64, 16).is_ok());
+  EXPECT_FALSE(make("knorm", {{"sinks", "2"}})->check_budget(16, 16).is_ok());
+  EXPECT_TRUE(make("knorm", {{"window", "0"}})->check_budget(16, 16).is_ok());
+  EXPECT_NE(error_of("knorm", {{"window", "-1"}}).find("window"), std::string::npos);
+}
+
+// The built-in triggers, as every policy runs them by default (KVPolicy::compression_due and
+// capture_from): zipage's cache-full rule and snapkv's one-off prefill rule.
+TEST(PolicyRegistry, BuiltinTriggersDecideFromTheTriggerState) {
+  TriggerState s;
+  s.block_size = 4;
+  s.max_blocks = 3;  // compress at 12 entries
+  s.budget = 8;
+  s.window = 2;
+  auto zipage = make("zipage", {{"window", "2"}});
+  s.entries = 11;
+  s.entries_after_known = 12;
+  s.tokens_pending = true;
+  EXPECT_FALSE(zipage->compression_due(s).compress);
+  EXPECT_EQ(zipage->capture_from(s), 10);
+  s.entries = 12;
+  s.tokens_pending = false;
+  EXPECT_TRUE(zipage->compression_due(s).compress);
+  EXPECT_FALSE(zipage->compression_due(s).prefill_checked);
+  s.entries_after_known = 30;  // a prompt overshooting N_max blocks: its last w entries
+  EXPECT_EQ(zipage->capture_from(s), 28);
+  s.window = 0;  // knorm and streaming need no queries
+  EXPECT_EQ(make("knorm")->capture_from(s), -1);
+  EXPECT_TRUE(make("knorm")->compression_due(s).compress);
+
+  auto snap = make("snapkv", {{"window", "2"}});
+  s.window = 2;
+  s.entries = s.entries_after_known = 30;
+  s.tokens_pending = true;  // still prefilling: no decision yet
+  EXPECT_FALSE(snap->compression_due(s).prefill_checked);
+  EXPECT_EQ(snap->capture_from(s), 28);
+  s.tokens_pending = false;
+  TriggerDecision d = snap->compression_due(s);
+  EXPECT_TRUE(d.compress);
+  EXPECT_TRUE(d.prefill_checked);
+  s.prefill_checked = true;  // decided once
+  EXPECT_FALSE(snap->compression_due(s).compress);
+  EXPECT_EQ(snap->capture_from(s), -1);
+  s.prefill_checked = false;
+  s.entries = s.entries_after_known = 8;  // within the budget: checked, not compressed
+  d = snap->compression_due(s);
+  EXPECT_FALSE(d.compress);
+  EXPECT_TRUE(d.prefill_checked);
+  EXPECT_EQ(snap->capture_from(s), -1);
+  EXPECT_FALSE(make("full")->compression_due(s).compress);
+  EXPECT_EQ(make("full")->capture_from(s), -1);
 }
 
 }  // namespace

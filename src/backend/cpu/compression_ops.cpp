@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/scorers/scorer_input.h"
 #include "core/check.h"
 
 namespace origami::cpu {
@@ -130,15 +131,17 @@ void score_head(const ScoreRecipe& recipe, const float* keys, int n, int d, cons
                 float scale, int block_size, float* f, int num_scored, bool first_compression, float* out) {
   if (n <= 0) return;
   // 1. The base score.
-  if (recipe.recency) {
-    recency_scores(n, out);
-  } else if (recipe.needs_queries()) {
-    const int w = std::min(recipe.window, n);
-    ORIGAMI_CHECK(window_q != nullptr && w >= 1);
-    window_attention_scores(window_q, keys, n, w, d, group_size, scale, out);
-  } else {
-    std::fill(out, out + n, 0.0f);
+  ScorerInput in;
+  in.keys = keys;
+  in.n = n;
+  in.d = d;
+  if (recipe.needs_queries()) {
+    in.window_q = window_q;
+    in.w = std::min(recipe.window, n);
   }
+  in.group_size = group_size;
+  in.scale = scale;
+  score_base(recipe.scorer, in, out);
   // 2. Global score (F keeps the unpooled score).
   if (recipe.global_decay > 0.0f) {
     ORIGAMI_CHECK(f != nullptr);

@@ -5,9 +5,9 @@
 // function states its exact arithmetic, order of operations and tie-breaking.
 //
 // The score pipeline of one (layer, KV head) with n cached entries (score_head() runs it):
-//   1. S = window_attention_scores(...)        if recipe.needs_queries()
-//      S = recency_scores(...)                 if recipe.recency
-//      S = 0                                   otherwise (e.g. redundancy only)
+//   1. S = the base scorer recipe.scorer (kv/scorers.h; one file each in scorers/, dispatched by
+//      score_base): attention = window_attention_scores(...), recency = recency_scores(...),
+//      knorm = -|k|, zero = 0 (e.g. redundancy only)
 //   2. if recipe.global_decay > 0:             update_global_scores(S, F): S = F = max(decay*F_prev, S)
 //   3. if recipe.pool_kernel > 1 and (first_compression or !recipe.pool_first_only):
 //                                              S = pool_scores(S)   (after the global score, as in

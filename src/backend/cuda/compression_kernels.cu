@@ -1,11 +1,13 @@
 // KV-compression kernels; see compression_kernels.h and, for the exact semantics, the CPU twins in
-// backend/cpu/compression_ops.h.
+// backend/cpu/compression_ops.h. The base scorers live in scorers/ (one file each); this file
+// holds the shared stages (redundancy, finalisation), selection, compaction and query capture.
 //
 // The dot-product work (window queries x keys, keys x keys) runs through one 64x64 tile routine
-// on the CUDA cores: 256 threads, each owning a 4x4 block of the tile (rows ty + 16 i, columns
-// tx + 16 j), with the head dimension streamed through shared memory 32 values at a time and
-// accumulated with fmaf in ascending order. A pair's dot product therefore does not depend on
-// where it sits in a tile, which makes the two attention passes see identical logits and makes
+// (compression_device.cuh) on the CUDA cores: 256 threads, each owning a 4x4 block of the tile
+// (rows ty + 16 i, columns tx + 16 j), with the head dimension streamed through shared memory 32
+// values at a time and accumulated with fmaf in ascending order. A pair's dot product therefore
+// does not depend on where it sits in a tile, which makes the two attention passes
+// (scorers/attention_scorer.cu) see identical logits and makes
 // the key-key similarity exactly symmetric (fmaf(a, b, c) == fmaf(b, a, c)). The redundancy
 // score finds each column's zeroed entry from the rows' side, which relies on C being symmetric;
 // its tensor-core variant (head_dim 64/128, the O(n^2) flash case) sums the exact bf16 products
@@ -19,91 +21,14 @@
 #include <cstdint>
 
 #include "backend/cuda/compression_kernels.h"
+#include "backend/cuda/compression_device.cuh"
 #include "backend/cuda/paged_attention_mma.cuh"
+#include "backend/cuda/scorers/scorer_launchers.h"
 
 namespace origami::cuda {
 namespace {
 
-using bf16 = __nv_bfloat16;
-
-constexpr int kTile = 64;      // entries (and query rows) per tile
-constexpr int kDk = 32;        // head-dim values per shared-memory step
-constexpr int kThreads = 256;  // tile kernels: 16 x 16 threads, 4 x 4 outputs each
-constexpr int kRowThreads = 512;    // per-row kernels (finalize)
-constexpr int kSelectThreads = 1024;
-constexpr unsigned kFull = 0xffffffffu;
-
-struct TileSmem {
-  float a[kTile][kDk + 1];  // +1: the 16 rows a half-warp reads sit in distinct banks
-  float b[kTile][kDk + 1];
-};
-
-// 8 bf16 values (16 bytes) as floats; zeros for a null source (rows past the end).
-__device__ __forceinline__ void load8(const bf16* src, float* dst) {
-  if (src == nullptr) {
-#pragma unroll
-    for (int q = 0; q < 8; ++q) dst[q] = 0.0f;
-    return;
-  }
-  const uint4 raw = *reinterpret_cast<const uint4*>(src);
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const float2 f = __bfloat1622float2(h[q]);
-    dst[2 * q] = f.x;
-    dst[2 * q + 1] = f.y;
-  }
-}
-
-// acc[i][j] = dot(A row ty + 16 i, B row tx + 16 j) over d values. Thread t loads row t / 4 of
-// both tiles (a_row / b_row: that row's first value, or null for a zero row), 8 values at
-// d offset k0 + (t % 4) * 8 per step. Starts with a barrier, so callers may reuse shared memory
-// read after the previous call.
-__device__ __forceinline__ void tile_dots(const bf16* a_row, const bf16* b_row, int d, TileSmem& sm,
-                                          float (&acc)[4][4]) {
-  const int t = threadIdx.x, lr = t >> 2, piece = (t & 3) * 8;
-  const int ty = t >> 4, tx = t & 15;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-  for (int k0 = 0; k0 < d; k0 += kDk) {
-    float tmp[8];
-    __syncthreads();
-    load8(a_row != nullptr ? a_row + k0 + piece : nullptr, tmp);
-#pragma unroll
-    for (int q = 0; q < 8; ++q) sm.a[lr][piece + q] = tmp[q];
-    load8(b_row != nullptr ? b_row + k0 + piece : nullptr, tmp);
-#pragma unroll
-    for (int q = 0; q < 8; ++q) sm.b[lr][piece + q] = tmp[q];
-    __syncthreads();
-#pragma unroll 8
-    for (int kk = 0; kk < kDk; ++kk) {
-      float av[4], bv[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) av[i] = sm.a[ty + 16 * i][kk];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) bv[j] = sm.b[tx + 16 * j][kk];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }
-  }
-}
-
-// Reductions over the 16 lanes sharing a tile row (xor offsets < 16 stay in the half-warp).
-// Every lane of the warp must call them.
-__device__ __forceinline__ float halfwarp_max(float v) {
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
-  return v;
-}
-__device__ __forceinline__ float halfwarp_sum(float v) {
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  return v;
-}
+using namespace compression_device;
 
 // Merges, across the lanes `lane ^ o` for o = lanes / 2 .. 1 (a group of `lanes` lanes that
 // share a row), each lane's newest column above the redundancy threshold (`j`, -1 if none) and
@@ -121,38 +46,6 @@ __device__ __forceinline__ void merge_newest_similar(int& j, float& v) {
   }
 }
 
-struct RowInfo {
-  int job, lh, layer, head;  // layer: index inside the group
-};
-__device__ __forceinline__ RowInfo row_info(const GroupArgs& a, int job, int lh) {
-  return RowInfo{job, lh, lh / a.num_kv_heads, lh % a.num_kv_heads};
-}
-
-// Offset (elements) of entry `offset` of `page` for KV head `head` in one layer's array whose
-// rows are `row` elements wide (head_dim for K/V, 1 for F).
-__device__ __forceinline__ size_t slot_offset(const GroupArgs& a, int page, int head, int offset, int row) {
-  return ((static_cast<size_t>(page) * a.num_kv_heads + head) * a.block_size + offset) * row;
-}
-
-__device__ __forceinline__ const bf16* key_row(const GroupArgs& a, const bf16* k_layer, const int32_t* table, int e,
-                                               int head) {
-  return k_layer + slot_offset(a, table[e / a.block_size], head, e % a.block_size, a.head_dim);
-}
-
-// Query row pointer of window query `qr` (= u * group_size + g) of a job's KV head.
-__device__ __forceinline__ const bf16* query_row(const GroupArgs& a, const bf16* q_layer, const CompressionJobDesc& jd,
-                                                 int head, int qr) {
-  const int u = qr / a.group_size, g = qr % a.group_size;
-  const int slot_row = (jd.n - jd.window + u) % a.max_window;
-  const size_t heads = static_cast<size_t>(a.num_kv_heads) * a.group_size;
-  return q_layer + ((static_cast<size_t>(jd.query_slot) * a.max_window + slot_row) * heads +
-                    static_cast<size_t>(head) * a.group_size + g) *
-                       a.head_dim;
-}
-
-// Query rows per tile: whole GQA groups, so a window query's max over its heads stays in a tile.
-__device__ __host__ __forceinline__ int rows_per_qtile(int group_size) { return (kTile / group_size) * group_size; }
-
 // --- Query capture ----------------------------------------------------------------------------
 
 __global__ void capture_queries_kernel(const bf16* q, const int32_t* dst_rows, int num_tokens, int row_elems,
@@ -167,147 +60,14 @@ __global__ void capture_queries_kernel(const bf16* q, const int32_t* dst_rows, i
       *reinterpret_cast<const uint4*>(q + static_cast<size_t>(t) * row_elems + pc * 8);
 }
 
-// --- Window attention -------------------------------------------------------------------------
-
-// Pass 1. Grid (row, query tile). Softmax statistics (max, sum of exp) of every window query over
-// the entries it sees (entries 0 .. n - w + u, causal), online over 64-entry tiles.
-__global__ void __launch_bounds__(kThreads) attn_lse_kernel(const GroupArgs a) {
-  __shared__ TileSmem sm;
-  const int rpj = a.num_group_layers * a.num_kv_heads;
-  const RowInfo ri = row_info(a, blockIdx.x / rpj, blockIdx.x % rpj);
-  const CompressionJobDesc jd = a.jobs[ri.job];
-  if (jd.base != BaseScore::kAttention) return;
-  const int G = a.group_size, qpt = rows_per_qtile(G), wg = jd.window * G;
-  const int q0 = blockIdx.y * qpt;
-  if (q0 >= wg) return;
-  const int q1 = min(q0 + qpt, wg);
-  const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
-  const bf16* q_layer = a.q + ri.layer * a.q_layer_pitch;
-  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
-  const int32_t* table = a.pages + jd.src_page0;
-  const bf16* a_row = q0 + lr < q1 ? query_row(a, q_layer, jd, ri.head, q0 + lr) : nullptr;
-  int limit[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int qr = q0 + ty + 16 * i;
-    limit[i] = qr < q1 ? jd.n - jd.window + qr / G : -1;
-  }
-  float m[4], s[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    m[i] = -INFINITY;
-    s[i] = 0.0f;
-  }
-  for (int e0 = 0; e0 < jd.n; e0 += kTile) {
-    const bf16* b_row = e0 + lr < jd.n ? key_row(a, k_layer, table, e0 + lr, ri.head) : nullptr;
-    float acc[4][4];
-    tile_dots(a_row, b_row, a.head_dim, sm, acc);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float lg[4], mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int e = e0 + tx + 16 * j;
-        lg[j] = e <= limit[i] ? acc[i][j] * a.scale : -INFINITY;
-        mx = fmaxf(mx, lg[j]);
-      }
-      mx = halfwarp_max(mx);
-      const float new_m = fmaxf(m[i], mx);
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) sum += lg[j] == -INFINITY ? 0.0f : expf(lg[j] - new_m);
-      sum = halfwarp_sum(sum);
-      const float keep_old = m[i] == -INFINITY ? 0.0f : expf(m[i] - new_m);
-      s[i] = s[i] * keep_old + sum;
-      m[i] = new_m;
-    }
-  }
-  if (tx == 0) {
-    float2* lse = a.lse + jd.lse0 + static_cast<size_t>(ri.lh) * wg;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int qr = q0 + ty + 16 * i;
-      if (qr < q1) lse[qr] = make_float2(m[i], s[i]);
-    }
-  }
-}
-
-// Pass 2. Grid (64-entry chunk, layer/head of the group). p = softmax probability of every
-// (window query, head of the group) for the chunk's entries; per entry the max over the group's
-// heads, summed over the window in ascending order and divided by w (cpu::window_attention_scores).
-__global__ void __launch_bounds__(kThreads) attn_score_kernel(const GroupArgs a) {
-  __shared__ TileSmem sm;
-  __shared__ float p[kTile][kTile + 1];
-  const int job = a.chunk_job[blockIdx.x];
-  const RowInfo ri = row_info(a, job, blockIdx.y);
-  const CompressionJobDesc jd = a.jobs[job];
-  if (jd.base != BaseScore::kAttention) return;
-  const int e0 = (blockIdx.x - jd.chunk0) * kTile;
-  const int G = a.group_size, qpt = rows_per_qtile(G), wg = jd.window * G;
-  const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
-  const bf16* q_layer = a.q + ri.layer * a.q_layer_pitch;
-  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
-  const int32_t* table = a.pages + jd.src_page0;
-  const bf16* b_row = e0 + lr < jd.n ? key_row(a, k_layer, table, e0 + lr, ri.head) : nullptr;
-  const float2* lse = a.lse + jd.lse0 + static_cast<size_t>(ri.lh) * wg;
-  float colsum = 0.0f;  // threads 0..63: entry e0 + t
-  for (int q0 = 0; q0 < wg; q0 += qpt) {
-    const int q1 = min(q0 + qpt, wg);
-    const bf16* a_row = q0 + lr < q1 ? query_row(a, q_layer, jd, ri.head, q0 + lr) : nullptr;
-    float acc[4][4];
-    tile_dots(a_row, b_row, a.head_dim, sm, acc);  // its first barrier orders p's reuse
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int qr = q0 + ty + 16 * i;
-      const bool valid = qr < q1;
-      const float2 st = valid ? lse[qr] : make_float2(0.0f, 1.0f);
-      const int limit = valid ? jd.n - jd.window + qr / G : -1;
-      const float inv = 1.0f / st.y;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int e = e0 + tx + 16 * j;
-        p[ty + 16 * i][tx + 16 * j] = e <= limit ? expf(acc[i][j] * a.scale - st.x) * inv : 0.0f;
-      }
-    }
-    __syncthreads();
-    if (t < kTile) {
-      const int nu = (q1 - q0) / G;
-      for (int u = 0; u < nu; ++u) {
-        float best = 0.0f;
-        for (int g = 0; g < G; ++g) best = fmaxf(best, p[u * G + g][t]);
-        colsum += best;
-      }
-    }
-  }
-  if (t < kTile && e0 + t < jd.n)
-    a.scores[jd.score0 + static_cast<size_t>(ri.lh) * jd.n + e0 + t] = colsum / static_cast<float>(jd.window);
-}
-
 // --- Redundancy -------------------------------------------------------------------------------
 
 // Grid (64-entry chunk, layer/head). |k_e| for the chunk's entries, one warp per entry.
 __global__ void __launch_bounds__(kThreads) key_norms_kernel(const GroupArgs a) {
   const int job = a.chunk_job[blockIdx.x];
-  const RowInfo ri = row_info(a, job, blockIdx.y);
   const CompressionJobDesc jd = a.jobs[job];
   if (jd.redundancy == 0) return;
-  const int e0 = (blockIdx.x - jd.chunk0) * kTile;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
-  const int32_t* table = a.pages + jd.src_page0;
-  for (int r = warp; r < kTile; r += kThreads / 32) {
-    const int e = e0 + r;
-    if (e >= jd.n) break;
-    const bf16* k = key_row(a, k_layer, table, e, ri.head);
-    float ss = 0.0f;
-    for (int x = lane; x < a.head_dim; x += 32) {
-      const float v = __bfloat162float(k[x]);
-      ss = fmaf(v, v, ss);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(kFull, ss, o);
-    if (lane == 0) a.norms[jd.score0 + static_cast<size_t>(ri.lh) * jd.n + e] = sqrtf(ss);
-  }
+  chunk_key_norms(a, job, jd, 1.0f, a.norms);
 }
 
 // What both redundancy kernels know of the 64-row chunk their block owns: the job's row
@@ -525,9 +285,10 @@ __global__ void __launch_bounds__(kRowThreads) finalize_kernel(const GroupArgs a
   const int32_t* table = a.pages + jd.src_page0;
   const float* f_layer = a.f != nullptr ? a.f + ri.layer * a.f_layer_pitch : nullptr;
 
-  // Step 1-2: base score and global update; S keeps the result (the entries' new F).
+  // Step 2: global update of the base score S (written by the job's scorer, scorers/*.cu); S keeps
+  // the result (the entries' new F).
   for (int e = threadIdx.x; e < n; e += blockDim.x) {
-    float s = jd.base == BaseScore::kAttention ? S[e] : jd.base == BaseScore::kRecency ? static_cast<float>(e) : 0.0f;
+    float s = S[e];
     if (jd.global_decay > 0.0f && e < jd.num_scored) {
       const float prev = f_layer[slot_offset(a, table[e / bs], ri.head, e % bs, 1)];
       const float decayed = jd.global_decay * prev;
@@ -770,11 +531,14 @@ cudaError_t launch_compression_scores(const GroupArgs& a, cudaStream_t stream) {
   if (!valid_geometry(a)) return cudaErrorInvalidValue;
   if (a.num_jobs == 0) return cudaSuccess;
   const int rpj = rows_per_job(a), rows = a.num_jobs * rpj;
-  if (a.max_window_group > 0) {
-    const int qtiles = (a.max_window_group + rows_per_qtile(a.group_size) - 1) / rows_per_qtile(a.group_size);
-    attn_lse_kernel<<<dim3(rows, qtiles), kThreads, 0, stream>>>(a);
-    attn_score_kernel<<<dim3(a.num_chunks, rpj), kThreads, 0, stream>>>(a);
+  // Step 1: each base scorer used in the group writes S (scores) for its jobs' rows.
+#define ORIGAMI_LAUNCH_SCORER(e, name, q, summary)               \
+  if (a.scorers & scorer_bit(Scorer::e)) {                     \
+    const cudaError_t err = launch_score_##name(a, stream);    \
+    if (err != cudaSuccess) return err;                        \
   }
+  ORIGAMI_BASE_SCORERS(ORIGAMI_LAUNCH_SCORER)
+#undef ORIGAMI_LAUNCH_SCORER
   if (a.any_redundancy) {
     key_norms_kernel<<<dim3(a.num_chunks, rpj), kThreads, 0, stream>>>(a);
     const dim3 grid(a.num_chunks, rpj);

@@ -1,6 +1,7 @@
 #pragma once
 // The KV-compression kernels of the CUDA backend (kv/compression.h): query capture in the forward
-// pass, the scorers, per-(layer, KV head) top-k selection and compaction into destination pages.
+// pass, the scorers (the base scorers in scorers/, one file each; the shared stages here),
+// per-(layer, KV head) top-k selection and compaction into destination pages.
 // Their arithmetic follows the CPU twins in backend/cpu/compression_ops.h (which state the exact
 // semantics: causal window, pooling padding, redundancy zeroing, tie-breaking); the GPU computes
 // in fp32 from bf16 data, so scores agree to rounding, selections agree exactly on equal scores,
@@ -17,6 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kv/scorers.h"
+
 namespace origami::cuda {
 
 // --- Query capture ----------------------------------------------------------------------------
@@ -32,15 +35,13 @@ void launch_capture_queries(const __nv_bfloat16* q, const int32_t* dst_rows, int
 
 // --- Compression of one group -----------------------------------------------------------------
 
-enum class BaseScore : int32_t { kZero = 0, kAttention = 1, kRecency = 2 };
-
 // One job as the kernels see it (built on the host from a CompressionJob and its ScoreRecipe).
 struct CompressionJobDesc {
   int32_t n = 0;           // cached entries (>= 1)
   int32_t num_keep = 0;    // kept per (layer, KV head), 0 .. n
   int32_t num_scored = 0;  // leading entries whose global score F is valid
-  int32_t query_slot = 0;  // slot of the window queries (kAttention)
-  int32_t window = 0;      // attention window w = min(recipe.window, n) (kAttention)
+  int32_t query_slot = 0;  // slot of the window queries (scorers that need queries)
+  int32_t window = 0;      // attention window w = min(recipe.window, n) (scorers that need queries)
   int32_t src_page0 = 0;   // offset of the source table in GroupArgs::pages
   int32_t dst_page0 = 0;   // offset of the destination table in GroupArgs::pages
   int32_t chunk0 = 0;      // first 64-entry chunk of this job in the group's chunk list
@@ -49,7 +50,7 @@ struct CompressionJobDesc {
   int64_t keep0 = 0;       // offset of this job's rows in keep: row r at keep0 + r * num_keep
   int64_t lse0 = 0;        // offset of this job's rows in lse: row r at lse0 + r * window * group_size
   // The recipe, resolved for this compression.
-  BaseScore base = BaseScore::kZero;
+  Scorer scorer = Scorer::kZero;  // the base scorer (kv/scorers.h) that writes S for its rows
   float global_decay = 0.0f;  // > 0: G-KV global score (reads and rewrites F)
   int32_t pool_kernel = 0;    // > 1: pooling applies now (first compression or every time)
   int32_t pool_avg = 0;       // 1 = average pooling, 0 = max
@@ -70,6 +71,8 @@ struct GroupArgs {
   const int32_t* pages = nullptr;      // device: every job's source and destination tables
   int max_window_group = 0;            // max over jobs of window * group_size (0: no attention job)
   bool any_redundancy = false;         // some job has a redundancy score
+  uint32_t scorers = 0;                // scorer_bit() of every base scorer some job uses: only their
+                                       // launchers run (CompressionPlan::scorers)
 
   // Model geometry.
   int num_group_layers = 0;  // layers in this group
@@ -93,7 +96,8 @@ struct GroupArgs {
   size_t f_layer_pitch = 0;
 
   // Scratch (fp32 unless noted), sized by the job offsets above.
-  float* scores = nullptr;      // base score, then S after the global update (= new F)
+  float* scores = nullptr;      // base score S (written by the job's scorer), then S after the global
+                                // update (= new F)
   float* final_scores = nullptr;  // what selection reads (pooled, redundancy-combined, protected)
   float* redundancy = nullptr;  // cosine-similarity row sums (redundancy jobs)
   float* norms = nullptr;       // key norms (redundancy jobs)
@@ -104,8 +108,9 @@ struct GroupArgs {
 
 int rows_per_job(const GroupArgs& a);
 
-// Scores every row: window attention (two passes: softmax statistics, then probabilities), key
-// norms and redundancy row sums, then per row the global update, pooling, redundancy softmax and
+// Scores every row: the base scorers in args.scorers (scorers/scorer_launchers.h; e.g. window
+// attention in two passes, softmax statistics then probabilities) write S, then key norms and
+// redundancy row sums, then per row the global update, pooling, redundancy softmax and
 // combination and protection, leaving the selection scores in final_scores and the new global
 // scores (S after the update) in scores.
 cudaError_t launch_compression_scores(const GroupArgs& args, cudaStream_t stream);

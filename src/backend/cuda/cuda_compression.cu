@@ -34,9 +34,9 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
     d.n = job.num_entries;
     d.num_keep = job.num_keep;
     d.num_scored = job.num_scored_entries;
-    d.base = r.recency ? BaseScore::kRecency : r.needs_queries() ? BaseScore::kAttention : BaseScore::kZero;
-    d.window = d.base == BaseScore::kAttention ? std::min(r.window, d.n) : 0;
-    d.query_slot = d.base == BaseScore::kAttention ? job.query_slot : 0;
+    d.scorer = r.scorer;
+    d.window = r.needs_queries() ? std::min(r.window, d.n) : 0;
+    d.query_slot = r.needs_queries() ? job.query_slot : 0;
     d.global_decay = r.global_decay;
     d.pool_kernel = r.pool_kernel > 1 && (job.first_compression || !r.pool_first_only) ? r.pool_kernel : 0;
     d.pool_avg = r.pool_type == PoolType::kAvg ? 1 : 0;
@@ -61,6 +61,7 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
     plan.lse_elems += rows * d.window * group_size;
     plan.max_window_group = std::max(plan.max_window_group, d.window * group_size);
     plan.any_redundancy = plan.any_redundancy || d.redundancy != 0;
+    plan.scorers |= scorer_bit(d.scorer);
     plan.descs.push_back(d);
   }
   return plan;
@@ -238,6 +239,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     a.pages = reinterpret_cast<const int32_t*>(dm + desc_bytes + chunk_bytes);
     a.max_window_group = plan.max_window_group;
     a.any_redundancy = any_redundancy;
+    a.scorers = plan.scorers;
     a.num_kv_heads = g.num_kv_heads;
     a.group_size = group_size;
     a.head_dim = g.head_dim;

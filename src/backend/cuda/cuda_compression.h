@@ -39,6 +39,7 @@ struct CompressionPlan {
   size_t lse_elems = 0;
   int max_window_group = 0;
   bool any_redundancy = false;
+  uint32_t scorers = 0;  // scorer_bit() of every base scorer the jobs use (GroupArgs::scorers)
 };
 // rows_per_job: layers of the largest group (min(layer_stride, L)) times KV heads. The jobs must be
 // valid (CudaCompressor::begin validates them first).

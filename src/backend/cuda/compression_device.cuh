@@ -1,0 +1,165 @@
+#pragma once
+// Device helpers shared by the compression kernels (compression_kernels.cu) and the base scorers'
+// launchers (scorers/*.cu): the constants and the 64x64 dot-product tile routine, bf16 loads, the
+// row numbering of a group (compression_kernels.h) and the paged-cache addressing. CUDA only.
+//
+// The dot-product work (window queries x keys, keys x keys) runs through one 64x64 tile routine
+// on the CUDA cores: 256 threads, each owning a 4x4 block of the tile (rows ty + 16 i, columns
+// tx + 16 j), with the head dimension streamed through shared memory 32 values at a time and
+// accumulated with fmaf in ascending order. A pair's dot product therefore does not depend on
+// where it sits in a tile.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/compression_kernels.h"
+
+namespace origami::cuda::compression_device {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kTile = 64;      // entries (and query rows) per tile
+constexpr int kDk = 32;        // head-dim values per shared-memory step
+constexpr int kThreads = 256;  // tile kernels: 16 x 16 threads, 4 x 4 outputs each
+constexpr int kRowThreads = 512;    // per-row kernels (finalize)
+constexpr int kSelectThreads = 1024;
+constexpr unsigned kFull = 0xffffffffu;
+
+struct TileSmem {
+  float a[kTile][kDk + 1];  // +1: the 16 rows a half-warp reads sit in distinct banks
+  float b[kTile][kDk + 1];
+};
+
+// 8 bf16 values (16 bytes) as floats; zeros for a null source (rows past the end).
+__device__ __forceinline__ void load8(const bf16* src, float* dst) {
+  if (src == nullptr) {
+#pragma unroll
+    for (int q = 0; q < 8; ++q) dst[q] = 0.0f;
+    return;
+  }
+  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float2 f = __bfloat1622float2(h[q]);
+    dst[2 * q] = f.x;
+    dst[2 * q + 1] = f.y;
+  }
+}
+
+// acc[i][j] = dot(A row ty + 16 i, B row tx + 16 j) over d values. Thread t loads row t / 4 of
+// both tiles (a_row / b_row: that row's first value, or null for a zero row), 8 values at
+// d offset k0 + (t % 4) * 8 per step. Starts with a barrier, so callers may reuse shared memory
+// read after the previous call.
+__device__ __forceinline__ void tile_dots(const bf16* a_row, const bf16* b_row, int d, TileSmem& sm,
+                                          float (&acc)[4][4]) {
+  const int t = threadIdx.x, lr = t >> 2, piece = (t & 3) * 8;
+  const int ty = t >> 4, tx = t & 15;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+  for (int k0 = 0; k0 < d; k0 += kDk) {
+    float tmp[8];
+    __syncthreads();
+    load8(a_row != nullptr ? a_row + k0 + piece : nullptr, tmp);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) sm.a[lr][piece + q] = tmp[q];
+    load8(b_row != nullptr ? b_row + k0 + piece : nullptr, tmp);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) sm.b[lr][piece + q] = tmp[q];
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < kDk; ++kk) {
+      float av[4], bv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) av[i] = sm.a[ty + 16 * i][kk];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) bv[j] = sm.b[tx + 16 * j][kk];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+  }
+}
+
+// Reductions over the 16 lanes sharing a tile row (xor offsets < 16 stay in the half-warp).
+// Every lane of the warp must call them.
+__device__ __forceinline__ float halfwarp_max(float v) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+__device__ __forceinline__ float halfwarp_sum(float v) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+struct RowInfo {
+  int job, lh, layer, head;  // layer: index inside the group
+};
+__device__ __forceinline__ RowInfo row_info(const GroupArgs& a, int job, int lh) {
+  return RowInfo{job, lh, lh / a.num_kv_heads, lh % a.num_kv_heads};
+}
+
+// Offset (elements) of entry `offset` of `page` for KV head `head` in one layer's array whose
+// rows are `row` elements wide (head_dim for K/V, 1 for F).
+__device__ __forceinline__ size_t slot_offset(const GroupArgs& a, int page, int head, int offset, int row) {
+  return ((static_cast<size_t>(page) * a.num_kv_heads + head) * a.block_size + offset) * row;
+}
+
+__device__ __forceinline__ const bf16* key_row(const GroupArgs& a, const bf16* k_layer, const int32_t* table, int e,
+                                               int head) {
+  return k_layer + slot_offset(a, table[e / a.block_size], head, e % a.block_size, a.head_dim);
+}
+
+// Query row pointer of window query `qr` (= u * group_size + g) of a job's KV head.
+__device__ __forceinline__ const bf16* query_row(const GroupArgs& a, const bf16* q_layer, const CompressionJobDesc& jd,
+                                                 int head, int qr) {
+  const int u = qr / a.group_size, g = qr % a.group_size;
+  const int slot_row = (jd.n - jd.window + u) % a.max_window;
+  const size_t heads = static_cast<size_t>(a.num_kv_heads) * a.group_size;
+  return q_layer + ((static_cast<size_t>(jd.query_slot) * a.max_window + slot_row) * heads +
+                    static_cast<size_t>(head) * a.group_size + g) *
+                       a.head_dim;
+}
+
+// Query rows per tile: whole GQA groups, so a window query's max over its heads stays in a tile.
+__device__ __host__ __forceinline__ int rows_per_qtile(int group_size) { return (kTile / group_size) * group_size; }
+
+// Offset (elements) of row `lh` (layer of the group * num_kv_heads + head) of a job in the
+// per-entry scratch (scores, final_scores, redundancy, norms, z): entry e is at + e.
+__device__ __forceinline__ size_t row_offset(const CompressionJobDesc& jd, int lh) {
+  return jd.score0 + static_cast<size_t>(lh) * jd.n;
+}
+
+// For the 64-entry chunk of grid block (blockIdx.x = chunk, blockIdx.y = layer/head of the group)
+// of job `job`: out[row_offset + e] = sign * |k_e| for the chunk's entries, one warp per entry
+// (blockDim.x = kThreads): lane-strided fmaf sum of squares in fp32, xor-shuffle sum, sqrtf.
+__device__ __forceinline__ void chunk_key_norms(const GroupArgs& a, int job, const CompressionJobDesc& jd, float sign,
+                                                float* out) {
+  const RowInfo ri = row_info(a, job, blockIdx.y);
+  const int e0 = (blockIdx.x - jd.chunk0) * kTile;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
+  const int32_t* table = a.pages + jd.src_page0;
+  for (int r = warp; r < kTile; r += kThreads / 32) {
+    const int e = e0 + r;
+    if (e >= jd.n) break;
+    const bf16* k = key_row(a, k_layer, table, e, ri.head);
+    float ss = 0.0f;
+    for (int x = lane; x < a.head_dim; x += 32) {
+      const float v = __bfloat162float(k[x]);
+      ss = fmaf(v, v, ss);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(kFull, ss, o);
+    if (lane == 0) out[row_offset(jd, ri.lh) + e] = sign * sqrtf(ss);
+  }
+}
+
+}  // namespace origami::cuda::compression_device

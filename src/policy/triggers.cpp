@@ -1,0 +1,31 @@
+#include "policy/triggers.h"
+
+#include <algorithm>
+
+namespace origami {
+
+TriggerDecision cache_full_due(const TriggerState& s) {
+  TriggerDecision d;
+  d.compress = !s.tokens_pending && s.entries >= s.max_blocks * s.block_size;
+  return d;
+}
+
+int cache_full_capture_from(const TriggerState& s) {
+  if (s.window <= 0) return -1;
+  return std::max(s.max_blocks * s.block_size, s.entries_after_known) - s.window;
+}
+
+TriggerDecision prefill_end_due(const TriggerState& s) {
+  TriggerDecision d;
+  if (s.tokens_pending || s.prefill_checked) return d;
+  d.prefill_checked = true;
+  d.compress = s.entries > s.budget;
+  return d;
+}
+
+int prefill_end_capture_from(const TriggerState& s) {
+  if (s.window <= 0 || s.prefill_checked || s.entries_after_known <= s.budget) return -1;
+  return s.entries_after_known - s.window;
+}
+
+}  // namespace origami

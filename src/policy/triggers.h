@@ -1,0 +1,44 @@
+#pragma once
+// Triggers: when a request's cache is compressed, decided by its policy
+// (KVPolicy::compression_due / capture_from) from a TriggerState, plain counts that
+// sched/compression_state.cpp builds from the Request, so policies never reach into the
+// scheduler. Counts are KV entries, not logical tokens: a compressed request holds fewer entries
+// than its positions. The built-in triggers (CompressionTrigger) are the functions below; a policy
+// with another trigger overrides the two KVPolicy methods.
+namespace origami {
+
+struct TriggerState {
+  int entries = 0;                // entries the cache holds (before the tokens about to be computed)
+  int entries_after_known = 0;    // entries once every known token is computed (end of the current
+                                  // prefill, or the entry the next decode step writes)
+  bool tokens_pending = false;    // known tokens are still to be computed (prefilling, or the
+                                  // newest sampled token not yet written)
+  int budget = 0;                 // tokens of KV after a compression
+  int max_blocks = 0;             // N_max: blocks held at most while decoding (cache-full triggers)
+  int block_size = 0;
+  int window = 0;                 // query window w (0: the policy needs no queries)
+  bool prefill_checked = false;   // the one-off end-of-prefill decision was taken
+};
+
+// A policy's answer after a step.
+struct TriggerDecision {
+  bool compress = false;          // compress the request now
+  bool prefill_checked = false;   // the one-off end-of-prefill decision is taken (never asked again)
+};
+
+// kCacheFull (Zipage): due once all known tokens are computed and the cache holds N_max full blocks
+// (N_max * b entries); it is then compressed to k = (N_max - 1) * b entries per (layer, KV head).
+TriggerDecision cache_full_due(const TriggerState& state);
+// Queries from E - w on, E = max(N_max * b, entries_after_known): the last w entries of block
+// N_max (Zipage's "b - w tokens in the last block"), or of a prompt that overshoots N_max blocks
+// (it compresses right after its prefill). -1 without a window.
+int cache_full_capture_from(const TriggerState& state);
+
+// kPrefillEnd (SnapKV): decided once, when all known tokens are computed (the prompt is
+// prefilled): due if the cache holds more entries than the budget.
+TriggerDecision prefill_end_due(const TriggerState& state);
+// Queries from E - w on, E = entries_after_known, while the decision is still to come and the
+// prompt is longer than the budget; else -1 (and -1 without a window).
+int prefill_end_capture_from(const TriggerState& state);
+
+}  // namespace origami
