@@ -7,9 +7,11 @@
 //     cache-full request holds at most N_max blocks;
 //   - window kept: the protected tail (window / recent entries) and the sinks of the source land
 //     bit-exact at the end and the start of the destination;
-//   - prefix blocks never written: a page held by two tables of the step is bit-identical after it;
+//   - prefix blocks never written: a page that two requests' tables hold is bit-identical after
+//     every step;
 //   - no block leaked: once every request has finished, no KV block is in use;
 // and every request completes with the number of tokens it asked for.
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -43,17 +45,12 @@ class CheckingBackend : public Backend {
   KVCompressor* compressor() override { return inner_->compressor(); }
 
   Status execute(const ForwardBatch& batch, StepOutput* out) override {
-    cpu::CpuKVCache& kv = inner_->kv_cache();
-    const int bs = kv.layout().block_size;
-    // Pages held by two requests' tables in this step (prefix hits): nobody may write them. (A
-    // request may appear twice, with the table its compression reads and the one it computes on.)
+    // Pages that two requests' tables hold (prefix hits): nobody may write them this step.
     std::map<BlockId, std::set<uint64_t>> holders;
-    auto hold = [&](uint64_t request, const std::vector<BlockId>& table, int entries) {
-      const int pages = (entries + bs - 1) / bs;
-      for (int p = 0; p < pages && p < static_cast<int>(table.size()); ++p) holders[table[static_cast<size_t>(p)]].insert(request);
-    };
-    for (const SequenceInput& s : batch.sequences) hold(s.request_id, *s.block_table, s.num_cached_entries + s.num_query_tokens);
-    for (const CompressionJob& j : batch.compressions) hold(j.request_id, *j.src_blocks, j.num_entries);
+    if (tables_) {
+      for (const auto& [request, table] : tables_())
+        for (BlockId b : table) holders[b].insert(request);
+    }
     std::map<BlockId, std::vector<float>> shared;
     for (const auto& [block, requests] : holders)
       if (requests.size() > 1) shared[block] = page(block);
@@ -87,6 +84,10 @@ class CheckingBackend : public Backend {
     }
     return Status::ok();
   }
+
+  // Every unfinished request's current page table, by request id.
+  using Tables = std::vector<std::pair<uint64_t, std::vector<BlockId>>>;
+  void set_tables(std::function<Tables()> tables) { tables_ = std::move(tables); }
 
   struct JobSeen {
     uint64_t request_id;
@@ -128,6 +129,7 @@ class CheckingBackend : public Backend {
 
   std::unique_ptr<CpuBackend> inner_;
   std::vector<JobSeen> jobs_seen_;
+  std::function<Tables()> tables_;
 };
 
 // 10 prompts of 3..140 tokens; several share a 48-token prefix (three full blocks).
@@ -172,6 +174,14 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
       const std::vector<BatchItem> items = matrix_items();
       std::vector<RequestId> ids;
       for (const BatchItem& item : items) ids.push_back(*engine.add_request(item.prompt_token_ids, item.sampling));
+      checking->set_tables([&] {
+        CheckingBackend::Tables tables;
+        for (RequestId id : ids) {
+          const Request* r = engine.request(id);
+          if (!r->is_finished() && !r->kv.groups.empty()) tables.push_back({id, r->kv.groups[0].blocks});
+        }
+        return tables;
+      });
       const CompressionTrigger trigger = (*policy)->trigger();
       const int max_blocks = max_blocks_for_budget(kBudget, kBlock);
       while (engine.has_unfinished()) {

@@ -2,7 +2,7 @@
 // CPU backend and the CPU twins:
 //   - query capture in prefill (eager) and in decode steps replayed from CUDA graphs writes the
 //     same queries as the CPU backend (bf16 vs fp32 model: 2e-2),
-//   - begin_compression on the real paged cache equals the CPU pipeline (compression_ops.h) run on
+//   - the compressor on the real paged cache equals the CPU pipeline (compression_ops.h) run on
 //     a snapshot of the GPU's own cache, bit for bit, wherever the cut is not a near-tie,
 //   - the kept sets overlap the CPU backend's own (fp32) compression,
 //   - a decode step of another request runs while compression is in flight and is unaffected,

@@ -1,4 +1,4 @@
-// CpuBackend::begin_compression on a real paged cache: after compressing, entry i of head h in
+// The CPU backend's compressor on a real paged cache: after compressing, entry i of head h in
 // layer l is bit-exactly the i-th kept source entry, the kept set is a top-num_keep of the naive
 // brute-force scores (window entries always kept), shared pages are never written, and the result
 // does not depend on the layer stride, the threads or on batching jobs together.

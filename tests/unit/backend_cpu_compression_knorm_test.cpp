@@ -96,8 +96,8 @@ TEST(KnormScorer, CompactionKeepsExactlyTheBruteForceTopK) {
     job.num_entries = n;
     job.num_keep = num_keep;  // query_slot stays -1: knorm needs no queries
     job.recipe = &recipe;
-    ASSERT_TRUE(rig.backend->begin_compression({job}).is_ok());
-    ASSERT_TRUE(rig.backend->wait_compression().is_ok());
+    ASSERT_TRUE(rig.backend->compressor()->begin({job}).is_ok());
+    ASSERT_TRUE(rig.backend->compressor()->wait().is_ok());
     const Snapshot after = snapshot(rig, src, num_keep);
 
     for (int l = 0; l < rig.num_layers; ++l)

@@ -262,7 +262,7 @@ struct CompressionHarness {
   }
 
   // Requests compressed under a bounded policy are never preempted by schedule() or
-  // plan_compressions() (only preempt_to_make_progress may, as a last resort).
+  // when schedule() starts compressions (only its last-resort preemption may).
   std::set<Request*> bounded_requests() const {
     std::set<Request*> s;
     for (Request* r : sched.running())

@@ -172,7 +172,7 @@ Status CudaCompressor::ensure_device(void** ptr, size_t* capacity, size_t bytes)
 }
 
 Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
-  if (!configured_) return invalid_argument("CUDA backend: begin_compression() before configure_compression()");
+  if (!configured_) return invalid_argument("CUDA compressor: begin() before configure()");
   if (in_flight_) {
     const cudaError_t err = cudaEventSynchronize(done_);
     in_flight_ = false;
