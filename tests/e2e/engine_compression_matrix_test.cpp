@@ -132,19 +132,19 @@ class CheckingBackend : public Backend {
   std::function<Tables()> tables_;
 };
 
-// 10 prompts of 3..140 tokens; several share a 48-token prefix (three full blocks).
+// 8 prompts of 3..140 tokens; several share a 48-token prefix (three full blocks).
 std::vector<BatchItem> matrix_items() {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> tok(3, 8000);
   std::vector<int32_t> shared(48);
   for (auto& t : shared) t = tok(rng);
   std::vector<BatchItem> items;
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < 8; ++i) {
     BatchItem item;
     const int len = 3 + (i * 37) % 140;
     if (i % 3 == 0) item.prompt_token_ids = shared;
     while (static_cast<int>(item.prompt_token_ids.size()) < len) item.prompt_token_ids.push_back(tok(rng));
-    item.sampling = greedy(60 + (i % 3) * 10);
+    item.sampling = greedy(40 + (i % 3) * 8);
     items.push_back(item);
   }
   return items;

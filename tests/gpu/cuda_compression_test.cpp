@@ -461,7 +461,7 @@ TEST(CudaCompression, SelectionMatchesCpuOnTiesAndSpecialValues) {
 }
 
 // The driver: several jobs (one empty), three layers in groups of two, in-place destinations with
-// a fresh first page, through CudaCompressor::begin/done/wait, against the CPU pipeline.
+// a fresh first page, through the CudaCompressor (begin/done/wait), against the CPU pipeline.
 TEST(CudaCompression, DriverMatchesCpuPipeline) {
   std::mt19937 rng(11);
   const int L = 3, H = 2, G = 4, d = 128, bs = 16, M = 3, W = 16;
@@ -503,7 +503,9 @@ TEST(CudaCompression, DriverMatchesCpuPipeline) {
   if (ns[1] > 0) add_duplicates(c, src[1], ns[1], rng);
 
   DeviceCache dc(c);
-  CudaCompressor comp;
+  cudaStream_t main_stream;
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&main_stream, cudaStreamNonBlocking));
+  CudaCompressor comp(main_stream);
   CudaCompressor::Geometry g;
   g.num_layers = L;
   g.num_kv_heads = H;
@@ -524,9 +526,7 @@ TEST(CudaCompression, DriverMatchesCpuPipeline) {
   ORIGAMI_CUDA_CHECK(cudaMemcpy(comp.query_cache(), to_device_bf16(c.q).data(), c.q.size() * 2, cudaMemcpyHostToDevice));
   ORIGAMI_CUDA_CHECK(cudaMemcpy(comp.global_scores(), c.f.data(), c.f.size() * 4, cudaMemcpyHostToDevice));
 
-  cudaStream_t main_stream;
-  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&main_stream, cudaStreamNonBlocking));
-  const Status st = comp.begin(jobs, main_stream);
+  const Status st = comp.begin(jobs);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   const auto t0 = std::chrono::steady_clock::now();
   while (!comp.done()) ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
@@ -589,25 +589,25 @@ TEST(CudaCompression, DriverMatchesCpuPipeline) {
   bad_recipe[0].window = W + 1;
   std::vector<CompressionJob> bad = {jobs[0]};
   bad[0].recipe = &bad_recipe[0];
-  Status e = comp.begin(bad, nullptr);
+  Status e = comp.begin(bad);
   EXPECT_FALSE(e.is_ok());
   EXPECT_NE(e.message().find("max_window"), std::string::npos) << e.message();
   std::vector<BlockId> outside = dst[0];
   outside[1] = NB;
   bad = {jobs[0]};
   bad[0].dst_blocks = &outside;
-  e = comp.begin(bad, nullptr);
+  e = comp.begin(bad);
   EXPECT_NE(e.message().find("dst_blocks[1]"), std::string::npos) << e.message();
   bad = {jobs[0], jobs[1]};
   bad[1].dst_blocks = &dst[0];
   bad[1].num_keep = ks[0];
-  e = comp.begin(bad, nullptr);
+  e = comp.begin(bad);
   EXPECT_NE(e.message().find("both write"), std::string::npos) << e.message();
   std::vector<BlockId> later = dst[0];
   later[0] = src[0][1];  // a later source page as the first destination
   bad = {jobs[0]};
   bad[0].dst_blocks = &later;
-  e = comp.begin(bad, nullptr);
+  e = comp.begin(bad);
   EXPECT_NE(e.message().find("later source page"), std::string::npos) << e.message();
 }
 
@@ -622,7 +622,7 @@ TEST(CudaCompression, TimingAtQwen3_8BShape) {
     DeviceBuffer<bf16> k(kv_pitch * L), v(kv_pitch * L);
     launch_fill_random_bf16(k.get(), kv_pitch * L, 1.0f, 0.0f, 1, nullptr);
     launch_fill_random_bf16(v.get(), kv_pitch * L, 1.0f, 0.0f, 2, nullptr);
-    CudaCompressor comp;
+    CudaCompressor comp(nullptr);  // after the legacy default stream
     CudaCompressor::Geometry g;
     g.num_layers = L;
     g.num_kv_heads = H;
@@ -667,11 +667,11 @@ TEST(CudaCompression, TimingAtQwen3_8BShape) {
       recipe.redundancy = var.red;
       recipe.global_decay = var.decay;
       recipe.pool_kernel = var.pool;
-      ASSERT_TRUE(comp.begin(jobs, nullptr).is_ok());  // warm-up (also grows the scratch)
+      ASSERT_TRUE(comp.begin(jobs).is_ok());  // warm-up (also grows the scratch)
       ASSERT_TRUE(comp.wait().is_ok());
       ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
       const auto t0 = std::chrono::steady_clock::now();
-      ASSERT_TRUE(comp.begin(jobs, nullptr).is_ok());
+      ASSERT_TRUE(comp.begin(jobs).is_ok());
       ASSERT_TRUE(comp.wait().is_ok());
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       std::printf("BENCH compression %d x n=%d (8 layers x 8 KV heads, d=128, b=256) %-24s %.2f ms\n", jobs_n, n,
