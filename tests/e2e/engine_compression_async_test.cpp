@@ -5,7 +5,7 @@
 // wait for the compression, and the compressing requests skip steps while the others decode.
 #include <random>
 
-#include "backend/cpu/cpu_backend.h"
+#include "cpu_backend_wrapper.h"
 #include "engine_test_util.h"
 
 namespace origami::testing {
@@ -55,17 +55,10 @@ class DeferredCompressor : public KVCompressor {
 
 // A CPU backend whose compressions finish only some steps after they start (DeferredCompressor),
 // stepped the way every backend steps them (CompressionStepper).
-class DeferredCompressionBackend : public Backend {
+class DeferredCompressionBackend : public CpuBackendWrapper {
  public:
-  DeferredCompressionBackend(int delay, int* num_deferred_polls) : delay_(delay), num_deferred_polls_(num_deferred_polls) {
-    BackendOptions o;
-    o.device = "cpu";
-    inner_ = std::make_unique<CpuBackend>(o);
-  }
-  std::string name() const override { return "deferred-cpu"; }
-  Status load(const ModelConfig& c, const ModelWeights& w) override { return inner_->load(c, w); }
-  size_t available_kv_bytes(size_t requested) const override { return inner_->available_kv_bytes(requested); }
-  Status allocate_kv_cache(const KVLayout& layout) override { return inner_->allocate_kv_cache(layout); }
+  DeferredCompressionBackend(int delay, int* num_deferred_polls)
+      : CpuBackendWrapper("deferred-cpu"), delay_(delay), num_deferred_polls_(num_deferred_polls) {}
   Status execute(const ForwardBatch& batch, StepOutput* out) override {
     // No sequence of the step may belong to a request being compressed.
     for (const SequenceInput& s : batch.sequences)
@@ -83,17 +76,14 @@ class DeferredCompressionBackend : public Backend {
     out->token_logprobs = std::move(logprobs);
     return Status::ok();
   }
-  void copy_block(int group, BlockId src, BlockId dst) override { inner_->copy_block(group, src, dst); }
   Status configure_compression(const CompressionConfig& c) override {
     ORIGAMI_RETURN_IF_ERROR(inner_->configure_compression(c));
     compressor_ = std::make_unique<DeferredCompressor>(inner_->compressor(), delay_, num_deferred_polls_);
     return Status::ok();
   }
-  size_t query_slot_bytes(int w) const override { return inner_->query_slot_bytes(w); }
   KVCompressor* compressor() override { return compressor_.get(); }
 
  private:
-  std::unique_ptr<CpuBackend> inner_;
   std::unique_ptr<DeferredCompressor> compressor_;
   CompressionStepper stepper_;
   int delay_;

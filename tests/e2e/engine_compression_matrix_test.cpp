@@ -16,7 +16,7 @@
 #include <random>
 #include <set>
 
-#include "backend/cpu/cpu_backend.h"
+#include "cpu_backend_wrapper.h"
 #include "engine_test_util.h"
 #include "policy/kv_budget.h"
 #include "policy/policy_registry.h"
@@ -28,21 +28,9 @@ constexpr int kBlock = 16;
 constexpr int kBudget = 64;
 
 // A CPU backend that checks the invariants above around each step.
-class CheckingBackend : public Backend {
+class CheckingBackend : public CpuBackendWrapper {
  public:
-  CheckingBackend() {
-    BackendOptions o;
-    o.device = "cpu";
-    inner_ = std::make_unique<CpuBackend>(o);
-  }
-  std::string name() const override { return "checking-cpu"; }
-  Status load(const ModelConfig& c, const ModelWeights& w) override { return inner_->load(c, w); }
-  size_t available_kv_bytes(size_t requested) const override { return inner_->available_kv_bytes(requested); }
-  Status allocate_kv_cache(const KVLayout& layout) override { return inner_->allocate_kv_cache(layout); }
-  void copy_block(int group, BlockId src, BlockId dst) override { inner_->copy_block(group, src, dst); }
-  Status configure_compression(const CompressionConfig& c) override { return inner_->configure_compression(c); }
-  size_t query_slot_bytes(int w) const override { return inner_->query_slot_bytes(w); }
-  KVCompressor* compressor() override { return inner_->compressor(); }
+  CheckingBackend() : CpuBackendWrapper("checking-cpu") {}
 
   Status execute(const ForwardBatch& batch, StepOutput* out) override {
     // Pages that two requests' tables hold (prefix hits): nobody may write them this step.
@@ -127,7 +115,6 @@ class CheckingBackend : public Backend {
     return out;
   }
 
-  std::unique_ptr<CpuBackend> inner_;
   std::vector<JobSeen> jobs_seen_;
   std::function<Tables()> tables_;
 };
