@@ -136,8 +136,8 @@ TEST_F(ReliabilityCli, InterruptedEvalKeepsTheFinishedPoints) {
   {
     std::ofstream docs(dir_ / "docs.jsonl");
     std::string filler;
-    for (int i = 0; i < 12; ++i) filler += "The river ran past the old mill and the village in the long summer. ";
-    for (int i = 0; i < 12; ++i)
+    for (int i = 0; i < 5; ++i) filler += "The river ran past the old mill and the village in the long summer. ";
+    for (int i = 0; i < 6; ++i)
       docs << nlohmann::json{{"id", i}, {"prompt", filler + "The secret number is 12" + std::to_string(10 + i) + ". " + filler +
                                                        "\nThe secret number is"},
                              {"answer", "12" + std::to_string(10 + i)}}
@@ -153,7 +153,7 @@ TEST_F(ReliabilityCli, InterruptedEvalKeepsTheFinishedPoints) {
   const std::vector<nlohmann::json> points = parse_json_lines(read_file(path("stdout")));
   ASSERT_GE(points.size(), 1u);
   EXPECT_LT(points.size(), 9u);
-  EXPECT_EQ(parse_json_lines(read_file(path("details.jsonl"))).size(), 12 * points.size());
+  EXPECT_EQ(parse_json_lines(read_file(path("details.jsonl"))).size(), 6 * points.size());
   EXPECT_NE(read_file(path("stderr")).find("interrupted (SIGINT)"), std::string::npos);
 }
 
