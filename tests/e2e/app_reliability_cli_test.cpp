@@ -49,11 +49,18 @@ class ReliabilityCli : public ::testing::Test {
   }
   // Waits until `file` holds at least `lines` complete lines (or 120 s pass).
   bool wait_for_lines(const std::string& file, size_t lines) const {
+    return wait_for(file, [&](const std::string& text) {
+      return static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) >= lines;
+    });
+  }
+  bool wait_for_text(const std::string& file, const std::string& part) const {
+    return wait_for(file, [&](const std::string& text) { return text.find(part) != std::string::npos; });
+  }
+  template <typename Pred>
+  bool wait_for(const std::string& file, Pred done) const {
     for (auto start = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - start < 120s;
-         std::this_thread::sleep_for(20ms)) {
-      const std::string text = read_file(file);
-      if (static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) >= lines) return true;
-    }
+         std::this_thread::sleep_for(20ms))
+      if (done(read_file(file))) return true;
     return false;
   }
   static int wait_exit(pid_t pid) {
@@ -122,8 +129,9 @@ TEST_F(ReliabilityCli, SigtermExits143AndASecondSignalExitsAtOnce) {
 }
 
 TEST_F(ReliabilityCli, InterruptedBenchReportsTheFinishedRequests) {
-  const pid_t pid = spawn("bench " + model() + "--num-prompts 64 --input-len 16 --output-len 400 --max-num-seqs 4 --json --quiet");
-  std::this_thread::sleep_for(1500ms);
+  const pid_t pid = spawn("bench " + model() + "--num-prompts 64 --input-len 16 --output-len 400 --max-num-seqs 4 --json");
+  ASSERT_TRUE(wait_for_text(path("stderr"), "bench [")) << read_file(path("stderr"));  // the run has started
+  std::this_thread::sleep_for(300ms);
   kill(pid, SIGINT);
   EXPECT_EQ(wait_exit(pid), 130) << read_file(path("stderr"));
   const nlohmann::json j = nlohmann::json::parse(read_file(path("stdout")));
