@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "engine/engine_setup_check.h"
 #include "engine_test_util.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
@@ -43,6 +44,15 @@ TEST(EngineHardening, TokenizerWithIdsBeyondTheEmbeddingIsRejected) {
   EngineConfig c = cpu_config(stories_dir());  // 512-row embedding
   c.tokenizer_dir = tiny_qwen3_dir();          // 8192 tokens
   EXPECT_TRUE(fails_with(c, "has 8192 tokens, but the model's embedding has only 512 rows"));
+  // Benchmarks on dummy weights borrow any tokenizer (e.g. Llama shapes with Qwen's): a warning.
+  c.dummy_weights = true;
+  auto engine = make_engine(c);
+  ASSERT_NE(engine, nullptr);
+  EXPECT_NE(tokenizer_mismatch_warning(c, engine->model_config(), *engine->tokenizer()).find("will be rejected"),
+            std::string::npos);
+  auto own = make_engine(cpu_config(stories_dir()));  // the model's own tokenizer: nothing to say
+  ASSERT_NE(own, nullptr);
+  EXPECT_EQ(tokenizer_mismatch_warning(own->config(), own->model_config(), *own->tokenizer()), "");
 }
 
 TEST(EngineHardening, KvCacheBeyondHostMemoryIsRejectedBeforeAllocating) {
