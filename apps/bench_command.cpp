@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -13,9 +13,10 @@
 #include "commands.h"
 #include "engine/batch_runner.h"
 #include "engine/engine.h"
+#include "engine/jsonl_requests.h"
 #include "engine/prompt_builder.h"
-#include "engine/request_options_json.h"
-#include "engine/sampling_json.h"
+#include "interrupt.h"
+#include "output_file.h"
 #include "progress_bar.h"
 
 namespace origami::cli {
@@ -48,41 +49,20 @@ std::vector<BatchItem> random_dataset(const BenchFlags& f, int vocab_size) {
 }
 
 bool file_dataset(const BenchFlags& f, const PromptBuilder& builder, std::vector<BatchItem>* items) {
-  std::ifstream in(f.input_path);
-  if (!in) {
-    print_error("--input: cannot open '" + f.input_path + "'");
-    return false;
-  }
   SamplingParams defaults;
   defaults.temperature = 0.0f;
   defaults.max_tokens = f.output_len;
-  std::string line;
-  int line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    BatchItem item;
-    const std::string where = f.input_path + ":" + std::to_string(line_no) + ": ";
-    nlohmann::json obj = nlohmann::json::parse(line, nullptr, false);
-    if (obj.is_discarded()) {
-      item.error = where + "not valid JSON";
-    } else {
-      auto ids = builder.from_json(obj);
-      auto sp = sampling_params_from_json(obj, defaults);
-      auto opts = request_options_from_json(obj);
-      if (!ids) item.error = where + ids.status().message();
-      else if (!sp) item.error = where + sp.status().message();
-      else if (!opts) item.error = where + opts.status().message();
-      else {
-        item.prompt_token_ids = std::move(*ids);
-        item.sampling = std::move(*sp);
-        item.options = std::move(*opts);
-      }
-    }
-    items->push_back(std::move(item));
+  Expected<std::vector<JsonlRequest>> requests = read_jsonl_requests(f.input_path, builder, defaults);
+  if (!requests) {
+    print_error("--input: " + requests.status().message());
+    return false;
   }
+  for (JsonlRequest& r : *requests) items->push_back(std::move(r.item));
   return true;
 }
+
+// How many failures are quoted on stderr: enough to see a pattern, short enough to read.
+constexpr size_t kErrorsShown = 3;
 
 double mean(const std::vector<double>& v) {
   if (v.empty()) return 0.0;
@@ -99,41 +79,56 @@ double percentile(std::vector<double> v, double p) {
 }
 
 int run_bench(BenchFlags& f) {
-  if (!finalize_engine_flags(&f.engine)) return 2;
+  if (!finalize_engine_flags(&f.engine)) return kExitUsage;
   if (f.input_path.empty() && (f.num_prompts < 1 || f.input_len < 1 || f.output_len < 1)) {
     print_error("--num-prompts, --input-len and --output-len must be >= 1");
-    return 2;
+    return kExitUsage;
   }
-  auto engine = Engine::create(f.engine.config);
-  if (!engine) {
-    print_error(engine.status().to_string());
-    return 1;
+  if (!f.input_path.empty() && !std::filesystem::is_regular_file(f.input_path)) {
+    print_error("--input: cannot open '" + f.input_path + "' (no such file)");
+    return kExitUsage;
   }
-  Engine& eng = **engine;
+  std::unique_ptr<Engine> engine = create_engine(f.engine.config);
+  if (!engine) return kExitFailure;
+  Engine& eng = *engine;
   std::vector<BatchItem> items;
   if (f.input_path.empty()) {
     items = random_dataset(f, eng.model_config().vocab_size);
   } else {
     PromptBuilder builder(eng.tokenizer());
-    if (!file_dataset(f, builder, &items)) return 2;
+    if (!file_dataset(f, builder, &items)) return kExitUsage;
   }
 
   ProgressBar bar("bench");
   const double start = eng.now();
-  std::vector<BatchResult> results = run_batch(eng, items, [&](size_t done, size_t total) {
+  BatchHooks hooks;
+  hooks.progress = [&](size_t done, size_t total) {
     if (!f.quiet) bar.update(done, total, eng.metrics().num_generated_tokens);
-  });
+  };
+  hooks.should_stop = [] { return interrupt_signal() != 0; };
+  std::vector<BatchResult> results = run_batch(eng, items, hooks);
   const double wall = eng.now() - start;
   if (!f.quiet) bar.finish();
 
+  // An interrupted run reports the requests that finished; the aborted ones are not counted.
   std::vector<double> ttft, tpot, e2e;
   int64_t out_tokens = 0, in_tokens = 0;
-  int failed = 0;
-  for (const BatchResult& r : results) {
-    if (!r.ok) {
-      ++failed;
+  int failed = 0, interrupted = 0, capped = 0;
+  std::vector<std::string> first_errors;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const BatchResult& r = results[i];
+    if (r.finish_reason == FinishReason::kAborted) {
+      ++interrupted;
       continue;
     }
+    if (!r.ok) {
+      ++failed;
+      if (first_errors.size() < kErrorsShown) first_errors.push_back("request " + std::to_string(i) + ": " + r.error);
+      continue;
+    }
+    // Stopped by the context (max_model_len) before its max_tokens: fewer tokens than asked.
+    if (r.finish_reason == FinishReason::kLength && static_cast<int>(r.output_token_ids.size()) < items[i].sampling.max_tokens)
+      ++capped;
     out_tokens += static_cast<int64_t>(r.output_token_ids.size());
     in_tokens += r.num_prompt_tokens;
     ttft.push_back(r.first_token_time - start);
@@ -147,7 +142,11 @@ int run_bench(BenchFlags& f) {
   j["device"] = f.engine.config.device;
   j["dummy_weights"] = f.engine.config.dummy_weights;
   j["num_prompts"] = results.size();
+  j["completed"] = static_cast<int>(results.size()) - failed - interrupted;
   j["failed"] = failed;
+  j["capped_by_context"] = capped;
+  j["max_model_len"] = eng.config().max_model_len;
+  if (interrupted > 0 || interrupt_signal() != 0) j["interrupted"] = interrupted;
   j["input_tokens"] = in_tokens;
   j["output_tokens"] = out_tokens;
   j["wall_seconds"] = wall;
@@ -183,7 +182,10 @@ int run_bench(BenchFlags& f) {
   if (f.json) {
     std::cout << j.dump() << std::endl;
   } else {
-    std::printf("requests            %zu (%d failed)\n", results.size(), failed);
+    std::printf("requests            %zu (%d failed", results.size(), failed);
+    if (capped > 0) std::printf(", %d capped by the context of %d tokens", capped, eng.config().max_model_len);
+    if (interrupted > 0) std::printf(", %d interrupted", interrupted);
+    std::printf(")\n");
     std::printf("input / output tok  %lld / %lld\n", static_cast<long long>(in_tokens), static_cast<long long>(out_tokens));
     std::printf("wall time           %.3f s\n", wall);
     std::printf("output throughput   %.1f tok/s (TPS)\n", j["output_tokens_per_second"].get<double>());
@@ -207,7 +209,22 @@ int run_bench(BenchFlags& f) {
                 f.engine.config.async_compression ? "async" : "sync", m.compression_device_seconds,
                 100.0 * j["compression_device_time_share"].get<double>());
   }
-  return failed == static_cast<int>(results.size()) ? 1 : 0;
+  if (!flush_stdout()) return kExitFailure;
+  if (failed > 0) {
+    std::fprintf(stderr, "origami: %d of %zu requests failed; the first %s:\n", failed, results.size(),
+                 first_errors.size() == 1 ? "error" : (std::to_string(first_errors.size()) + " errors").c_str());
+    for (const std::string& e : first_errors) std::fprintf(stderr, "  %s\n", e.c_str());
+  }
+  if (capped > 0)
+    print_warning(std::to_string(capped) + " requests stopped at the context limit (max_model_len " +
+                  std::to_string(eng.config().max_model_len) + " tokens) before their max_tokens; their output counts are lower");
+  if (interrupt_signal() != 0) {
+    const std::string what = "the metrics above cover the " + std::to_string(results.size() - interrupted) +
+                             " requests that finished; " + std::to_string(interrupted) + " were aborted";
+    report_interrupted(what.c_str());
+    return interrupted_exit_code();
+  }
+  return failed > 0 ? kExitFailure : kExitOk;
 }
 
 }  // namespace

@@ -4,7 +4,12 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <limits>
+#include <new>
+
+#include "engine/engine_setup_check.h"
 #include "policy/policy_options.h"
+#include "policy/policy_registry.h"
 
 namespace origami::cli {
 
@@ -18,6 +23,27 @@ std::string default_model_dir() {
 }
 
 void print_error(const std::string& message) { std::fprintf(stderr, "origami: error: %s\n", message.c_str()); }
+void print_warning(const std::string& message) { std::fprintf(stderr, "origami: warning: %s\n", message.c_str()); }
+
+std::unique_ptr<Engine> create_engine(const EngineConfig& config) {
+  try {
+    Expected<std::unique_ptr<Engine>> engine = Engine::create(config);
+    if (!engine) {
+      print_error(engine.status().to_string());
+      return nullptr;
+    }
+    const Engine& e = **engine;
+    if (std::string w = tokenizer_mismatch_warning(config, e.model_config(), *e.tokenizer()); !w.empty()) print_warning(w);
+    return std::move(*engine);
+  } catch (const std::bad_alloc&) {
+    // The size checks before loading should prevent this; any allocation that still fails is an
+    // error of this run, not a crash.
+    print_error("out of memory while loading the model from " + config.model_dir +
+                " and setting up its KV cache: use a smaller model, --kv-cache-memory or --num-kv-blocks, or a machine "
+                "with more memory");
+    return nullptr;
+  }
+}
 
 bool parse_memory_size(const std::string& text, int64_t* bytes) {
   if (text.empty()) return false;
@@ -62,7 +88,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "Most new tokens per step (chunked prefill budget)")
       ->check(CLI::Range(1, 1 << 24))->capture_default_str();
   cmd->add_flag("!--no-chunked-prefill", c.enable_chunked_prefill, "Prefill each prompt in one step");
-  cmd->add_option("--max-model-len", c.max_model_len, "Longest prompt + output (default: the model's context)");
+  cmd->add_option("--max-model-len", c.max_model_len, "Longest prompt + output (default and maximum: the model's context)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   cmd->add_option("--kv-cache-memory", flags->kv_cache_memory, "KV cache size, e.g. 2GiB (default: CPU 1GiB, CUDA from free memory)");
   cmd->add_option("--num-kv-blocks", c.num_kv_blocks, "KV cache size in blocks (overrides --kv-cache-memory)")
       ->check(CLI::Range(1, 1 << 30));
@@ -87,9 +114,27 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
 
 bool finalize_engine_flags(EngineFlags* flags) {
   for (const std::string& opt : flags->kv_policy_opts) {
-    Status st = parse_policy_option(opt, &flags->config.kv_policy_options);
+    PolicyOptionMap one;
+    Status st = parse_policy_option(opt, &one);
     if (!st.is_ok()) {
       print_error("--kv-policy-opt: " + st.message());
+      return false;
+    }
+    for (const auto& [key, value] : one) {
+      auto [it, inserted] = flags->config.kv_policy_options.emplace(key, value);
+      if (!inserted) {
+        print_error("--kv-policy-opt: '" + key + "' is given twice (" + key + "=" + it->second + " and " + opt +
+                    "); give each option once");
+        return false;
+      }
+    }
+  }
+  if (flags->config.kv_budget > 0) {
+    Expected<std::shared_ptr<const KVPolicy>> policy =
+        PolicyRegistry::builtin().create(flags->config.kv_policy, flags->config.kv_policy_options);
+    if (policy && !(*policy)->compresses()) {
+      print_error("--kv-budget " + std::to_string(flags->config.kv_budget) + " is given, but KV policy '" +
+                  flags->config.kv_policy + "' does not compress (it keeps every token); name a compressing --kv-policy");
       return false;
     }
   }

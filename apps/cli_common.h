@@ -1,13 +1,26 @@
 #pragma once
 // Flags shared by every command that stands up an engine, and small CLI helpers.
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/engine_config.h"
 #include "sampling/sampling_params.h"
 
 namespace origami::cli {
+
+// The exit status of every command (docs/reliability.md):
+//   0    everything asked for was done (every request / document succeeded);
+//   1    something failed: a request or document (its result says why; the others are still
+//        written), the model or engine could not be set up, or a write failed;
+//   2    usage: a bad flag or value, an unreadable input or an unwritable output path, found
+//        before any work starts;
+//   130 / 143  interrupted by SIGINT / SIGTERM (the finished results are written).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
 
 struct EngineFlags {
   EngineConfig config;
@@ -22,8 +35,14 @@ struct EngineFlags {
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);
 // Registers --temperature, --top-p, --top-k, --min-p, --seed, --max-tokens, --ignore-eos, --stop.
 void add_sampling_flags(CLI::App* cmd, SamplingParams* params, std::string* seed_text);
-// Resolves derived values (memory size strings); returns false after printing an error.
+// Resolves derived values (memory size strings) and rejects values that would be ignored (a
+// repeated --kv-policy-opt key, --kv-budget for a policy that does not compress); returns false
+// after printing an error.
 bool finalize_engine_flags(EngineFlags* flags);
+// Engine::create, with a clear error (nullptr, after printing it) for any failure including
+// running out of memory while loading, and warnings (a tokenizer that does not look like the
+// model's) on stderr.
+std::unique_ptr<Engine> create_engine(const EngineConfig& config);
 bool finalize_sampling_flags(SamplingParams* params, const std::string& seed_text);
 
 // Parses "2GiB", "1.5GB", "512MiB", "4096" into bytes.
@@ -34,5 +53,7 @@ std::string default_model_dir();
 
 // Prints "origami: error: <msg>" to stderr.
 void print_error(const std::string& message);
+// Prints "origami: warning: <msg>" to stderr.
+void print_warning(const std::string& message);
 
 }  // namespace origami::cli

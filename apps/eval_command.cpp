@@ -29,6 +29,8 @@
 #include "eval/svg_plot.h"
 #include "eval/sweep.h"
 #include "policy/kv_budget.h"
+#include "interrupt.h"
+#include "output_file.h"
 #include "policy/policy_registry.h"
 #include "progress_bar.h"
 
@@ -215,7 +217,7 @@ std::string model_name(const std::string& dir) {
 
 int run_eval(EvalFlags& f, EvalTask task) {
   const bool retrieval = task == EvalTask::kRetrieval;
-  if (!finalize_engine_flags(&f.engine)) return 2;
+  if (!finalize_engine_flags(&f.engine)) return kExitUsage;
   // The policy options go with each request of a point; the engine itself runs full KV by default.
   const PolicyOptionMap user_options = f.engine.config.kv_policy_options;
   EngineConfig& config = f.engine.config;
@@ -225,16 +227,16 @@ int run_eval(EvalFlags& f, EvalTask task) {
 
   if (f.limit < 0) {
     print_error("--limit must be >= 0 (0 = all), got " + std::to_string(f.limit));
-    return 2;
+    return kExitUsage;
   }
   std::vector<PlannedPoint> planned;
   int widest_window = 0;
-  if (!plan_sweep(f, user_options, &planned, &widest_window)) return 2;
+  if (!plan_sweep(f, user_options, &planned, &widest_window)) return kExitUsage;
   if (config.num_query_slots == -1) {
     for (const PlannedPoint& p : planned) {
       if (p.point.policy != eval::kFullPolicy) {
         print_error("--query-slots -1 turns compression off, but the sweep includes '" + p.point.policy + "'");
-        return 2;
+        return kExitUsage;
       }
     }
   }
@@ -247,32 +249,32 @@ int run_eval(EvalFlags& f, EvalTask task) {
   if (retrieval) {
     if (f.data_path.empty()) {
       print_error("--data FILE.jsonl is required");
-      return 2;
+      return kExitUsage;
     }
     if (f.max_answer_tokens < 1) {
       print_error("--max-answer-tokens must be >= 1, got " + std::to_string(f.max_answer_tokens));
-      return 2;
+      return kExitUsage;
     }
-    if (!parse_modes(f.modes, &modes)) return 2;
+    if (!parse_modes(f.modes, &modes)) return kExitUsage;
     Expected<std::vector<eval::RetrievalExample>> loaded = eval::load_retrieval_examples(f.data_path, f.limit);
     if (!loaded) {
       print_error("--data: " + loaded.status().message());
-      return 2;
+      return kExitUsage;
     }
     examples = std::move(*loaded);
   } else {
     if (f.text_path.empty()) {
       print_error("--text FILE is required");
-      return 2;
+      return kExitUsage;
     }
     if (f.context != 0 && f.context < 2) {
       print_error("--context must be >= 2 tokens, got " + std::to_string(f.context));
-      return 2;
+      return kExitUsage;
     }
     Expected<std::string> loaded = eval::read_text_file(f.text_path);
     if (!loaded) {
       print_error("--text: " + loaded.status().message());
-      return 2;
+      return kExitUsage;
     }
     text = std::move(*loaded);
   }
@@ -280,24 +282,27 @@ int run_eval(EvalFlags& f, EvalTask task) {
     const std::string ext = std::filesystem::path(f.plot_path).extension().string();
     if (ext != ".svg" && ext != ".SVG") {
       print_error("--plot: '" + f.plot_path + "': only SVG plots are written; name the file *.svg");
-      return 2;
+      return kExitUsage;
     }
   }
-  std::ofstream details_file;
+  // Every output path is checked before the model loads, not after an hour of evaluation.
+  if (!f.plot_path.empty()) {
+    if (Status st = check_output_path("--plot", f.plot_path); !st.is_ok()) {
+      print_error(st.message());
+      return kExitUsage;
+    }
+  }
+  OutputFile details_file;
   if (!f.details_path.empty()) {
-    details_file.open(f.details_path);
-    if (!details_file) {
-      print_error("--details: cannot write '" + f.details_path + "'");
-      return 2;
+    if (Status st = details_file.open("--details", f.details_path); !st.is_ok()) {
+      print_error(st.message());
+      return kExitUsage;
     }
   }
 
-  Expected<std::unique_ptr<Engine>> created = Engine::create(config);
-  if (!created) {
-    print_error(created.status().to_string());
-    return 1;
-  }
-  Engine& engine = **created;
+  std::unique_ptr<Engine> created = create_engine(config);
+  if (!created) return kExitFailure;
+  Engine& engine = *created;
   // Every point's policy, options and budget as the engine will resolve them: a point the engine
   // would reject fails here, before anything runs.
   for (const PlannedPoint& p : planned) {
@@ -308,7 +313,7 @@ int run_eval(EvalFlags& f, EvalTask task) {
     Expected<RequestCompression> c = resolve_request_compression(engine.config(), engine.compression_support(), ro);
     if (!c) {
       print_error(eval::point_label(p.point) + ": " + c.status().message());
-      return 2;
+      return kExitUsage;
     }
   }
 
@@ -321,12 +326,12 @@ int run_eval(EvalFlags& f, EvalTask task) {
     if (context > max_len) {
       print_error("--context " + std::to_string(context) + " exceeds the engine's maximum sequence length of " +
                   std::to_string(max_len) + " tokens (--max-model-len)");
-      return 2;
+      return kExitUsage;
     }
     windows = eval::make_windows(tokenizer.encode(text, /*add_special_tokens=*/true), context, f.limit);
     if (windows.empty()) {
       print_error("--text: '" + f.text_path + "' has fewer than 2 tokens");
-      return 2;
+      return kExitUsage;
     }
   }
 
@@ -346,7 +351,8 @@ int run_eval(EvalFlags& f, EvalTask task) {
   const std::vector<eval::RetrievalMode> group_modes = retrieval ? modes : std::vector<eval::RetrievalMode>{eval::RetrievalMode::kStream};
   std::vector<std::vector<PointResult>> groups;
   std::vector<nlohmann::json> json_lines;
-  int status = 0;
+  int status = kExitOk;
+  int num_skipped_points = 0;  // not run or cut short by a signal
   for (eval::RetrievalMode mode : group_modes) {
     std::vector<eval::EvalItem> items;
     if (retrieval) {
@@ -357,6 +363,10 @@ int run_eval(EvalFlags& f, EvalTask task) {
     }
     std::vector<PointResult>& group = groups.emplace_back();
     for (const PlannedPoint& p : planned) {
+      if (interrupt_signal() != 0) {
+        ++num_skipped_points;
+        continue;
+      }
       const std::string label = std::string(retrieval ? "retrieval " : "ppl ") +
                                 (retrieval ? std::string(eval::retrieval_mode_name(mode)) + " " : "") +
                                 eval::point_label(p.point);
@@ -364,11 +374,18 @@ int run_eval(EvalFlags& f, EvalTask task) {
       const auto start = std::chrono::steady_clock::now();
       ProgressBar bar(label);
       const eval::PolicyChoice choice{p.point.policy, p.point.budget, p.options};
-      std::vector<eval::EvalItemResult> results =
-          eval::run_eval_batch(engine, items, choice, [&](size_t done, size_t total) {
-            if (!f.quiet) bar.update(done, total, engine.metrics().num_generated_tokens - before.num_generated_tokens);
-          });
+      BatchHooks hooks;
+      hooks.progress = [&](size_t done, size_t total) {
+        if (!f.quiet) bar.update(done, total, engine.metrics().num_generated_tokens - before.num_generated_tokens);
+      };
+      hooks.should_stop = [] { return interrupt_signal() != 0; };
+      std::vector<eval::EvalItemResult> results = eval::run_eval_batch(engine, items, choice, hooks);
       if (!f.quiet) bar.finish();
+      if (interrupt_signal() != 0) {
+        // A point cut short would be scored on the documents that happened to finish first.
+        ++num_skipped_points;
+        continue;
+      }
       PointResult r;
       r.point = p.point;
       r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -401,12 +418,16 @@ int run_eval(EvalFlags& f, EvalTask task) {
           }
         }
       }
-      for (const nlohmann::json& d : details) details_file << d.dump() << "\n";
-      details_file.flush();
+      for (const nlohmann::json& d : details) {
+        if (Status st = details_file.write(d.dump() + "\n"); !st.is_ok()) {
+          print_error(st.message());
+          return kExitFailure;
+        }
+      }
       if (r.num_failed > 0) {
         std::fprintf(stderr, "origami: %s: %d of %d %s failed: %s\n", label.c_str(), r.num_failed, r.num_documents,
                      retrieval ? "documents" : "windows", r.first_error.c_str());
-        if (r.num_failed == r.num_documents) status = 1;  // nothing was measured
+        status = kExitFailure;  // the point is still reported, over the documents that ran
       }
       nlohmann::json extra = run_info;
       extra["kv_policy_options"] = p.options;
@@ -415,10 +436,15 @@ int run_eval(EvalFlags& f, EvalTask task) {
       group.push_back(std::move(r));
       const PointResult* reference = group.front().point.reference ? &group.front() : nullptr;
       json_lines.push_back(eval::point_json(group.back(), reference, extra));
-      if (f.json) std::cout << json_lines.back().dump() << std::endl;
+      if (f.json) {
+        std::cout << json_lines.back().dump() << std::endl;
+        if (!flush_stdout()) return kExitFailure;
+      }
     }
   }
 
+  // An interrupted run may leave a mode with no finished point.
+  std::erase_if(groups, [](const std::vector<PointResult>& g) { return g.empty(); });
   if (!f.json) {
     for (size_t g = 0; g < groups.size(); ++g) {
       if (g > 0) std::cout << "\n";
@@ -426,7 +452,7 @@ int run_eval(EvalFlags& f, EvalTask task) {
     }
     std::cout.flush();
   }
-  if (!f.plot_path.empty()) {
+  if (!f.plot_path.empty() && !groups.empty()) {
     std::string title;
     if (retrieval) {
       std::vector<std::string> names;
@@ -440,8 +466,19 @@ int run_eval(EvalFlags& f, EvalTask task) {
     Status st = eval::write_svg_plot(f.plot_path, plot_spec_for(groups, title));
     if (!st.is_ok()) {
       print_error(st.message());
-      return 1;
+      return kExitFailure;
     }
+  }
+  if (Status st = details_file.close(); !st.is_ok()) {
+    print_error(st.message());
+    return kExitFailure;
+  }
+  if (!flush_stdout()) return kExitFailure;
+  if (interrupt_signal() != 0) {
+    const std::string what = std::to_string(num_skipped_points) +
+                             " sweep points were not run or were cut short and are left out of the results above";
+    report_interrupted(what.c_str());
+    return interrupted_exit_code();
   }
   return status;
 }

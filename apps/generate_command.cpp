@@ -1,6 +1,6 @@
 // `origami generate`: one prompt (--prompt) or a JSONL batch (--input/--output).
-#include <fstream>
-#include <iostream>
+#include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -9,9 +9,10 @@
 #include "commands.h"
 #include "engine/batch_runner.h"
 #include "engine/engine.h"
+#include "engine/jsonl_requests.h"
 #include "engine/prompt_builder.h"
-#include "engine/request_options_json.h"
-#include "engine/sampling_json.h"
+#include "interrupt.h"
+#include "output_file.h"
 #include "progress_bar.h"
 
 namespace origami::cli {
@@ -28,139 +29,186 @@ struct GenerateFlags {
   std::string output_path;
 };
 
-// Reads the JSONL batch. A line that is not valid gets an error result; the others still run.
-std::vector<BatchItem> read_batch(const std::string& path, const PromptBuilder& builder, const SamplingParams& defaults,
-                                  std::vector<nlohmann::json>* lines, bool* ok) {
-  std::vector<BatchItem> items;
-  std::ifstream in(path);
-  if (!in) {
-    print_error("--input: cannot open '" + path + "'");
-    *ok = false;
-    return items;
+// Results go out in input order, each as soon as it and every result before it are final, and
+// are flushed one by one. When the run stops early (a signal, a failed write), the results that
+// finished behind an unfinished one are written after the in-order prefix: the file stays sorted
+// by "index" and holds every finished request; unfinished ones are absent.
+class OrderedResultWriter {
+ public:
+  OrderedResultWriter(OutputFile* out, size_t total) : out_(out), lines_(total) {}
+
+  void add(size_t index, std::string line) {
+    lines_[index] = std::move(line) + "\n";
+    while (next_ < lines_.size() && !lines_[next_].empty()) write(next_++);
   }
-  std::string line;
-  int line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    BatchItem item;
-    nlohmann::json obj = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    const std::string where = path + ":" + std::to_string(line_no) + ": ";
-    if (obj.is_discarded()) {
-      item.error = where + "not valid JSON";
-    } else {
-      Expected<std::vector<int32_t>> ids = builder.from_json(obj);
-      Expected<SamplingParams> sp = sampling_params_from_json(obj, defaults);
-      Expected<RequestOptions> opts = request_options_from_json(obj);
-      if (!ids) item.error = where + ids.status().message();
-      else if (!sp) item.error = where + sp.status().message();
-      else if (!opts) item.error = where + opts.status().message();
-      else {
-        item.prompt_token_ids = std::move(*ids);
-        item.sampling = std::move(*sp);
-        item.options = std::move(*opts);
+  // Writes every result still waiting for an earlier one (after an interruption).
+  void write_remaining() {
+    for (size_t i = next_; i < lines_.size(); ++i)
+      if (!lines_[i].empty()) write(i);
+    next_ = lines_.size();
+  }
+  size_t num_written() const { return num_written_; }
+  bool failed() const { return !status_.is_ok(); }
+  const Status& status() const { return status_; }
+
+ private:
+  void write(size_t i) {
+    if (status_.is_ok()) status_ = out_->write(lines_[i]);
+    if (status_.is_ok()) ++num_written_;
+    lines_[i].clear();
+    lines_[i].shrink_to_fit();
+  }
+
+  OutputFile* out_;
+  std::vector<std::string> lines_;  // "" = not final yet (or already written)
+  size_t next_ = 0;
+  size_t num_written_ = 0;
+  Status status_;
+};
+
+nlohmann::json result_json(size_t index, const JsonlRequest& request, const BatchResult& r) {
+  nlohmann::json o;
+  o["index"] = index;
+  if (!request.id.is_null()) o["id"] = request.id;
+  if (!r.ok) {
+    o["error"] = r.error;
+    return o;
+  }
+  o["text"] = r.text;
+  o["token_ids"] = r.output_token_ids;
+  o["finish_reason"] = finish_reason_name(r.finish_reason);
+  o["num_prompt_tokens"] = r.num_prompt_tokens;
+  o["num_output_tokens"] = r.output_token_ids.size();
+  if (!request.item.options.forced_output_tokens.empty() && request.item.options.return_forced_logprobs)
+    o["forced_logprobs"] = r.forced_logprobs;
+  return o;
+}
+
+int run_single_prompt(GenerateFlags& f, Engine& engine, const PromptBuilder& builder, const nlohmann::json& kwargs) {
+  Expected<std::vector<int32_t>> ids = f.chat ? builder.from_messages(nlohmann::json::array({{{"role", "user"}, {"content", f.prompt}}}), kwargs)
+                                              : builder.from_text(f.prompt);
+  if (!ids) {
+    print_error(ids.status().to_string());
+    return kExitFailure;
+  }
+  Expected<RequestId> id = engine.add_request(*ids, f.sampling);
+  if (!id) {
+    print_error(id.status().to_string());
+    return kExitFailure;
+  }
+  // Stream the completion as it is produced.
+  FinishReason reason = FinishReason::kNone;
+  std::string error;
+  bool aborted = false;
+  while (engine.has_unfinished()) {
+    if (interrupt_signal() != 0 && !aborted) {
+      engine.abort_request(*id);
+      aborted = true;
+    }
+    for (const RequestOutput& out : engine.step()) {
+      std::fputs(out.new_text.c_str(), stdout);
+      std::fflush(stdout);
+      if (out.finished) {
+        reason = out.finish_reason;
+        error = out.error;
       }
     }
-    lines->push_back(obj.is_discarded() ? nlohmann::json(nullptr) : obj);
-    items.push_back(std::move(item));
   }
-  return items;
+  std::fputs("\n", stdout);
+  if (!flush_stdout()) return kExitFailure;
+  if (reason == FinishReason::kAborted) {
+    report_interrupted("the completion above is partial");
+    return interrupted_exit_code();
+  }
+  if (reason == FinishReason::kError) {
+    print_error(error);
+    return kExitFailure;
+  }
+  return kExitOk;
 }
 
 int run_generate(GenerateFlags& f) {
-  if (!finalize_engine_flags(&f.engine) || !finalize_sampling_flags(&f.sampling, f.seed_text)) return 2;
+  if (!finalize_engine_flags(&f.engine) || !finalize_sampling_flags(&f.sampling, f.seed_text)) return kExitUsage;
   const bool batch_mode = !f.input_path.empty();
   if (batch_mode == !f.prompt.empty()) {
     print_error("give either --prompt TEXT or --input FILE.jsonl");
-    return 2;
+    return kExitUsage;
+  }
+  if (!batch_mode && !f.output_path.empty()) {
+    print_error("--output is for --input batches; a --prompt completion is printed to stdout");
+    return kExitUsage;
   }
   nlohmann::json kwargs = nlohmann::json::parse(f.chat_template_kwargs, nullptr, false);
   if (kwargs.is_discarded() || !kwargs.is_object()) {
     print_error("--chat-template-kwargs must be a JSON object");
-    return 2;
+    return kExitUsage;
+  }
+  if (batch_mode && !std::filesystem::is_regular_file(f.input_path)) {
+    print_error("--input: cannot open '" + f.input_path + "' (no such file)");
+    return kExitUsage;
+  }
+  // The output is opened (and truncated) before the model loads: a bad path fails at once.
+  OutputFile out;
+  if (batch_mode) {
+    if (Status st = out.open("--output", f.output_path); !st.is_ok()) {
+      print_error(st.message());
+      return kExitUsage;
+    }
   }
 
-  Expected<std::unique_ptr<Engine>> engine = Engine::create(f.engine.config);
-  if (!engine) {
-    print_error(engine.status().to_string());
-    return 1;
+  std::unique_ptr<Engine> engine = create_engine(f.engine.config);
+  if (!engine) return kExitFailure;
+  if (interrupt_signal() != 0) {
+    report_interrupted("nothing was run");
+    return interrupted_exit_code();
   }
-  PromptBuilder builder((*engine)->tokenizer());
+  PromptBuilder builder(engine->tokenizer());
+  if (!batch_mode) return run_single_prompt(f, *engine, builder, kwargs);
 
-  if (!batch_mode) {
-    Expected<std::vector<int32_t>> ids = f.chat ? builder.from_messages(nlohmann::json::array({{{"role", "user"}, {"content", f.prompt}}}), kwargs)
-                                                : builder.from_text(f.prompt);
-    if (!ids) {
-      print_error(ids.status().to_string());
-      return 1;
-    }
-    Expected<RequestId> id = (*engine)->add_request(*ids, f.sampling);
-    if (!id) {
-      print_error(id.status().to_string());
-      return 1;
-    }
-    // Stream the completion as it is produced.
-    FinishReason reason = FinishReason::kNone;
-    std::string error;
-    while ((*engine)->has_unfinished()) {
-      for (const RequestOutput& out : (*engine)->step()) {
-        std::cout << out.new_text << std::flush;
-        if (out.finished) {
-          reason = out.finish_reason;
-          error = out.error;
-        }
-      }
-    }
-    std::cout << std::endl;
-    if (reason == FinishReason::kError) {
-      print_error(error);
-      return 1;
-    }
-    return 0;
+  Expected<std::vector<JsonlRequest>> requests = read_jsonl_requests(f.input_path, builder, f.sampling);
+  if (!requests) {
+    print_error("--input: " + requests.status().message());
+    return kExitUsage;
   }
+  std::vector<BatchItem> items;
+  items.reserve(requests->size());
+  for (const JsonlRequest& r : *requests) items.push_back(r.item);
 
-  std::vector<nlohmann::json> lines;
-  bool ok = true;
-  std::vector<BatchItem> items = read_batch(f.input_path, builder, f.sampling, &lines, &ok);
-  if (!ok) return 2;
-  std::ofstream out_file;
-  std::ostream* out = &std::cout;
-  if (!f.output_path.empty()) {
-    out_file.open(f.output_path);
-    if (!out_file) {
-      print_error("--output: cannot write '" + f.output_path + "'");
-      return 2;
-    }
-    out = &out_file;
-  }
+  OrderedResultWriter writer(&out, items.size());
   ProgressBar bar("generate");
-  Engine& eng = **engine;
-  std::vector<BatchResult> results =
-      run_batch(eng, items, [&](size_t done, size_t total) { bar.update(done, total, eng.metrics().num_generated_tokens); });
+  int failures = 0, capped = 0;
+  BatchHooks hooks;
+  hooks.progress = [&](size_t done, size_t total) { bar.update(done, total, engine->metrics().num_generated_tokens); };
+  hooks.on_result = [&](size_t i, const BatchResult& r) {
+    if (r.finish_reason == FinishReason::kAborted) return;  // not finished: not written
+    if (!r.ok) ++failures;
+    if (r.ok && r.finish_reason == FinishReason::kLength &&
+        static_cast<int>(r.output_token_ids.size()) < items[i].sampling.max_tokens)
+      ++capped;
+    writer.add(i, result_json(i, (*requests)[i], r).dump());
+  };
+  hooks.should_stop = [&] { return interrupt_signal() != 0 || writer.failed(); };
+  std::vector<BatchResult> results = run_batch(*engine, items, hooks);
   bar.finish();
-  int failures = 0;
-  for (size_t i = 0; i < results.size(); ++i) {
-    const BatchResult& r = results[i];
-    nlohmann::json o;
-    o["index"] = i;
-    if (lines[i].is_object() && lines[i].contains("id")) o["id"] = lines[i]["id"];
-    if (!r.ok) {
-      o["error"] = r.error;
-      ++failures;
-    } else {
-      o["text"] = r.text;
-      o["token_ids"] = r.output_token_ids;
-      o["finish_reason"] = finish_reason_name(r.finish_reason);
-      o["num_prompt_tokens"] = r.num_prompt_tokens;
-      o["num_output_tokens"] = r.output_token_ids.size();
-      if (!items[i].options.forced_output_tokens.empty() && items[i].options.return_forced_logprobs)
-        o["forced_logprobs"] = r.forced_logprobs;
-    }
-    *out << o.dump() << "\n";
+  writer.write_remaining();
+  Status closed = out.close();
+  if (!writer.status().is_ok() || !closed.is_ok()) {
+    print_error(!writer.status().is_ok() ? writer.status().message() : closed.message());
+    return kExitFailure;
   }
-  out->flush();
-  if (failures) std::fprintf(stderr, "origami: %d of %zu requests failed (see their \"error\" fields)\n", failures, results.size());
-  return 0;
+  if (capped > 0)
+    print_warning(std::to_string(capped) + " of " + std::to_string(items.size()) +
+                  " requests stopped at the context limit (max_model_len " + std::to_string(engine->config().max_model_len) +
+                  " tokens) before max_tokens (finish_reason \"length\")");
+  if (failures)
+    std::fprintf(stderr, "origami: %d of %zu requests failed (see their \"error\" fields)\n", failures, results.size());
+  if (interrupt_signal() != 0) {
+    const std::string what = std::to_string(writer.num_written()) + " of " + std::to_string(items.size()) +
+                             " results written (sorted by \"index\"; unfinished requests are absent)";
+    report_interrupted(what.c_str());
+    return interrupted_exit_code();
+  }
+  return failures > 0 ? kExitFailure : kExitOk;
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli_common.h"
 #include "commands.h"
+#include "interrupt.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"origami: an LLM serving engine whose paged KV cache is compressed in place"};
@@ -12,10 +14,12 @@ int main(int argc, char** argv) {
   origami::cli::register_bench_command(app);
   origami::cli::register_policies_command(app);
   origami::cli::register_eval_command(app);
+  origami::cli::install_interrupt_handlers();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every flag error is a usage error, exit 2 (docs/reliability.md).
+    return app.exit(e) == 0 ? 0 : origami::cli::kExitUsage;
   }
   return origami::cli::exit_code();
 }

@@ -14,6 +14,7 @@ struct BatchItem {
   SamplingParams sampling;
   RequestOptions options;  // compression policy/budget, forced tokens
   std::string error;  // pre-set when the item could not even be parsed; it is then skipped
+  std::string label;  // prefixes the engine's errors about this item, e.g. "in.jsonl:3: "
 };
 
 struct BatchResult {
@@ -34,6 +35,19 @@ struct BatchResult {
 // Called after every step with (finished requests, total requests).
 using ProgressCallback = std::function<void(size_t done, size_t total)>;
 
+struct BatchHooks {
+  ProgressCallback progress;
+  // Called once per item as soon as its result is final (items that failed before running
+  // first), in completion order: callers write results as they finish, so that an interrupted
+  // run keeps them.
+  std::function<void(size_t index, const BatchResult& result)> on_result;
+  // Polled before every step; once true, every unfinished request is aborted (its result:
+  // ok = false, finish reason "aborted", error "interrupted before it finished") and run_batch
+  // returns as soon as the engine has reported them.
+  std::function<bool()> should_stop;
+};
+
+std::vector<BatchResult> run_batch(Engine& engine, const std::vector<BatchItem>& items, const BatchHooks& hooks);
 std::vector<BatchResult> run_batch(Engine& engine, const std::vector<BatchItem>& items,
                                    const ProgressCallback& progress = nullptr);
 

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "engine/forward_batch_builder.h"
+#include "engine/engine_setup_check.h"
 #include "engine/kv_memory_plan.h"
 #include "sched/compression_state.h"
 #include "model/weights.h"
@@ -43,6 +44,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   const std::string tokenizer_dir = config.tokenizer_dir.empty() ? config.model_dir : config.tokenizer_dir;
   ORIGAMI_ASSIGN_OR_RETURN(std::shared_ptr<Tokenizer> tokenizer, Tokenizer::load(tokenizer_dir));
   engine->tokenizer_ = std::move(tokenizer);
+  ORIGAMI_RETURN_IF_ERROR(check_engine_setup(config, mc, *engine->tokenizer_));
 
   BackendOptions backend_options;
   backend_options.device = config.device;
@@ -336,6 +338,11 @@ std::vector<RequestOutput> Engine::step() {
 
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     int32_t token = result.sampled_tokens[i];
+    if (token == kNonFiniteLogits) {
+      finish(*requests_.at(plan.sequences[i].request->id), FinishReason::kError, &outputs,
+             "the model's logits are not finite (NaN or infinite weights or activations); no token can be sampled");
+      continue;
+    }
     if (token < 0) continue;  // mid-prompt chunk
     Tracked& tracked = *requests_.at(plan.sequences[i].request->id);
     if (tracked.request.is_finished()) continue;

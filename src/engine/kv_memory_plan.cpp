@@ -1,6 +1,9 @@
 #include "engine/kv_memory_plan.h"
 
 #include <algorithm>
+#include <limits>
+
+#include "core/host_memory.h"
 
 #include "policy/kv_budget.h"
 #include "policy/policy_registry.h"
@@ -64,6 +67,21 @@ Expected<KVMemoryPlan> plan_kv_memory(const EngineConfig& config, const ModelCon
   // bounded at its end: its budget plus the block decoding writes into).
   const int max_blocks = p.compresses() ? max_blocks_for_budget(plan.default_budget, config.block_size) : 1;
 
+  // Block counts are int; sizes are computed in 64 bits and checked before narrowing, and a CPU
+  // cache must fit in host memory (its allocation would otherwise fail or be overcommitted).
+  const int64_t max_pool_blocks = std::numeric_limits<int>::max() - 1;
+  if (config.device == "cpu") {
+    const double requested = config.num_kv_blocks > 0 ? static_cast<double>(config.num_kv_blocks) * (block_bytes + page_bytes)
+                                                      : static_cast<double>(config.kv_cache_bytes);
+    ORIGAMI_RETURN_IF_ERROR(check_host_memory(
+        requested, config.num_kv_blocks > 0 ? "the KV cache (--num-kv-blocks " + std::to_string(config.num_kv_blocks) + ")"
+                                            : std::string("the KV cache (--kv-cache-memory)")));
+  }
+  if (config.num_kv_blocks <= 0 && config.kv_cache_bytes / (block_bytes + page_bytes) > max_pool_blocks)
+    return invalid_argument("--kv-cache-memory " + format_bytes(static_cast<double>(config.kv_cache_bytes)) + " is " +
+                            std::to_string(config.kv_cache_bytes / (block_bytes + page_bytes)) + " KV blocks of " +
+                            format_bytes(static_cast<double>(block_bytes + page_bytes)) + ", more than the " +
+                            std::to_string(max_pool_blocks) + " a pool can index: lower --kv-cache-memory");
   if (config.num_kv_blocks > 0) {
     plan.num_blocks = config.num_kv_blocks + 1;  // the null block is not counted as usable
     cc.num_query_slots =
@@ -81,11 +99,14 @@ Expected<KVMemoryPlan> plan_kv_memory(const EngineConfig& config, const ModelCon
       plan.num_blocks = s.num_blocks;
     } else {
       cc.num_query_slots = cap;
-      plan.num_blocks = static_cast<int>(std::max<int64_t>(bytes - cap * slot_bytes, 0) / (block_bytes + page_bytes));
+      plan.num_blocks = static_cast<int>(std::min<int64_t>(
+          std::max<int64_t>(bytes - cap * slot_bytes, 0) / (block_bytes + page_bytes), max_pool_blocks));
     }
   }
   if (plan.num_blocks < 2)
-    return invalid_argument("the KV cache holds no usable block: raise --kv-cache-memory or --num-kv-blocks");
+    return invalid_argument("the KV cache holds no usable block (one block takes " +
+                            format_bytes(static_cast<double>(block_bytes + page_bytes)) +
+                            "): raise --kv-cache-memory or --num-kv-blocks");
   if (needs.window_queries && cc.num_query_slots < 1)
     return invalid_argument("the KV cache (" + std::to_string(plan.num_blocks - 1) + " blocks) cannot hold one request of KV policy " +
                             p.name() + " at budget " + std::to_string(plan.default_budget) + " (" +

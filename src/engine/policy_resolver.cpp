@@ -19,7 +19,12 @@ Expected<RequestCompression> resolve_request_compression(const EngineConfig& con
   RequestCompression c;
   c.policy = *policy;
   c.trigger = c.policy->trigger();
-  if (!c.policy->compresses()) return c;
+  if (!c.policy->compresses()) {
+    if (options.kv_budget > 0)  // would be silently ignored
+      return invalid_argument("kv_budget " + std::to_string(options.kv_budget) + " is given, but KV policy " + name +
+                              " does not compress (it keeps every token); name a compressing kv_policy");
+    return c;
+  }
 
   c.budget = resolve_kv_budget(options.kv_budget, config.kv_budget, c.policy->default_budget());
   ORIGAMI_RETURN_IF_ERROR(c.policy->check_budget(c.budget, support.block_size));

@@ -1,5 +1,7 @@
 #include "engine/prompt_builder.h"
 
+#include "engine/json_token_ids.h"
+
 namespace origami {
 
 PromptBuilder::PromptBuilder(std::shared_ptr<const Tokenizer> tokenizer) : tokenizer_(std::move(tokenizer)) {}
@@ -28,6 +30,11 @@ Expected<std::vector<int32_t>> PromptBuilder::from_messages(const nlohmann::json
   return tokenizer_->encode(*text, /*add_special_tokens=*/false);
 }
 
+const std::vector<std::string>& PromptBuilder::json_fields() {
+  static const std::vector<std::string> kFields = {"prompt", "messages", "chat_template_kwargs"};
+  return kFields;
+}
+
 Expected<std::vector<int32_t>> PromptBuilder::from_json(const nlohmann::json& request) const {
   if (!request.is_object()) return invalid_argument("a request must be a JSON object");
   const bool has_prompt = request.contains("prompt");
@@ -40,14 +47,7 @@ Expected<std::vector<int32_t>> PromptBuilder::from_json(const nlohmann::json& re
   }
   const auto& prompt = request["prompt"];
   if (prompt.is_string()) return from_text(prompt.get<std::string>());
-  if (prompt.is_array()) {
-    std::vector<int32_t> ids;
-    for (const auto& e : prompt) {
-      if (!e.is_number_integer()) return invalid_argument("'prompt' as a list must hold token ids (integers)");
-      ids.push_back(e.get<int32_t>());
-    }
-    return ids;
-  }
+  if (prompt.is_array()) return token_ids_from_json(prompt, "prompt");
   return invalid_argument("'prompt' must be a string or a list of token ids");
 }
 

@@ -26,6 +26,8 @@ class PromptBuilder {
                                                const nlohmann::json& template_kwargs = nlohmann::json::object()) const;
   // A JSON request: "prompt" (string, or list of token ids) or "messages".
   Expected<std::vector<int32_t>> from_json(const nlohmann::json& request) const;
+  // The request fields from_json() reads.
+  static const std::vector<std::string>& json_fields();
 
  private:
   std::shared_ptr<const Tokenizer> tokenizer_;

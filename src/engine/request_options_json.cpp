@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "engine/json_token_ids.h"
+
 namespace origami {
 namespace {
 
@@ -13,6 +15,12 @@ bool present(const nlohmann::json& obj, const char* field) { return obj.contains
 
 }  // namespace
 
+const std::vector<std::string>& request_options_json_fields() {
+  static const std::vector<std::string> kFields = {"kv_policy", "kv_budget", "kv_policy_options", "forced_output_tokens",
+                                                   "return_forced_logprobs"};
+  return kFields;
+}
+
 Expected<RequestOptions> request_options_from_json(const nlohmann::json& obj, const RequestOptions& defaults) {
   if (!obj.is_object()) return invalid_argument("a request must be a JSON object, got " + obj.dump());
   RequestOptions o = defaults;
@@ -22,7 +30,8 @@ Expected<RequestOptions> request_options_from_json(const nlohmann::json& obj, co
   }
   if (present(obj, "kv_budget")) {
     const auto& v = obj["kv_budget"];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > std::numeric_limits<int>::max())
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0) ||
+        (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())))
       return type_error("kv_budget", "a non-negative integer (tokens)", v);
     o.kv_budget = static_cast<int>(v.get<int64_t>());
   }
@@ -44,14 +53,7 @@ Expected<RequestOptions> request_options_from_json(const nlohmann::json& obj, co
     }
   }
   if (present(obj, "forced_output_tokens")) {
-    const auto& v = obj["forced_output_tokens"];
-    if (!v.is_array()) return type_error("forced_output_tokens", "an array of token ids", v);
-    o.forced_output_tokens.clear();
-    for (const auto& t : v) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max())
-        return type_error("forced_output_tokens", "an array of token ids", v);
-      o.forced_output_tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
-    }
+    ORIGAMI_ASSIGN_OR_RETURN(o.forced_output_tokens, token_ids_from_json(obj["forced_output_tokens"], "forced_output_tokens"));
   }
   if (present(obj, "return_forced_logprobs")) {
     if (!obj["return_forced_logprobs"].is_boolean())

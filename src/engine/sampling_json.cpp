@@ -1,5 +1,7 @@
 #include "engine/sampling_json.h"
 
+#include "engine/json_token_ids.h"
+
 #include <cmath>
 #include <limits>
 
@@ -21,8 +23,10 @@ Status read_int(const nlohmann::json& obj, const char* field, int* out) {
   if (!obj.contains(field) || obj[field].is_null()) return Status::ok();
   const auto& v = obj[field];
   if (!v.is_number_integer()) return type_error(field, "an integer", v);
-  const int64_t x = v.get<int64_t>();
-  if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
+  // Range-checked in 64 bits (unsigned above 2^63 - 1 first) before narrowing to int.
+  const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max());
+  const int64_t x = huge ? 0 : v.get<int64_t>();
+  if (huge || x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
     return invalid_argument(std::string("field '") + field + "' is out of range: " + v.dump());
   *out = static_cast<int>(x);
   return Status::ok();
@@ -37,6 +41,13 @@ Status read_bool(const nlohmann::json& obj, const char* field, bool* out) {
 
 }  // namespace
 
+const std::vector<std::string>& sampling_json_fields() {
+  static const std::vector<std::string> kFields = {"temperature", "top_p",          "top_k", "min_p",
+                                                   "max_tokens",  "ignore_eos",     "seed",  "stop",
+                                                   "stop_token_ids", "include_stop_str_in_output"};
+  return kFields;
+}
+
 Expected<SamplingParams> sampling_params_from_json(const nlohmann::json& obj, const SamplingParams& defaults) {
   if (!obj.is_object()) return invalid_argument("a request must be a JSON object, got " + obj.dump());
   SamplingParams p = defaults;
@@ -48,8 +59,12 @@ Expected<SamplingParams> sampling_params_from_json(const nlohmann::json& obj, co
   ORIGAMI_RETURN_IF_ERROR(read_bool(obj, "ignore_eos", &p.ignore_eos));
   ORIGAMI_RETURN_IF_ERROR(read_bool(obj, "include_stop_str_in_output", &p.include_stop_str_in_output));
   if (obj.contains("seed") && !obj["seed"].is_null()) {
-    if (!obj["seed"].is_number_integer()) return type_error("seed", "an integer", obj["seed"]);
-    p.seed = obj["seed"].get<uint64_t>();
+    // A negative seed (llama.cpp's -1 = "random") would wrap to a fixed 64-bit seed: omit the
+    // field for an unseeded request instead.
+    const auto& v = obj["seed"];
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
+      return type_error("seed", "a non-negative integer (omit it for an unseeded request)", v);
+    p.seed = v.get<uint64_t>();
   }
   if (obj.contains("stop") && !obj["stop"].is_null()) {
     const auto& s = obj["stop"];
@@ -66,13 +81,8 @@ Expected<SamplingParams> sampling_params_from_json(const nlohmann::json& obj, co
     }
   }
   if (obj.contains("stop_token_ids") && !obj["stop_token_ids"].is_null()) {
-    const auto& s = obj["stop_token_ids"];
-    if (!s.is_array()) return type_error("stop_token_ids", "a list of integers", s);
-    p.stop_token_ids.clear();
-    for (const auto& e : s) {
-      if (!e.is_number_integer()) return type_error("stop_token_ids", "a list of integers", s);
-      p.stop_token_ids.push_back(e.get<int>());
-    }
+    ORIGAMI_ASSIGN_OR_RETURN(std::vector<int32_t> ids, token_ids_from_json(obj["stop_token_ids"], "stop_token_ids"));
+    p.stop_token_ids.assign(ids.begin(), ids.end());
   }
   ORIGAMI_RETURN_IF_ERROR(p.validate());
   return p;

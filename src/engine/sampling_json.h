@@ -1,5 +1,8 @@
 #pragma once
 // Reads sampling fields from a JSON object (JSONL batch lines, HTTP bodies), OpenAI/vLLM names.
+#include <string>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
@@ -11,5 +14,7 @@ namespace origami {
 // seed, max_tokens, ignore_eos, stop (string or list), stop_token_ids, include_stop_str_in_output.
 // Wrong types are errors naming the field; the result is validated.
 Expected<SamplingParams> sampling_params_from_json(const nlohmann::json& obj, const SamplingParams& defaults);
+// The request fields sampling_params_from_json() reads.
+const std::vector<std::string>& sampling_json_fields();
 
 }  // namespace origami

@@ -8,6 +8,14 @@ namespace origami::eval {
 
 std::vector<EvalItemResult> run_eval_batch(Engine& engine, const std::vector<EvalItem>& items,
                                            const PolicyChoice& choice, const EvalProgress& progress) {
+  BatchHooks hooks;
+  hooks.progress = progress;
+  return run_eval_batch(engine, items, choice, hooks);
+}
+
+std::vector<EvalItemResult> run_eval_batch(Engine& engine, const std::vector<EvalItem>& items,
+                                           const PolicyChoice& choice, const BatchHooks& hooks) {
+  const int max_len = engine.config().max_model_len;
   std::vector<BatchItem> batch(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     const EvalItem& item = items[i];
@@ -22,8 +30,17 @@ std::vector<EvalItemResult> run_eval_batch(Engine& engine, const std::vector<Eva
     b.options.forced_output_tokens = item.forced_token_ids;
     b.options.return_forced_logprobs = item.return_forced_logprobs;
     if (b.sampling.max_tokens < 1) b.error = "the item predicts no token";
+    // Forced tokens are part of the sequence: a document that does not fit the context would
+    // only fail once the engine reaches max_model_len, after decoding most of it. Reject it up
+    // front, with the message a too-long prompt gets in prefill mode.
+    const size_t fed = item.prompt_token_ids.size() + item.forced_token_ids.size();
+    const size_t needed = fed + (item.max_new_tokens > 0 ? 1 : 0);
+    if (b.error.empty() && !item.forced_token_ids.empty() && needed > static_cast<size_t>(max_len))
+      b.error = "document has " + std::to_string(fed) + " tokens (prompt " + std::to_string(item.prompt_token_ids.size()) +
+                " + " + std::to_string(item.forced_token_ids.size()) + " forced), but the model's context (max_model_len) is " +
+                std::to_string(max_len) + " tokens" + (item.max_new_tokens > 0 ? " and at least one must be left to generate" : "");
   }
-  const std::vector<BatchResult> done = run_batch(engine, batch, progress);
+  const std::vector<BatchResult> done = run_batch(engine, batch, hooks);
 
   std::vector<EvalItemResult> results(items.size());
   for (size_t i = 0; i < items.size(); ++i) {

@@ -24,7 +24,11 @@ using EvalProgress = ProgressCallback;
 // Every item is decoded greedily. An item the engine rejects or fails ends with ok = false and
 // the engine's message; the others still run. Results are checked against what was asked: the
 // forced tokens must come back as the first outputs, with one log-probability each when asked.
+// A document whose prompt and forced tokens do not fit max_model_len fails at once (it is never
+// queued). With hooks.should_stop, the run stops early: unfinished items end with ok = false.
 std::vector<EvalItemResult> run_eval_batch(Engine& engine, const std::vector<EvalItem>& items,
                                            const PolicyChoice& choice, const EvalProgress& progress = nullptr);
+std::vector<EvalItemResult> run_eval_batch(Engine& engine, const std::vector<EvalItem>& items,
+                                           const PolicyChoice& choice, const BatchHooks& hooks);
 
 }  // namespace origami::eval

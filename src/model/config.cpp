@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <optional>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "core/file_io.h"
 
 namespace origami {
 namespace {
@@ -243,15 +243,6 @@ Status validate(const ModelConfig& c, const std::string& source) {
   return Status::ok();
 }
 
-Expected<std::string> read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path.string() + ": cannot open file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return invalid_file(path.string() + ": read error");
-  return ss.str();
-}
-
 }  // namespace
 
 const char* architecture_name(Architecture arch) {
@@ -275,6 +266,15 @@ size_t ModelConfig::num_parameters() const {
   if (!tie_word_embeddings) total += static_cast<size_t>(vocab_size) * h;  // lm_head
   total += h;                                                             // final norm
   return total;
+}
+
+double ModelConfig::parameter_count() const {
+  const double h = hidden_size, q = static_cast<double>(num_heads) * head_dim,
+               kv = static_cast<double>(num_kv_heads) * head_dim, inter = intermediate_size;
+  double per_layer = 2 * h + q * h + 2 * kv * h + h * q + 3 * inter * h;
+  if (qkv_bias) per_layer += q + 2 * kv;
+  if (qk_norm) per_layer += 2.0 * head_dim;
+  return num_layers * per_layer + static_cast<double>(vocab_size) * h * (tie_word_embeddings ? 1 : 2) + h;
 }
 
 Expected<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source) {
@@ -339,13 +339,13 @@ Expected<ModelConfig> load_model_config(const std::filesystem::path& model_dir) 
   if (!std::filesystem::is_regular_file(config_path, ec)) {
     return not_found(config_path.string() + ": model config not found");
   }
-  ORIGAMI_ASSIGN_OR_RETURN(std::string text, read_text_file(config_path));
+  ORIGAMI_ASSIGN_OR_RETURN(std::string text, read_file(config_path));
   ORIGAMI_ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(text, config_path.string()));
 
   // generation_config.json often lists more stop ids than config.json (e.g. chat end tokens).
   const std::filesystem::path gen_path = model_dir / "generation_config.json";
   if (std::filesystem::is_regular_file(gen_path, ec)) {
-    ORIGAMI_ASSIGN_OR_RETURN(std::string gen_text, read_text_file(gen_path));
+    ORIGAMI_ASSIGN_OR_RETURN(std::string gen_text, read_file(gen_path));
     json g = json::parse(gen_text, nullptr, /*allow_exceptions=*/false);
     const std::string gen_source = gen_path.string();
     if (g.is_discarded()) return invalid_file(gen_source + ": not valid JSON");

@@ -48,6 +48,9 @@ struct ModelConfig {
   int kv_size() const { return num_kv_heads * head_dim; }
   // Parameter count (for benchmarks' bytes-moved figures).
   size_t num_parameters() const;
+  // The same in double precision: exact up to 2^53 and free of overflow for absurd configs, so
+  // that loaders can check a config against the weight files and memory before allocating.
+  double parameter_count() const;
 };
 
 // Parses config.json text; `source` names the file in error messages.

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "core/file_io.h"
 
 namespace origami {
 namespace {
@@ -87,16 +87,6 @@ Expected<SafetensorsTensorInfo> parse_entry(const std::string& name, const json&
                         " bytes; file truncated?)");
   }
   return info;
-}
-
-std::string read_whole_file(const std::filesystem::path& path, bool* ok) {
-  std::ifstream in(path, std::ios::binary);
-  *ok = static_cast<bool>(in);
-  if (!*ok) return {};
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *ok = !in.bad();
-  return ss.str();
 }
 
 // Shard names come from a file; keep them inside the model folder.
@@ -212,9 +202,7 @@ Expected<std::shared_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open(con
   if (std::filesystem::is_regular_file(index_path, ec)) {
     const std::string source = index_path.string();
     ckpt->source_ = source;
-    bool ok = false;
-    const std::string text = read_whole_file(index_path, &ok);
-    if (!ok) return invalid_file(source + ": cannot read file");
+    ORIGAMI_ASSIGN_OR_RETURN(const std::string text, read_file(index_path));
     json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (index.is_discarded()) return invalid_file(source + ": not valid JSON");
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {

@@ -1,8 +1,10 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/check.h"
+#include "core/host_memory.h"
 #include "model/safetensors.h"
 #include "model/weight_layout.h"
 
@@ -35,6 +37,20 @@ std::vector<float> TensorView::to_f32() const {
 
 Expected<ModelWeights> load_model_weights(const std::filesystem::path& model_dir, const ModelConfig& config) {
   ORIGAMI_ASSIGN_OR_RETURN(std::shared_ptr<SafetensorsCheckpoint> ckpt, SafetensorsCheckpoint::open(model_dir));
+  // Before anything is sized from the config (a config.json with a billion layers must not end
+  // in std::bad_alloc): the files must hold at least 2 bytes (bf16/f16) per parameter it implies.
+  double file_bytes = 0;
+  for (const auto& file : ckpt->files())
+    for (const SafetensorsTensorInfo& t : file->tensors()) file_bytes += static_cast<double>(t.end - t.begin);
+  const double params = config.parameter_count();
+  if (params * 2 > file_bytes) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3g", params);
+    return invalid_file(ckpt->source() + ": config.json describes " + count + " parameters (at least " +
+                        format_bytes(params * 2) + " of weights), but the weight files hold only " +
+                        format_bytes(file_bytes) +
+                        ": check num_hidden_layers, hidden_size, intermediate_size and vocab_size in config.json");
+  }
   ModelWeights weights;
   for (WeightSlot& slot : weight_slots(config, &weights)) {
     const SafetensorsFile* file = ckpt->file_of(slot.name);

@@ -268,7 +268,7 @@ int32_t greedy_token(const float* logits, int vocab_size) {
       }
     }
   }
-  return best;
+  return std::isfinite(best_value) ? best : kNonFiniteLogits;
 }
 
 int32_t sample_token(const float* logits, int vocab_size, const SamplingParams& params, uint64_t seed,
@@ -277,8 +277,7 @@ int32_t sample_token(const float* logits, int vocab_size, const SamplingParams& 
   if (params.is_greedy()) return greedy_token(logits, vocab_size);
 
   float max_logit = max_logit_of(logits, vocab_size);
-  if (max_logit == -std::numeric_limits<float>::infinity()) return 0;
-  max_logit = sanitize(max_logit);
+  if (!std::isfinite(max_logit)) return kNonFiniteLogits;
 
   const float inv_temperature = 1.0f / params.temperature;
   const float min_p = params.min_p;

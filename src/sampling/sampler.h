@@ -25,7 +25,14 @@ uint64_t mix64(uint64_t z);
 // yet an engine run with the same engine seed and request order reproduces them.
 uint64_t resolve_seed(const SamplingParams& params, uint64_t engine_seed, uint64_t request_counter);
 
-// Argmax of logits[vocab_size]; NaN counts as -inf, ties go to the lowest id, all -inf gives 0.
+// What greedy_token() and sample_token() return, instead of a token, for a row whose largest
+// logit (NaN ignored) is not finite: every logit NaN or -inf, or one +inf. Such logits mean the
+// model's arithmetic broke down (NaN or overflowing weights); the engine fails the request
+// rather than decoding token 0 forever. The CUDA sampling kernel writes the same value.
+inline constexpr int32_t kNonFiniteLogits = -2;
+
+// Argmax of logits[vocab_size]; NaN counts as -inf, ties go to the lowest id; kNonFiniteLogits
+// when the largest logit is not finite.
 int32_t greedy_token(const float* logits, int vocab_size);
 
 // Samples the next token from logits[vocab_size] (fp32).
@@ -41,7 +48,7 @@ int32_t greedy_token(const float* logits, int vocab_size);
 //      mass is < top_p, i.e. the smallest prefix with mass >= top_p; the top token always stays;
 //   5. one inverse-CDF draw with u = sampling_uniform(seed, sample_index) over the kept tokens
 //      renormalised, walked in descending probability, ties by ascending id.
-// NaN logits count as -inf; if every logit is -inf the result is token 0.
+// NaN logits count as -inf; if the largest logit is not finite the result is kNonFiniteLogits.
 // Cost: greedy is one pass; top-k selects with a bounded heap and exponentiates only k logits;
 // otherwise one exp pass, and the order is never fully sorted: weights are bucketed by their top
 // float bits and only the buckets holding the top-p cut and the draw are sorted.

@@ -1,26 +1,16 @@
 #include "tokenizer/tokenizer.h"
 
-#include <fstream>
 #include <functional>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/file_io.h"
 #include "tokenizer/unicode.h"
 
 namespace origami {
 namespace {
 
 using nlohmann::json;
-
-Expected<std::string> read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path.string() + ": cannot open file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return invalid_file(path.string() + ": read error");
-  return ss.str();
-}
 
 Expected<json> read_json(const std::filesystem::path& path) {
   ORIGAMI_ASSIGN_OR_RETURN(std::string text, read_file(path));

@@ -31,7 +31,7 @@ TEST(Cli, JsonlBatchCompletesAroundInvalidLines) {
   }
   CommandResult r = run_command("generate --model " + tiny_qwen3_dir() + " --input " + (dir / "in.jsonl").string() +
                                 " --output " + (dir / "out.jsonl").string());
-  ASSERT_EQ(r.exit_code, 0);
+  ASSERT_EQ(r.exit_code, 1);  // some requests failed (docs/reliability.md); the others complete
   const std::vector<nlohmann::json> lines = parse_json_lines(read_file(dir / "out.jsonl"));
   ASSERT_EQ(lines.size(), 5u);
   EXPECT_EQ(lines[0]["id"], "a");

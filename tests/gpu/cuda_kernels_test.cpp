@@ -226,6 +226,37 @@ TEST(CudaKernels, SamplingMatchesCpuSampler) {
   }
 }
 
+// Rows without a finite maximum logit (all NaN, NaN and -inf, a +inf) yield kNonFiniteLogits,
+// as the CPU sampler does, greedy or sampled; a finite row beside them is unaffected.
+TEST(CudaKernels, SamplingFlagsNonFiniteRows) {
+  const int vocab = 4097;
+  std::vector<float> logits(static_cast<size_t>(4) * vocab, 0.25f);
+  for (int i = 0; i < vocab; ++i) {
+    logits[i] = NAN;                                           // row 0: all NaN
+    logits[static_cast<size_t>(vocab) + i] = i % 2 ? NAN : -INFINITY;  // row 1: NaN and -inf
+  }
+  logits[static_cast<size_t>(2) * vocab + 17] = INFINITY;  // row 2: one +inf
+  logits[static_cast<size_t>(3) * vocab + 99] = 3.0f;      // row 3: finite, token 99
+  for (int greedy : {1, 0}) {
+    std::vector<RowSamplingParams> params(4);
+    for (int r = 0; r < 4; ++r) {
+      params[r].greedy = greedy;
+      params[r].top_k = greedy ? 0 : 1;  // sampled rows still have one certain token in row 3
+      params[r].u = sampling_uniform(5, r);
+    }
+    DeviceBuffer<float> d_logits(logits);
+    DeviceBuffer<RowSamplingParams> d_params(params);
+    DeviceBuffer<int32_t> d_tokens(4);
+    d_tokens.poison();
+    launch_sample_rows(d_logits.get(), 4, vocab, vocab, d_params.get(), d_tokens.get(), nullptr);
+    const std::vector<int32_t> got = d_tokens.download();
+    EXPECT_EQ(got[0], kNonFiniteLogits) << "greedy " << greedy;
+    EXPECT_EQ(got[1], kNonFiniteLogits) << "greedy " << greedy;
+    EXPECT_EQ(got[2], kNonFiniteLogits) << "greedy " << greedy;
+    EXPECT_EQ(got[3], 99) << "greedy " << greedy;
+  }
+}
+
 TEST(CudaKernels, RowLogprobsMatchCpu) {
   std::mt19937 rng(11);
   for (int vocab : {1, 7, 97, 1000, 4097, 151936}) {

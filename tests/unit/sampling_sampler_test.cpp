@@ -234,12 +234,26 @@ TEST(SamplingSampler, GreedyTreatsNaNAsMinusInfinity) {
   EXPECT_EQ(greedy_token(logits.data(), 6), 3);
   const std::vector<float> nan_first = {kNaN, kNaN, -5.0f};
   EXPECT_EQ(greedy_token(nan_first.data(), 3), 2);
+}
+
+// A row without a finite maximum (all NaN, as all-NaN weights give, or NaN / -inf, or a +inf)
+// has no meaningful token: the sampler says so instead of returning token 0 (which decoded
+// forever with exit 0), greedy or not.
+TEST(SamplingSampler, NonFiniteMaximumIsReportedNotToken0) {
+  const std::vector<float> all_nan(1000, kNaN);
   const std::vector<float> all_bad = {-kInf, kNaN, -kInf, kNaN};
-  EXPECT_EQ(greedy_token(all_bad.data(), 4), 0);
-  EXPECT_EQ(sample_token(all_bad.data(), 4, SamplingParams{}, 3, 0), 0);
-  EXPECT_EQ(sample_token(all_bad.data(), 4, make(0.0f, 0, 1.0f, 0.0f), 3, 0), 0);
   const std::vector<float> pos_inf = {1.0f, kInf, 2.0f, kNaN};
-  EXPECT_EQ(greedy_token(pos_inf.data(), 4), 1);
+  for (const auto* row : {&all_nan, &all_bad, &pos_inf}) {
+    const int n = static_cast<int>(row->size());
+    EXPECT_EQ(greedy_token(row->data(), n), kNonFiniteLogits);
+    EXPECT_EQ(sample_token(row->data(), n, SamplingParams{}, 3, 0), kNonFiniteLogits);
+    EXPECT_EQ(sample_token(row->data(), n, make(0.0f, 0, 1.0f, 0.0f), 3, 0), kNonFiniteLogits);
+    EXPECT_EQ(sample_token(row->data(), n, make(0.8f, 5, 0.9f, 0.05f), 3, 0), kNonFiniteLogits);
+  }
+  // Some NaN among finite logits keeps the documented meaning (NaN = -inf).
+  const std::vector<float> some_nan = {kNaN, 0.5f, kNaN};
+  EXPECT_EQ(greedy_token(some_nan.data(), 3), 1);
+  EXPECT_EQ(sample_token(some_nan.data(), 3, make(1.0f, 0, 1.0f, 0.0f), 3, 0), 1);
 }
 
 // Large rows (several internal blocks), NaNs sprinkled in, ties placed across blocks: greedy
@@ -269,8 +283,9 @@ TEST(SamplingSampler, RandomSamplingNeverDrawsNaNOrMinusInfinity) {
     for (uint64_t i = 0; i < 3000; ++i) seen.insert(sample_token(logits.data(), 6, p, 8, i));
     EXPECT_EQ(seen, (std::set<int>{1, 3, 5}));
   }
+  // A +inf logit is an overflow, not a certainty: NonFiniteMaximumIsReportedNotToken0.
   const std::vector<float> one_inf = {0.0f, kInf, 1.0f};
-  for (uint64_t i = 0; i < 100; ++i) EXPECT_EQ(sample_token(one_inf.data(), 3, SamplingParams{}, 2, i), 1);
+  for (uint64_t i = 0; i < 100; ++i) EXPECT_EQ(sample_token(one_inf.data(), 3, SamplingParams{}, 2, i), kNonFiniteLogits);
 }
 
 TEST(SamplingSampler, SameSeedAndIndexGiveSameToken) {

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/sampling_kernels.h"
+#include "sampling/sampler.h"
 
 namespace origami::cuda {
 namespace {
@@ -156,11 +157,13 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __re
       }
     }
     red_val[0] = best;
-    red_idx[0] = best_id == 0x7fffffff || best == -INFINITY ? 0 : best_id;
+    // No finite maximum (all NaN / -inf, or a +inf): the row is unusable; the engine fails the
+    // request on kNonFiniteLogits (sampling/sampler.h) instead of decoding token 0.
+    red_idx[0] = isfinite(best) ? best_id : kNonFiniteLogits;
   }
   __syncthreads();
   const float max_logit = red_val[0];
-  if (p.greedy || max_logit == -INFINITY) {
+  if (p.greedy || !isfinite(max_logit)) {
     if (threadIdx.x == 0) tokens[row] = red_idx[0];
     return;
   }

@@ -1,7 +1,8 @@
 #pragma once
 // Next-token selection on the GPU, one thread block per logits row, with the semantics of
 // sampling/sampler.h: greedy argmax (ties to the lowest id), or temperature -> min-p -> top-k ->
-// top-p -> one inverse-CDF draw in descending probability order (ties by ascending id). The
+// top-p -> one inverse-CDF draw in descending probability order (ties by ascending id); a row
+// without a finite maximum logit yields kNonFiniteLogits, as on the CPU. The
 // uniform `u` of each row is computed on the host with sampling_uniform(seed, sample_index), so
 // both backends draw with the same number.
 #include <cuda_runtime.h>

@@ -1,0 +1,103 @@
+#include "engine/jsonl_requests.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include "engine/request_options_json.h"
+#include "engine/sampling_json.h"
+
+namespace origami {
+namespace {
+
+std::vector<std::string> known_fields() {
+  std::vector<std::string> fields = {kRequestIdField};
+  for (const auto* list : {&PromptBuilder::json_fields(), &sampling_json_fields(), &request_options_json_fields()})
+    fields.insert(fields.end(), list->begin(), list->end());
+  return fields;
+}
+
+// Levenshtein distance, for "did you mean" hints.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string check_request_fields(const nlohmann::json& request) {
+  if (!request.is_object()) return "a request must be a JSON object, got " + request.dump();
+  static const std::vector<std::string> kKnown = known_fields();
+  for (const auto& [key, value] : request.items()) {
+    if (std::find(kKnown.begin(), kKnown.end(), key) != kKnown.end()) continue;
+    std::string closest;
+    size_t best = 3;  // suggest only near misses
+    for (const std::string& k : kKnown) {
+      const size_t d = edit_distance(key, k);
+      if (d < best) {
+        best = d;
+        closest = k;
+      }
+    }
+    std::string msg = "unknown field '" + key + "'";
+    if (!closest.empty()) msg += " (did you mean '" + closest + "'?)";
+    std::string all;
+    for (const std::string& k : kKnown) all += (all.empty() ? "" : ", ") + k;
+    return msg + "; known fields: " + all;
+  }
+  return "";
+}
+
+Expected<std::vector<JsonlRequest>> read_jsonl_requests(const std::string& path, const PromptBuilder& builder,
+                                                        const SamplingParams& defaults) {
+  std::ifstream in(path);
+  if (!in) return not_found("cannot open '" + path + "'");
+  std::vector<JsonlRequest> requests;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    JsonlRequest& r = requests.emplace_back();
+    BatchItem& item = r.item;
+    const std::string where = path + ":" + std::to_string(line_no) + ": ";
+    item.label = where;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) {
+      item.error = where + "blank line (every line must be one request; results keep index = line number - 1)";
+      continue;
+    }
+    nlohmann::json obj = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (obj.is_discarded()) {
+      item.error = where + "not valid JSON";
+      continue;
+    }
+    if (obj.is_object() && obj.contains(kRequestIdField)) r.id = obj[kRequestIdField];
+    if (std::string bad = check_request_fields(obj); !bad.empty()) {
+      item.error = where + bad;
+      continue;
+    }
+    Expected<std::vector<int32_t>> ids = builder.from_json(obj);
+    Expected<SamplingParams> sp = sampling_params_from_json(obj, defaults);
+    Expected<RequestOptions> opts = request_options_from_json(obj);
+    if (!ids) item.error = where + ids.status().message();
+    else if (!sp) item.error = where + sp.status().message();
+    else if (!opts) item.error = where + opts.status().message();
+    else {
+      item.prompt_token_ids = std::move(*ids);
+      item.sampling = std::move(*sp);
+      item.options = std::move(*opts);
+    }
+  }
+  if (in.bad()) return invalid_file("'" + path + "': read error after line " + std::to_string(line_no));
+  return requests;
+}
+
+}  // namespace origami
