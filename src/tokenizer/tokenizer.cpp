@@ -22,11 +22,10 @@ Expected<std::string> read_file(const std::filesystem::path& path) {
   return ss.str();
 }
 
-Expected<json> read_json(const std::filesystem::path& path) {
-  ORIGAMI_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return invalid_file(path.string() + ": not valid JSON");
-  if (!j.is_object()) return invalid_file(path.string() + ": the top level must be a JSON object");
+Expected<json> parse_json_object(std::string_view text, const std::string& where) {
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return invalid_file(where + ": not valid JSON");
+  if (!j.is_object()) return invalid_file(where + ": the top level must be a JSON object");
   return j;
 }
 
@@ -113,8 +112,26 @@ std::optional<std::string> token_string(const json& v) {
 
 Expected<std::shared_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / "tokenizer.json";
-  const std::string where = path.string();
-  ORIGAMI_ASSIGN_OR_RETURN(json root, read_json(path));
+  ORIGAMI_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  const std::filesystem::path config_path = dir / "tokenizer_config.json";
+  std::optional<std::string> config;
+  if (std::filesystem::exists(config_path)) {
+    ORIGAMI_ASSIGN_OR_RETURN(config, read_file(config_path));
+  }
+  ORIGAMI_ASSIGN_OR_RETURN(std::shared_ptr<Tokenizer> t,
+                           from_json_text(text, path.string(), config ? &*config : nullptr, config_path.string()));
+  const std::filesystem::path jinja = dir / "chat_template.jinja";
+  if (t->chat_template_.empty() && std::filesystem::exists(jinja)) {
+    ORIGAMI_ASSIGN_OR_RETURN(t->chat_template_, read_file(jinja));
+  }
+  return t;
+}
+
+Expected<std::shared_ptr<Tokenizer>> Tokenizer::from_json_text(std::string_view tokenizer_json, const std::string& source,
+                                                               const std::string* config_json,
+                                                               const std::string& config_source) {
+  const std::string& where = source;
+  ORIGAMI_ASSIGN_OR_RETURN(json root, parse_json_object(tokenizer_json, where));
 
   std::shared_ptr<Tokenizer> t(new Tokenizer());
   ORIGAMI_ASSIGN_OR_RETURN(t->normalizer_, Normalizer::from_json(root.value("normalizer", json()), where));
@@ -144,62 +161,54 @@ Expected<std::shared_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path
 
   auto id_of = [&](const std::string& s) { return t->token_to_id(s); };
   ORIGAMI_RETURN_IF_ERROR(parse_post_processor(post_processor, where, id_of, t->prefix_ids_, t->suffix_ids_));
-  ORIGAMI_RETURN_IF_ERROR(t->load_config(dir));
+  if (config_json != nullptr) ORIGAMI_RETURN_IF_ERROR(t->load_config(*config_json, config_source));
   return t;
 }
 
-Status Tokenizer::load_config(const std::filesystem::path& dir) {
-  const std::filesystem::path path = dir / "tokenizer_config.json";
-  if (std::filesystem::exists(path)) {
-    const std::string where = path.string();
-    ORIGAMI_ASSIGN_OR_RETURN(json cfg, read_json(path));
-    for (const auto& [key, value] : cfg.items()) {
-      if (key.size() > 6 && key.compare(key.size() - 6, 6, "_token") == 0) {
-        if (auto s = token_string(value)) special_tokens_[key] = *s;
-      }
-    }
-    for (const auto& [key, id] : std::initializer_list<std::pair<const char*, std::optional<int32_t>*>>{
-             {"bos_token", &bos_id_}, {"eos_token", &eos_id_}}) {
-      auto it = special_tokens_.find(key);
-      if (it == special_tokens_.end()) continue;
-      *id = token_to_id(it->second);
-      if (!*id) return invalid_file(where + ": " + key + " '" + it->second + "' is not in the vocabulary");
-    }
-    if (auto it = special_tokens_.find("bos_token"); it != special_tokens_.end()) bos_token_ = it->second;
-    if (auto it = special_tokens_.find("eos_token"); it != special_tokens_.end()) eos_token_ = it->second;
-    // Explicit add_bos_token / add_eos_token replace what the post-processor adds.
-    for (const auto& [key, ids, id] :
-         std::initializer_list<std::tuple<const char*, std::vector<int32_t>*, std::optional<int32_t>>>{
-             {"add_bos_token", &prefix_ids_, bos_id_}, {"add_eos_token", &suffix_ids_, eos_id_}}) {
-      if (!cfg.contains(key) || cfg[key].is_null()) continue;
-      if (!cfg[key].is_boolean()) return invalid_file(where + ": " + key + " must be a boolean");
-      ids->clear();
-      if (cfg[key].get<bool>()) {
-        if (!id) return invalid_file(where + ": " + key + " is true but its token is not set");
-        ids->push_back(*id);
-      }
-    }
-    if (cfg.contains("chat_template")) {
-      const json& ct = cfg["chat_template"];
-      if (ct.is_string()) {
-        chat_template_ = ct.get<std::string>();
-      } else if (ct.is_array()) {  // named templates: take "default", else the first
-        for (const auto& named : ct) {
-          if (!named.is_object() || !named.contains("template") || !named["template"].is_string()) {
-            return invalid_file(where + ": chat_template entries need a string 'template'");
-          }
-          if (chat_template_.empty() || named.value("name", std::string()) == "default") {
-            chat_template_ = named["template"].get<std::string>();
-          }
-        }
-      } else if (!ct.is_null()) {
-        return invalid_file(where + ": chat_template must be a string or a list of named templates");
-      }
+Status Tokenizer::load_config(std::string_view config_json, const std::string& where) {
+  ORIGAMI_ASSIGN_OR_RETURN(json cfg, parse_json_object(config_json, where));
+  for (const auto& [key, value] : cfg.items()) {
+    if (key.size() > 6 && key.compare(key.size() - 6, 6, "_token") == 0) {
+      if (auto s = token_string(value)) special_tokens_[key] = *s;
     }
   }
-  const std::filesystem::path jinja = dir / "chat_template.jinja";
-  if (chat_template_.empty() && std::filesystem::exists(jinja)) {
-    ORIGAMI_ASSIGN_OR_RETURN(chat_template_, read_file(jinja));
+  for (const auto& [key, id] : std::initializer_list<std::pair<const char*, std::optional<int32_t>*>>{
+           {"bos_token", &bos_id_}, {"eos_token", &eos_id_}}) {
+    auto it = special_tokens_.find(key);
+    if (it == special_tokens_.end()) continue;
+    *id = token_to_id(it->second);
+    if (!*id) return invalid_file(where + ": " + key + " '" + it->second + "' is not in the vocabulary");
+  }
+  if (auto it = special_tokens_.find("bos_token"); it != special_tokens_.end()) bos_token_ = it->second;
+  if (auto it = special_tokens_.find("eos_token"); it != special_tokens_.end()) eos_token_ = it->second;
+  // Explicit add_bos_token / add_eos_token replace what the post-processor adds.
+  for (const auto& [key, ids, id] :
+       std::initializer_list<std::tuple<const char*, std::vector<int32_t>*, std::optional<int32_t>>>{
+           {"add_bos_token", &prefix_ids_, bos_id_}, {"add_eos_token", &suffix_ids_, eos_id_}}) {
+    if (!cfg.contains(key) || cfg[key].is_null()) continue;
+    if (!cfg[key].is_boolean()) return invalid_file(where + ": " + key + " must be a boolean");
+    ids->clear();
+    if (cfg[key].get<bool>()) {
+      if (!id) return invalid_file(where + ": " + key + " is true but its token is not set");
+      ids->push_back(*id);
+    }
+  }
+  if (cfg.contains("chat_template")) {
+    const json& ct = cfg["chat_template"];
+    if (ct.is_string()) {
+      chat_template_ = ct.get<std::string>();
+    } else if (ct.is_array()) {  // named templates: take "default", else the first
+      for (const auto& named : ct) {
+        if (!named.is_object() || !named.contains("template") || !named["template"].is_string()) {
+          return invalid_file(where + ": chat_template entries need a string 'template'");
+        }
+        if (chat_template_.empty() || named.value("name", std::string()) == "default") {
+          chat_template_ = named["template"].get<std::string>();
+        }
+      }
+    } else if (!ct.is_null()) {
+      return invalid_file(where + ": chat_template must be a string or a list of named templates");
+    }
   }
   return Status::ok();
 }
