@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/json_fields.h"
 #include "tokenizer/unicode.h"
 
 namespace origami {
@@ -45,11 +46,11 @@ Expected<std::vector<AddedToken>> parse_added_tokens(const json& root, const std
     a.id = t["id"].get<int32_t>();
     a.content = t["content"].get<std::string>();
     if (a.content.empty()) return invalid_file(field + " has an empty 'content'");
-    a.single_word = t.value("single_word", false);
-    a.lstrip = t.value("lstrip", false);
-    a.rstrip = t.value("rstrip", false);
-    a.normalized = t.value("normalized", !t.value("special", false));
-    a.special = t.value("special", false);
+    ORIGAMI_ASSIGN_OR_RETURN(a.single_word, optional_bool(t, "single_word", false, field));
+    ORIGAMI_ASSIGN_OR_RETURN(a.lstrip, optional_bool(t, "lstrip", false, field));
+    ORIGAMI_ASSIGN_OR_RETURN(a.rstrip, optional_bool(t, "rstrip", false, field));
+    ORIGAMI_ASSIGN_OR_RETURN(a.special, optional_bool(t, "special", false, field));
+    ORIGAMI_ASSIGN_OR_RETURN(a.normalized, optional_bool(t, "normalized", !a.special, field));
     out.push_back(std::move(a));
   }
   return out;
@@ -57,7 +58,7 @@ Expected<std::vector<AddedToken>> parse_added_tokens(const json& root, const std
 
 // The ids a post-processor puts before and after a single sequence.
 Status parse_post_processor(const json& p, const std::string& where,
-                            const std::function<std::optional<int32_t>(const std::string&)>& id_of,
+                            const std::function<std::optional<int32_t>(const std::string&)>& id_of, int32_t vocab_size,
                             std::vector<int32_t>& prefix, std::vector<int32_t>& suffix) {
   if (p.is_null()) return Status::ok();
   if (!p.is_object() || !p.contains("type") || !p["type"].is_string()) {
@@ -66,8 +67,10 @@ Status parse_post_processor(const json& p, const std::string& where,
   const std::string type = p["type"];
   if (type == "ByteLevel") return Status::ok();  // only adjusts offsets
   if (type == "Sequence") {
-    for (const auto& child : p.value("processors", json::array())) {
-      ORIGAMI_RETURN_IF_ERROR(parse_post_processor(child, where, id_of, prefix, suffix));
+    const json& processors = p.value("processors", json::array());
+    if (!processors.is_array()) return invalid_file(where + ": post_processor.processors must be an array");
+    for (const auto& child : processors) {
+      ORIGAMI_RETURN_IF_ERROR(parse_post_processor(child, where, id_of, vocab_size, prefix, suffix));
     }
     return Status::ok();
   }
@@ -83,13 +86,22 @@ Status parse_post_processor(const json& p, const std::string& where,
       seen_sequence = true;
       continue;
     }
-    if (!item.contains("SpecialToken") || !item["SpecialToken"].contains("id")) {
-      return invalid_file(where + ": TemplateProcessing 'single' items must be Sequence or SpecialToken");
+    if (!item.contains("SpecialToken") || !item["SpecialToken"].contains("id") || !item["SpecialToken"]["id"].is_string()) {
+      return invalid_file(where + ": TemplateProcessing 'single' items must be Sequence or SpecialToken with a string 'id'");
     }
     const std::string name = item["SpecialToken"]["id"].get<std::string>();
     std::vector<int32_t> ids;
     if (specials.contains(name) && specials[name].contains("ids")) {
-      ids = specials[name]["ids"].get<std::vector<int32_t>>();
+      const json& listed = specials[name]["ids"];
+      if (!listed.is_array()) return invalid_file(where + ": TemplateProcessing special token '" + name + "' ids must be a list");
+      for (const json& id : listed) {
+        // The ids are emitted as they are: each must be a token of this vocabulary.
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
+          return invalid_file(where + ": TemplateProcessing special token '" + name + "' has id " + id.dump() +
+                              ", not in the vocabulary (" + std::to_string(vocab_size) + " ids)");
+        }
+        ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+      }
     } else if (auto id = id_of(name)) {
       ids.push_back(*id);
     } else {
@@ -144,7 +156,18 @@ Expected<std::shared_ptr<Tokenizer>> Tokenizer::from_json_text(std::string_view 
   root = json();  // the parsed document is large; free it before building tables
 
   int32_t num_ids = t->model_->num_ids();
-  for (const AddedToken& a : t->added_) num_ids = std::max(num_ids, a.id + 1);
+  // Added tokens follow the model's ids; an id far past them would make every id table that
+  // large (memory out of proportion to the file).
+  const int64_t id_limit = int64_t{num_ids} + static_cast<int64_t>(t->added_.size()) + 1024;
+  for (size_t i = 0; i < t->added_.size(); ++i) {
+    const AddedToken& a = t->added_[i];
+    if (a.id >= id_limit) {
+      return invalid_file(where + ": added_tokens[" + std::to_string(i) + "] id " + std::to_string(a.id) +
+                          " is far beyond the vocabulary (" + std::to_string(t->model_->num_ids()) + " model ids, " +
+                          std::to_string(t->added_.size()) + " added tokens)");
+    }
+    num_ids = std::max(num_ids, a.id + 1);
+  }
   t->tokens_.resize(num_ids);
   for (int32_t id = 0; id < t->model_->num_ids(); ++id) t->tokens_[id] = t->model_->token(id);
   t->special_.assign(num_ids, 0);
@@ -160,7 +183,8 @@ Expected<std::shared_ptr<Tokenizer>> Tokenizer::from_json_text(std::string_view 
   t->decoder_.build(t->tokens_);
 
   auto id_of = [&](const std::string& s) { return t->token_to_id(s); };
-  ORIGAMI_RETURN_IF_ERROR(parse_post_processor(post_processor, where, id_of, t->prefix_ids_, t->suffix_ids_));
+  ORIGAMI_RETURN_IF_ERROR(
+      parse_post_processor(post_processor, where, id_of, t->vocab_size(), t->prefix_ids_, t->suffix_ids_));
   if (config_json != nullptr) ORIGAMI_RETURN_IF_ERROR(t->load_config(*config_json, config_source));
   return t;
 }
@@ -202,7 +226,7 @@ Status Tokenizer::load_config(std::string_view config_json, const std::string& w
         if (!named.is_object() || !named.contains("template") || !named["template"].is_string()) {
           return invalid_file(where + ": chat_template entries need a string 'template'");
         }
-        if (chat_template_.empty() || named.value("name", std::string()) == "default") {
+        if (chat_template_.empty() || (named.contains("name") && named["name"] == "default")) {
           chat_template_ = named["template"].get<std::string>();
         }
       }
