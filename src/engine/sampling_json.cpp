@@ -70,8 +70,11 @@ Expected<SamplingParams> sampling_params_from_json(const nlohmann::json& obj, co
     if (!s.is_array()) return type_error("stop_token_ids", "a list of integers", s);
     p.stop_token_ids.clear();
     for (const auto& e : s) {
-      if (!e.is_number_integer()) return type_error("stop_token_ids", "a list of integers", s);
-      p.stop_token_ids.push_back(e.get<int>());
+      // An id beyond int would wrap to another token; negative ids are left to validate().
+      if (!e.is_number_integer() || e.get<int64_t>() < std::numeric_limits<int>::min() ||
+          e.get<int64_t>() > std::numeric_limits<int>::max())
+        return type_error("stop_token_ids", "a list of token ids", s);
+      p.stop_token_ids.push_back(static_cast<int>(e.get<int64_t>()));
     }
   }
   ORIGAMI_RETURN_IF_ERROR(p.validate());
