@@ -43,6 +43,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Expected<SamplingParams> sp = sampling_params_from_json(obj, defaults);
     if (sp) {
       FUZZ_CHECK(sp->validate().is_ok(), "accepted sampling parameters fail validation");
+      // Accepted ids are the ids the request wrote, not wrapped ones.
+      const auto it = obj.find("stop_token_ids");
+      if (it != obj.end() && it->is_array()) {
+        FUZZ_CHECK(it->size() == sp->stop_token_ids.size(), "stop_token_ids count");
+        for (size_t i = 0; i < it->size(); ++i)
+          FUZZ_CHECK((*it)[i].get<int64_t>() == sp->stop_token_ids[i], "stop_token_ids changed: " + it->dump());
+      }
     } else {
       FUZZ_CHECK(!sp.status().message().empty(), "sampling error without a message");
     }
@@ -52,6 +59,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       continue;
     }
     FUZZ_CHECK(opts->kv_budget >= 0, "negative kv_budget accepted");
+    if (const auto it = obj.find("forced_output_tokens"); it != obj.end() && it->is_array()) {
+      FUZZ_CHECK(it->size() == opts->forced_output_tokens.size(), "forced_output_tokens count");
+      for (size_t i = 0; i < it->size(); ++i)
+        FUZZ_CHECK((*it)[i].get<int64_t>() == opts->forced_output_tokens[i], "forced token changed: " + it->dump());
+    }
     for (int32_t t : opts->forced_output_tokens) FUZZ_CHECK(t >= 0, "negative forced token accepted");
     // The engine resolves the policy named by the request.
     if (!opts->kv_policy.empty()) (void)PolicyRegistry::builtin().create(opts->kv_policy, opts->kv_policy_options);
