@@ -18,13 +18,12 @@
 # Modes combine with commas: `scripts/gpu_run.sh tests,roofline`. Full logs go to $OUT (or
 # /tmp/origami-gpu), at most 8 files; a summary table is printed last (and kept in summary.txt).
 #
-# Fixtures: the device gets only the repository, so the shared configs/models/tokenizers are
-# carried in .devdata/shared (git-ignored), found through ORIGAMI_SHARED_DIR; .devdata also holds
-# the headers/libs the device lacks (CLI11, nlohmann-json, GoogleTest).
+# Fixtures and the device's missing headers come from .devdata (see scripts/lib/gpu_common.sh).
 # BUILD (default build-gpu) may point outside the tree so that a warm machine keeps it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+source scripts/lib/gpu_common.sh
 OUT=${OUT:-/tmp/origami-gpu}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
@@ -32,25 +31,18 @@ MODES=",${1:-tests},"
 [ "$MODES" = ",all," ] && MODES=",quick,tests,roofline,bench,"
 case "$MODES" in *,tests,*) MODES="$MODES,quick," ;; esac
 has() { [[ "$MODES" == *",$1,"* ]]; }
-export ORIGAMI_SHARED_DIR=${ORIGAMI_SHARED_DIR:-$ROOT/.devdata/shared}
-[ -d "$ORIGAMI_SHARED_DIR/configs" ] || export ORIGAMI_SHARED_DIR=$ROOT/../shared
-SH=$ORIGAMI_SHARED_DIR
+gpu_shared_dir
 declare -A RESULT
 T_START=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - T_START ))s"; }
 
-nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader \
-  | tee "$OUT/build.log"
-RESULT[0_device]="$(head -1 "$OUT/build.log")"
-{ nvcc --version | tail -1; cmake --version | head -1; g++ --version | head -1; } | tee -a "$OUT/build.log"
+gpu_device_info "$OUT/build.log"
+RESULT[0_device]="$GPU_DEVICE"
 
 # ---------------------------------------------------------------- build
-extra=()
-[ -f /usr/include/CLI/CLI.hpp ] || extra+=(-DCLI11_INCLUDE_DIR=$ROOT/.devdata/include)
-if [ ! -f /usr/include/gtest/gtest.h ] || [ ! -d /usr/include/nlohmann ]; then
-  extra+=(-DCMAKE_PREFIX_PATH=$ROOT/.devdata/prefix)
-fi
-gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+gpu_cmake_args
+extra=("${GPU_CMAKE_EXTRA[@]}")
+gen=("${GPU_CMAKE_GEN[@]}")
 t0=$(date +%s)
 cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DORIGAMI_CUDA=ON -DORIGAMI_CUDA_ARCH=90 \
   -DORIGAMI_SHARED_DIR="$SH" "${extra[@]}" >> "$OUT/build.log" 2>&1 \
@@ -286,7 +278,4 @@ PYEOF
   RESULT[9_tune]="$(wc -l < "$OUT/tune.jsonl") points, table in tune_table.txt"
 fi
 
-{
-  echo "================ summary ($(elapsed)) ================"
-  for k in $(echo "${!RESULT[@]}" | tr ' ' '\n' | sort); do printf '%-34s %s\n' "$k" "${RESULT[$k]}"; done
-} | tee "$OUT/summary.txt"
+gpu_print_summary "summary ($(elapsed))" "$OUT/summary.txt"

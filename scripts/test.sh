@@ -3,6 +3,8 @@
 #  1. Release build (+ the CUDA backend when nvcc is present: it must compile everywhere),
 #     all CPU tests (labels unit, e2e). GPU tests (label gpu) run only when a GPU is present.
 #  2. AddressSanitizer + UndefinedBehaviorSanitizer build, unit tests.
+#  3. The parsers' libFuzzer harnesses (clang): replay their seeds and regressions, then fuzz
+#     each for FUZZ_SECONDS (default 20; 0 = replay only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -16,4 +18,6 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DORIGAMI_SANITIZE=ON
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest --output-on-failure -j"$jobs" -L unit)
+
+scripts/fuzz.sh all "${FUZZ_SECONDS:-20}"
 echo "origami: all tests passed"

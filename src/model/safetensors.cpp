@@ -141,16 +141,13 @@ Expected<std::vector<SafetensorsTensorInfo>> parse_safetensors_header(std::strin
   return tensors;
 }
 
-Expected<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::filesystem::path& path) {
-  ORIGAMI_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::open(path));
-  const std::string source = path.string();
-  const uint64_t size = mapped.size();
+Expected<SafetensorsLayout> parse_safetensors_bytes(const uint8_t* data, uint64_t size, const std::string& source) {
   if (size < 8) {
     return invalid_file(source + ": file is " + std::to_string(size) +
                         " bytes, too short for a safetensors header (truncated?)");
   }
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | mapped.data()[i];  // little-endian
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | data[i];  // little-endian
   if (header_len > kMaxSafetensorsHeaderBytes) {
     return invalid_file(source + ": safetensors header length " + std::to_string(header_len) +
                         " is implausibly large (corrupted file?)");
@@ -159,15 +156,24 @@ Expected<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::file
     return invalid_file(source + ": safetensors header length " + std::to_string(header_len) +
                         " exceeds the file size " + std::to_string(size) + " (truncated or corrupted file)");
   }
-  const std::string_view header(reinterpret_cast<const char*>(mapped.data()) + 8, header_len);
+  const std::string_view header(reinterpret_cast<const char*>(data) + 8, header_len);
   if (header.empty() || header.front() != '{') {
     return invalid_file(source + ": safetensors header does not start with '{' (corrupted file?)");
   }
+  SafetensorsLayout layout;
+  ORIGAMI_ASSIGN_OR_RETURN(layout.tensors,
+                           parse_safetensors_header(header, size - 8 - header_len, source, &layout.metadata));
+  layout.data_offset = 8 + header_len;
+  return layout;
+}
 
+Expected<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::filesystem::path& path) {
+  ORIGAMI_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::open(path));
+  ORIGAMI_ASSIGN_OR_RETURN(SafetensorsLayout layout, parse_safetensors_bytes(mapped.data(), mapped.size(), path.string()));
   auto file = std::make_unique<SafetensorsFile>();
-  ORIGAMI_ASSIGN_OR_RETURN(file->tensors_,
-                           parse_safetensors_header(header, size - 8 - header_len, source, &file->metadata_));
-  file->data_section_ = mapped.data() + 8 + header_len;
+  file->tensors_ = std::move(layout.tensors);
+  file->metadata_ = std::move(layout.metadata);
+  file->data_section_ = mapped.data() + layout.data_offset;
   file->file_ = std::move(mapped);
   for (size_t i = 0; i < file->tensors_.size(); ++i) file->index_.emplace(file->tensors_[i].name, i);
   return file;

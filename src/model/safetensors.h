@@ -39,6 +39,19 @@ Expected<std::vector<SafetensorsTensorInfo>> parse_safetensors_header(std::strin
                                                                       const std::string& source,
                                                                       std::map<std::string, std::string>* metadata = nullptr);
 
+// A whole safetensors file's layout: the header length prefix, the header and the byte ranges
+// of its tensors within the data section that follows.
+struct SafetensorsLayout {
+  std::vector<SafetensorsTensorInfo> tensors;  // sorted by name
+  std::map<std::string, std::string> metadata;
+  uint64_t data_offset = 0;  // where the data section starts: 8 + header length
+};
+
+// Parses the first bytes of a safetensors file held in memory (`size` bytes from `data`): the
+// length prefix, then the header, checked against the data section that the rest of the bytes
+// form. SafetensorsFile::open maps the file and calls this.
+Expected<SafetensorsLayout> parse_safetensors_bytes(const uint8_t* data, uint64_t size, const std::string& source);
+
 // One memory-mapped .safetensors file.
 class SafetensorsFile {
  public:

@@ -101,7 +101,8 @@ std::string PolicyOptionSpec::accepted() const {
 Expected<PolicyOptions> PolicyOptions::resolve(const std::string& policy, const std::vector<PolicyOptionSpec>& specs,
                                                const PolicyOptionMap& given) {
   PolicyOptions out;
-  for (const auto& [key, value] : given) {
+  for (const auto& entry : given) {
+    const std::string& key = entry.first;  // a plain reference: clang < 16 cannot capture a structured binding
     auto it = std::find_if(specs.begin(), specs.end(), [&](const PolicyOptionSpec& s) { return s.name == key; });
     if (it == specs.end()) {
       std::string known;

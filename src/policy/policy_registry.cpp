@@ -45,7 +45,10 @@ Status PolicyRegistry::add_alias(const std::string& name, const std::string& bas
   info.name = name;
   info.summary = summary;
   info.alias_of = base;
-  for (const auto& [key, value] : defaults) {
+  for (const auto& entry : defaults) {
+    // Plain references: clang < 16 cannot capture a structured binding in a lambda.
+    const std::string& key = entry.first;
+    const std::string& value = entry.second;
     auto it = std::find_if(info.options.begin(), info.options.end(), [&](const PolicyOptionSpec& s) { return s.name == key; });
     if (it == info.options.end()) return invalid_argument("alias " + name + ": " + base + " has no option " + key);
     it->default_value = value;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/json_fields.h"
 #include "tokenizer/unicode.h"
 
 namespace origami {
@@ -94,7 +95,7 @@ Expected<std::pair<std::string, std::string>> parse_merge(const nlohmann::json& 
 Expected<std::unique_ptr<BpeModel>> BpeModel::from_json(const nlohmann::json& model, bool byte_level,
                                                         const std::string& where) {
   if (!model.is_object()) return invalid_file(where + ": 'model' must be an object");
-  const std::string type = model.value("type", std::string("BPE"));
+  ORIGAMI_ASSIGN_OR_RETURN(const std::string type, optional_string(model, "type", "BPE", where + ": model"));
   if (type != "BPE") return invalid_file(where + ": unsupported model type '" + type + "' (only BPE)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(key) && model[key].is_string() && !model[key].get<std::string>().empty()) {
@@ -110,9 +111,9 @@ Expected<std::unique_ptr<BpeModel>> BpeModel::from_json(const nlohmann::json& mo
 
   std::unique_ptr<BpeModel> m(new BpeModel());
   m->byte_level_ = byte_level;
-  m->byte_fallback_ = model.value("byte_fallback", false);
-  m->fuse_unk_ = model.value("fuse_unk", false);
-  m->ignore_merges_ = model.value("ignore_merges", false);
+  ORIGAMI_ASSIGN_OR_RETURN(m->byte_fallback_, optional_bool(model, "byte_fallback", false, where + ": model"));
+  ORIGAMI_ASSIGN_OR_RETURN(m->fuse_unk_, optional_bool(model, "fuse_unk", false, where + ": model"));
+  ORIGAMI_ASSIGN_OR_RETURN(m->ignore_merges_, optional_bool(model, "ignore_merges", false, where + ": model"));
   m->cache_ = std::make_unique<Cache>();
 
   const auto& vocab = model["vocab"];
@@ -122,6 +123,11 @@ Expected<std::unique_ptr<BpeModel>> BpeModel::from_json(const nlohmann::json& mo
       return invalid_file(where + ": model.vocab['" + token + "'] must be a non-negative integer id");
     }
     max_id = std::max<int64_t>(max_id, id.get<int64_t>());
+  }
+  // Ids index tables of max_id + 1 entries: keep them in proportion to the vocabulary's size.
+  if (max_id >= 2 * static_cast<int64_t>(vocab.size()) + 1024) {
+    return invalid_file(where + ": model.vocab id " + std::to_string(max_id) + " leaves most ids unused (" +
+                        std::to_string(vocab.size()) + " entries)");
   }
   m->tokens_.resize(static_cast<size_t>(max_id + 1));
   m->vocab_.reserve(vocab.size());

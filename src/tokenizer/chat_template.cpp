@@ -30,7 +30,7 @@ Expected<ChatTemplate> ChatTemplate::from_tokenizer_config(const std::string& pa
     source = it->get<std::string>();
   } else if (it->is_array()) {
     for (const auto& entry : *it) {
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") && entry["template"].is_string()) {
+      if (entry.is_object() && entry.contains("name") && entry["name"] == "default" && entry.contains("template") && entry["template"].is_string()) {
         source = entry["template"].get<std::string>();
       }
     }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/json_fields.h"
 #include "tokenizer/unicode.h"
 
 namespace origami {
@@ -75,15 +76,19 @@ Expected<TokenDecoder> TokenDecoder::from_json(const nlohmann::json& json, const
     } else if (type == "Fuse") {
       fused = true;
     } else if (type == "Strip") {
-      const std::string content = s->value("content", std::string(" "));
+      const std::string field = where + ": decoder";
+      ORIGAMI_ASSIGN_OR_RETURN(const std::string content, optional_string(*s, "content", " ", field));
       size_t p = 0;
       d.strip_content_ = content.empty() ? U' ' : unicode::next_code_point(content, p);
-      d.strip_start_ = s->value("start", 0);
-      d.strip_stop_ = s->value("stop", 0);
+      ORIGAMI_ASSIGN_OR_RETURN(d.strip_start_, optional_int(*s, "start", 0, 0, 1 << 20, field));
+      ORIGAMI_ASSIGN_OR_RETURN(d.strip_stop_, optional_int(*s, "stop", 0, 0, 1 << 20, field));
       d.strip_per_token_ = !fused;
     } else if (type == "Metaspace") {
-      d.metaspace_ = s->value("replacement", std::string("\xE2\x96\x81"));
-      const std::string scheme = s->value("prepend_scheme", s->value("add_prefix_space", true) ? "always" : "never");
+      const std::string field = where + ": decoder";
+      ORIGAMI_ASSIGN_OR_RETURN(d.metaspace_, optional_string(*s, "replacement", "\xE2\x96\x81", field));
+      ORIGAMI_ASSIGN_OR_RETURN(const bool add_prefix_space, optional_bool(*s, "add_prefix_space", true, field));
+      ORIGAMI_ASSIGN_OR_RETURN(const std::string scheme,
+                               optional_string(*s, "prepend_scheme", add_prefix_space ? "always" : "never", field));
       d.metaspace_strip_first_ = scheme != "never";
     } else {
       return invalid_file(where + ": unsupported decoder type '" + type + "'");

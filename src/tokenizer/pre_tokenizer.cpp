@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/json_fields.h"
+
 namespace origami {
 
 Status PreTokenizer::parse(const nlohmann::json& json, const std::string& where, std::vector<Step>& steps) {
@@ -24,23 +26,27 @@ Status PreTokenizer::parse(const nlohmann::json& json, const std::string& where,
     if (!pattern.is_object() || !pattern.contains("Regex") || !pattern["Regex"].is_string()) {
       return invalid_file(where + ": Split pre_tokenizer: only {\"Regex\": ...} patterns are supported");
     }
-    const std::string behavior = json.value("behavior", std::string("Isolated"));
+    const std::string field = where + ": pre_tokenizer";
+    ORIGAMI_ASSIGN_OR_RETURN(const std::string behavior, optional_string(json, "behavior", "Isolated", field));
     if (behavior != "Isolated") {
       return invalid_file(where + ": Split pre_tokenizer: unsupported behavior '" + behavior + "'");
     }
-    if (json.value("invert", false)) return invalid_file(where + ": Split pre_tokenizer: invert is not supported");
+    ORIGAMI_ASSIGN_OR_RETURN(const bool invert, optional_bool(json, "invert", false, field));
+    if (invert) return invalid_file(where + ": Split pre_tokenizer: invert is not supported");
     ORIGAMI_ASSIGN_OR_RETURN(step.pattern, detect_split_pattern(pattern["Regex"].get<std::string>(), where));
   } else if (type == "ByteLevel") {
     step.kind = Kind::kByteLevel;
-    step.add_prefix_space = json.value("add_prefix_space", false);
-    step.use_regex = json.value("use_regex", true);
+    ORIGAMI_ASSIGN_OR_RETURN(step.add_prefix_space, optional_bool(json, "add_prefix_space", false, where + ": pre_tokenizer"));
+    ORIGAMI_ASSIGN_OR_RETURN(step.use_regex, optional_bool(json, "use_regex", true, where + ": pre_tokenizer"));
     step.pattern = SplitPattern::kGpt2;
   } else if (type == "Metaspace") {
     step.kind = Kind::kMetaspace;
-    step.replacement = json.value("replacement", std::string("\xE2\x96\x81"));
+    const std::string field = where + ": pre_tokenizer";
+    ORIGAMI_ASSIGN_OR_RETURN(step.replacement, optional_string(json, "replacement", "\xE2\x96\x81", field));
     if (step.replacement.empty()) return invalid_file(where + ": Metaspace with an empty replacement");
-    const std::string scheme =
-        json.value("prepend_scheme", json.value("add_prefix_space", true) ? std::string("always") : std::string("never"));
+    ORIGAMI_ASSIGN_OR_RETURN(const bool add_prefix_space, optional_bool(json, "add_prefix_space", true, field));
+    ORIGAMI_ASSIGN_OR_RETURN(const std::string scheme,
+                             optional_string(json, "prepend_scheme", add_prefix_space ? "always" : "never", field));
     if (scheme == "always") {
       step.prepend = Prepend::kAlways;
     } else if (scheme == "first") {
@@ -50,7 +56,7 @@ Status PreTokenizer::parse(const nlohmann::json& json, const std::string& where,
     } else {
       return invalid_file(where + ": Metaspace: unknown prepend_scheme '" + scheme + "'");
     }
-    step.split = json.value("split", true);
+    ORIGAMI_ASSIGN_OR_RETURN(step.split, optional_bool(json, "split", true, field));
   } else {
     return invalid_file(where + ": unsupported pre_tokenizer type '" + type + "'");
   }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
+#include "tokenizer/json_fields.h"
 #include "tokenizer/unicode.h"
 
 namespace origami {
@@ -12,11 +13,10 @@ namespace {
 
 using nlohmann::json;
 
-Expected<json> read_json(const std::filesystem::path& path) {
-  ORIGAMI_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return invalid_file(path.string() + ": not valid JSON");
-  if (!j.is_object()) return invalid_file(path.string() + ": the top level must be a JSON object");
+Expected<json> parse_json_object(std::string_view text, const std::string& where) {
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return invalid_file(where + ": not valid JSON");
+  if (!j.is_object()) return invalid_file(where + ": the top level must be a JSON object");
   return j;
 }
 
@@ -36,11 +36,11 @@ Expected<std::vector<AddedToken>> parse_added_tokens(const json& root, const std
     a.id = t["id"].get<int32_t>();
     a.content = t["content"].get<std::string>();
     if (a.content.empty()) return invalid_file(field + " has an empty 'content'");
-    a.single_word = t.value("single_word", false);
-    a.lstrip = t.value("lstrip", false);
-    a.rstrip = t.value("rstrip", false);
-    a.normalized = t.value("normalized", !t.value("special", false));
-    a.special = t.value("special", false);
+    ORIGAMI_ASSIGN_OR_RETURN(a.single_word, optional_bool(t, "single_word", false, field));
+    ORIGAMI_ASSIGN_OR_RETURN(a.lstrip, optional_bool(t, "lstrip", false, field));
+    ORIGAMI_ASSIGN_OR_RETURN(a.rstrip, optional_bool(t, "rstrip", false, field));
+    ORIGAMI_ASSIGN_OR_RETURN(a.special, optional_bool(t, "special", false, field));
+    ORIGAMI_ASSIGN_OR_RETURN(a.normalized, optional_bool(t, "normalized", !a.special, field));
     out.push_back(std::move(a));
   }
   return out;
@@ -48,7 +48,7 @@ Expected<std::vector<AddedToken>> parse_added_tokens(const json& root, const std
 
 // The ids a post-processor puts before and after a single sequence.
 Status parse_post_processor(const json& p, const std::string& where,
-                            const std::function<std::optional<int32_t>(const std::string&)>& id_of,
+                            const std::function<std::optional<int32_t>(const std::string&)>& id_of, int32_t vocab_size,
                             std::vector<int32_t>& prefix, std::vector<int32_t>& suffix) {
   if (p.is_null()) return Status::ok();
   if (!p.is_object() || !p.contains("type") || !p["type"].is_string()) {
@@ -57,8 +57,10 @@ Status parse_post_processor(const json& p, const std::string& where,
   const std::string type = p["type"];
   if (type == "ByteLevel") return Status::ok();  // only adjusts offsets
   if (type == "Sequence") {
-    for (const auto& child : p.value("processors", json::array())) {
-      ORIGAMI_RETURN_IF_ERROR(parse_post_processor(child, where, id_of, prefix, suffix));
+    const json& processors = p.value("processors", json::array());
+    if (!processors.is_array()) return invalid_file(where + ": post_processor.processors must be an array");
+    for (const auto& child : processors) {
+      ORIGAMI_RETURN_IF_ERROR(parse_post_processor(child, where, id_of, vocab_size, prefix, suffix));
     }
     return Status::ok();
   }
@@ -74,13 +76,22 @@ Status parse_post_processor(const json& p, const std::string& where,
       seen_sequence = true;
       continue;
     }
-    if (!item.contains("SpecialToken") || !item["SpecialToken"].contains("id")) {
-      return invalid_file(where + ": TemplateProcessing 'single' items must be Sequence or SpecialToken");
+    if (!item.contains("SpecialToken") || !item["SpecialToken"].contains("id") || !item["SpecialToken"]["id"].is_string()) {
+      return invalid_file(where + ": TemplateProcessing 'single' items must be Sequence or SpecialToken with a string 'id'");
     }
     const std::string name = item["SpecialToken"]["id"].get<std::string>();
     std::vector<int32_t> ids;
     if (specials.contains(name) && specials[name].contains("ids")) {
-      ids = specials[name]["ids"].get<std::vector<int32_t>>();
+      const json& listed = specials[name]["ids"];
+      if (!listed.is_array()) return invalid_file(where + ": TemplateProcessing special token '" + name + "' ids must be a list");
+      for (const json& id : listed) {
+        // The ids are emitted as they are: each must be a token of this vocabulary.
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
+          return invalid_file(where + ": TemplateProcessing special token '" + name + "' has id " + id.dump() +
+                              ", not in the vocabulary (" + std::to_string(vocab_size) + " ids)");
+        }
+        ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+      }
     } else if (auto id = id_of(name)) {
       ids.push_back(*id);
     } else {
@@ -103,8 +114,26 @@ std::optional<std::string> token_string(const json& v) {
 
 Expected<std::shared_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / "tokenizer.json";
-  const std::string where = path.string();
-  ORIGAMI_ASSIGN_OR_RETURN(json root, read_json(path));
+  ORIGAMI_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  const std::filesystem::path config_path = dir / "tokenizer_config.json";
+  std::optional<std::string> config;
+  if (std::filesystem::exists(config_path)) {
+    ORIGAMI_ASSIGN_OR_RETURN(config, read_file(config_path));
+  }
+  ORIGAMI_ASSIGN_OR_RETURN(std::shared_ptr<Tokenizer> t,
+                           from_json_text(text, path.string(), config ? &*config : nullptr, config_path.string()));
+  const std::filesystem::path jinja = dir / "chat_template.jinja";
+  if (t->chat_template_.empty() && std::filesystem::exists(jinja)) {
+    ORIGAMI_ASSIGN_OR_RETURN(t->chat_template_, read_file(jinja));
+  }
+  return t;
+}
+
+Expected<std::shared_ptr<Tokenizer>> Tokenizer::from_json_text(std::string_view tokenizer_json, const std::string& source,
+                                                               const std::string* config_json,
+                                                               const std::string& config_source) {
+  const std::string& where = source;
+  ORIGAMI_ASSIGN_OR_RETURN(json root, parse_json_object(tokenizer_json, where));
 
   std::shared_ptr<Tokenizer> t(new Tokenizer());
   ORIGAMI_ASSIGN_OR_RETURN(t->normalizer_, Normalizer::from_json(root.value("normalizer", json()), where));
@@ -117,7 +146,18 @@ Expected<std::shared_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path
   root = json();  // the parsed document is large; free it before building tables
 
   int32_t num_ids = t->model_->num_ids();
-  for (const AddedToken& a : t->added_) num_ids = std::max(num_ids, a.id + 1);
+  // Added tokens follow the model's ids; an id far past them would make every id table that
+  // large (memory out of proportion to the file).
+  const int64_t id_limit = int64_t{num_ids} + static_cast<int64_t>(t->added_.size()) + 1024;
+  for (size_t i = 0; i < t->added_.size(); ++i) {
+    const AddedToken& a = t->added_[i];
+    if (a.id >= id_limit) {
+      return invalid_file(where + ": added_tokens[" + std::to_string(i) + "] id " + std::to_string(a.id) +
+                          " is far beyond the vocabulary (" + std::to_string(t->model_->num_ids()) + " model ids, " +
+                          std::to_string(t->added_.size()) + " added tokens)");
+    }
+    num_ids = std::max(num_ids, a.id + 1);
+  }
   t->tokens_.resize(num_ids);
   for (int32_t id = 0; id < t->model_->num_ids(); ++id) t->tokens_[id] = t->model_->token(id);
   t->special_.assign(num_ids, 0);
@@ -133,63 +173,56 @@ Expected<std::shared_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path
   t->decoder_.build(t->tokens_);
 
   auto id_of = [&](const std::string& s) { return t->token_to_id(s); };
-  ORIGAMI_RETURN_IF_ERROR(parse_post_processor(post_processor, where, id_of, t->prefix_ids_, t->suffix_ids_));
-  ORIGAMI_RETURN_IF_ERROR(t->load_config(dir));
+  ORIGAMI_RETURN_IF_ERROR(
+      parse_post_processor(post_processor, where, id_of, t->vocab_size(), t->prefix_ids_, t->suffix_ids_));
+  if (config_json != nullptr) ORIGAMI_RETURN_IF_ERROR(t->load_config(*config_json, config_source));
   return t;
 }
 
-Status Tokenizer::load_config(const std::filesystem::path& dir) {
-  const std::filesystem::path path = dir / "tokenizer_config.json";
-  if (std::filesystem::exists(path)) {
-    const std::string where = path.string();
-    ORIGAMI_ASSIGN_OR_RETURN(json cfg, read_json(path));
-    for (const auto& [key, value] : cfg.items()) {
-      if (key.size() > 6 && key.compare(key.size() - 6, 6, "_token") == 0) {
-        if (auto s = token_string(value)) special_tokens_[key] = *s;
-      }
-    }
-    for (const auto& [key, id] : std::initializer_list<std::pair<const char*, std::optional<int32_t>*>>{
-             {"bos_token", &bos_id_}, {"eos_token", &eos_id_}}) {
-      auto it = special_tokens_.find(key);
-      if (it == special_tokens_.end()) continue;
-      *id = token_to_id(it->second);
-      if (!*id) return invalid_file(where + ": " + key + " '" + it->second + "' is not in the vocabulary");
-    }
-    if (auto it = special_tokens_.find("bos_token"); it != special_tokens_.end()) bos_token_ = it->second;
-    if (auto it = special_tokens_.find("eos_token"); it != special_tokens_.end()) eos_token_ = it->second;
-    // Explicit add_bos_token / add_eos_token replace what the post-processor adds.
-    for (const auto& [key, ids, id] :
-         std::initializer_list<std::tuple<const char*, std::vector<int32_t>*, std::optional<int32_t>>>{
-             {"add_bos_token", &prefix_ids_, bos_id_}, {"add_eos_token", &suffix_ids_, eos_id_}}) {
-      if (!cfg.contains(key) || cfg[key].is_null()) continue;
-      if (!cfg[key].is_boolean()) return invalid_file(where + ": " + key + " must be a boolean");
-      ids->clear();
-      if (cfg[key].get<bool>()) {
-        if (!id) return invalid_file(where + ": " + key + " is true but its token is not set");
-        ids->push_back(*id);
-      }
-    }
-    if (cfg.contains("chat_template")) {
-      const json& ct = cfg["chat_template"];
-      if (ct.is_string()) {
-        chat_template_ = ct.get<std::string>();
-      } else if (ct.is_array()) {  // named templates: take "default", else the first
-        for (const auto& named : ct) {
-          if (!named.is_object() || !named.contains("template") || !named["template"].is_string()) {
-            return invalid_file(where + ": chat_template entries need a string 'template'");
-          }
-          if (chat_template_.empty() || named.value("name", std::string()) == "default") {
-            chat_template_ = named["template"].get<std::string>();
-          }
-        }
-      } else if (!ct.is_null()) {
-        return invalid_file(where + ": chat_template must be a string or a list of named templates");
-      }
+Status Tokenizer::load_config(std::string_view config_json, const std::string& where) {
+  ORIGAMI_ASSIGN_OR_RETURN(json cfg, parse_json_object(config_json, where));
+  for (const auto& [key, value] : cfg.items()) {
+    if (key.size() > 6 && key.compare(key.size() - 6, 6, "_token") == 0) {
+      if (auto s = token_string(value)) special_tokens_[key] = *s;
     }
   }
-  const std::filesystem::path jinja = dir / "chat_template.jinja";
-  if (chat_template_.empty() && std::filesystem::exists(jinja)) {
-    ORIGAMI_ASSIGN_OR_RETURN(chat_template_, read_file(jinja));
+  for (const auto& [key, id] : std::initializer_list<std::pair<const char*, std::optional<int32_t>*>>{
+           {"bos_token", &bos_id_}, {"eos_token", &eos_id_}}) {
+    auto it = special_tokens_.find(key);
+    if (it == special_tokens_.end()) continue;
+    *id = token_to_id(it->second);
+    if (!*id) return invalid_file(where + ": " + key + " '" + it->second + "' is not in the vocabulary");
+  }
+  if (auto it = special_tokens_.find("bos_token"); it != special_tokens_.end()) bos_token_ = it->second;
+  if (auto it = special_tokens_.find("eos_token"); it != special_tokens_.end()) eos_token_ = it->second;
+  // Explicit add_bos_token / add_eos_token replace what the post-processor adds.
+  for (const auto& [key, ids, id] :
+       std::initializer_list<std::tuple<const char*, std::vector<int32_t>*, std::optional<int32_t>>>{
+           {"add_bos_token", &prefix_ids_, bos_id_}, {"add_eos_token", &suffix_ids_, eos_id_}}) {
+    if (!cfg.contains(key) || cfg[key].is_null()) continue;
+    if (!cfg[key].is_boolean()) return invalid_file(where + ": " + key + " must be a boolean");
+    ids->clear();
+    if (cfg[key].get<bool>()) {
+      if (!id) return invalid_file(where + ": " + key + " is true but its token is not set");
+      ids->push_back(*id);
+    }
+  }
+  if (cfg.contains("chat_template")) {
+    const json& ct = cfg["chat_template"];
+    if (ct.is_string()) {
+      chat_template_ = ct.get<std::string>();
+    } else if (ct.is_array()) {  // named templates: take "default", else the first
+      for (const auto& named : ct) {
+        if (!named.is_object() || !named.contains("template") || !named["template"].is_string()) {
+          return invalid_file(where + ": chat_template entries need a string 'template'");
+        }
+        if (chat_template_.empty() || (named.contains("name") && named["name"] == "default")) {
+          chat_template_ = named["template"].get<std::string>();
+        }
+      }
+    } else if (!ct.is_null()) {
+      return invalid_file(where + ": chat_template must be a string or a list of named templates");
+    }
   }
   return Status::ok();
 }

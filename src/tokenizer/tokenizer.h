@@ -28,6 +28,12 @@ class Tokenizer {
   // Reads dir/tokenizer.json and, if present, dir/tokenizer_config.json (and
   // dir/chat_template.jinja when the config has no template).
   static Expected<std::shared_ptr<Tokenizer>> load(const std::filesystem::path& dir);
+  // Builds a tokenizer from the text of a tokenizer.json and, when `config_json` is given, of a
+  // tokenizer_config.json; `source` and `config_source` name them in errors. load() reads the
+  // files and calls this.
+  static Expected<std::shared_ptr<Tokenizer>> from_json_text(std::string_view tokenizer_json, const std::string& source,
+                                                             const std::string* config_json = nullptr,
+                                                             const std::string& config_source = "tokenizer_config.json");
 
   // Invalid UTF-8 in `text` is replaced by U+FFFD first.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
@@ -55,7 +61,7 @@ class Tokenizer {
 
  private:
   Tokenizer() = default;
-  Status load_config(const std::filesystem::path& dir);
+  Status load_config(std::string_view config_json, const std::string& where);
   void encode_plain(std::string_view text, bool at_text_start, std::vector<int32_t>& ids) const;
 
   std::unique_ptr<BpeModel> model_;

@@ -53,7 +53,8 @@ TEST(EngineErrors, InvalidSamplingValuesNameTheField) {
                         Case{R"({"top_p": 1.5})", "top_p"}, Case{R"({"min_p": 2})", "min_p"},
                         Case{R"({"top_k": -5})", "top_k"}, Case{R"({"max_tokens": 0})", "max_tokens"},
                         Case{R"({"temperature": "hot"})", "temperature"}, Case{R"({"stop": 5})", "stop"},
-                        Case{R"({"stop_token_ids": ["a"]})", "stop_token_ids"}}) {
+                        Case{R"({"stop_token_ids": ["a"]})", "stop_token_ids"},
+                        Case{R"({"stop_token_ids": [4294967298]})", "stop_token_ids"}}) {
     auto sp = sampling_params_from_json(nlohmann::json::parse(c.json), SamplingParams{});
     ASSERT_FALSE(sp.has_value()) << c.json;
     EXPECT_NE(sp.status().message().find(c.field), std::string::npos) << sp.status().message();

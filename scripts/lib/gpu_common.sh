@@ -1,0 +1,42 @@
+# Helpers shared by the GPU machine's scripts (scripts/gpu_run.sh, scripts/gpu_sanitize.sh).
+# Sourced, not run; expects ROOT (the repository root) to be set.
+#
+# Fixtures: the device gets only the repository, so the shared configs/models/tokenizers are
+# carried in .devdata/shared (git-ignored), found through ORIGAMI_SHARED_DIR; .devdata also holds
+# the headers/libs the device lacks (CLI11, nlohmann-json, GoogleTest).
+
+# Exports ORIGAMI_SHARED_DIR (.devdata/shared, else ../shared) and sets SH to it.
+gpu_shared_dir() {
+  export ORIGAMI_SHARED_DIR=${ORIGAMI_SHARED_DIR:-$ROOT/.devdata/shared}
+  [ -d "$ORIGAMI_SHARED_DIR/configs" ] || export ORIGAMI_SHARED_DIR=$ROOT/../shared
+  SH=$ORIGAMI_SHARED_DIR
+}
+
+# Prints the GPU (name, memory, driver, clocks) and the tool versions, writing them to $1 too;
+# sets GPU_DEVICE to the GPU line.
+gpu_device_info() {
+  nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader \
+    | tee "$1"
+  GPU_DEVICE="$(head -1 "$1")"
+  { nvcc --version | tail -1; cmake --version | head -1; g++ --version | head -1; } | tee -a "$1"
+}
+
+# Sets GPU_CMAKE_EXTRA (where .devdata supplies what the machine lacks) and GPU_CMAKE_GEN
+# (Ninja when present).
+gpu_cmake_args() {
+  GPU_CMAKE_EXTRA=()
+  [ -f /usr/include/CLI/CLI.hpp ] || GPU_CMAKE_EXTRA+=(-DCLI11_INCLUDE_DIR=$ROOT/.devdata/include)
+  if [ ! -f /usr/include/gtest/gtest.h ] || [ ! -d /usr/include/nlohmann ]; then
+    GPU_CMAKE_EXTRA+=(-DCMAKE_PREFIX_PATH=$ROOT/.devdata/prefix)
+  fi
+  GPU_CMAKE_GEN=(); command -v ninja >/dev/null && GPU_CMAKE_GEN=(-G Ninja)
+  return 0
+}
+
+# Prints the associative array RESULT sorted by key under a title ($1), keeping it in file $2.
+gpu_print_summary() {
+  {
+    echo "================ $1 ================"
+    for k in $(echo "${!RESULT[@]}" | tr ' ' '\n' | sort); do printf '%-34s %s\n' "$k" "${RESULT[$k]}"; done
+  } | tee "$2"
+}
