@@ -8,6 +8,7 @@ void register_generate_command(CLI::App& app);
 void register_bench_command(CLI::App& app);
 void register_policies_command(CLI::App& app);
 void register_eval_command(CLI::App& app);
+void register_serve_command(CLI::App& app);
 
 void set_exit_code(int code);
 int exit_code();

@@ -64,6 +64,8 @@ class Engine {
   Backend& backend() { return *backend_; }
   size_t num_running() const { return scheduler_->num_running(); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
+  // KV blocks held now (head group 0, as peak_kv_blocks_used counts them); the server's metrics.
+  int num_kv_blocks_used() const;
   double now() const;  // seconds since the engine started
 
  private:
