@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs origami's build and test dependencies from Debian packages.
+# Installs origami's build and test dependencies from Debian packages, and the server tests'
+# npm packages (the official openai client, pinned by tests/server/package-lock.json).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 packages=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-          libbenchmark-dev python3 python3-jinja2)
+          libbenchmark-dev python3 python3-jinja2 libboost-dev nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -13,3 +14,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
+# Without the npm registry (an offline GPU machine) the server tests cannot run; the build can.
+(cd "$(dirname "$0")/../tests/server" && npm ci --no-audit --no-fund --loglevel=error) ||
+  echo "install-deps: warning: npm ci failed in tests/server; the server tests will fail" >&2
