@@ -82,7 +82,8 @@ SimpleResponse handle_simple(const ServerContext& ctx, Route route, const std::s
   switch (route) {
     case Route::kHealth: return SimpleResponse{200, "application/json", "{}"};
     case Route::kModels:
-      return SimpleResponse::json(models_json(ctx.config.served_model_name, ctx.created, ctx.worker->config().max_model_len));
+      return SimpleResponse::json(models_json(ctx.config.served_model_name, ctx.created, ctx.worker->config().max_model_len,
+                                              ctx.worker->model_config().vocab_size));
     case Route::kMetrics: return SimpleResponse{200, "text/plain; version=0.0.4; charset=utf-8", ctx.metrics->render()};
     case Route::kTokenize:
     case Route::kDetokenize: {

@@ -44,6 +44,7 @@ class EngineWorker {
 
   // Read-only engine facts that never change after creation (safe from any thread).
   const EngineConfig& config() const { return engine_->config(); }
+  const ModelConfig& model_config() const { return engine_->model_config(); }
   std::shared_ptr<const Tokenizer> tokenizer() const { return engine_->tokenizer(); }
 
  private:

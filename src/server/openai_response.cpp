@@ -61,7 +61,7 @@ nlohmann::json usage_chunk_json(const ResponseHeader& h, nlohmann::json usage) {
           {"usage", std::move(usage)}};
 }
 
-nlohmann::json models_json(const std::string& model, int64_t created, int max_model_len) {
+nlohmann::json models_json(const std::string& model, int64_t created, int max_model_len, int vocab_size) {
   return {{"object", "list"},
           {"data", nlohmann::json::array({{{"id", model},
                                            {"object", "model"},
@@ -69,7 +69,8 @@ nlohmann::json models_json(const std::string& model, int64_t created, int max_mo
                                            {"owned_by", "origami"},
                                            {"root", model},
                                            {"parent", nullptr},
-                                           {"max_model_len", max_model_len}}})}};
+                                           {"max_model_len", max_model_len},
+                                           {"vocab_size", vocab_size}}})}};
 }
 
 std::string make_response_id(ApiKind kind) {

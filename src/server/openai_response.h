@@ -30,8 +30,9 @@ nlohmann::json chunk_json(const ResponseHeader& h, int index, const std::string&
                           bool role_only = false);
 // The last streamed object with stream_options.include_usage: no choices, the usage.
 nlohmann::json usage_chunk_json(const ResponseHeader& h, nlohmann::json usage);
-// GET /v1/models.
-nlohmann::json models_json(const std::string& model, int64_t created, int max_model_len);
+// GET /v1/models; vocab_size (an origami extension) lets `origami bench serve` draw the prompts
+// `origami bench` draws.
+nlohmann::json models_json(const std::string& model, int64_t created, int max_model_len, int vocab_size);
 
 // A new random response id with OpenAI's prefix for the kind.
 std::string make_response_id(ApiKind kind);
