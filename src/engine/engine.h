@@ -66,6 +66,8 @@ class Engine {
   size_t num_waiting() const { return scheduler_->num_waiting(); }
   // KV blocks held now (head group 0, as peak_kv_blocks_used counts them); the server's metrics.
   int num_kv_blocks_used() const;
+  // Prompt tokens looked up in / served by the prefix cache so far.
+  const PrefixCacheStats& prefix_cache_stats() const { return kv_->prefix_cache_stats(); }
   double now() const;  // seconds since the engine started
 
  private:

@@ -60,10 +60,19 @@ class EngineWorker {
     double ttft = -1.0;
     int num_tokens = 0;
   };
+  // A choice held back until the leader (the first choice of the same prompt) has prefilled,
+  // so that it finds the prompt's blocks in the prefix cache instead of computing them again.
+  struct Follower {
+    int index;
+    std::vector<int32_t> prompt;
+    SamplingParams sampling;
+  };
   struct Active {
     std::shared_ptr<RequestChannel> channel;
     std::vector<RequestId> ids;
-    int unfinished = 0;
+    RequestOptions options;
+    std::chrono::steady_clock::time_point arrival;
+    int unfinished = 0;     // choices not finished, followers included
     bool detached = false;  // aborted or rejected: outputs are no longer delivered
   };
 
@@ -71,6 +80,12 @@ class EngineWorker {
   void apply(Command& command);
   void add(Submission& submission);
   void detach(RequestChannel* channel);
+  // Adds one choice; false (and the channel told) when the engine refuses it.
+  bool add_choice(Active& a, RequestChannel* key, int index, const std::vector<int32_t>& prompt, const SamplingParams& sp);
+  // The leader prefilled (or finished): its followers are admitted, or dropped when detached.
+  void release_followers(RequestId leader);
+  // Shutdown: held-back choices end as aborted without running.
+  void drop_all_followers();
   void route(std::vector<RequestOutput>& outputs);
   void publish_snapshot();
 
@@ -89,6 +104,7 @@ class EngineWorker {
   // Engine thread only.
   std::unordered_map<RequestChannel*, Active> active_;
   std::unordered_map<RequestId, Choice> choices_;
+  std::unordered_map<RequestId, std::vector<Follower>> followers_;  // by leader
   std::thread thread_;
 };
 

@@ -98,13 +98,13 @@ std::string MetricsRegistry::render() const {
   header(&out, "origami:kv_cache_usage_perc", "gauge", "KV cache usage (1 = full).");
   sample(&out, "origami:kv_cache_usage_perc", l,
          engine_.kv_blocks_total > 0 ? static_cast<double>(engine_.kv_blocks_used) / engine_.kv_blocks_total : 0.0);
-  const int64_t queries = m.num_prefix_cached_tokens + m.num_prompt_tokens_computed;
+  const int64_t queries = engine_.prefix_cache_queries, hits = engine_.prefix_cache_hits;
   header(&out, "origami:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.");
   sample(&out, "origami:prefix_cache_queries_total", l, static_cast<double>(queries));
   header(&out, "origami:prefix_cache_hits_total", "counter", "Prompt tokens served by the prefix cache.");
-  sample(&out, "origami:prefix_cache_hits_total", l, static_cast<double>(m.num_prefix_cached_tokens));
+  sample(&out, "origami:prefix_cache_hits_total", l, static_cast<double>(hits));
   header(&out, "origami:prefix_cache_hit_rate", "gauge", "Share of prompt tokens served by the prefix cache.");
-  sample(&out, "origami:prefix_cache_hit_rate", l, queries > 0 ? static_cast<double>(m.num_prefix_cached_tokens) / queries : 0.0);
+  sample(&out, "origami:prefix_cache_hit_rate", l, queries > 0 ? static_cast<double>(hits) / queries : 0.0);
   header(&out, "origami:num_preemptions_total", "counter", "Requests preempted (KV dropped, recomputed later).");
   sample(&out, "origami:num_preemptions_total", l, static_cast<double>(m.num_preemptions));
   header(&out, "origami:num_compressions_total", "counter", "KV compressions completed.");

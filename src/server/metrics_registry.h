@@ -35,6 +35,8 @@ struct EngineSnapshot {
   int num_waiting = 0;
   int kv_blocks_used = 0;
   int kv_blocks_total = 0;
+  int64_t prefix_cache_queries = 0;  // prompt tokens looked up
+  int64_t prefix_cache_hits = 0;     // of which served by the cache
 };
 
 class MetricsRegistry {

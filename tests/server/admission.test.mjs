@@ -1,9 +1,10 @@
-// Server options that refuse requests: --api-key (401), --max-body-bytes (413),
-// --max-waiting (503); and SIGTERM while requests run (they finish, the server exits 0).
+// Server options: --api-key (401), --max-body-bytes (413), --max-waiting (503),
+// --enable-prefix-caching (n choices share the prompt's blocks); SIGTERM while requests run (they
+// finish, or are aborted after --shutdown-timeout; the server exits 0).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { startServer, waitIdle } from './server_process.mjs';
+import { startServer, waitIdle, getMetrics, metric } from './server_process.mjs';
 
 test('--api-key: /v1 routes need the key', async () => {
   const server = await startServer(['--api-key', 'sekret']);
@@ -74,4 +75,24 @@ test('SIGTERM with --shutdown-timeout 0: running requests are aborted, the serve
   assert.ok(chunks.length > 0);
   const last = chunks.at(-1).choices[0];
   assert.equal(last.finish_reason, 'abort');
+});
+
+test('--enable-prefix-caching: the n choices of a prompt share its KV blocks', async () => {
+  const server = await startServer(['--enable-prefix-caching']);
+  try {
+    const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const prompt = 'The quick brown fox jumps over the lazy dog. '.repeat(20);
+    const hits = async () => metric(await getMetrics(server.url), 'prefix_cache_hits_total');
+    const before = await hits();
+    const r = await client.completions.create({ prompt, max_tokens: 8, temperature: 0, n: 4 });
+    const after = await hits();
+    assert.equal(r.choices.length, 4);
+    for (const c of r.choices) assert.equal(c.text, r.choices[0].text);
+    // Choices 1..3 found the prompt's full blocks (16 tokens each) cached by choice 0.
+    const fullBlocks = Math.floor((r.usage.prompt_tokens - 1) / 16);
+    assert.ok(after - before >= 3 * fullBlocks * 16, `prefix-cache hits ${after - before} < ${3 * fullBlocks * 16}`);
+    await waitIdle(server.url);
+  } finally {
+    assert.equal(await server.stop(), 0);
+  }
 });
