@@ -142,6 +142,21 @@ test('stop strings end the text before them and are never partly streamed', asyn
   assert.equal(sent, expected);
 });
 
+test('streamed text never splits a UTF-8 character', async () => {
+  // Multi-byte characters are several byte-level tokens; forcing them as the output makes the
+  // stream cross every character boundary.
+  const text = ' 日本語 ✓ café — ok 🚀!';
+  const tok = await (await fetch(`${server.url}/tokenize`, { method: 'POST', body: JSON.stringify({ prompt: text, add_special_tokens: false }) })).json();
+  assert.ok(tok.count > [...text].length, 'some characters take several tokens');
+  const chunks = await collect(await client.completions.create({
+    model: 'tiny', prompt: PROMPT, max_tokens: tok.count, forced_output_tokens: tok.tokens, stream: true,
+  }));
+  const pieces = chunks.map((c) => c.choices[0].text);
+  for (const p of pieces) assert.ok(!p.includes('\uFFFD'), `a chunk holds a broken character: ${JSON.stringify(pieces)}`);
+  assert.equal(pieces.join(''), text);
+  assert.ok(pieces.filter((p) => p.length > 0).length > 3, 'streamed in several pieces');
+});
+
 test('errors arrive as the client\'s typed errors', async () => {
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: PROMPT, max_tokens: 0 }), (e) => {
     assert.ok(e instanceof OpenAI.BadRequestError); assert.equal(e.status, 400); assert.match(e.message, /max_tokens/); return true;
