@@ -1,15 +1,16 @@
 #include "server/metrics_registry.h"
 
 #include <algorithm>
-#include <cstdio>
+#include <charconv>
 
 namespace origami::server {
 namespace {
 
+// The shortest text that reads back as v (bucket bounds print as written: le="0.005").
 std::string format_number(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
 }
 
 void header(std::string* out, const std::string& name, const char* type, const char* help) {
