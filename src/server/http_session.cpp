@@ -1,5 +1,9 @@
 #include "server/http_session.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -37,21 +41,25 @@ struct InFlight {
   ServerContext& ctx;
 };
 
-// Watches the socket while a generation request runs: readable with nothing to read (peek of 0
-// bytes) or an error means the client closed the connection.
+// Watches the socket while a generation request runs: readable with nothing to read (a peek of
+// 0 bytes) or an error means the client closed the connection. The peek never blocks: a
+// readiness report can be spurious (the watch is then armed again).
 void watch_disconnect(tcp::socket& socket, std::shared_ptr<Wakeup> wake) {
   wake->watching = true;
   socket.async_wait(tcp::socket::wait_read, [&socket, wake](const beast::error_code& ec) {
     wake->watching = false;
     if (ec == net::error::operation_aborted) return;
-    char byte;
-    beast::error_code peek_ec;
-    const size_t n = ec ? 0 : socket.receive(net::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
-    if (ec || peek_ec || n == 0) {
-      wake->disconnected = true;
-      wake->timer.cancel();
+    if (!ec) {
+      char byte;
+      const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0) return;  // the client sent its next request early; it is read after this one
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        watch_disconnect(socket, wake);
+        return;
+      }
     }
-    // n > 0: the client sent its next request early; it is read after this one.
+    wake->disconnected = true;
+    wake->timer.cancel();
   });
 }
 
