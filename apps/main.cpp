@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   origami::cli::register_policies_command(app);
   origami::cli::register_eval_command(app);
   origami::cli::install_interrupt_handlers();
+  origami::cli::register_serve_command(app);
+  origami::cli::register_bench_serve_command(*app.get_subcommand("bench"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Installs origami's build and test dependencies from Debian packages.
+# Installs origami's build and test dependencies from Debian packages, and the server tests'
+# npm packages (the official openai client, pinned by tests/server/package-lock.json).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 packages=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
           libbenchmark-dev python3 python3-jinja2
+          # the server (Boost.Beast/Asio headers) and its tests (the openai npm client)
+          libboost-dev nodejs npm
           # the libFuzzer harnesses (scripts/fuzz.sh): clang, its sanitizer/fuzzer runtimes,
           # clang's OpenMP, llvm-symbolizer for readable crash stacks
           clang libclang-rt-dev libomp-dev llvm)
@@ -16,3 +19,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
+# Without the npm registry (an offline GPU machine) the server tests cannot run; the build can.
+(cd "$(dirname "$0")/../tests/server" && npm ci --no-audit --no-fund --loglevel=error) ||
+  echo "install-deps: warning: npm ci failed in tests/server; the server tests will fail" >&2

@@ -9,6 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
+# The server tests' openai client (tests/server/node_modules), when install-deps.sh has not run.
+if command -v npm >/dev/null 2>&1 && [ ! -d tests/server/node_modules/openai ]; then
+  (cd tests/server && npm ci --no-audit --no-fund --loglevel=error)
+fi
 scripts/build.sh
 gpu_label_filter=(-LE gpu)
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then gpu_label_filter=(); fi

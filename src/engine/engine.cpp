@@ -188,6 +188,8 @@ const Request* Engine::request(RequestId id) const {
   return it == requests_.end() ? nullptr : &it->second->request;
 }
 
+int Engine::num_kv_blocks_used() const { return kv_->num_used_blocks(0); }
+
 void Engine::release_request(RequestId id) {
   auto it = requests_.find(id);
   if (it != requests_.end() && it->second->request.is_finished()) requests_.erase(it);

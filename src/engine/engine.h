@@ -62,9 +62,11 @@ class Engine {
   // The backend, for tests that inspect its KV storage.
   Backend& backend() { return *backend_; }
   size_t num_running() const { return scheduler_->num_running(); }
-  // KV blocks held by requests (or by the prefix cache's live entries); 0 once all are done.
-  int num_kv_blocks_used() const { return kv_->num_used_blocks(0); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
+  // KV blocks held now (head group 0, as peak_kv_blocks_used counts them); the server's metrics.
+  int num_kv_blocks_used() const;
+  // Prompt tokens looked up in / served by the prefix cache so far.
+  const PrefixCacheStats& prefix_cache_stats() const { return kv_->prefix_cache_stats(); }
   double now() const;  // seconds since the engine started
 
  private:

@@ -1,0 +1,70 @@
+#include "server/generation_response.h"
+
+namespace origami::server {
+
+std::string sse_event(const nlohmann::json& payload) {
+  return "data: " + payload.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+}
+
+GenerationResponse::GenerationResponse(const GenerationRequest& request, ResponseHeader header)
+    : request_(request), header_(std::move(header)), choices_(request.prompts.size() * request.n) {
+  for (const auto& p : request.prompts) prompt_tokens_ += static_cast<int64_t>(p.size());  // once per prompt, as vLLM
+}
+
+nlohmann::json GenerationResponse::usage() const {
+  int64_t completion = 0;
+  for (const Choice& c : choices_) completion += c.num_tokens;
+  return usage_json(prompt_tokens_, completion);
+}
+
+std::string GenerationResponse::consume(std::vector<ChannelEvent>& events) {
+  std::string sse;
+  for (ChannelEvent& e : events) {
+    if (!e.rejection.empty()) {
+      rejection_ = ApiError::bad_request(e.rejection);
+      continue;
+    }
+    if (e.choice < 0 || e.choice >= static_cast<int>(choices_.size())) continue;
+    Choice& c = choices_[e.choice];
+    const RequestOutput& out = e.output;
+    c.num_tokens += static_cast<int>(out.new_token_ids.size());
+    std::string finish;
+    if (out.finished) {
+      ++num_finished_;
+      finish = finish_reason_name(out.finish_reason);
+      c.finish_reason = finish;
+      if (out.finish_reason == FinishReason::kError && !failure_)
+        failure_ = ApiError{500, out.error.empty() ? "the engine failed this request" : out.error, "server_error", "", "engine_error"};
+    }
+    if (!request_.stream) {
+      c.text += out.new_text;
+      continue;
+    }
+    if (header_.kind == ApiKind::kChat && !c.opened) {
+      sse += sse_event(chunk_json(header_, e.choice, "", "", /*role_only=*/true));
+      c.opened = true;
+    }
+    if (out.new_text.empty() && !out.finished) continue;  // text held back (partial UTF-8, possible stop)
+    nlohmann::json chunk = chunk_json(header_, e.choice, out.new_text, finish);
+    if (request_.include_usage) chunk["usage"] = request_.continuous_usage ? usage() : nlohmann::json(nullptr);
+    sse += sse_event(chunk);
+    if (out.finish_reason == FinishReason::kError) sse += sse_event(failure_->to_json());
+  }
+  return sse;
+}
+
+nlohmann::json GenerationResponse::body() const {
+  nlohmann::json choices = nlohmann::json::array();
+  for (size_t i = 0; i < choices_.size(); ++i)
+    choices.push_back(choice_json(header_.kind, static_cast<int>(i), choices_[i].text, choices_[i].finish_reason));
+  return response_json(header_, std::move(choices), usage());
+}
+
+std::string GenerationResponse::stream_tail() const {
+  std::string sse;
+  if (request_.include_usage) sse += sse_event(usage_chunk_json(header_, usage()));
+  sse += sse_done();
+  return sse;
+}
+
+}  // namespace origami::server

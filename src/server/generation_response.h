@@ -1,0 +1,54 @@
+#pragma once
+// Turns the engine outputs of one HTTP generation request (its RequestChannel events) into
+// what the client receives: SSE events while streaming, or one JSON body at the end. Free of
+// any I/O so that the session only moves bytes.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/api_error.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/request_channel.h"
+
+namespace origami::server {
+
+// "data: {json}\n\n": one server-sent event.
+std::string sse_event(const nlohmann::json& payload);
+inline const char* sse_done() { return "data: [DONE]\n\n"; }
+
+class GenerationResponse {
+ public:
+  GenerationResponse(const GenerationRequest& request, ResponseHeader header);
+
+  // Takes a step's events. Returns the SSE text to send now when streaming ("" when nothing).
+  std::string consume(std::vector<ChannelEvent>& events);
+  bool done() const { return num_finished_ == static_cast<int>(choices_.size()); }
+  // The engine refused the request (a 400 before anything was sent).
+  const std::optional<ApiError>& rejection() const { return rejection_; }
+  // A choice ended with an engine error (e.g. a failed compression).
+  const std::optional<ApiError>& failure() const { return failure_; }
+
+  // Non-streaming: the response body once done().
+  nlohmann::json body() const;
+  // Streaming: what follows the last choice (the usage chunk when asked for, and [DONE]).
+  std::string stream_tail() const;
+
+ private:
+  struct Choice {
+    std::string text;
+    int num_tokens = 0;
+    std::string finish_reason;
+    bool opened = false;  // chat: the role delta was sent
+  };
+  nlohmann::json usage() const;
+
+  const GenerationRequest& request_;
+  ResponseHeader header_;
+  std::vector<Choice> choices_;
+  int num_finished_ = 0;
+  int64_t prompt_tokens_ = 0;
+  std::optional<ApiError> rejection_, failure_;
+};
+
+}  // namespace origami::server

@@ -1,0 +1,96 @@
+#include "server/server.h"
+
+#include <csignal>
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "server/engine_worker.h"
+#include "server/http_listener.h"
+#include "server/metrics_registry.h"
+#include "server/server_context.h"
+
+namespace origami::server {
+namespace {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+// After a signal: requests may finish for shutdown_timeout_s, then the rest are aborted (which
+// the engine reports within a step); the I/O stops once no HTTP request is in flight.
+net::awaitable<void> drain_and_stop(net::io_context& ioc, ServerContext& ctx) {
+  const auto start = std::chrono::steady_clock::now();
+  bool aborted = false;
+  net::steady_timer tick(co_await net::this_coro::executor);
+  for (;;) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (ctx.worker->num_active() == 0 && ctx.requests_in_flight.load() == 0) break;
+    if (!aborted && waited > ctx.config.shutdown_timeout_s) {
+      ctx.worker->abort_all();
+      aborted = true;
+    }
+    if (waited > ctx.config.shutdown_timeout_s + 10.0) break;  // a client that never reads its answer
+    tick.expires_after(std::chrono::milliseconds(20));
+    boost::system::error_code ec;
+    co_await tick.async_wait(net::redirect_error(net::use_awaitable, ec));
+  }
+  ioc.stop();
+}
+
+}  // namespace
+
+Status serve(const ServerConfig& config, std::unique_ptr<Engine> engine,
+             const std::function<void(const std::string& url)>& on_ready) {
+  ServerConfig cfg = config;
+  MetricsRegistry metrics(cfg.served_model_name);
+  auto worker = std::make_unique<EngineWorker>(std::move(engine), &metrics, cfg.max_waiting);
+  auto ctx = std::make_shared<ServerContext>(cfg, worker.get(), &metrics);
+
+  net::io_context ioc(std::max(1, cfg.io_threads));
+  auto accept_strand = net::make_strand(ioc);
+  tcp::acceptor acceptor(accept_strand);
+  boost::system::error_code ec;
+  const net::ip::address address = net::ip::make_address(cfg.host, ec);
+  if (ec) return invalid_argument("--host: '" + cfg.host + "' is not an IP address");
+  const tcp::endpoint endpoint(address, static_cast<unsigned short>(cfg.port));
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return invalid_argument("cannot listen on " + cfg.host + ":" + std::to_string(cfg.port) + ": " + ec.message());
+
+  worker->start();
+  net::signal_set signals(ioc, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& sec, int) {
+    if (sec) return;
+    ctx->draining = true;
+    net::post(accept_strand, [&] {
+      boost::system::error_code cec;
+      acceptor.close(cec);
+    });
+    net::co_spawn(ioc, drain_and_stop(ioc, *ctx), net::detached);
+  });
+  net::co_spawn(accept_strand, accept_connections(acceptor, ioc, ctx), net::detached);
+
+  const std::string host = address.is_v6() ? "[" + cfg.host + "]" : cfg.host;
+  on_ready("http://" + host + ":" + std::to_string(acceptor.local_endpoint().port()));
+
+  std::vector<std::thread> threads;
+  for (int i = 1; i < cfg.io_threads; ++i) threads.emplace_back([&] { ioc.run(); });
+  ioc.run();
+  for (auto& t : threads) t.join();
+  // The engine thread stops before the I/O context it notifies goes away.
+  worker.reset();
+  return Status::ok();
+}
+
+}  // namespace origami::server

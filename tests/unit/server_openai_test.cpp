@@ -1,0 +1,207 @@
+// The server's I/O-free parts: OpenAI request parsing (fields, defaults, errors with their
+// param and status) and response assembly from engine outputs (JSON bodies, SSE chunks, usage),
+// and the Prometheus rendering of the metrics registry.
+#include <gtest/gtest.h>
+
+#include <mutex>
+
+#include "server/generation_response.h"
+#include "server/metrics_registry.h"
+#include "server/openai_request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace origami::server {
+namespace {
+
+class ServerOpenAITest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto tok = Tokenizer::load(std::filesystem::path(ORIGAMI_SHARED_DIR) / "models/origami-tiny-qwen3");
+    ASSERT_TRUE(tok.has_value()) << tok.status().to_string();
+    tokenizer_ = *tok;
+  }
+  RequestContext context() {
+    if (!builder_) builder_ = std::make_unique<PromptBuilder>(tokenizer_);
+    return RequestContext{builder_.get(), &mutex_, "tiny", 64};
+  }
+  std::optional<ApiError> parse(const std::string& body, ApiKind kind, GenerationRequest* out) {
+    return parse_generation_request(nlohmann::json::parse(body), kind, context(), out);
+  }
+  static inline std::shared_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<PromptBuilder> builder_;
+  std::mutex mutex_;
+};
+
+TEST_F(ServerOpenAITest, CompletionFieldsAndDefaults) {
+  GenerationRequest r;
+  ASSERT_FALSE(parse(R"({"model": "tiny", "prompt": ["a b", [5, 6, 7]], "n": 2, "temperature": 0, "stop": "x",
+                        "top_k": 3, "kv_policy": "zipage", "kv_budget": 512, "stream": true,
+                        "stream_options": {"include_usage": true}})", ApiKind::kCompletion, &r));
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[0], tokenizer_->encode("a b", true));
+  EXPECT_EQ(r.prompts[1], (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.sampling.max_tokens, 16);  // OpenAI's completions default
+  EXPECT_EQ(r.sampling.top_k, 3);
+  EXPECT_EQ(r.sampling.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(r.options.kv_policy, "zipage");
+  EXPECT_EQ(r.options.kv_budget, 512);
+  EXPECT_TRUE(r.stream && r.include_usage);
+}
+
+TEST_F(ServerOpenAITest, ChatDefaultsToTheRestOfTheContext) {
+  GenerationRequest r;
+  ASSERT_FALSE(parse(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})", ApiKind::kChat, &r));
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.sampling.max_tokens, 64 - static_cast<int>(r.prompts[0].size()));
+  GenerationRequest same;
+  ASSERT_FALSE(parse(R"({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 5})", ApiKind::kChat, &same));
+  EXPECT_EQ(same.prompts[0], r.prompts[0]);
+  EXPECT_EQ(same.sampling.max_tokens, 5);
+}
+
+TEST_F(ServerOpenAITest, ErrorsNameTheFieldAndStatus) {
+  struct Case {
+    const char* body;
+    ApiKind kind;
+    int status;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({"model": "other", "prompt": "a"})", ApiKind::kCompletion, 404, ""},
+      {R"({"prompt": 5})", ApiKind::kCompletion, 400, "prompt"},
+      {R"({"prompt": []})", ApiKind::kCompletion, 400, "prompt"},
+      {R"({})", ApiKind::kCompletion, 400, "prompt"},
+      {R"({"prompt": "a", "n": 0})", ApiKind::kCompletion, 400, "n"},
+      {R"({"prompt": "a", "logprobs": 1})", ApiKind::kCompletion, 400, "logprobs"},
+      {R"({"prompt": "a", "stream_options": {"include_usage": true}})", ApiKind::kCompletion, 400, "stream_options"},
+      {R"({"prompt": "a", "presence_penalty": 0.5})", ApiKind::kCompletion, 400, "presence_penalty"},
+      {R"({"prompt": "a", "max_tokens": "many"})", ApiKind::kCompletion, 400, ""},
+      {R"({"messages": [{"content": "no role"}]})", ApiKind::kChat, 400, "messages"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", ApiKind::kChat, 400, "messages"},
+  };
+  for (const Case& c : cases) {
+    GenerationRequest r;
+    const std::optional<ApiError> e = parse(c.body, c.kind, &r);
+    ASSERT_TRUE(e.has_value()) << c.body;
+    EXPECT_EQ(e->status, c.status) << c.body;
+    EXPECT_EQ(e->param, c.param) << c.body;
+    EXPECT_FALSE(e->message.empty());
+    EXPECT_TRUE(e->to_json()["error"].contains("type"));
+  }
+  // A prompt that fills the context leaves no room for the completion.
+  GenerationRequest r;
+  std::vector<int> ids(64, 5);
+  auto e = parse_generation_request(nlohmann::json{{"prompt", ids}}, ApiKind::kCompletion, context(), &r);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NE(e->message.find("maximum context length is 64"), std::string::npos);
+}
+
+RequestOutput output(std::vector<int32_t> ids, std::string text, FinishReason reason = FinishReason::kNone) {
+  RequestOutput o;
+  o.new_token_ids = std::move(ids);
+  o.new_text = std::move(text);
+  o.finished = reason != FinishReason::kNone;
+  o.finish_reason = reason;
+  return o;
+}
+
+std::vector<ChannelEvent> events(int choice, RequestOutput out) {
+  std::vector<ChannelEvent> e(1);
+  e[0].choice = choice;
+  e[0].output = std::move(out);
+  return e;
+}
+
+TEST_F(ServerOpenAITest, NonStreamingBodyJoinsEachChoice) {
+  GenerationRequest r;
+  r.kind = ApiKind::kChat;
+  r.prompts = {{1, 2, 3}};
+  r.n = 2;
+  GenerationResponse resp(r, ResponseHeader{ApiKind::kChat, "chatcmpl-1", 7, "tiny"});
+  auto e = events(1, output({4}, "Hel"));
+  EXPECT_EQ(resp.consume(e), "");
+  e = events(0, output({5, 6}, "ab", FinishReason::kEos));
+  resp.consume(e);
+  EXPECT_FALSE(resp.done());
+  e = events(1, output({7}, "lo", FinishReason::kLength));
+  resp.consume(e);
+  ASSERT_TRUE(resp.done());
+  const nlohmann::json body = resp.body();
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "ab");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(body["choices"][1]["message"]["content"], "Hello");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "length");
+  EXPECT_EQ(body["usage"], (nlohmann::json{{"prompt_tokens", 3}, {"completion_tokens", 4}, {"total_tokens", 7}}));
+}
+
+TEST_F(ServerOpenAITest, StreamingChunksThenUsageThenDone) {
+  GenerationRequest r;
+  r.kind = ApiKind::kCompletion;
+  r.prompts = {{1, 2}};
+  r.stream = true;
+  r.include_usage = true;
+  GenerationResponse resp(r, ResponseHeader{ApiKind::kCompletion, "cmpl-1", 7, "tiny"});
+  auto e = events(0, output({3}, ""));  // held back (partial character or possible stop)
+  EXPECT_EQ(resp.consume(e), "");
+  e = events(0, output({4}, "hi"));
+  const std::string first = resp.consume(e);
+  ASSERT_EQ(first.rfind("data: ", 0), 0u);
+  ASSERT_EQ(first.substr(first.size() - 2), "\n\n");
+  const nlohmann::json chunk = nlohmann::json::parse(first.substr(6));
+  EXPECT_EQ(chunk["choices"][0]["text"], "hi");
+  EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(chunk["usage"].is_null());
+  e = events(0, output({}, "!", FinishReason::kLength));
+  const nlohmann::json last = nlohmann::json::parse(resp.consume(e).substr(6));
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  ASSERT_TRUE(resp.done());
+  const std::string tail = resp.stream_tail();
+  const size_t split = tail.find("\n\n");
+  const nlohmann::json usage = nlohmann::json::parse(tail.substr(6, split - 6));
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(tail.substr(split + 2), "data: [DONE]\n\n");
+}
+
+TEST_F(ServerOpenAITest, RejectionBecomesA400) {
+  GenerationRequest r;
+  r.prompts = {{1}};
+  GenerationResponse resp(r, ResponseHeader{});
+  std::vector<ChannelEvent> e(1);
+  e[0].rejection = "unknown policy 'x'";
+  resp.consume(e);
+  ASSERT_TRUE(resp.rejection().has_value());
+  EXPECT_EQ(resp.rejection()->status, 400);
+  EXPECT_EQ(resp.rejection()->message, "unknown policy 'x'");
+}
+
+TEST(ServerMetricsTest, PrometheusTextWithCumulativeBuckets) {
+  MetricsRegistry m("tiny");
+  EngineSnapshot s;
+  s.num_running = 3;
+  s.kv_blocks_used = 5;
+  s.kv_blocks_total = 20;
+  s.prefix_cache_queries = 10;
+  s.prefix_cache_hits = 4;
+  s.metrics.num_generated_tokens = 42;
+  m.record_step(s);
+  m.record_finished("length", 0.003, 0.5, 11);  // TPOT (0.5 - 0.003) / 10
+  m.record_finished("abort", -1, 0.1, 0);
+  const std::string text = m.render();
+  EXPECT_NE(text.find("origami:num_requests_running{model_name=\"tiny\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("origami:kv_cache_usage_perc{model_name=\"tiny\"} 0.25\n"), std::string::npos);
+  EXPECT_NE(text.find("origami:prefix_cache_hit_rate{model_name=\"tiny\"} 0.4\n"), std::string::npos);
+  EXPECT_NE(text.find("origami:generation_tokens_total{model_name=\"tiny\"} 42\n"), std::string::npos);
+  EXPECT_NE(text.find("origami:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"0.001\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("origami:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"0.005\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("origami:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"+Inf\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("origami:time_per_output_token_seconds_bucket{model_name=\"tiny\",le=\"0.04\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("origami:time_per_output_token_seconds_bucket{model_name=\"tiny\",le=\"0.05\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("origami:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("origami:e2e_request_latency_seconds_count{model_name=\"tiny\"} 1\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace origami::server
