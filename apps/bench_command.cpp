@@ -17,6 +17,7 @@
 #include "engine/prompt_builder.h"
 #include "interrupt.h"
 #include "output_file.h"
+#include "latency_stats.h"
 #include "progress_bar.h"
 
 namespace origami::cli {
@@ -63,20 +64,6 @@ bool file_dataset(const BenchFlags& f, const PromptBuilder& builder, std::vector
 
 // How many failures are quoted on stderr: enough to see a pattern, short enough to read.
 constexpr size_t kErrorsShown = 3;
-
-double mean(const std::vector<double>& v) {
-  if (v.empty()) return 0.0;
-  double s = 0;
-  for (double x : v) s += x;
-  return s / v.size();
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * (v.size() - 1) + 0.5));
-  return v[i];
-}
 
 int run_bench(BenchFlags& f) {
   if (!finalize_engine_flags(&f.engine)) return kExitUsage;
@@ -152,11 +139,11 @@ int run_bench(BenchFlags& f) {
   j["wall_seconds"] = wall;
   j["output_tokens_per_second"] = wall > 0 ? out_tokens / wall : 0.0;
   j["total_tokens_per_second"] = wall > 0 ? (out_tokens + in_tokens) / wall : 0.0;
-  j["mean_ttft_ms"] = mean(ttft) * 1e3;
-  j["p99_ttft_ms"] = percentile(ttft, 99) * 1e3;
-  j["mean_tpot_ms"] = mean(tpot) * 1e3;
-  j["p99_tpot_ms"] = percentile(tpot, 99) * 1e3;
-  j["mean_e2e_ms"] = mean(e2e) * 1e3;
+  j["mean_ttft_ms"] = mean_of(ttft) * 1e3;
+  j["p99_ttft_ms"] = percentile_of(ttft, 99) * 1e3;
+  j["mean_tpot_ms"] = mean_of(tpot) * 1e3;
+  j["p99_tpot_ms"] = percentile_of(tpot, 99) * 1e3;
+  j["mean_e2e_ms"] = mean_of(e2e) * 1e3;
   j["peak_running_requests"] = m.peak_running;
   j["peak_kv_blocks"] = m.peak_kv_blocks_used;
   j["kv_blocks_total"] = m.num_kv_blocks_total;
