@@ -297,6 +297,8 @@ std::vector<RequestOutput> Engine::step() {
   ++metrics_.num_steps;
   metrics_.peak_running = std::max(metrics_.peak_running, static_cast<int>(scheduler_->num_running()));
   metrics_.peak_kv_blocks_used = std::max(metrics_.peak_kv_blocks_used, kv_->num_used_blocks(0));
+  // Prompt tokens served by the prefix cache so far (admissions undone are taken back out).
+  metrics_.num_prefix_cached_tokens = kv_->prefix_cache_stats().num_hit_tokens;
   for (const ScheduledSequence& s : plan.sequences) {
     const Request& r = *s.request;
     if (r.num_computed_tokens < r.num_prompt_tokens())

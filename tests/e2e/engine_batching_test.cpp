@@ -95,6 +95,10 @@ TEST_F(EngineBatching, PrefixCachingEqualsAloneAndHits) {
   int64_t prompt_tokens = 0;
   for (const auto& it : *items_) prompt_tokens += static_cast<int64_t>(it.prompt_token_ids.size());
   EXPECT_LT(m.num_prompt_tokens_computed, prompt_tokens) << "the shared prefix was never served from the cache";
+  // Every prompt token is either served by the prefix cache or computed (once, without preemption).
+  EXPECT_GT(m.num_prefix_cached_tokens, 0);
+  if (m.num_preemptions == 0) EXPECT_EQ(m.num_prefix_cached_tokens + m.num_prompt_tokens_computed, prompt_tokens);
+  else EXPECT_GE(m.num_prefix_cached_tokens + m.num_prompt_tokens_computed, prompt_tokens);
 }
 
 TEST_F(EngineBatching, TinyPoolPreemptsAndRecomputesToTheSameOutput) {
