@@ -92,7 +92,16 @@ Expected<KVMemoryPlan> plan_kv_memory(const EngineConfig& config, const ModelCon
   } else {
     int64_t bytes = config.kv_cache_bytes;
     if (bytes <= 0 && config.device == "cpu") bytes = default_cpu_kv_bytes();
-    bytes = static_cast<int64_t>(backend.available_kv_bytes(static_cast<size_t>(std::max<int64_t>(bytes, 0))));
+    const int64_t requested = std::max<int64_t>(bytes, 0);
+    bytes = static_cast<int64_t>(backend.available_kv_bytes(static_cast<size_t>(requested)));
+    // An explicit size is a promise to the user (a benchmark compares at equal memory): refuse it
+    // rather than quietly allocate less.
+    if (config.kv_cache_bytes > 0 && bytes < config.kv_cache_bytes)
+      return invalid_argument("--kv-cache-memory " + format_bytes(static_cast<double>(config.kv_cache_bytes)) +
+                              " does not fit: the " + config.device + " backend has " +
+                              format_bytes(static_cast<double>(bytes)) +
+                              " left after the weights and step buffers (within --gpu-memory-utilization): lower "
+                              "--kv-cache-memory or raise --gpu-memory-utilization");
     if (needs.window_queries) {
       const QuerySlotSizing s = size_query_slots(bytes, block_bytes, page_bytes, max_blocks, slot_bytes, cap);
       cc.num_query_slots = s.num_query_slots;
