@@ -82,6 +82,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_option("--gpu-memory-utilization", c.gpu_memory_utilization, "Share of GPU memory the engine may use")
       ->check(CLI::Range(0.05f, 1.0f))->capture_default_str();
   cmd->add_flag("!--no-cuda-graphs", c.enable_cuda_graphs, "Run decode steps eagerly (no CUDA graphs)");
+  cmd->add_option("--tensor-parallel-size,--tp", c.tensor_parallel_size,
+                  "GPUs to split the model over (CUDA, NCCL; KV heads are split across them)")
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--block-size", c.block_size, "Tokens per KV block")->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_option("--max-num-seqs", c.max_num_seqs, "Most requests running at once")->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

@@ -20,6 +20,8 @@ struct BackendOptions {
   int num_threads = 0;         // CPU: 0 = all cores
   float gpu_memory_utilization = 0.9f;  // CUDA: share of device memory the engine may take
   bool enable_cuda_graphs = true;
+  // CUDA: GPUs the model is split over (Megatron-style tensor parallelism over NCCL).
+  int tensor_parallel_size = 1;
 };
 
 class Backend {

@@ -51,6 +51,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   backend_options.num_threads = config.num_threads;
   backend_options.gpu_memory_utilization = config.gpu_memory_utilization;
   backend_options.enable_cuda_graphs = config.enable_cuda_graphs;
+  backend_options.tensor_parallel_size = config.tensor_parallel_size;
   if (backend != nullptr) {
     engine->backend_ = std::move(backend);
   } else {

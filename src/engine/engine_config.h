@@ -16,6 +16,7 @@ struct EngineConfig {
   int num_threads = 0;        // CPU backend threads (0 = all cores)
   float gpu_memory_utilization = 0.9f;
   bool enable_cuda_graphs = true;
+  int tensor_parallel_size = 1;  // GPUs the model is split over (CUDA; NCCL)
 
   int block_size = 16;
   int64_t kv_cache_bytes = 0;  // 0: backend default (CPU: 1 GiB; CUDA: from free memory)

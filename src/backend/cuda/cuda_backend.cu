@@ -14,6 +14,8 @@
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/kv_cache_write.h"
 #include "backend/cuda/logprob_kernels.h"
+#include "backend/cuda/tensor_parallel_backend.h"
+#include "backend/cuda/tensor_parallel_kernels.h"
 #include "sampling/sampler.h"
 
 namespace origami::cuda {
@@ -37,9 +39,40 @@ std::vector<uint16_t> to_bf16(const TensorView& t) {
   return out;
 }
 
+// A tensor viewed as [rows, cols] (1-D tensors are one column): rows [begin, begin + count) or
+// columns [begin, begin + count) as bf16, zero past its end (a vocabulary shard may overhang).
+size_t view_cols(const TensorView& t) { return t.shape.size() >= 2 ? static_cast<size_t>(t.shape.back()) : 1; }
+
+std::vector<uint16_t> rows_bf16(const TensorView& t, size_t begin, size_t count) {
+  const std::vector<uint16_t> all = to_bf16(t);
+  const size_t cols = view_cols(t), rows = all.size() / cols;
+  std::vector<uint16_t> out(count * cols, 0);
+  const size_t end = std::min(begin + count, rows);
+  if (end > begin) std::memcpy(out.data(), all.data() + begin * cols, (end - begin) * cols * 2);
+  return out;
+}
+
+std::vector<uint16_t> cols_bf16(const TensorView& t, size_t begin, size_t count) {
+  const std::vector<uint16_t> all = to_bf16(t);
+  const size_t cols = view_cols(t), rows = all.size() / cols;
+  std::vector<uint16_t> out(rows * count);
+  for (size_t r = 0; r < rows; ++r) std::memcpy(out.data() + r * count, all.data() + r * cols + begin, count * 2);
+  return out;
+}
+
+// One rank's share of the model (TensorParallelRank); the vocabulary is split apart.
+ModelConfig shard_config(const ModelConfig& c, int size) {
+  ModelConfig s = c;
+  s.num_heads = c.num_heads / size;
+  s.num_kv_heads = c.num_kv_heads / size;
+  s.intermediate_size = c.intermediate_size / size;
+  return s;
+}
+
 }  // namespace
 
-CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
+CudaBackend::CudaBackend(const BackendOptions& options, TensorParallelRank tp) : options_(options), tp_(tp) {
+  ORIGAMI_CHECK(tp_.size >= 1 && tp_.rank >= 0 && tp_.rank < tp_.size && (tp_.size == 1 || tp_.comms != nullptr));
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   int device = 0;
   ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
@@ -58,6 +91,7 @@ CudaBackend::~CudaBackend() {
                   static_cast<void*>(q_), static_cast<void*>(k_), static_cast<void*>(v_),
                   static_cast<void*>(attn_out_), static_cast<void*>(delta_), static_cast<void*>(gate_up_),
                   static_cast<void*>(act_), static_cast<void*>(logit_hidden_), static_cast<void*>(logits_),
+                  static_cast<void*>(logits_shard_), static_cast<void*>(logits_gathered_),
                   attn_workspace_, static_cast<void*>(dev_inputs_), static_cast<void*>(dev_params_),
                   static_cast<void*>(dev_tokens_), static_cast<void*>(dev_logprobs_), kv_pool_})
     if (p != nullptr) cudaFree(p);
@@ -83,13 +117,32 @@ Status CudaBackend::check_config(const ModelConfig& c) const {
     return Status(ErrorCode::kUnimplemented, "CUDA backend: head_dim " + std::to_string(c.head_dim) +
                                                  " is not supported by the paged attention kernels (64 and 128 are)");
   if (c.vocab_size >= (1 << 24)) return invalid_argument("CUDA backend: vocab_size must be below 2^24");
+  return check_tensor_parallel(c, tp_.size);
+}
+
+Status CudaBackend::check_tensor_parallel(const ModelConfig& c, int size) {
+  if (size < 1) return invalid_argument("tensor-parallel-size must be >= 1, got " + std::to_string(size));
+  if (size == 1) return Status::ok();
+  const std::string tp = "tensor-parallel-size " + std::to_string(size) + ": ";
+  if (size > c.num_kv_heads)
+    return invalid_argument(tp + "more ranks than the model's " + std::to_string(c.num_kv_heads) +
+                            " KV heads (each rank holds whole KV heads)");
+  if (c.num_kv_heads % size != 0)
+    return invalid_argument(tp + "the model's " + std::to_string(c.num_kv_heads) + " KV heads do not split evenly");
+  if (c.num_heads % size != 0)
+    return invalid_argument(tp + "the model's " + std::to_string(c.num_heads) + " attention heads do not split evenly");
+  if (c.intermediate_size % size != 0)
+    return invalid_argument(tp + "the model's intermediate_size " + std::to_string(c.intermediate_size) +
+                            " does not split evenly");
   return Status::ok();
 }
 
-Status CudaBackend::allocate_weights(const ModelConfig& c) {
+Status CudaBackend::allocate_weights(const ModelConfig& full) {
+  const ModelConfig c = shard_config(full, tp_.size);
+  vocab_shard_ = (full.vocab_size + tp_.size - 1) / tp_.size;
   const size_t h = c.hidden_size, qkv_rows = c.q_size() + 2 * c.kv_size(), inter = c.intermediate_size;
-  embed_ = device_alloc_bf16(static_cast<size_t>(c.vocab_size) * h);
-  lm_head_ = c.tie_word_embeddings ? embed_ : device_alloc_bf16(static_cast<size_t>(c.vocab_size) * h);
+  embed_ = device_alloc_bf16(static_cast<size_t>(vocab_shard_) * h);
+  lm_head_ = c.tie_word_embeddings ? embed_ : device_alloc_bf16(static_cast<size_t>(vocab_shard_) * h);
   final_norm_ = device_alloc_bf16(h);
   layers_.assign(c.num_layers, Layer{});
   for (Layer& l : layers_) {
@@ -130,15 +183,23 @@ Status CudaBackend::load(const ModelConfig& config, const ModelWeights& w) {
     return invalid_argument("CUDA backend: weights have " + std::to_string(w.layers.size()) + " layers, config " +
                             std::to_string(config.num_layers));
   ORIGAMI_RETURN_IF_ERROR(allocate_weights(config));
-  auto upload = [](bf16* dst, const TensorView& t) -> Status {
+  // This rank's part of each tensor (all of it on one GPU): `shard` rows or columns starting at
+  // rank * shard.
+  enum class Split { kNone, kRows, kCols };
+  auto upload = [&](bf16* dst, const TensorView& t, Split split = Split::kNone, size_t shard = 0) -> Status {
     if (t.empty()) return invalid_argument("CUDA backend: missing tensor " + t.name);
-    const std::vector<uint16_t> host = to_bf16(t);
+    const size_t begin = static_cast<size_t>(tp_.rank) * shard;
+    const std::vector<uint16_t> host = split == Split::kRows   ? rows_bf16(t, begin, shard)
+                                       : split == Split::kCols ? cols_bf16(t, begin, shard)
+                                                               : to_bf16(t);
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
     return Status::ok();
   };
-  const size_t h = config.hidden_size, q = config.q_size(), kv = config.kv_size(), inter = config.intermediate_size;
-  ORIGAMI_RETURN_IF_ERROR(upload(embed_, w.embed_tokens));
-  if (!config.tie_word_embeddings) ORIGAMI_RETURN_IF_ERROR(upload(lm_head_, w.lm_head));
+  // Shard sizes (config_ is this rank's share once allocate_weights() ran).
+  const size_t h = config_.hidden_size, q = config_.q_size(), kv = config_.kv_size(), inter = config_.intermediate_size;
+  const size_t vocab = static_cast<size_t>(vocab_shard_);
+  ORIGAMI_RETURN_IF_ERROR(upload(embed_, w.embed_tokens, Split::kRows, vocab));
+  if (!config.tie_word_embeddings) ORIGAMI_RETURN_IF_ERROR(upload(lm_head_, w.lm_head, Split::kRows, vocab));
   ORIGAMI_RETURN_IF_ERROR(upload(final_norm_, w.final_norm));
   for (int i = 0; i < config.num_layers; ++i) {
     const LayerWeights& lw = w.layers[i];
@@ -149,19 +210,20 @@ Status CudaBackend::load(const ModelConfig& config, const ModelWeights& w) {
       ORIGAMI_RETURN_IF_ERROR(upload(l.q_norm, lw.q_norm));
       ORIGAMI_RETURN_IF_ERROR(upload(l.k_norm, lw.k_norm));
     }
-    // q|k|v and gate|up are stacked row-wise so each takes one GEMM.
-    ORIGAMI_RETURN_IF_ERROR(upload(l.qkv, lw.q_proj));
-    ORIGAMI_RETURN_IF_ERROR(upload(l.qkv + q * h, lw.k_proj));
-    ORIGAMI_RETURN_IF_ERROR(upload(l.qkv + (q + kv) * h, lw.v_proj));
+    // q|k|v and gate|up are stacked row-wise so each takes one GEMM; with tensor parallelism
+    // each is this rank's rows (column-parallel) and o/down its columns (row-parallel).
+    ORIGAMI_RETURN_IF_ERROR(upload(l.qkv, lw.q_proj, Split::kRows, q));
+    ORIGAMI_RETURN_IF_ERROR(upload(l.qkv + q * h, lw.k_proj, Split::kRows, kv));
+    ORIGAMI_RETURN_IF_ERROR(upload(l.qkv + (q + kv) * h, lw.v_proj, Split::kRows, kv));
     if (config.qkv_bias) {
-      ORIGAMI_RETURN_IF_ERROR(upload(l.qkv_bias, lw.q_bias));
-      ORIGAMI_RETURN_IF_ERROR(upload(l.qkv_bias + q, lw.k_bias));
-      ORIGAMI_RETURN_IF_ERROR(upload(l.qkv_bias + q + kv, lw.v_bias));
+      ORIGAMI_RETURN_IF_ERROR(upload(l.qkv_bias, lw.q_bias, Split::kRows, q));
+      ORIGAMI_RETURN_IF_ERROR(upload(l.qkv_bias + q, lw.k_bias, Split::kRows, kv));
+      ORIGAMI_RETURN_IF_ERROR(upload(l.qkv_bias + q + kv, lw.v_bias, Split::kRows, kv));
     }
-    ORIGAMI_RETURN_IF_ERROR(upload(l.o, lw.o_proj));
-    ORIGAMI_RETURN_IF_ERROR(upload(l.gate_up, lw.gate_proj));
-    ORIGAMI_RETURN_IF_ERROR(upload(l.gate_up + inter * h, lw.up_proj));
-    ORIGAMI_RETURN_IF_ERROR(upload(l.down, lw.down_proj));
+    ORIGAMI_RETURN_IF_ERROR(upload(l.o, lw.o_proj, Split::kCols, q));
+    ORIGAMI_RETURN_IF_ERROR(upload(l.gate_up, lw.gate_proj, Split::kRows, inter));
+    ORIGAMI_RETURN_IF_ERROR(upload(l.gate_up + inter * h, lw.up_proj, Split::kRows, inter));
+    ORIGAMI_RETURN_IF_ERROR(upload(l.down, lw.down_proj, Split::kCols, inter));
   }
   loaded_ = true;
   return Status::ok();
@@ -171,24 +233,24 @@ Status CudaBackend::load_dummy(const ModelConfig& config, uint64_t seed) {
   if (loaded_) return invalid_argument("CUDA backend: weights are already loaded");
   ORIGAMI_RETURN_IF_ERROR(check_config(config));
   ORIGAMI_RETURN_IF_ERROR(allocate_weights(config));
-  const size_t h = config.hidden_size, qkv_rows = config.q_size() + 2 * config.kv_size(),
-               inter = config.intermediate_size;
-  uint64_t tensor_seed = seed * 1000003ull;
+  const ModelConfig& c = config_;  // this rank's share
+  const size_t h = c.hidden_size, qkv_rows = c.q_size() + 2 * c.kv_size(), inter = c.intermediate_size;
+  uint64_t tensor_seed = seed * 1000003ull + static_cast<uint64_t>(tp_.rank) * 7919ull;
   auto normal = [&](bf16* p, size_t n) { launch_fill_random_bf16(p, n, 0.02f, 0.0f, ++tensor_seed, stream_); };
   auto ones = [&](bf16* p, size_t n) { launch_fill_random_bf16(p, n, 0.0f, 1.0f, 0, stream_); };
-  normal(embed_, static_cast<size_t>(config.vocab_size) * h);
-  if (!config.tie_word_embeddings) normal(lm_head_, static_cast<size_t>(config.vocab_size) * h);
+  normal(embed_, static_cast<size_t>(vocab_shard_) * h);
+  if (!config.tie_word_embeddings) normal(lm_head_, static_cast<size_t>(vocab_shard_) * h);
   ones(final_norm_, h);
   for (Layer& l : layers_) {
     ones(l.input_norm, h);
     ones(l.post_attn_norm, h);
-    if (config.qk_norm) {
-      ones(l.q_norm, config.head_dim);
-      ones(l.k_norm, config.head_dim);
+    if (c.qk_norm) {
+      ones(l.q_norm, c.head_dim);
+      ones(l.k_norm, c.head_dim);
     }
     normal(l.qkv, qkv_rows * h);
-    if (config.qkv_bias) normal(l.qkv_bias, qkv_rows);
-    normal(l.o, h * config.q_size());
+    if (c.qkv_bias) normal(l.qkv_bias, qkv_rows);
+    normal(l.o, h * c.q_size());
     normal(l.gate_up, 2 * inter * h);
     normal(l.down, h * inter);
   }
@@ -258,8 +320,13 @@ Status CudaBackend::ensure_capacity(int tokens, int seqs, int pages) {
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&act_, t * c.intermediate_size * 2));
   }
   if (logits_ == nullptr) {
+    const size_t shard = static_cast<size_t>(kLogitRows) * vocab_shard_ * sizeof(float);
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&logit_hidden_, static_cast<size_t>(kLogitRows) * c.hidden_size * 2));
-    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&logits_, static_cast<size_t>(kLogitRows) * c.vocab_size * sizeof(float)));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&logits_, shard * tp_.size));
+    if (tp_.size > 1) {
+      ORIGAMI_RETURN_IF_ERROR(realloc_dev(&logits_shard_, shard));
+      ORIGAMI_RETURN_IF_ERROR(realloc_dev(&logits_gathered_, shard * tp_.size));
+    }
   }
   if (next.seqs > cap_.seqs) {
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_params_, next.seqs * sizeof(RowSamplingParams)));
@@ -367,7 +434,13 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
   const int32_t* d_tokens = dev_inputs_ + in.tokens;
   const int32_t* d_positions = dev_inputs_ + in.positions;
   const int h = c.hidden_size, qkv_cols = c.q_size() + 2 * c.kv_size();
-  launch_embedding_gather(embed_, d_tokens, num_tokens, h, residual_, stream_);
+  if (tp_.size > 1) {
+    launch_embedding_gather_shard(embed_, d_tokens, num_tokens, h, tp_.rank * vocab_shard_, vocab_shard_, residual_,
+                                  stream_);
+    all_reduce(residual_, static_cast<size_t>(num_tokens) * h, NcclDataType::kFloat32);
+  } else {
+    launch_embedding_gather(embed_, d_tokens, num_tokens, h, residual_, stream_);
+  }
   for (int li = 0; li < c.num_layers; ++li) {
     const Layer& l = layers_[li];
     launch_add_rmsnorm(residual_, li == 0 ? nullptr : delta_, l.input_norm, c.rms_norm_eps, num_tokens, h, normed_,
@@ -417,19 +490,40 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     aa.kv_len = dev_inputs_ + in.kv_len;
     ORIGAMI_CUDA_CHECK(paged_attention(aa, plan, attn_workspace_, attn_workspace_bytes_, stream_));
     gemm_->linear(attn_out_, num_tokens, c.q_size(), l.o, h, delta_, false);
+    all_reduce(delta_, static_cast<size_t>(num_tokens) * h, NcclDataType::kBFloat16);
     launch_add_rmsnorm(residual_, delta_, l.post_attn_norm, c.rms_norm_eps, num_tokens, h, normed_, stream_);
     gemm_->linear(normed_, num_tokens, h, l.gate_up, 2 * c.intermediate_size, gate_up_, false);
     launch_silu_and_mul(gate_up_, num_tokens, c.intermediate_size, act_, stream_);
     gemm_->linear(act_, num_tokens, c.intermediate_size, l.down, h, delta_, false);
+    all_reduce(delta_, static_cast<size_t>(num_tokens) * h, NcclDataType::kBFloat16);
   }
   launch_add_rmsnorm(residual_, delta_, final_norm_, c.rms_norm_eps, num_tokens, h, normed_, stream_);
   for (int r0 = 0; r0 < num_sample_rows; r0 += kLogitRows) {
     const int rows = std::min(kLogitRows, num_sample_rows - r0);
     launch_gather_rows(normed_, dev_inputs_ + in.sample_rows + r0, rows, h, logit_hidden_, stream_);
-    gemm_->linear(logit_hidden_, rows, h, lm_head_, c.vocab_size, logits_, true);
-    launch_sample_rows(logits_, rows, c.vocab_size, c.vocab_size, dev_params_ + r0, dev_tokens_ + r0, stream_);
-    launch_row_logprobs(logits_, rows, c.vocab_size, c.vocab_size, dev_params_ + r0, dev_logprobs_ + r0, stream_);
+    lm_head_logits(logit_hidden_, rows);
+    launch_sample_rows(logits_, rows, c.vocab_size, logits_stride(), dev_params_ + r0, dev_tokens_ + r0, stream_);
+    launch_row_logprobs(logits_, rows, c.vocab_size, logits_stride(), dev_params_ + r0, dev_logprobs_ + r0, stream_);
   }
+}
+
+void CudaBackend::lm_head_logits(const bf16* hidden, int rows) {
+  if (tp_.size == 1) {
+    gemm_->linear(hidden, rows, config_.hidden_size, lm_head_, vocab_shard_, logits_, true);
+    return;
+  }
+  gemm_->linear(hidden, rows, config_.hidden_size, lm_head_, vocab_shard_, logits_shard_, true);
+  const Status st = tp_.comms->all_gather(tp_.rank, logits_shard_, logits_gathered_,
+                                          static_cast<size_t>(rows) * vocab_shard_, NcclDataType::kFloat32, stream_);
+  ORIGAMI_CHECK_MSG(st.is_ok(), st.to_string());
+  launch_unshard_logits(logits_gathered_, tp_.size, rows, vocab_shard_, logits_, stream_);
+}
+
+void CudaBackend::all_reduce(void* buffer, size_t count, NcclDataType type) {
+  if (tp_.size == 1) return;
+  // A failing collective means a broken device or link, like a failing kernel launch: abort.
+  const Status st = tp_.comms->all_reduce_sum(tp_.rank, buffer, count, type, stream_);
+  ORIGAMI_CHECK_MSG(st.is_ok(), st.to_string());
 }
 
 Status CudaBackend::compute_all_logits(const ForwardBatch& batch, StepOutput* out) {
@@ -442,11 +536,12 @@ Status CudaBackend::compute_all_logits(const ForwardBatch& batch, StepOutput* ou
     for (int r0 = 0; r0 < s.num_query_tokens; r0 += kLogitRows) {
       const int rows = std::min(kLogitRows, s.num_query_tokens - r0);
       // A sequence's rows are contiguous in the normed hidden states: no gather needed.
-      gemm_->linear(normed_ + static_cast<size_t>(s.query_start + r0) * c.hidden_size, rows, c.hidden_size, lm_head_,
-                    c.vocab_size, logits_, true);
-      ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data() + static_cast<size_t>(r0) * c.vocab_size, logits_,
-                                                   static_cast<size_t>(rows) * c.vocab_size * sizeof(float),
-                                                   cudaMemcpyDeviceToHost, stream_));
+      lm_head_logits(normed_ + static_cast<size_t>(s.query_start + r0) * c.hidden_size, rows);
+      ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst.data() + static_cast<size_t>(r0) * c.vocab_size,
+                                                     c.vocab_size * sizeof(float), logits_,
+                                                     static_cast<size_t>(logits_stride()) * sizeof(float),
+                                                     c.vocab_size * sizeof(float), rows, cudaMemcpyDeviceToHost,
+                                                     stream_));
       ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     }
   }
@@ -642,6 +737,7 @@ Expected<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& opt
   }
   if (options.gpu_memory_utilization <= 0.0f || options.gpu_memory_utilization > 1.0f)
     return invalid_argument("gpu_memory_utilization must be in (0, 1]");
+  if (options.tensor_parallel_size > 1) return cuda::TensorParallelBackend::create(options);
   return std::unique_ptr<Backend>(std::make_unique<cuda::CudaBackend>(options));
 }
 

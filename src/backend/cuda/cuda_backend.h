@@ -14,14 +14,29 @@
 #include "backend/cuda/cuda_compression.h"
 #include "backend/cuda/cuda_graph_runner.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/nccl_library.h"
 #include "backend/cuda/paged_attention.h"
 #include "backend/cuda/sampling_kernels.h"
 
 namespace origami::cuda {
 
+// This backend's share of a tensor-parallel group (backend/cuda/tensor_parallel_backend.h). Rank
+// `rank` of `size` holds 1/size of the attention heads (whole KV heads, with their query heads and
+// their KV cache), of the MLP, and of the vocabulary (embedding and LM head rows), Megatron-style:
+// q/k/v and gate/up are split by output rows, o and down by input columns, and the partial sums
+// of o, down and the embedding are all-reduced. Size 1 is the whole model on one GPU.
+struct TensorParallelRank {
+  int rank = 0;
+  int size = 1;
+  const NcclCommunicators* comms = nullptr;  // every rank's communicator; set when size > 1
+};
+
 class CudaBackend : public Backend {
  public:
-  explicit CudaBackend(const BackendOptions& options);
+  explicit CudaBackend(const BackendOptions& options, TensorParallelRank tp = {});
+  // Whether `config` splits over `size` ranks: whole KV heads per rank, and heads and the MLP
+  // divisible by it. Checked before anything is allocated.
+  static Status check_tensor_parallel(const ModelConfig& config, int size);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
@@ -90,18 +105,28 @@ class CudaBackend : public Backend {
   void record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan,
                    bool capture_queries);
   Status compute_all_logits(const ForwardBatch& batch, StepOutput* out);
+  // LM head over `rows` hidden states (bf16 [rows, hidden]): fp32 logits of the whole vocabulary
+  // in logits_, rows logits_stride() apart (with tensor parallelism: this rank's shard, gathered).
+  void lm_head_logits(const bf16* hidden, int rows);
+  int logits_stride() const { return tp_.size * vocab_shard_; }
+  // In-place sum over the tensor-parallel ranks (no-op on one GPU).
+  void all_reduce(void* buffer, size_t count, NcclDataType type);
   bf16* device_alloc_bf16(size_t count);
 
   BackendOptions options_;
+  TensorParallelRank tp_;
+  // This rank's share of the model: heads, KV heads and intermediate size divided by tp_.size;
+  // vocab_size stays the whole vocabulary (sampling and validation), vocab_shard_ is this rank's rows.
   ModelConfig config_;
+  int vocab_shard_ = 0;
   bool loaded_ = false;
   cudaStream_t stream_ = nullptr;
   int num_sms_ = 0;
   std::unique_ptr<Gemm> gemm_;
   std::vector<void*> allocations_;  // weights, freed at destruction
 
-  bf16* embed_ = nullptr;        // [vocab, hidden]
-  bf16* lm_head_ = nullptr;      // [vocab, hidden] (== embed_ when tied)
+  bf16* embed_ = nullptr;        // [vocab_shard, hidden]
+  bf16* lm_head_ = nullptr;      // [vocab_shard, hidden] (== embed_ when tied)
   bf16* final_norm_ = nullptr;   // [hidden]
   std::vector<Layer> layers_;
   float* inv_freq_ = nullptr;    // [head_dim / 2]
@@ -125,7 +150,9 @@ class CudaBackend : public Backend {
   bf16* act_ = nullptr;        // [tokens, intermediate]
   static constexpr int kLogitRows = 256;  // rows of logits computed per lm_head GEMM
   bf16* logit_hidden_ = nullptr;  // [kLogitRows, hidden]
-  float* logits_ = nullptr;       // [kLogitRows, vocab]
+  float* logits_ = nullptr;       // [kLogitRows, logits_stride()]
+  float* logits_shard_ = nullptr;     // tensor parallel: [kLogitRows, vocab_shard] of this rank
+  float* logits_gathered_ = nullptr;  // tensor parallel: [size, kLogitRows, vocab_shard]
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Tensor parallelism on a multi-GPU machine: builds the CUDA backend, runs the NCCL and
+# tensor-parallel GPU tests, then `origami bench` at TP = 1 and TP = 2 on the Qwen3-8B shape
+# (dummy weights, 256 x (128 -> 1024)) in the same run, and with TP_32B=1 the Qwen3-32B shape
+# at TP = 2, full KV against zipage at budget 1024 (256 x (128 -> 4096)). Logs under $OUT (or
+# /tmp/origami-gpu-tp); the summary table comes last (summary.txt).
+#   OUT=... BUILD=/tmp/build-gpu scripts/gpu_tp.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+source scripts/lib/gpu_common.sh
+OUT=${OUT:-/tmp/origami-gpu-tp}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-gpu}
+gpu_shared_dir
+declare -A RESULT
+gpu_device_info "$OUT/build.log"
+RESULT[0_device]="$(nvidia-smi -L | wc -l) x $GPU_DEVICE"
+RESULT[0_nccl]="$(ls /usr/lib/x86_64-linux-gnu/libnccl.so* 2>/dev/null | head -1)"
+
+gpu_cmake_args
+t0=$(date +%s)
+cmake -S . -B "$BUILD" "${GPU_CMAKE_GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DORIGAMI_CUDA=ON -DORIGAMI_CUDA_ARCH=90 \
+  -DORIGAMI_SHARED_DIR="$SH" "${GPU_CMAKE_EXTRA[@]}" >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+cmake --build "$BUILD" -j16 --target origami_cli engine_tensor_parallel_test cuda_nccl_test engine_cuda_kv_memory_test \
+  >> "$OUT/build.log" 2>&1
+RESULT[1_build]="rc=$? ($(( $(date +%s) - t0 ))s)"
+grep -E "error" "$OUT/build.log" | head -20
+
+for t in cuda_nccl_test engine_cuda_kv_memory_test engine_tensor_parallel_test; do
+  t0=$(date +%s)
+  timeout 300 "$BUILD/tests/$t" > "$OUT/$t.log" 2>&1
+  RESULT["2_$t"]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/$t.log" | tr '\n' ' ')"
+  grep -E "Failure|Expected|Which is|\[nccl\]|\[tp\]|FAILED" "$OUT/$t.log" | head -20
+done
+
+bench() {  # name, then bench flags
+  local name=$1; shift
+  t0=$(date +%s)
+  timeout 420 "$BUILD/origami" bench --dummy-weights --tokenizer "$SH/tokenizers/qwen3" --device cuda --quiet --json \
+    --max-num-seqs 512 --max-num-batched-tokens 8192 "$@" > "$OUT/bench_$name.json" 2> "$OUT/bench_$name.err"
+  local rc=$?
+  RESULT["3_bench_$name"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(python3 -c '
+import json,sys
+try: j=json.load(open(sys.argv[1]))
+except Exception as e: print("no json"); sys.exit()
+print("%.0f tok/s, peak running %d, preemptions %d, compressions %d" % (j["output_tokens_per_second"], j["peak_running_requests"], j.get("num_preemptions",-1), j.get("num_compressions",0)))' "$OUT/bench_$name.json")"
+  tail -3 "$OUT/bench_$name.err"
+}
+W8="--model $SH/configs/qwen3-8b --num-prompts 256 --input-len 128 --output-len 1024"
+# shellcheck disable=SC2086
+bench 8b_tp1 $W8 --tensor-parallel-size 1
+# shellcheck disable=SC2086
+bench 8b_tp2 $W8 --tensor-parallel-size 2
+if [ "${TP_32B:-0}" = 1 ]; then
+  W32="--model $SH/configs/qwen3-32b --num-prompts 256 --input-len 128 --output-len 4096 --block-size 256"
+  # shellcheck disable=SC2086
+  bench 32b_tp2_full $W32 --tensor-parallel-size 2 --query-slots -1
+  # shellcheck disable=SC2086
+  bench 32b_tp2_zipage $W32 --tensor-parallel-size 2 --kv-policy zipage --kv-budget 1024
+fi
+gpu_print_summary "tensor parallel" "$OUT/summary.txt"

@@ -1,0 +1,219 @@
+#include "backend/cuda/tensor_parallel_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/check.h"
+
+namespace origami::cuda {
+
+// ---------------------------------------------------------------- RankThreads
+
+RankThreads::RankThreads(const std::vector<int>& devices) {
+  results_.resize(devices.size());
+  for (size_t r = 0; r < devices.size(); ++r) threads_.emplace_back([this, r, d = devices[r]] { loop(static_cast<int>(r), d); });
+}
+
+RankThreads::~RankThreads() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void RankThreads::loop(int rank, int device) {
+  ORIGAMI_CUDA_CHECK(cudaSetDevice(device));
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<Status(int)>* task = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      task = task_;
+    }
+    Status st = (*task)(rank);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      results_[rank] = std::move(st);
+      if (--remaining_ == 0) done_cv_.notify_one();
+    }
+  }
+}
+
+Status RankThreads::run(const std::function<Status(int)>& fn) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  task_ = &fn;
+  remaining_ = size();
+  ++generation_;
+  work_cv_.notify_all();
+  done_cv_.wait(lock, [&] { return remaining_ == 0; });
+  task_ = nullptr;
+  for (Status& st : results_)
+    if (!st.is_ok()) return st;
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------- Compressor
+
+class TensorParallelBackend::Compressor : public KVCompressor {
+ public:
+  explicit Compressor(TensorParallelBackend* tp) : tp_(tp) {}
+  Status begin(const std::vector<CompressionJob>& jobs) override {
+    return tp_->run([&](int r) { return tp_->ranks_[r]->compressor()->begin(jobs); });
+  }
+  bool done() override {
+    std::vector<char> done(tp_->size(), 0);
+    (void)tp_->run([&](int r) {
+      done[r] = tp_->ranks_[r]->compressor()->done() ? 1 : 0;
+      return Status::ok();
+    });
+    return std::all_of(done.begin(), done.end(), [](char d) { return d != 0; });
+  }
+  Status wait() override {
+    return tp_->run([&](int r) { return tp_->ranks_[r]->compressor()->wait(); });
+  }
+  double device_seconds() const override {
+    double s = 0.0;
+    for (const auto& rank : tp_->ranks_) s = std::max(s, rank->compressor()->device_seconds());
+    return s;
+  }
+  bool synchronous() const override { return tp_->ranks_[0]->compressor()->synchronous(); }
+
+ private:
+  TensorParallelBackend* tp_;
+};
+
+// ---------------------------------------------------------------- TensorParallelBackend
+
+Expected<std::unique_ptr<Backend>> TensorParallelBackend::create(const BackendOptions& options) {
+  const int size = options.tensor_parallel_size;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    count = 0;
+  }
+  if (size > count)
+    return invalid_argument("tensor-parallel-size " + std::to_string(size) + " needs " + std::to_string(size) +
+                            " GPUs; " + std::to_string(count) + " visible");
+  std::vector<int> devices(size);
+  std::iota(devices.begin(), devices.end(), 0);
+  std::unique_ptr<TensorParallelBackend> tp(new TensorParallelBackend());
+  ORIGAMI_ASSIGN_OR_RETURN(tp->comms_, NcclCommunicators::create(devices));
+  tp->threads_ = std::make_unique<RankThreads>(devices);
+  tp->ranks_.resize(size);
+  // Each rank is built on its own thread, so its streams and handles belong to its device.
+  ORIGAMI_RETURN_IF_ERROR(tp->run([&](int r) {
+    TensorParallelRank rank;
+    rank.rank = r;
+    rank.size = size;
+    rank.comms = &tp->comms_;
+    tp->ranks_[r] = std::make_unique<CudaBackend>(options, rank);
+    return Status::ok();
+  }));
+  return std::unique_ptr<Backend>(std::move(tp));
+}
+
+TensorParallelBackend::~TensorParallelBackend() {
+  compressor_.reset();
+  // Each rank is destroyed on its own device's thread, before the communicators it uses.
+  if (threads_ != nullptr)
+    (void)run([&](int r) {
+      ranks_[r].reset();
+      return Status::ok();
+    });
+  threads_.reset();
+}
+
+Status TensorParallelBackend::load(const ModelConfig& config, const ModelWeights& weights) {
+  ORIGAMI_RETURN_IF_ERROR(CudaBackend::check_tensor_parallel(config, size()));
+  return run([&](int r) { return ranks_[r]->load(config, weights); });
+}
+
+Status TensorParallelBackend::load_dummy(const ModelConfig& config, uint64_t seed) {
+  ORIGAMI_RETURN_IF_ERROR(CudaBackend::check_tensor_parallel(config, size()));
+  return run([&](int r) { return ranks_[r]->load_dummy(config, seed); });
+}
+
+size_t TensorParallelBackend::available_kv_bytes(size_t requested_bytes) const {
+  // A rank holds 1/size of every page; the page count is what the smallest rank can hold.
+  const size_t per_rank = requested_bytes / static_cast<size_t>(size());
+  std::vector<size_t> avail(size(), 0);
+  (void)run([&](int r) {
+    avail[r] = ranks_[r]->available_kv_bytes(requested_bytes > 0 ? std::max<size_t>(per_rank, 1) : 0);
+    return Status::ok();
+  });
+  return *std::min_element(avail.begin(), avail.end()) * static_cast<size_t>(size());
+}
+
+Status TensorParallelBackend::allocate_kv_cache(const KVLayout& layout) {
+  if (layout.groups.size() != 1)
+    return Status(ErrorCode::kUnimplemented, "tensor parallelism: only the full KV layout (one head group) is supported");
+  if (layout.num_kv_heads % size() != 0)
+    return invalid_argument("tensor parallelism: " + std::to_string(layout.num_kv_heads) + " KV heads over " +
+                            std::to_string(size()) + " ranks");
+  // Every rank's pool has the same pages (block ids) holding its own heads, numbered from 0.
+  KVLayout rank_layout = layout;
+  rank_layout.num_kv_heads = layout.num_kv_heads / size();
+  rank_layout.groups[0].kv_heads.resize(rank_layout.num_kv_heads);
+  std::iota(rank_layout.groups[0].kv_heads.begin(), rank_layout.groups[0].kv_heads.end(), 0);
+  compressor_.reset();
+  return run([&](int r) { return ranks_[r]->allocate_kv_cache(rank_layout); });
+}
+
+Status TensorParallelBackend::execute(const ForwardBatch& batch, StepOutput* out) {
+  std::vector<StepOutput> outs(size());
+  const Status st = run([&](int r) { return ranks_[r]->execute(batch, &outs[r]); });
+  // The step's results are rank 0's (every rank sampled the same tokens), except compressions:
+  // one finishes when its last rank does.
+  std::vector<CompressionResult> finished;
+  for (int r = 0; r < size(); ++r) {
+    for (CompressionResult& c : outs[r].finished_compressions) {
+      auto& [ranks, status] = partly_finished_[c.request_id];
+      ++ranks;
+      if (status.is_ok() && !c.status.is_ok()) status = c.status;
+      if (ranks == size()) {
+        finished.push_back(CompressionResult{c.request_id, status});
+        partly_finished_.erase(c.request_id);
+      }
+    }
+  }
+  double seconds = 0.0, device_seconds = 0.0;
+  for (const StepOutput& o : outs) {
+    seconds = std::max(seconds, o.compression_seconds);
+    device_seconds = std::max(device_seconds, o.compression_device_seconds);
+  }
+  *out = std::move(outs[0]);
+  out->finished_compressions = std::move(finished);
+  out->compression_seconds = seconds;
+  out->compression_device_seconds = device_seconds;
+  return st;
+}
+
+void TensorParallelBackend::copy_block(int group, BlockId src, BlockId dst) {
+  (void)run([&](int r) {
+    ranks_[r]->copy_block(group, src, dst);
+    return Status::ok();
+  });
+}
+
+Status TensorParallelBackend::configure_compression(const CompressionConfig& config) {
+  ORIGAMI_RETURN_IF_ERROR(run([&](int r) { return ranks_[r]->configure_compression(config); }));
+  compressor_ = std::make_unique<Compressor>(this);
+  return Status::ok();
+}
+
+KVCompressor* TensorParallelBackend::compressor() { return compressor_.get(); }
+
+size_t TensorParallelBackend::query_slot_bytes(int max_window) const {
+  // Each rank keeps the queries of its own heads.
+  return ranks_[0]->query_slot_bytes(max_window) * static_cast<size_t>(size());
+}
+
+}  // namespace origami::cuda

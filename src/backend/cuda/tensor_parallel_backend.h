@@ -1,0 +1,88 @@
+#pragma once
+// Tensor parallelism over NCCL: one CudaBackend per GPU (its TensorParallelRank share of the
+// weights, its KV heads' cache and compressor), driven as one Backend. One process with a thread
+// per GPU: the scheduler, the KV manager and the block tables exist once, every rank reads the
+// same ForwardBatch (the same block ids index every rank's pool of its own heads), and every rank
+// runs the same CompressionJobs on its own heads. A thread per rank (rather than one thread
+// issuing every rank's work) lets each rank capture and replay its own CUDA graphs with the
+// collectives inside, and needs no NCCL group calls.
+//
+// Ranks sample identically (the same logits after the all-gather, the same seeds); rank 0's
+// tokens are the step's. A compression is reported finished once every rank has finished it.
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/nccl_library.h"
+
+namespace origami::cuda {
+
+// One thread per GPU, each bound to its device; run() executes a function on all of them at once.
+class RankThreads {
+ public:
+  explicit RankThreads(const std::vector<int>& devices);
+  ~RankThreads();
+  RankThreads(const RankThreads&) = delete;
+  RankThreads& operator=(const RankThreads&) = delete;
+
+  int size() const { return static_cast<int>(threads_.size()); }
+  // Runs fn(rank) on every rank's thread concurrently and waits for all; the first error by rank.
+  Status run(const std::function<Status(int rank)>& fn);
+
+ private:
+  void loop(int rank, int device);
+
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable work_cv_, done_cv_;
+  const std::function<Status(int)>* task_ = nullptr;
+  uint64_t generation_ = 0;
+  int remaining_ = 0;
+  std::vector<Status> results_;
+  bool stop_ = false;
+};
+
+class TensorParallelBackend : public Backend {
+ public:
+  // Ranks on GPUs 0 .. size-1; an error (before any allocation) if fewer GPUs are visible or NCCL
+  // cannot be loaded.
+  static Expected<std::unique_ptr<Backend>> create(const BackendOptions& options);
+  ~TensorParallelBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  Status load(const ModelConfig& config, const ModelWeights& weights) override;
+  Status load_dummy(const ModelConfig& config, uint64_t seed) override;
+  // Bytes of the whole (all-heads) KV cache: the smallest rank's share, times the ranks.
+  size_t available_kv_bytes(size_t requested_bytes) const override;
+  Status allocate_kv_cache(const KVLayout& layout) override;
+  Status execute(const ForwardBatch& batch, StepOutput* out) override;
+  void copy_block(int group, BlockId src, BlockId dst) override;
+  Status configure_compression(const CompressionConfig& config) override;
+  size_t query_slot_bytes(int max_window) const override;
+  KVCompressor* compressor() override;
+
+  int size() const { return static_cast<int>(ranks_.size()); }
+  CudaBackend& rank(int r) { return *ranks_[r]; }
+
+ private:
+  // Every rank's compressor as one: begin/done/wait fan out to the ranks' threads.
+  class Compressor;
+
+  TensorParallelBackend() = default;
+  Status run(const std::function<Status(int rank)>& fn) const { return threads_->run(fn); }
+
+  NcclCommunicators comms_;
+  std::unique_ptr<RankThreads> threads_;
+  std::vector<std::unique_ptr<CudaBackend>> ranks_;
+  std::unique_ptr<Compressor> compressor_;
+  // Compressions some ranks have reported finished: request id -> (ranks so far, first error).
+  std::map<uint64_t, std::pair<int, Status>> partly_finished_;
+};
+
+}  // namespace origami::cuda

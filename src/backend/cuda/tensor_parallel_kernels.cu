@@ -1,0 +1,49 @@
+#include "backend/cuda/tensor_parallel_kernels.h"
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace origami::cuda {
+namespace {
+
+__global__ void embedding_gather_shard_kernel(const __nv_bfloat16* __restrict__ table, const int32_t* __restrict__ ids,
+                                              int hidden, int vocab_begin, int vocab_shard,
+                                              float* __restrict__ residual) {
+  const int t = blockIdx.x;
+  const int local = ids[t] - vocab_begin;
+  const bool mine = local >= 0 && local < vocab_shard;
+  const __nv_bfloat16* row = table + static_cast<size_t>(mine ? local : 0) * hidden;
+  float* dst = residual + static_cast<size_t>(t) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = mine ? __bfloat162float(row[i]) : 0.0f;
+}
+
+__global__ void unshard_logits_kernel(const float* __restrict__ gathered, int ranks, int rows, int shard,
+                                      float* __restrict__ out) {
+  const int r = blockIdx.y;
+  const size_t width = static_cast<size_t>(ranks) * shard;
+  for (size_t c = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; c < width;
+       c += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t k = c / shard, j = c % shard;
+    out[r * width + c] = gathered[(k * rows + r) * shard + j];
+  }
+}
+
+}  // namespace
+
+void launch_embedding_gather_shard(const __nv_bfloat16* table, const int32_t* ids, int n, int hidden,
+                                   int vocab_begin, int vocab_shard, float* residual, cudaStream_t stream) {
+  if (n <= 0) return;
+  embedding_gather_shard_kernel<<<n, 256, 0, stream>>>(table, ids, hidden, vocab_begin, vocab_shard, residual);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_unshard_logits(const float* gathered, int ranks, int rows, int shard, float* out, cudaStream_t stream) {
+  if (rows <= 0) return;
+  const size_t width = static_cast<size_t>(ranks) * shard;
+  const int blocks_x = static_cast<int>(std::min<size_t>((width + 255) / 256, 1024));
+  unshard_logits_kernel<<<dim3(blocks_x, rows), 256, 0, stream>>>(gathered, ranks, rows, shard, out);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace origami::cuda

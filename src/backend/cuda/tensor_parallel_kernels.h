@@ -1,0 +1,21 @@
+#pragma once
+// The two kernels tensor parallelism adds around the vocab-parallel embedding and LM head: each
+// rank holds `vocab_shard` consecutive rows of the table (rank r: [r * shard, (r + 1) * shard),
+// zero rows past the real vocabulary). Launchers only enqueue on `stream` (graph-capturable).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace origami::cuda {
+
+// residual[t, :] = table[ids[t] - vocab_begin, :] when ids[t] falls in this rank's shard, else 0;
+// the sum over ranks (an all-reduce) is the full embedding.   table [vocab_shard, hidden]
+void launch_embedding_gather_shard(const __nv_bfloat16* table, const int32_t* ids, int n, int hidden,
+                                   int vocab_begin, int vocab_shard, float* residual, cudaStream_t stream);
+
+// The all-gather of per-rank logits [ranks][rows][shard] laid out as rows of the full vocabulary:
+// out[r, k * shard + j] = gathered[k, r, j].   out [rows, ranks * shard]
+void launch_unshard_logits(const float* gathered, int ranks, int rows, int shard, float* out, cudaStream_t stream);
+
+}  // namespace origami::cuda
