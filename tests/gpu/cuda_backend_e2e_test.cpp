@@ -298,7 +298,6 @@ TEST(CudaBackendE2E, TinyQwen3LongTeacherForcedMatchesCpu) {
       in.block_table = &blocks;
       in.logits_mode = LogitsMode::kAll;
       in.sampling = &greedy;
-      in.num_top_logprobs = num_top_logprobs;
       for (int j = 0; j < n; ++j) {
         batch.token_ids.push_back(ids[start + j]);
         batch.positions.push_back(start + j);
