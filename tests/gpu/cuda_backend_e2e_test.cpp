@@ -187,7 +187,9 @@ TEST(CudaBackendE2E, TinyQwen3LogprobsMatchCpu) {
       EXPECT_EQ(g.top[0].token, s.generated[t]) << "the greedy token is the most likely one";
       EXPECT_EQ(g.top[0].logprob, g.logprob);
       for (int j = 0; j < kTop; ++j) {
-        if (j > 0) EXPECT_LE(g.top[j].logprob, g.top[j - 1].logprob);
+        if (j > 0) {
+          EXPECT_LE(g.top[j].logprob, g.top[j - 1].logprob);
+        }
         EXPECT_NEAR(g.top[j].logprob, log_softmax_at(row, vocab, g.top[j].token), kTol)
             << "graphs " << graphs << " step " << t << " rank " << j;
       }
