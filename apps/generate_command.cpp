@@ -27,6 +27,7 @@ struct GenerateFlags {
   std::string chat_template_kwargs = "{}";
   std::string input_path;
   std::string output_path;
+  int logprobs = -1;  // --logprobs N: every result lists its tokens' log-probs and top N
 };
 
 // Results go out in input order, each as soon as it and every result before it are final, and
@@ -81,6 +82,16 @@ nlohmann::json result_json(size_t index, const JsonlRequest& request, const Batc
   o["num_output_tokens"] = r.output_token_ids.size();
   if (!request.item.options.forced_output_tokens.empty() && request.item.options.return_forced_logprobs)
     o["forced_logprobs"] = r.forced_logprobs;
+  if (request.item.options.logprobs >= 0) {
+    // Raw model distribution (log_softmax of the logits, before temperature and filters).
+    nlohmann::json lps = nlohmann::json::array();
+    for (size_t t = 0; t < r.logprobs.size() && t < r.output_token_ids.size(); ++t) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const TopLogprob& e : r.logprobs[t].top) top.push_back({{"token_id", e.token}, {"logprob", e.logprob}});
+      lps.push_back({{"token_id", r.output_token_ids[t]}, {"logprob", r.logprobs[t].logprob}, {"top_logprobs", top}});
+    }
+    o["logprobs"] = std::move(lps);
+  }
   return o;
 }
 
@@ -134,6 +145,10 @@ int run_generate(GenerateFlags& f) {
     print_error("give either --prompt TEXT or --input FILE.jsonl");
     return kExitUsage;
   }
+  if (!batch_mode && f.logprobs >= 0) {
+    print_error("--logprobs adds log-probabilities to the JSON results of an --input batch; give --input FILE.jsonl");
+    return kExitUsage;
+  }
   if (!batch_mode && !f.output_path.empty()) {
     print_error("--output is for --input batches; a --prompt completion is printed to stdout");
     return kExitUsage;
@@ -172,7 +187,10 @@ int run_generate(GenerateFlags& f) {
   }
   std::vector<BatchItem> items;
   items.reserve(requests->size());
-  for (const JsonlRequest& r : *requests) items.push_back(r.item);
+  for (JsonlRequest& r : *requests) {
+    r.item.options.logprobs = f.logprobs;
+    items.push_back(r.item);
+  }
 
   OrderedResultWriter writer(&out, items.size());
   ProgressBar bar("generate");
@@ -226,6 +244,10 @@ void register_generate_command(CLI::App& app) {
   cmd->add_option("--input", flags->input_path,
                   "JSONL requests: {\"prompt\" | \"messages\", sampling fields, kv_policy, kv_budget, kv_policy_options...} per line");
   cmd->add_option("--output", flags->output_path, "JSONL results (default: stdout)");
+  cmd->add_option("--logprobs", flags->logprobs,
+                  "With --input: each result's \"logprobs\" lists every output token's log-probability and the N most "
+                  "likely tokens (0-" + std::to_string(kMaxTopLogprobs) + "; the raw model distribution, before temperature)")
+      ->check(CLI::Range(0, kMaxTopLogprobs));
   cmd->callback([flags] { set_exit_code(run_generate(*flags)); });
 }
 

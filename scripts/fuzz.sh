@@ -2,7 +2,7 @@
 # Builds the libFuzzer harnesses (tests/fuzz) into build-fuzz/ with clang and runs them.
 #   scripts/fuzz.sh [TARGET|all] [SECONDS]
 # TARGET: a harness name (safetensors, model_config, tokenizer_json, tokenizer_encode,
-# chat_template, request_jsonl, policy_options) or all (default). Each harness first replays its
+# chat_template, request_jsonl, policy_options, openai_request) or all (default). Each harness first replays its
 # seeds (tests/fuzz/seeds/<name>) and regressions (tests/fuzz/regressions/<name>); then, when
 # SECONDS > 0 (default 60), fuzzes for that long, one harness after another. New inputs go to
 # build-fuzz/corpus/<name> (kept between runs), crashes to build-fuzz/artifacts/<name>/, logs
@@ -18,7 +18,7 @@ TARGET=${1:-all}
 SECONDS_EACH=${2:-60}
 BUILD=${FUZZ_BUILD:-build-fuzz}
 LOGS=${FUZZ_LOGS:-$BUILD/logs}
-ALL=(safetensors model_config tokenizer_json tokenizer_encode chat_template request_jsonl policy_options)
+ALL=(safetensors model_config tokenizer_json tokenizer_encode chat_template request_jsonl policy_options openai_request)
 if [ "$TARGET" = all ]; then targets=("${ALL[@]}"); else targets=("$TARGET"); fi
 for t in "${targets[@]}"; do
   [[ " ${ALL[*]} " == *" $t "* ]] || { echo "unknown fuzz target '$t' (one of: ${ALL[*]}, all)" >&2; exit 2; }

@@ -2,7 +2,9 @@
 # Builds and runs every test that this machine can run:
 #  1. Release build (+ the CUDA backend when nvcc is present: it must compile everywhere),
 #     all CPU tests (labels unit, e2e). GPU tests (label gpu) run only when a GPU is present.
-#  2. AddressSanitizer + UndefinedBehaviorSanitizer build, unit tests.
+#  2. AddressSanitizer + UndefinedBehaviorSanitizer build: unit tests, then the server's load
+#     test against the sanitized server (200 concurrent streams, 20% of the clients
+#     disconnecting at random points; ctest server_load, when node is present).
 #  3. The parsers' libFuzzer harnesses (clang): replay their seeds and regressions, then fuzz
 #     each for FUZZ_SECONDS (default 20; 0 = replay only).
 set -euo pipefail
@@ -22,6 +24,15 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DORIGAMI_SANITIZE=ON
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest --output-on-failure -j"$jobs" -L unit)
+# Cancellation, disconnects and the engine thread under ASan/UBSan: the server must stay up,
+# stop with exit 0 and no leak report (LeakSanitizer runs at its exit), and give every request
+# that was not cancelled its prompt's greedy text alone. LOAD_MAX_TOKENS keeps it short.
+if [ -d tests/server/node_modules/openai ] && (cd build-asan && ctest -N -R '^server_load$' | grep -q 'Total Tests: 1'); then
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+     LOAD_N=200 LOAD_MAX_TOKENS=16 ctest --output-on-failure -R '^server_load$')
+else
+  echo "origami: WARNING: no node or tests/server/node_modules: the ASan server load test did not run" >&2
+fi
 
 scripts/fuzz.sh all "${FUZZ_SECONDS:-20}"
 echo "origami: all tests passed"

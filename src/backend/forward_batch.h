@@ -7,6 +7,7 @@
 
 #include "kv/block_table.h"
 #include "kv/compression.h"
+#include "sampling/logprob.h"
 #include "sampling/sampling_params.h"
 
 namespace origami {
@@ -39,6 +40,11 @@ struct SequenceInput {
   // sampled from, at temperature 1 (teacher forcing: the forced token's log-probability). Cheap
   // on both backends, and unlike kAll it keeps decode steps in CUDA graphs.
   int32_t logprob_token = -1;
+  // >= 0 (with kLast or kAll): also return the log-probability of the token this row yields
+  // (logprob_token when set, else the sampled one) and the top `num_top_logprobs` tokens
+  // (<= kMaxTopLogprobs), under the raw logits (temperature 1, before any filter): the OpenAI
+  // `logprobs` fields. Computed only for the rows that ask.
+  int num_top_logprobs = -1;
 };
 
 struct ForwardBatch {
@@ -65,6 +71,9 @@ struct StepOutput {
   std::vector<std::vector<float>> all_logits;
   // One entry per sequence: log p(logprob_token), or NaN where none was asked for.
   std::vector<float> token_logprobs;
+  // One entry per sequence: filled for sequences with num_top_logprobs >= 0, else empty top and
+  // NaN logprob.
+  std::vector<TokenLogprobs> logprobs;
   // Compressions that finished (or were refused) during this step, each reported once.
   std::vector<CompressionResult> finished_compressions;
   double compression_seconds = 0.0;         // host time this step spent starting or waiting for them

@@ -33,6 +33,9 @@ Status validate_forward_batch(const ForwardBatch& batch, const ForwardBatchLimit
     if (seq.logprob_token >= limits.vocab_size)
       return invalid_argument(who + ": logprob_token " + std::to_string(seq.logprob_token) +
                               " is outside the vocabulary [0, " + std::to_string(limits.vocab_size) + ")");
+    if (seq.num_top_logprobs > kMaxTopLogprobs)
+      return invalid_argument(who + ": num_top_logprobs " + std::to_string(seq.num_top_logprobs) + " is above " +
+                              std::to_string(kMaxTopLogprobs));
     if (seq.num_cached_entries < 0) return invalid_argument(who + ": negative num_cached_entries");
     if (!seq.block_table) return invalid_argument(who + ": no block table");
     const int64_t num_entries = static_cast<int64_t>(seq.num_cached_entries) + seq.num_query_tokens;

@@ -49,6 +49,8 @@ std::vector<BatchResult> run_batch(Engine& engine, const std::vector<BatchItem>&
       BatchResult& res = results[it->second];
       res.text += out.new_text;
       res.forced_logprobs.insert(res.forced_logprobs.end(), out.forced_logprobs.begin(), out.forced_logprobs.end());
+      res.logprobs.insert(res.logprobs.end(), std::make_move_iterator(out.logprobs.begin()),
+                          std::make_move_iterator(out.logprobs.end()));
       if (!out.finished) continue;
       const Request* r = engine.request(out.request_id);
       res.ok = out.finish_reason != FinishReason::kError && out.finish_reason != FinishReason::kAborted;

@@ -22,6 +22,7 @@ struct BatchResult {
   std::string error;
   std::vector<int32_t> output_token_ids;
   std::vector<float> forced_logprobs;  // with options.return_forced_logprobs
+  std::vector<TokenLogprobs> logprobs;  // with options.logprobs >= 0: one per output token
   std::string text;
   FinishReason finish_reason = FinishReason::kNone;
   int num_prompt_tokens = 0;

@@ -24,6 +24,7 @@ struct Engine::Tracked {
   bool reported_finish = false;
   std::vector<int32_t> forced_tokens;  // teacher forcing: output i is forced_tokens[i]
   bool forced_logprobs = false;        // report log p(forced token)
+  int logprobs = -1;                   // RequestOptions::logprobs
 };
 
 Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) { return create(config, nullptr); }
@@ -145,6 +146,9 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
     return out_of_range("prompt needs " + std::to_string(blocks_needed) + " KV blocks but the cache has only " +
                         std::to_string(metrics_.num_kv_blocks_total));
 
+  if (options.logprobs < -1 || options.logprobs > kMaxTopLogprobs)
+    return invalid_argument("logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "] (or -1 for none), got " +
+                            std::to_string(options.logprobs));
   for (size_t i = 0; i < options.forced_output_tokens.size(); ++i) {
     const int32_t t = options.forced_output_tokens[i];
     if (t < 0 || t >= vocab)
@@ -157,6 +161,7 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   auto tracked = std::make_unique<Tracked>();
   tracked->forced_tokens = options.forced_output_tokens;
   tracked->forced_logprobs = options.return_forced_logprobs && !options.forced_output_tokens.empty();
+  tracked->logprobs = options.logprobs;
   Request& r = tracked->request;
   r.compression = std::move(compression);
   r.id = next_request_id_++;
@@ -311,8 +316,10 @@ std::vector<RequestOutput> Engine::step() {
   batch_options.logprob_token = [this](const Request& r) -> int32_t {
     const Tracked& tracked = *requests_.at(r.id);
     const size_t index = r.output_token_ids.size();
-    return tracked.forced_logprobs && index < tracked.forced_tokens.size() ? tracked.forced_tokens[index] : -1;
+    const bool wanted = tracked.forced_logprobs || tracked.logprobs >= 0;
+    return wanted && index < tracked.forced_tokens.size() ? tracked.forced_tokens[index] : -1;
   };
+  batch_options.num_top_logprobs = [this](const Request& r) { return requests_.at(r.id)->logprobs; };
   const ForwardBatch batch = build_forward_batch(plan, batch_options);
 
   StepOutput result;
@@ -362,6 +369,10 @@ std::vector<RequestOutput> Engine::step() {
                           "the backend returned no log-probability for a forced token");
         out.forced_logprobs.push_back(result.token_logprobs[i]);
       }
+    }
+    if (tracked.logprobs >= 0) {
+      ORIGAMI_CHECK_MSG(i < result.logprobs.size(), "the backend returned no log-probabilities for the step");
+      out.logprobs.push_back(std::move(result.logprobs[i]));
     }
     append_token(tracked, token, forced, &out);
     if (out.finish_reason != FinishReason::kNone) {

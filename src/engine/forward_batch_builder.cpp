@@ -50,6 +50,7 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatch
     in.sample_index = static_cast<int>(r.output_token_ids.size());
     // The row that predicts a forced token is the one sampled.
     if (completes_prompt && options.logprob_token) in.logprob_token = options.logprob_token(r);
+    if (completes_prompt && options.num_top_logprobs) in.num_top_logprobs = options.num_top_logprobs(r);
     for (int i = 0; i < s.num_new_tokens; ++i) {
       batch.token_ids.push_back(r.token_at(r.num_computed_tokens + i));
       batch.positions.push_back(r.num_computed_tokens + i);

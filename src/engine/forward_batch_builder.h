@@ -17,6 +17,8 @@ struct ForwardBatchOptions {
   // The token whose log-probability the backend returns with the sampled row (teacher forcing),
   // or -1; asked only for sequences that sample.
   std::function<int32_t(const Request&)> logprob_token;
+  // How many top log-probabilities the sampled row returns with its token's (-1: none).
+  std::function<int(const Request&)> num_top_logprobs;
 };
 
 ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatchOptions& options);

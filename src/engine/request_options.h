@@ -19,6 +19,10 @@ struct RequestOptions {
   // Stop conditions do not apply to forced tokens; max_tokens counts them.
   std::vector<int32_t> forced_output_tokens;
   bool return_forced_logprobs = false;  // report log p(forced token) in RequestOutput
+  // >= 0: report each output token's log-probability and its row's `logprobs` most likely
+  // tokens (0..kMaxTopLogprobs) in RequestOutput::logprobs, under the raw model distribution
+  // (log_softmax of the logits, before temperature and filters, as vLLM's default).
+  int logprobs = -1;
 };
 
 }  // namespace origami

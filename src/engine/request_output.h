@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "sampling/logprob.h"
 #include "sched/request.h"
 
 namespace origami {
@@ -18,6 +19,8 @@ struct RequestOutput {
   // With RequestOptions::return_forced_logprobs: log p(token) of each forced token in
   // new_token_ids that was forced (teacher forcing), in order.
   std::vector<float> forced_logprobs;
+  // With RequestOptions::logprobs >= 0: one entry per new_token_ids entry, in order.
+  std::vector<TokenLogprobs> logprobs;
 };
 
 }  // namespace origami

@@ -71,13 +71,6 @@ std::optional<ApiError> check_api_key(const ServerContext& ctx, const std::strin
   return ApiError::unauthorized();
 }
 
-std::optional<ApiError> parse_json_body(const std::string& body, nlohmann::json* out) {
-  *out = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (out->is_discarded()) return ApiError::bad_request("the request body is not valid JSON");
-  if (!out->is_object()) return ApiError::bad_request("the request body must be a JSON object");
-  return std::nullopt;
-}
-
 SimpleResponse handle_simple(const ServerContext& ctx, Route route, const std::string& body) {
   switch (route) {
     case Route::kHealth: return SimpleResponse{200, "application/json", "{}"};

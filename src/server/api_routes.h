@@ -28,7 +28,5 @@ Route find_route(const std::string& method, const std::string& target);
 std::optional<ApiError> check_api_key(const ServerContext& ctx, const std::string& target, const std::string& authorization);
 // The response of a route that answers at once.
 SimpleResponse handle_simple(const ServerContext& ctx, Route route, const std::string& body);
-// Parses a JSON body or produces the 400 for it.
-std::optional<ApiError> parse_json_body(const std::string& body, nlohmann::json* out);
 
 }  // namespace origami::server

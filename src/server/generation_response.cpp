@@ -6,8 +6,11 @@ std::string sse_event(const nlohmann::json& payload) {
   return "data: " + payload.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
 }
 
-GenerationResponse::GenerationResponse(const GenerationRequest& request, ResponseHeader header)
+GenerationResponse::GenerationResponse(const GenerationRequest& request, ResponseHeader header,
+                                       const Tokenizer* tokenizer)
     : request_(request), header_(std::move(header)), choices_(request.prompts.size() * request.n) {
+  if (request.options.logprobs >= 0)
+    for (Choice& c : choices_) c.logprobs.emplace(request.kind, request.options.logprobs, tokenizer);
   for (const auto& p : request.prompts) prompt_tokens_ += static_cast<int64_t>(p.size());  // once per prompt, as vLLM
 }
 
@@ -28,6 +31,7 @@ std::string GenerationResponse::consume(std::vector<ChannelEvent>& events) {
     Choice& c = choices_[e.choice];
     const RequestOutput& out = e.output;
     c.num_tokens += static_cast<int>(out.new_token_ids.size());
+    if (c.logprobs) c.logprobs->add(out.new_token_ids, out.logprobs);
     std::string finish;
     if (out.finished) {
       ++num_finished_;
@@ -45,7 +49,8 @@ std::string GenerationResponse::consume(std::vector<ChannelEvent>& events) {
       c.opened = true;
     }
     if (out.new_text.empty() && !out.finished) continue;  // text held back (partial UTF-8, possible stop)
-    nlohmann::json chunk = chunk_json(header_, e.choice, out.new_text, finish);
+    nlohmann::json logprobs = c.logprobs ? c.logprobs->take() : nlohmann::json(nullptr);
+    nlohmann::json chunk = chunk_json(header_, e.choice, out.new_text, finish, /*role_only=*/false, std::move(logprobs));
     if (request_.include_usage) chunk["usage"] = request_.continuous_usage ? usage() : nlohmann::json(nullptr);
     sse += sse_event(chunk);
     if (out.finish_reason == FinishReason::kError) sse += sse_event(failure_->to_json());
@@ -53,10 +58,13 @@ std::string GenerationResponse::consume(std::vector<ChannelEvent>& events) {
   return sse;
 }
 
-nlohmann::json GenerationResponse::body() const {
+nlohmann::json GenerationResponse::body() {
   nlohmann::json choices = nlohmann::json::array();
-  for (size_t i = 0; i < choices_.size(); ++i)
-    choices.push_back(choice_json(header_.kind, static_cast<int>(i), choices_[i].text, choices_[i].finish_reason));
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    choices.push_back(choice_json(header_.kind, static_cast<int>(i), c.text, c.finish_reason,
+                                  c.logprobs ? c.logprobs->take() : nlohmann::json(nullptr)));
+  }
   return response_json(header_, std::move(choices), usage());
 }
 

@@ -1,12 +1,14 @@
 #pragma once
 // Turns the engine outputs of one HTTP generation request (its RequestChannel events) into
 // what the client receives: SSE events while streaming, or one JSON body at the end. Free of
-// any I/O so that the session only moves bytes.
+// any I/O so that the session only moves bytes. A streamed chunk carries the log-probabilities
+// of the tokens since the previous chunk (text held back by the engine delays them with it).
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "server/api_error.h"
+#include "server/openai_logprobs.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/request_channel.h"
@@ -19,7 +21,8 @@ inline const char* sse_done() { return "data: [DONE]\n\n"; }
 
 class GenerationResponse {
  public:
-  GenerationResponse(const GenerationRequest& request, ResponseHeader header);
+  // `tokenizer` shows the tokens of `logprobs` (RequestOptions::logprobs >= 0).
+  GenerationResponse(const GenerationRequest& request, ResponseHeader header, const Tokenizer* tokenizer);
 
   // Takes a step's events. Returns the SSE text to send now when streaming ("" when nothing).
   std::string consume(std::vector<ChannelEvent>& events);
@@ -29,8 +32,8 @@ class GenerationResponse {
   // A choice ended with an engine error (e.g. a failed compression).
   const std::optional<ApiError>& failure() const { return failure_; }
 
-  // Non-streaming: the response body once done().
-  nlohmann::json body() const;
+  // Non-streaming: the response body once done() (renders the choices' logprobs once).
+  nlohmann::json body();
   // Streaming: what follows the last choice (the usage chunk when asked for, and [DONE]).
   std::string stream_tail() const;
 
@@ -40,6 +43,7 @@ class GenerationResponse {
     int num_tokens = 0;
     std::string finish_reason;
     bool opened = false;  // chat: the role delta was sent
+    std::optional<ChoiceLogprobs> logprobs;  // when asked for: tokens not yet rendered
   };
   nlohmann::json usage() const;
 

@@ -126,7 +126,8 @@ net::awaitable<bool> serve_generation(beast::tcp_stream& stream, const Request& 
   GenerationResponse response(gen, ResponseHeader{kind, make_response_id(kind),
                                                   std::chrono::duration_cast<std::chrono::seconds>(
                                                       std::chrono::system_clock::now().time_since_epoch()).count(),
-                                                  ctx.config.served_model_name});
+                                                  ctx.config.served_model_name},
+                              ctx.worker->tokenizer().get());
   auto stop_watching = [&] {
     if (wake->watching) {
       beast::error_code ec;

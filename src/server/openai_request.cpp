@@ -2,6 +2,7 @@
 
 #include "engine/request_options_json.h"
 #include "engine/sampling_json.h"
+#include "sampling/logprob.h"
 
 namespace origami::server {
 namespace {
@@ -58,7 +59,7 @@ std::optional<ApiError> read_messages(const nlohmann::json& body, const RequestC
 
 // Fields OpenAI defines that origami does not implement: refused rather than ignored, so that a
 // client never gets an answer to a different question than it asked.
-std::optional<ApiError> refuse_unsupported(const nlohmann::json& body, ApiKind kind) {
+std::optional<ApiError> refuse_unsupported(const nlohmann::json& body) {
   for (const char* f : {"presence_penalty", "frequency_penalty"})
     if (body.contains(f) && !body[f].is_null() && !(body[f].is_number() && body[f].get<double>() == 0.0))
       return ApiError::bad_request(std::string("'") + f + "' is not supported by origami", f);
@@ -70,14 +71,43 @@ std::optional<ApiError> refuse_unsupported(const nlohmann::json& body, ApiKind k
     return ApiError::bad_request("'suffix' is not supported by origami", "suffix");
   if (body.contains("tools") && !body["tools"].is_null() && !body["tools"].empty())
     return ApiError::bad_request("'tools' are not supported by origami", "tools");
-  // Log-probabilities need the backend to return the sampled token's log-prob and the top-k.
-  const bool wants_logprobs =
-      kind == ApiKind::kChat ? (body.contains("logprobs") && body["logprobs"].is_boolean() && body["logprobs"].get<bool>())
-                             : (body.contains("logprobs") && !body["logprobs"].is_null());
-  if (wants_logprobs || (body.contains("top_logprobs") && !body["top_logprobs"].is_null() && body["top_logprobs"] != 0))
-    return ApiError::bad_request("'logprobs' are not supported by origami's server yet", "logprobs");
-  if (body.contains("logprobs") && kind == ApiKind::kChat && !body["logprobs"].is_null() && !body["logprobs"].is_boolean())
-    return ApiError::bad_request("'logprobs' must be true or false", "logprobs");
+  return std::nullopt;
+}
+
+// An integer in [0, kMaxTopLogprobs], or null (absent).
+std::optional<ApiError> read_logprob_count(const nlohmann::json& body, const char* field, std::optional<int>* out) {
+  if (!body.contains(field) || body[field].is_null()) return std::nullopt;
+  const auto& v = body[field];
+  if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(kMaxTopLogprobs)
+                                                        : v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTopLogprobs))
+    return ApiError::bad_request(std::string("'") + field + "' must be an integer in [0, " +
+                                     std::to_string(kMaxTopLogprobs) + "], got " + v.dump(),
+                                 field);
+  *out = v.get<int>();
+  return std::nullopt;
+}
+
+// Completions: "logprobs": N (the sampled token's and the N most likely tokens' log-probs).
+// Chat: "logprobs": true, with "top_logprobs": N alternatives (0 by default). -1: none.
+std::optional<ApiError> read_logprobs(const nlohmann::json& body, ApiKind kind, int* out) {
+  *out = -1;
+  std::optional<int> top;
+  if (kind == ApiKind::kCompletion) {
+    if (body.contains("top_logprobs") && !body["top_logprobs"].is_null())
+      return ApiError::bad_request("'top_logprobs' belongs to the chat API; completions take 'logprobs': N", "top_logprobs");
+    if (auto e = read_logprob_count(body, "logprobs", &top)) return e;
+    if (top) *out = *top;
+    return std::nullopt;
+  }
+  bool wanted = false;
+  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    if (!body["logprobs"].is_boolean()) return ApiError::bad_request("'logprobs' must be true or false", "logprobs");
+    wanted = body["logprobs"].get<bool>();
+  }
+  if (auto e = read_logprob_count(body, "top_logprobs", &top)) return e;
+  if (top && *top > 0 && !wanted)
+    return ApiError::bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  if (wanted) *out = top.value_or(0);
   return std::nullopt;
 }
 
@@ -89,6 +119,13 @@ std::optional<ApiError> read_bool(const nlohmann::json& obj, const char* field, 
 }
 
 }  // namespace
+
+std::optional<ApiError> parse_json_body(std::string_view body, nlohmann::json* out) {
+  *out = nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (out->is_discarded()) return ApiError::bad_request("the request body is not valid JSON");
+  if (!out->is_object()) return ApiError::bad_request("the request body must be a JSON object");
+  return std::nullopt;
+}
 
 std::optional<ApiError> check_model(const nlohmann::json& body, const std::string& served_model_name) {
   if (!body.contains("model") || body["model"].is_null()) return std::nullopt;
@@ -137,7 +174,7 @@ std::optional<ApiError> parse_generation_request(const nlohmann::json& body, Api
   if (!body.is_object()) return ApiError::bad_request("the request body must be a JSON object");
   out->kind = kind;
   if (auto e = check_model(body, ctx.served_model_name)) return e;
-  if (auto e = refuse_unsupported(body, kind)) return e;
+  if (auto e = refuse_unsupported(body)) return e;
   if (auto e = kind == ApiKind::kChat ? read_messages(body, ctx, &out->prompts) : read_prompts(body, ctx, &out->prompts)) return e;
 
   size_t longest = 0;
@@ -164,6 +201,7 @@ std::optional<ApiError> parse_generation_request(const nlohmann::json& body, Api
   Expected<RequestOptions> opts = request_options_from_json(body);
   if (!opts) return ApiError::bad_request(opts.status().message());
   out->options = std::move(*opts);
+  if (auto e = read_logprobs(body, kind, &out->options.logprobs)) return e;
 
   if (body.contains("n") && !body["n"].is_null()) {
     if (!body["n"].is_number_integer() || body["n"].get<int64_t>() < 1 || body["n"].get<int64_t>() > ctx.max_n)

@@ -2,11 +2,14 @@
 // Reads the body of POST /v1/completions and /v1/chat/completions into what the engine runs:
 // prompt token ids (prompt as a string, a list of strings, token ids or lists of token ids;
 // or chat messages rendered with the model's chat template), sampling parameters (OpenAI and
-// vLLM names, through sampling_params_from_json), n, streaming options, and origami's
-// per-request kv_policy / kv_budget / kv_policy_options (request_options_from_json).
+// vLLM names, through sampling_params_from_json), log-probabilities (completions' `logprobs: N`,
+// chat's `logprobs: true` + `top_logprobs: N`, into RequestOptions::logprobs), n, streaming
+// options, and origami's per-request kv_policy / kv_budget / kv_policy_options
+// (request_options_from_json).
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -41,6 +44,8 @@ struct RequestContext {
   int max_n = 128;
 };
 
+// Parses a JSON body (any route's) or produces the 400 for it: not JSON, or not an object.
+std::optional<ApiError> parse_json_body(std::string_view body, nlohmann::json* out);
 // nullopt on success.
 std::optional<ApiError> parse_generation_request(const nlohmann::json& body, ApiKind kind, const RequestContext& ctx,
                                                  GenerationRequest* out);

@@ -10,13 +10,14 @@ nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-nlohmann::json choice_json(ApiKind kind, int index, const std::string& text, const std::string& finish_reason) {
+nlohmann::json choice_json(ApiKind kind, int index, const std::string& text, const std::string& finish_reason,
+                           nlohmann::json logprobs) {
   nlohmann::json c = {{"index", index}};
   if (kind == ApiKind::kChat)
     c["message"] = {{"role", "assistant"}, {"content", text}};
   else
     c["text"] = text;
-  c["logprobs"] = nullptr;
+  c["logprobs"] = std::move(logprobs);
   c["finish_reason"] = finish_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(finish_reason);
   return c;
 }
@@ -31,7 +32,7 @@ nlohmann::json response_json(const ResponseHeader& h, nlohmann::json choices, nl
 }
 
 nlohmann::json chunk_json(const ResponseHeader& h, int index, const std::string& text, const std::string& finish_reason,
-                          bool role_only) {
+                          bool role_only, nlohmann::json logprobs) {
   nlohmann::json c = {{"index", index}};
   if (h.kind == ApiKind::kChat) {
     if (role_only)
@@ -43,7 +44,7 @@ nlohmann::json chunk_json(const ResponseHeader& h, int index, const std::string&
   } else {
     c["text"] = text;
   }
-  c["logprobs"] = nullptr;
+  c["logprobs"] = std::move(logprobs);
   c["finish_reason"] = finish_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(finish_reason);
   return {{"id", h.id},
           {"object", h.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion"},

@@ -168,6 +168,34 @@ def request_seeds():
         write("request_jsonl", json.dumps(r), f"request{i}")
 
 
+# ------------------------------------------------------------------ OpenAI request bodies
+def openai_request_seeds():
+    bodies = {
+        "completion": {"model": "origami-tiny-qwen3", "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0},
+        "completion_list": {"prompt": ["a", "b"], "n": 2, "best_of": 2, "seed": 3, "stop": ["\n", "END"],
+                            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+        "completion_ids": {"prompt": [[1, 2, 3], [4, 5]], "top_k": 40, "top_p": 0.9, "min_p": 0.05, "ignore_eos": True,
+                           "stop_token_ids": [0, 2], "presence_penalty": 0, "logit_bias": {}, "echo": False},
+        "completion_logprobs": {"prompt": "p", "logprobs": 5, "max_tokens": 4, "stream": True},
+        "chat": {"model": "origami-tiny-qwen3", "messages": [{"role": "system", "content": "Be brief."},
+                                                             {"role": "user", "content": "Hi!"}],
+                 "max_completion_tokens": 8, "temperature": 0.7},
+        "chat_parts": {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                 {"type": "text", "text": "b"}]},
+                                    {"role": "assistant", "content": None}],
+                       "chat_template_kwargs": {"enable_thinking": False}, "stop": "x"},
+        "chat_logprobs": {"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 3,
+                          "n": 2, "stream": True},
+        "chat_logprobs_bad": {"messages": [{"role": "user", "content": "hi"}], "logprobs": False, "top_logprobs": 21},
+        "kv_policy": {"prompt": "p", "messages": [{"role": "user", "content": "x"}], "kv_policy": "zipage",
+                      "kv_budget": 512, "kv_policy_options": {"window": 16, "global": False, "redundancy": "flash"}},
+        "kv_snapkv": {"prompt": "p", "kv_policy": "snapkv", "kv_budget": 64,
+                      "kv_policy_options": {"kernel": "7", "pool_type": "avg"}},
+    }
+    for name, body in bodies.items():
+        write("openai_request", json.dumps(body), name)
+
+
 # ------------------------------------------------------------------ policy options
 def policy_seeds():
     seeds = {
@@ -190,6 +218,7 @@ if __name__ == "__main__":
     tokenizer_seeds()
     chat_template_seeds()
     request_seeds()
+    openai_request_seeds()
     policy_seeds()
     for h in sorted(os.listdir(OUT)):
         files = os.listdir(os.path.join(OUT, h))

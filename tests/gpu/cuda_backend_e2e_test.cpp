@@ -13,6 +13,7 @@
 #include "cuda_test_util.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "sampling/logprob.h"
 
 namespace origami::cuda {
 namespace {
@@ -55,10 +56,12 @@ struct Seq {
   int num_computed = 0;         // tokens whose KV is in the cache
   std::vector<BlockId> blocks;
   std::vector<int32_t> generated;
+  std::vector<TokenLogprobs> logprobs;  // one per generated token when asked for
 };
 
 // Runs `seqs` to `num_new` generated tokens each on `backend`, `chunk` prompt tokens per step.
-void generate(Backend& backend, std::vector<Seq>& seqs, int num_new, int chunk) {
+// num_top_logprobs >= 0: every sampled row also returns its logprobs (Seq::logprobs).
+void generate(Backend& backend, std::vector<Seq>& seqs, int num_new, int chunk, int num_top_logprobs = -1) {
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   BlockId next_block = 1;
@@ -83,6 +86,7 @@ void generate(Backend& backend, std::vector<Seq>& seqs, int num_new, int chunk) 
       in.block_table = &s.blocks;
       in.logits_mode = s.num_computed + n >= s.prompt_len ? LogitsMode::kLast : LogitsMode::kNone;
       in.sampling = &greedy;
+      in.num_top_logprobs = num_top_logprobs;
       for (int j = 0; j < n; ++j) {
         batch.token_ids.push_back(s.tokens[s.num_computed + j]);
         batch.positions.push_back(s.num_computed + j);
@@ -103,6 +107,7 @@ void generate(Backend& backend, std::vector<Seq>& seqs, int num_new, int chunk) 
       }
       s.generated.push_back(out.sampled_tokens[i]);
       s.tokens.push_back(out.sampled_tokens[i]);
+      if (num_top_logprobs >= 0) s.logprobs.push_back(out.logprobs[i]);
     }
   }
   FAIL() << "generation did not finish";
@@ -150,6 +155,46 @@ std::unique_ptr<Backend> make_cpu(const Fixture& f) {
   st = b->allocate_kv_cache(layout_for(f.config, DType::kF32));
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   return b;
+}
+
+// The OpenAI logprobs from the CUDA backend (prefill, then decode steps in CUDA graphs and
+// eager) against the CPU backend's log_softmax of its fp32 logits for the same tokens: the
+// token's log-probability and each of the top 5 within bf16 noise, and the top 1 is the greedy
+// token the GPU chose.
+TEST(CudaBackendE2E, TinyQwen3LogprobsMatchCpu) {
+  const Fixture f = load_fixture("origami-tiny-qwen3");
+  auto cpu = make_cpu(f);
+  const int vocab = f.config.vocab_size;
+  constexpr int kTop = 5, kNew = 12;
+  constexpr double kTol = 0.05;  // nats; bf16 weights and activations vs fp32
+  for (bool graphs : {true, false}) {
+    auto gpu = make_cuda(f, graphs);
+    const auto& sample = f.golden["teacher_forced"][0];
+    std::vector<Seq> seqs(1);
+    seqs[0].tokens = sample["ids"].get<std::vector<int32_t>>();
+    seqs[0].prompt_len = static_cast<int>(seqs[0].tokens.size());
+    generate(*gpu, seqs, kNew, 7, kTop);
+    const Seq& s = seqs[0];
+    ASSERT_EQ(s.logprobs.size(), s.generated.size());
+    const std::vector<int32_t> forced(s.tokens.begin(), s.tokens.end() - 1);
+    const std::vector<float> c = teacher_forced_logits(*cpu, forced);
+    ASSERT_EQ(c.size(), forced.size() * vocab);
+    for (int t = 0; t < kNew; ++t) {
+      const float* row = c.data() + static_cast<size_t>(s.prompt_len - 1 + t) * vocab;
+      const TokenLogprobs& g = s.logprobs[t];
+      EXPECT_NEAR(g.logprob, log_softmax_at(row, vocab, s.generated[t]), kTol) << "graphs " << graphs << " step " << t;
+      ASSERT_EQ(static_cast<int>(g.top.size()), kTop);
+      EXPECT_EQ(g.top[0].token, s.generated[t]) << "the greedy token is the most likely one";
+      EXPECT_EQ(g.top[0].logprob, g.logprob);
+      for (int j = 0; j < kTop; ++j) {
+        if (j > 0) {
+          EXPECT_LE(g.top[j].logprob, g.top[j - 1].logprob);
+        }
+        EXPECT_NEAR(g.top[j].logprob, log_softmax_at(row, vocab, g.top[j].token), kTol)
+            << "graphs " << graphs << " step " << t << " rank " << j;
+      }
+    }
+  }
 }
 
 TEST(CudaBackendE2E, TinyQwen3TeacherForcedLogitsMatchCpuAndGolden) {

@@ -273,7 +273,10 @@ TEST(CudaKernels, RowLogprobsMatchCpu) {
     DeviceBuffer<float> d_logits(logits);
     DeviceBuffer<RowSamplingParams> d_params(params);
     DeviceBuffer<float> d_out(rows);
-    launch_row_logprobs(d_logits.get(), rows, vocab, vocab, d_params.get(), d_out.get(), nullptr);
+    DeviceBuffer<int32_t> d_sampled(std::vector<int32_t>(rows, 0));
+    DeviceBuffer<TopLogprob> d_top(static_cast<size_t>(rows) * kMaxTopLogprobs);
+    launch_row_logprobs(d_logits.get(), rows, vocab, vocab, d_params.get(), d_sampled.get(), d_out.get(), d_top.get(),
+                        nullptr);
     const std::vector<float> got = d_out.download();
     for (int r = 0; r < rows; ++r) {
       if (params[r].logprob_token < 0) {
@@ -285,6 +288,65 @@ TEST(CudaKernels, RowLogprobsMatchCpu) {
         EXPECT_EQ(got[r], want) << "vocab " << vocab << " row " << r;
       } else {
         EXPECT_NEAR(got[r], want, 1e-5 * std::max(1.0f, std::fabs(want))) << "vocab " << vocab << " row " << r;
+      }
+    }
+  }
+}
+
+// The OpenAI logprobs: the row token's log-probability (the sampled one, or logprob_token when
+// set) and the top k, against sampling/logprob.h's token_logprobs on the same logits; rows that
+// ask nothing get NaN and their top entries stay untouched.
+TEST(CudaKernels, TopLogprobsMatchCpu) {
+  std::mt19937 rng(12);
+  const int kTops[] = {-1, 0, 1, 5, kMaxTopLogprobs};
+  for (int vocab : {1, 7, 97, 1000, 4097, 151936}) {
+    const int rows = vocab > 10000 ? 10 : 40;
+    std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+    std::normal_distribution<float> dist(0.0f, 4.0f);
+    for (float& x : logits) x = dist(rng);
+    if (vocab > 10) {
+      logits[1] = -INFINITY;
+      logits[2] = NAN;
+      // Ties at the top: equal logits are ordered by ascending id.
+      float* row1 = logits.data() + vocab;
+      row1[vocab - 1] = row1[3] = row1[5] = 100.0f;
+    }
+    // Row rows-1 has no finite logit: every log-probability is -inf.
+    std::fill(logits.end() - vocab, logits.end(), -INFINITY);
+    std::vector<RowSamplingParams> params(rows);
+    std::vector<int32_t> sampled(rows);
+    for (int r = 0; r < rows; ++r) {
+      params[r].num_top_logprobs = kTops[r % 5];
+      params[r].logprob_token = r % 7 == 3 ? static_cast<int>(rng() % vocab) : -1;  // teacher forcing rows
+      sampled[r] = static_cast<int32_t>(rng() % vocab);
+    }
+    DeviceBuffer<float> d_logits(logits);
+    DeviceBuffer<RowSamplingParams> d_params(params);
+    DeviceBuffer<int32_t> d_sampled(sampled);
+    DeviceBuffer<float> d_out(rows);
+    DeviceBuffer<TopLogprob> d_top(static_cast<size_t>(rows) * kMaxTopLogprobs);
+    launch_row_logprobs(d_logits.get(), rows, vocab, vocab, d_params.get(), d_sampled.get(), d_out.get(), d_top.get(),
+                        nullptr);
+    const std::vector<float> got = d_out.download();
+    const std::vector<TopLogprob> got_top = d_top.download();
+    auto near = [](float got, float want) {
+      return std::isinf(want) ? got == want : std::fabs(got - want) <= 1e-5 * std::max(1.0f, std::fabs(want));
+    };
+    for (int r = 0; r < rows; ++r) {
+      const int k = params[r].num_top_logprobs;
+      const int32_t token = params[r].logprob_token >= 0 ? params[r].logprob_token : sampled[r];
+      if (k < 0 && params[r].logprob_token < 0) {
+        EXPECT_TRUE(std::isnan(got[r])) << "row " << r << " asked nothing";
+        continue;
+      }
+      const TokenLogprobs want =
+          token_logprobs(logits.data() + static_cast<size_t>(r) * vocab, vocab, token, std::max(k, 0));
+      EXPECT_TRUE(near(got[r], want.logprob)) << "vocab " << vocab << " row " << r << ": " << got[r] << " vs " << want.logprob;
+      ASSERT_EQ(static_cast<int>(want.top.size()), std::min(std::max(k, 0), vocab));
+      for (size_t j = 0; j < want.top.size(); ++j) {
+        const TopLogprob& g = got_top[static_cast<size_t>(r) * kMaxTopLogprobs + j];
+        EXPECT_EQ(g.token, want.top[j].token) << "vocab " << vocab << " row " << r << " rank " << j;
+        EXPECT_TRUE(near(g.logprob, want.top[j].logprob)) << "vocab " << vocab << " row " << r << " rank " << j;
       }
     }
   }

@@ -172,7 +172,7 @@ test('errors arrive as the client\'s typed errors', async () => {
     assert.ok(e instanceof OpenAI.BadRequestError); assert.match(e.message, /maximum context length/); return true;
   });
   await assert.rejects(client.chat.completions.create({ model: 'tiny', messages: [] }), OpenAI.BadRequestError);
-  await assert.rejects(client.completions.create({ model: 'tiny', prompt: PROMPT, logprobs: 2 }), (e) => {
+  await assert.rejects(client.completions.create({ model: 'tiny', prompt: PROMPT, logprobs: 21 }), (e) => {
     assert.ok(e instanceof OpenAI.BadRequestError); assert.equal(e.param, 'logprobs'); return true;
   });
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: PROMPT, n: 0 }), OpenAI.BadRequestError);

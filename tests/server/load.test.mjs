@@ -2,7 +2,8 @@
 // clients disconnecting at random points (before the first token, mid-stream). The server
 // stays up; every request not cancelled gets, token for token, the greedy text its prompt gets
 // alone; the KV blocks in use return to zero; no file descriptor or thread leaks.
-// scripts/server_load_test.sh runs it with 1,000 requests.
+// scripts/server_load_test.sh runs it with 1,000 requests; scripts/test.sh also runs it with 200
+// against the ASan+UBSan build (a leak or a sanitizer error fails the server's exit status).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -113,6 +114,7 @@ test(`${N} concurrent streams, ${Math.round(DISCONNECT_SHARE * 100)}% disconnect
                 `${cancelled} disconnected (${aborted} aborted in the engine); KV blocks used 0; fds ${fds} -> ${fdsAfter}; ` +
                 `threads ${threads} -> ${countThreads(server.pid)}`);
   } finally {
-    assert.equal(await server.stop(), 0);
+    // A sanitized server (scripts/test.sh's ASan run) reports leaks and errors on stderr at exit.
+    assert.equal(await server.stop(), 0, `the server did not exit cleanly:\n${server.stderr().slice(-6000)}`);
   }
 });

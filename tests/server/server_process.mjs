@@ -1,7 +1,8 @@
 // Starts `origami serve` on a free port of 127.0.0.1 with the tiny model and stops it with
 // SIGTERM (the server must exit 0). ORIGAMI_BIN and ORIGAMI_MODEL come from ctest.
 import { spawn, execFileSync } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -46,6 +47,21 @@ export function generate(prompt, maxTokens, { chat = false } = {}) {
   if (chat) args.push('--chat');
   const out = execFileSync(BIN, args, { encoding: 'utf8' });
   return out.endsWith('\n') ? out.slice(0, -1) : out;  // generate ends the text with a newline
+}
+
+// `origami generate --input` of one JSONL request with --logprobs N: its result object (the
+// engine's token ids and log-probabilities, the reference for the server's logprobs fields).
+export function generateWithLogprobs(request, logprobs) {
+  const dir = mkdtempSync(path.join(tmpdir(), 'origami-logprobs-'));
+  try {
+    const input = path.join(dir, 'in.jsonl');
+    writeFileSync(input, JSON.stringify(request) + '\n');
+    const out = execFileSync(BIN, ['generate', '--model', MODEL, '--threads', '1', '--input', input, '--logprobs', String(logprobs)],
+                             { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    return JSON.parse(out.trim().split('\n')[0]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 // Parses origami:NAME{...} values of a Prometheus text page.

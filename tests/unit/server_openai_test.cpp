@@ -3,6 +3,7 @@
 // and the Prometheus rendering of the metrics registry.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <mutex>
 
 #include "server/generation_response.h"
@@ -73,7 +74,18 @@ TEST_F(ServerOpenAITest, ErrorsNameTheFieldAndStatus) {
       {R"({"prompt": []})", ApiKind::kCompletion, 400, "prompt"},
       {R"({})", ApiKind::kCompletion, 400, "prompt"},
       {R"({"prompt": "a", "n": 0})", ApiKind::kCompletion, 400, "n"},
-      {R"({"prompt": "a", "logprobs": 1})", ApiKind::kCompletion, 400, "logprobs"},
+      {R"({"prompt": "a", "logprobs": -1})", ApiKind::kCompletion, 400, "logprobs"},
+      {R"({"prompt": "a", "logprobs": 21})", ApiKind::kCompletion, 400, "logprobs"},
+      {R"({"prompt": "a", "logprobs": 1.5})", ApiKind::kCompletion, 400, "logprobs"},
+      {R"({"prompt": "a", "logprobs": true})", ApiKind::kCompletion, 400, "logprobs"},
+      {R"({"prompt": "a", "logprobs": 18446744073709551615})", ApiKind::kCompletion, 400, "logprobs"},
+      {R"({"prompt": "a", "top_logprobs": 2})", ApiKind::kCompletion, 400, "top_logprobs"},
+      {R"({"prompt": "a", "logprobs": 30, "n": 2, "stream": true})", ApiKind::kCompletion, 400, "logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 3})", ApiKind::kChat, 400, "logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", ApiKind::kChat, 400, "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": -1})", ApiKind::kChat, 400, "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", ApiKind::kChat, 400, "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false, "top_logprobs": 2, "stream": true})", ApiKind::kChat, 400, "top_logprobs"},
       {R"({"prompt": "a", "stream_options": {"include_usage": true}})", ApiKind::kCompletion, 400, "stream_options"},
       {R"({"prompt": "a", "presence_penalty": 0.5})", ApiKind::kCompletion, 400, "presence_penalty"},
       {R"({"prompt": "a", "max_tokens": "many"})", ApiKind::kCompletion, 400, ""},
@@ -97,6 +109,32 @@ TEST_F(ServerOpenAITest, ErrorsNameTheFieldAndStatus) {
   EXPECT_NE(e->message.find("maximum context length is 64"), std::string::npos);
 }
 
+TEST_F(ServerOpenAITest, LogprobsFieldsOfBothApis) {
+  struct Case {
+    const char* body;
+    ApiKind kind;
+    int logprobs;
+  };
+  const Case cases[] = {
+      {R"({"prompt": "a"})", ApiKind::kCompletion, -1},
+      {R"({"prompt": "a", "logprobs": null})", ApiKind::kCompletion, -1},
+      {R"({"prompt": "a", "logprobs": 0})", ApiKind::kCompletion, 0},
+      {R"({"prompt": "a", "logprobs": 5, "n": 2, "stream": true})", ApiKind::kCompletion, 5},
+      {R"({"prompt": "a", "logprobs": 20})", ApiKind::kCompletion, 20},
+      {R"({"messages": [{"role": "user", "content": "x"}]})", ApiKind::kChat, -1},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false})", ApiKind::kChat, -1},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false, "top_logprobs": 0})", ApiKind::kChat, -1},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", ApiKind::kChat, 0},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 20, "stream": true})", ApiKind::kChat, 20},
+  };
+  for (const Case& c : cases) {
+    GenerationRequest r;
+    const std::optional<ApiError> e = parse(c.body, c.kind, &r);
+    ASSERT_FALSE(e.has_value()) << c.body << ": " << e->message;
+    EXPECT_EQ(r.options.logprobs, c.logprobs) << c.body;
+  }
+}
+
 RequestOutput output(std::vector<int32_t> ids, std::string text, FinishReason reason = FinishReason::kNone) {
   RequestOutput o;
   o.new_token_ids = std::move(ids);
@@ -118,7 +156,7 @@ TEST_F(ServerOpenAITest, NonStreamingBodyJoinsEachChoice) {
   r.kind = ApiKind::kChat;
   r.prompts = {{1, 2, 3}};
   r.n = 2;
-  GenerationResponse resp(r, ResponseHeader{ApiKind::kChat, "chatcmpl-1", 7, "tiny"});
+  GenerationResponse resp(r, ResponseHeader{ApiKind::kChat, "chatcmpl-1", 7, "tiny"}, tokenizer_.get());
   auto e = events(1, output({4}, "Hel"));
   EXPECT_EQ(resp.consume(e), "");
   e = events(0, output({5, 6}, "ab", FinishReason::kEos));
@@ -142,7 +180,7 @@ TEST_F(ServerOpenAITest, StreamingChunksThenUsageThenDone) {
   r.prompts = {{1, 2}};
   r.stream = true;
   r.include_usage = true;
-  GenerationResponse resp(r, ResponseHeader{ApiKind::kCompletion, "cmpl-1", 7, "tiny"});
+  GenerationResponse resp(r, ResponseHeader{ApiKind::kCompletion, "cmpl-1", 7, "tiny"}, tokenizer_.get());
   auto e = events(0, output({3}, ""));  // held back (partial character or possible stop)
   EXPECT_EQ(resp.consume(e), "");
   e = events(0, output({4}, "hi"));
@@ -165,10 +203,65 @@ TEST_F(ServerOpenAITest, StreamingChunksThenUsageThenDone) {
   EXPECT_EQ(tail.substr(split + 2), "data: [DONE]\n\n");
 }
 
+RequestOutput with_logprobs(RequestOutput o, std::vector<TokenLogprobs> lp) {
+  o.logprobs = std::move(lp);
+  return o;
+}
+
+// Completions: tokens, their log-probs, a dict of the top N plus the chosen token, character
+// offsets; a streamed chunk carries the tokens since the previous chunk (held-back text delays
+// them), and offsets keep counting across chunks.
+TEST_F(ServerOpenAITest, CompletionLogprobsStreamWithTheirText) {
+  const int32_t hello = tokenizer_->encode("Hello", false).at(0), world = tokenizer_->encode(" world", false).at(0);
+  const std::string hello_text = tokenizer_->decode({hello}), world_text = tokenizer_->decode({world});
+  GenerationRequest r;
+  r.kind = ApiKind::kCompletion;
+  r.prompts = {{1, 2}};
+  r.stream = true;
+  r.options.logprobs = 1;
+  GenerationResponse resp(r, ResponseHeader{ApiKind::kCompletion, "cmpl-1", 7, "tiny"}, tokenizer_.get());
+  auto e = events(0, with_logprobs(output({hello}, ""), {{-0.5f, {{world, -0.25f}}}}));
+  EXPECT_EQ(resp.consume(e), "");  // text held back: so are its logprobs
+  e = events(0, with_logprobs(output({world}, hello_text + world_text, FinishReason::kLength),
+                              {{-std::numeric_limits<float>::infinity(), {{hello, -0.1f}}}}));
+  const nlohmann::json chunk = nlohmann::json::parse(resp.consume(e).substr(6));
+  const nlohmann::json& lp = chunk["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], (nlohmann::json{hello_text, world_text}));
+  EXPECT_EQ(lp["token_logprobs"], (nlohmann::json{-0.5, -9999.0}));
+  EXPECT_EQ(lp["top_logprobs"][0], (nlohmann::json{{hello_text, -0.5}, {world_text, -0.25}}));
+  EXPECT_EQ(lp["top_logprobs"][1], (nlohmann::json{{hello_text, -0.1f}, {world_text, -9999.0}}));
+  EXPECT_EQ(lp["text_offset"], (nlohmann::json{0, hello_text.size()}));
+}
+
+// Chat: content entries with token, logprob, bytes and exactly top_logprobs alternatives; the
+// non-streaming body carries every token of each choice.
+TEST_F(ServerOpenAITest, ChatLogprobsContent) {
+  const int32_t hi = tokenizer_->encode("Hi", false).at(0);
+  GenerationRequest r;
+  r.kind = ApiKind::kChat;
+  r.prompts = {{1}};
+  r.options.logprobs = 2;
+  GenerationResponse resp(r, ResponseHeader{ApiKind::kChat, "chatcmpl-1", 7, "tiny"}, tokenizer_.get());
+  auto e = events(0, with_logprobs(output({hi}, "Hi", FinishReason::kLength), {{-1.0f, {{hi, -1.0f}, {5, -2.0f}}}}));
+  resp.consume(e);
+  ASSERT_TRUE(resp.done());
+  const nlohmann::json content = resp.body()["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 1u);
+  const std::string hi_text = tokenizer_->decode({hi});
+  EXPECT_EQ(content[0]["token"], hi_text);
+  EXPECT_EQ(content[0]["logprob"], -1.0);
+  nlohmann::json bytes = nlohmann::json::array();
+  for (unsigned char ch : hi_text) bytes.push_back(static_cast<int>(ch));
+  EXPECT_EQ(content[0]["bytes"], bytes);
+  ASSERT_EQ(content[0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(content[0]["top_logprobs"][1]["token"], tokenizer_->decode({5}));
+  EXPECT_EQ(content[0]["top_logprobs"][1]["logprob"], -2.0);
+}
+
 TEST_F(ServerOpenAITest, RejectionBecomesA400) {
   GenerationRequest r;
   r.prompts = {{1}};
-  GenerationResponse resp(r, ResponseHeader{});
+  GenerationResponse resp(r, ResponseHeader{}, tokenizer_.get());
   std::vector<ChannelEvent> e(1);
   e[0].rejection = "unknown policy 'x'";
   resp.consume(e);

@@ -271,6 +271,7 @@ Status CpuBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   out->sampled_tokens.clear();
   out->all_logits.clear();
   out->token_logprobs.clear();
+  out->logprobs.clear();
   const Status st = batch.sequences.empty() ? Status::ok() : forward(batch, out);
   compressions_.collect(compressor_.get(), out);
   return st;
@@ -322,6 +323,7 @@ Status CpuBackend::forward(const ForwardBatch& batch, StepOutput* out) {
   out->sampled_tokens.assign(num_seqs, -1);
   out->all_logits.assign(num_seqs, {});
   out->token_logprobs.assign(num_seqs, std::numeric_limits<float>::quiet_NaN());
+  out->logprobs.assign(num_seqs, TokenLogprobs{std::numeric_limits<float>::quiet_NaN(), {}});
   // Sampling may sort much of the vocabulary (top-p), so sequences sample in parallel.
   cpu::parallel_for(pool_.get(), static_cast<int>(num_seqs), [&](int s) {
     const SequenceInput& seq = batch.sequences[s];
@@ -331,6 +333,10 @@ Status CpuBackend::forward(const ForwardBatch& batch, StepOutput* out) {
     const float* last = first + static_cast<size_t>(count - 1) * vocab;
     out->sampled_tokens[s] = sample_token(last, vocab, *seq.sampling, seq.seed, seq.sample_index);
     if (seq.logprob_token >= 0) out->token_logprobs[s] = log_softmax_at(last, vocab, seq.logprob_token);
+    if (seq.num_top_logprobs >= 0) {
+      const int32_t chosen = seq.logprob_token >= 0 ? seq.logprob_token : out->sampled_tokens[s];
+      out->logprobs[s] = token_logprobs(last, vocab, chosen, seq.num_top_logprobs);
+    }
     if (seq.logits_mode == LogitsMode::kAll) out->all_logits[s].assign(first, first + static_cast<size_t>(count) * vocab);
   });
   return Status::ok();

@@ -93,10 +93,11 @@ CudaBackend::~CudaBackend() {
                   static_cast<void*>(act_), static_cast<void*>(logit_hidden_), static_cast<void*>(logits_),
                   static_cast<void*>(logits_shard_), static_cast<void*>(logits_gathered_),
                   attn_workspace_, static_cast<void*>(dev_inputs_), static_cast<void*>(dev_params_),
-                  static_cast<void*>(dev_tokens_), static_cast<void*>(dev_logprobs_), kv_pool_})
+                  static_cast<void*>(dev_tokens_), static_cast<void*>(dev_logprobs_), static_cast<void*>(dev_top_), kv_pool_})
     if (p != nullptr) cudaFree(p);
   for (void* p : {static_cast<void*>(host_inputs_), static_cast<void*>(host_params_),
-                  static_cast<void*>(host_tokens_), static_cast<void*>(host_logprobs_)})
+                  static_cast<void*>(host_tokens_), static_cast<void*>(host_logprobs_),
+                  static_cast<void*>(host_top_)})
     if (p != nullptr) cudaFreeHost(p);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -335,6 +336,8 @@ Status CudaBackend::ensure_capacity(int tokens, int seqs, int pages) {
     ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_tokens_, next.seqs * sizeof(int32_t)));
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_logprobs_, next.seqs * sizeof(float)));
     ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_logprobs_, next.seqs * sizeof(float)));
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_top_, next.seqs * kMaxTopLogprobs * sizeof(TopLogprob)));
+    ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_top_, next.seqs * kMaxTopLogprobs * sizeof(TopLogprob)));
   }
   const size_t total = input_layout(next).total;
   ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_inputs_, total * sizeof(int32_t)));
@@ -503,7 +506,8 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     launch_gather_rows(normed_, dev_inputs_ + in.sample_rows + r0, rows, h, logit_hidden_, stream_);
     lm_head_logits(logit_hidden_, rows);
     launch_sample_rows(logits_, rows, c.vocab_size, logits_stride(), dev_params_ + r0, dev_tokens_ + r0, stream_);
-    launch_row_logprobs(logits_, rows, c.vocab_size, logits_stride(), dev_params_ + r0, dev_logprobs_ + r0, stream_);
+    launch_row_logprobs(logits_, rows, c.vocab_size, logits_stride(), dev_params_ + r0, dev_tokens_ + r0,
+                        dev_logprobs_ + r0, dev_top_ + static_cast<size_t>(r0) * kMaxTopLogprobs, stream_);
   }
 }
 
@@ -571,15 +575,18 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
   out->all_logits.resize(num_seqs);
   for (auto& v : out->all_logits) v.clear();
   out->token_logprobs.assign(num_seqs, std::numeric_limits<float>::quiet_NaN());
+  out->logprobs.assign(num_seqs, TokenLogprobs{std::numeric_limits<float>::quiet_NaN(), {}});
   if (num_seqs == 0) return Status::ok();
 
   // Decode steps replay a graph of their bucket; padding rows are inert.
   bool use_graph = options_.enable_cuda_graphs && batch.is_decode_only() && graphs_.bucket_for(num_seqs) > 0;
   int total_pages = 0, max_kv_len = 0;
-  bool any_logprobs = false;
+  bool any_logprobs = false, any_top = false;
   for (const SequenceInput& s : batch.sequences) {
     if (s.logits_mode == LogitsMode::kAll) use_graph = false;
-    any_logprobs = any_logprobs || (s.logprob_token >= 0 && s.logits_mode != LogitsMode::kNone);
+    const bool samples = s.logits_mode != LogitsMode::kNone;
+    any_top = any_top || (s.num_top_logprobs >= 0 && samples);
+    any_logprobs = any_logprobs || (s.logprob_token >= 0 && samples) || (s.num_top_logprobs >= 0 && samples);
     const int kv_len = s.num_cached_entries + s.num_query_tokens;
     const int pages = (kv_len + bs - 1) / bs;
     total_pages += pages;
@@ -635,6 +642,7 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
       }
       rp.u = sampling_uniform(s.seed, static_cast<uint64_t>(s.sample_index));
       rp.logprob_token = s.logits_mode == LogitsMode::kNone ? -1 : s.logprob_token;
+      rp.num_top_logprobs = s.logits_mode == LogitsMode::kNone ? -1 : s.num_top_logprobs;
       hi[in.sample_rows + num_sample_rows] = s.query_start + s.num_query_tokens - 1;
       ++num_sample_rows;
     }
@@ -679,6 +687,10 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
   if (num_sample_rows > 0 && any_logprobs)
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_logprobs_, dev_logprobs_, num_sample_rows * sizeof(float),
                                                  cudaMemcpyDeviceToHost, stream_));
+  if (num_sample_rows > 0 && any_top)
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_top_, dev_top_,
+                                                 static_cast<size_t>(num_sample_rows) * kMaxTopLogprobs * sizeof(TopLogprob),
+                                                 cudaMemcpyDeviceToHost, stream_));
   ORIGAMI_RETURN_IF_ERROR(compute_all_logits(batch, out));
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   for (int i = 0, row = 0; i < num_seqs; ++i) {
@@ -687,6 +699,12 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
     if (batch.sequences[i].logits_mode != LogitsMode::kNone) {
       out->sampled_tokens[i] = host_tokens_[row];
       if (batch.sequences[i].logprob_token >= 0) out->token_logprobs[i] = host_logprobs_[row];
+      if (const int k = batch.sequences[i].num_top_logprobs; k >= 0) {
+        TokenLogprobs& lp = out->logprobs[i];
+        lp.logprob = host_logprobs_[row];
+        const TopLogprob* top = host_top_ + static_cast<size_t>(row) * kMaxTopLogprobs;
+        lp.top.assign(top, top + std::min(k, config_.vocab_size));
+      }
     }
     ++row;
   }

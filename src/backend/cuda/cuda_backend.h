@@ -163,8 +163,10 @@ class CudaBackend : public Backend {
   RowSamplingParams* dev_params_ = nullptr;
   int32_t* host_tokens_ = nullptr;  // [seqs] sampled tokens, pinned
   int32_t* dev_tokens_ = nullptr;
-  float* host_logprobs_ = nullptr;  // [seqs] log p(logprob_token), pinned
+  float* host_logprobs_ = nullptr;  // [seqs] log p(logprob_token or the sampled token), pinned
   float* dev_logprobs_ = nullptr;
+  TopLogprob* host_top_ = nullptr;  // [seqs, kMaxTopLogprobs] top log-probabilities, pinned
+  TopLogprob* dev_top_ = nullptr;
 
   std::unique_ptr<CudaCompressor> compressor_;  // null until configure_compression()
   CompressionStepper compressions_;

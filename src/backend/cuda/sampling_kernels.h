@@ -19,6 +19,7 @@ struct RowSamplingParams {
   float u = 0.0f;     // the row's uniform draw in [0, 1)
   int greedy = 1;     // nonzero: argmax
   int logprob_token = -1;  // >= 0: also report log p(this token) (logprob_kernels.h)
+  int num_top_logprobs = -1;  // >= 0: also report log p(the row's token) and the top N (logprob_kernels.h)
 };
 
 // logits [num_rows, row_stride] fp32 (the first `vocab` columns are used), params [num_rows]
