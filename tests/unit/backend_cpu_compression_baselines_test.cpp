@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <gtest/gtest.h>
+
 #include "backend/cpu/compression_ops.h"
 #include "backend/cpu/scorers/scorer_input.h"
 #include "backend_cpu_compression_naive.h"
