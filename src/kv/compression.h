@@ -17,6 +17,11 @@
 namespace origami {
 
 enum class PoolType { kMax, kAvg };
+// How the global score F combines with this compression's score S (ScoreRecipe::global_decay > 0).
+enum class GlobalMode {
+  kMax,  // G-KV (Zipage): F <- max(decay * F_prev, S)
+  kSum,  // accumulated score (H2O's accumulated attention with decay 1): F <- decay * F_prev + S
+};
 enum class RedundancyMode {
   kNone,
   kFlash,      // cosine similarity between all pairs of a head's keys (block-tiled)
@@ -31,7 +36,8 @@ struct ScoreRecipe {
   // softmax(q.k / sqrt(d)) of each of the last `window` entries' queries over all cached keys
   // (causal inside the window), max over the query heads of a GQA group, mean over the window's
   // queries; it needs the window's queries captured into a query slot (SequenceInput::query_slot).
-  // kRecency (StreamingLLM) scores an entry by its index, kKeyNorm by -||k||, kZero leaves 0.
+  // kRecency (StreamingLLM) scores an entry by its index, kKeyNorm by -||k||, kKeyDiff by
+  // -cos(k, mean of the unit keys), kZero leaves 0.
   Scorer scorer = Scorer::kAttention;
   int window = 16;       // the last `window` entries always kept (+inf); for kAttention their queries
                          // score the rest
@@ -40,9 +46,11 @@ struct ScoreRecipe {
   int pool_kernel = 0;
   PoolType pool_type = PoolType::kMax;
   bool pool_first_only = true;  // pool only at a request's first compression (Zipage)
-  // G-KV global score: F <- max(global_decay * F_prev, S) per entry, F moving with its entry on
-  // compaction; selection then uses F instead of S. 0 = off.
+  // G-KV global score: F <- max(global_decay * F_prev, S) per entry (global_mode kSum:
+  // F <- global_decay * F_prev + S), F moving with its entry on compaction; selection then uses F
+  // instead of S. 0 = off. Entries new since the last compression start from F = S.
   float global_decay = 0.0f;
+  GlobalMode global_mode = GlobalMode::kMax;
   // R-KV redundancy: final = lambda * S - (1 - lambda) * R, with R the softmax over entries of
   // (row sums of the thresholded cosine similarity, / length, / tau).
   RedundancyMode redundancy = RedundancyMode::kNone;
@@ -55,10 +63,19 @@ struct ScoreRecipe {
   // The last `recent` entries are always kept too (+inf), beside the observation window: a recent
   // window as H2O keeps one. 0 = only the observation window.
   int recent = 0;
+  // A recent window as a share of what a compression keeps: the last floor(recent_ratio *
+  // num_keep) entries are kept too (H2O's split of the budget between recent tokens and heavy
+  // hitters). In [0, 1); 0 = off.
+  float recent_ratio = 0.0f;
 
-  // The lightning group at this block size, and how many trailing entries are protected.
+  // The lightning group at this block size, and how many trailing entries are protected when a
+  // compression keeps `num_keep` entries (0: the ratio-based recent window is left out).
   int lightning_span(int block_size) const { return redundancy_span > 0 ? redundancy_span : block_size; }
-  int protected_tail() const { return recent > window ? recent : window; }
+  int protected_tail(int num_keep = 0) const {
+    int tail = recent > window ? recent : window;
+    const int by_ratio = static_cast<int>(recent_ratio * static_cast<float>(num_keep));
+    return by_ratio > tail ? by_ratio : tail;
+  }
 
   bool needs_queries() const { return scorer_needs_queries(scorer); }
 };

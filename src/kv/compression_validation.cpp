@@ -33,6 +33,11 @@ Status validate_recipe(const std::string& who, const ScoreRecipe& r, int max_win
     return invalid_argument(who + ": recipe.global_decay > 0 needs CompressionConfig::global_scores");
   if (r.redundancy_span < 0)
     return invalid_argument(who + ": recipe.redundancy_span must be >= 0, got " + std::to_string(r.redundancy_span));
+  if (!(r.recent_ratio >= 0.0f && r.recent_ratio < 1.0f))
+    return invalid_argument(who + ": recipe.recent_ratio must be in [0, 1), got " + std::to_string(r.recent_ratio));
+  if (r.global_mode != GlobalMode::kMax && r.global_mode != GlobalMode::kSum)
+    return invalid_argument(who + ": recipe.global_mode " + std::to_string(static_cast<int>(r.global_mode)) +
+                            " is neither kMax nor kSum");
   if (r.recent < 0) return invalid_argument(who + ": recipe.recent must be >= 0, got " + std::to_string(r.recent));
   if (r.redundancy != RedundancyMode::kNone && !(r.redundancy_tau > 0.0f))
     return invalid_argument(who + ": recipe.redundancy_tau must be > 0, got " + std::to_string(r.redundancy_tau));

@@ -21,7 +21,8 @@
   X(kAttention, attention, true,                                                                             \
     "observation-window attention: softmax(q.k / sqrt(d)), max over a GQA group, mean over the window")      \
   X(kRecency, recency, false, "StreamingLLM: S = entry index (the newest entries win)")                     \
-  X(kKeyNorm, knorm, false, "K-norm: S = -||k||_2 (keys with a small L2 norm are kept)")
+  X(kKeyNorm, knorm, false, "K-norm: S = -||k||_2 (keys with a small L2 norm are kept)")                     \
+  X(kKeyDiff, keydiff, false, "KeyDiff: S = -cos(k, mean of the head's unit keys) (distinctive keys are kept)")
 
 namespace origami {
 

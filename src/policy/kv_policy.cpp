@@ -34,7 +34,10 @@ int KVPolicy::capture_from(const TriggerState& state) const {
 Status KVPolicy::check_budget(int budget, int block_size) const {
   if (!compresses()) return Status::ok();
   const ScoreRecipe& recipe = score_recipe();
-  const int protected_entries = (recipe.scorer == Scorer::kRecency ? 0 : recipe.protected_tail()) + recipe.num_sinks;
+  // What a compression keeping `keep` entries always keeps (StreamingLLM's window is its score).
+  auto protected_entries_at = [&](int keep) {
+    return (recipe.scorer == Scorer::kRecency ? 0 : recipe.protected_tail(keep)) + recipe.num_sinks;
+  };
   const std::string where = "policy " + name_ + " with KV budget " + std::to_string(budget);
   if (budget < 1) return invalid_argument(where + ": the budget must be >= 1 token");
   if (trigger() == CompressionTrigger::kCacheFull) {
@@ -42,6 +45,7 @@ Status KVPolicy::check_budget(int budget, int block_size) const {
       return invalid_argument(where + ": the budget must hold at least one block of " + std::to_string(block_size) +
                               " tokens (N_max = floor(budget / block_size) + 1 >= 2)");
     const int keep = entries_kept_for_budget(budget, block_size);
+    const int protected_entries = protected_entries_at(keep);
     if (keep <= protected_entries)
       return invalid_argument(where + ": keeps " + std::to_string(keep) + " entries, not more than the " +
                               std::to_string(protected_entries) + " it always protects (window or recent, + sinks)");
@@ -52,6 +56,7 @@ Status KVPolicy::check_budget(int budget, int block_size) const {
                               " is larger than the block size " + std::to_string(block_size));
     return Status::ok();
   }
+  const int protected_entries = protected_entries_at(budget);
   if (budget <= protected_entries)
     return invalid_argument(where + ": keeps no more than the " + std::to_string(protected_entries) +
                             " entries it always protects (window or recent, + sinks)");

@@ -11,7 +11,11 @@
   X(streaming_policy)               \
   X(snapkv_policy)                  \
   X(zipage_policies)                \
-  X(knorm_policy)
+  X(knorm_policy)                    \
+  X(h2o_policy)                      \
+  X(tova_policy)                     \
+  X(keydiff_policy)                  \
+  X(rkv_policy)
 
 namespace origami {
 

@@ -187,7 +187,7 @@ TEST_F(EvalCli, BadInputIsAnErrorThatNamesTheProblem) {
   } cases[] = {
       {retrieval + "--data " + path("missing.jsonl"), "missing.jsonl"},
       {retrieval + "--data " + path("bad.jsonl"), "bad.jsonl:2: not a JSON object"},
-      {retrieval + docs + "--kv-policy full,h2o", "unknown policy 'h2o'"},
+      {retrieval + docs + "--kv-policy full,no-such-policy", "unknown policy 'no-such-policy'"},
       {retrieval + docs + "--kv-policy streaming --kv-budget 64,abc", "'abc'"},
       {retrieval + docs + "--kv-policy streaming --kv-budget 64,,128", "--kv-budget"},
       {retrieval + docs + "--mode sideways", "'sideways'"},
@@ -204,7 +204,7 @@ TEST_F(EvalCli, BadInputIsAnErrorThatNamesTheProblem) {
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
   }
   // An unknown policy's error lists the known ones.
-  const CommandResult r = run_command(retrieval + docs + "--kv-policy h2o", true);
+  const CommandResult r = run_command(retrieval + docs + "--kv-policy no-such-policy", true);
   EXPECT_NE(r.out.find("zipage"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("streaming"), std::string::npos) << r.out;
 }

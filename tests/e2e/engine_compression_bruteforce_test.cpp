@@ -27,6 +27,11 @@
 // after a prompt longer than N_max blocks. A third run checks `zipage`'s default recipe in the
 // eval's setup: the same score, then lambda * S - (1 - lambda) * R with R-KV's redundancy R of
 // the keys (lightning within 256-entry spans), recomputed from the naive keys.
+// A fourth test runs the baselines the same way, each against its own brute force in the eval's
+// setup: `h2o` (window attention summed over compressions per logical position, recent half of
+// the kept entries protected), `tova` (the newest query's attention), `keydiff` (-cos to the mean
+// unit key, from the naive keys) and `rkv` (attention max-pooled with kernel 7 at every
+// compression, then 0.1 * S - 0.9 * R with R-KV's all-pairs redundancy, tau 1).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -47,14 +52,67 @@ namespace {
 constexpr int kBlock = 16;
 constexpr int kBudget = 64;  // N_max = 5: compress at 80 entries, keep 64
 constexpr int kKeep = 64;
-constexpr int kWindow = 16;
-constexpr int kPoolKernel = 5;
 constexpr double kScoreRelTol = 1e-5;
+constexpr double kKeyTol = 2e-4;
+
+// The score a policy's compressions must reproduce, written out for the brute force.
+struct BruteRecipe {
+  const char* policy = "zipage-attn";
+  bool attention = true;   // window attention; false: KeyDiff (-cos to the mean unit key)
+  int window = 16;         // the window's queries score (attention) and its entries are kept
+  int pool_kernel = 5;     // max pooling, 0 = none
+  bool pool_first_only = true;
+  RedundancyMode redundancy = RedundancyMode::kNone;
+  int span = 256;          // lightning span
+  double lambda = 0.2, tau = 0.4, threshold = 0.5;
+  bool accumulate = false;    // H2O: S is added to the entry's score from earlier compressions
+  double recent_ratio = 0.0;  // the last floor(ratio * kKeep) entries are kept too
+
+  int tail() const { return std::max(window, static_cast<int>(recent_ratio * kKeep)); }
+};
+
+BruteRecipe zipage_attn_recipe() { return BruteRecipe{}; }
 // `zipage`'s default redundancy (R-KV): lightning within 256-entry spans (all 80 entries here),
 // combined as lambda * S - (1 - lambda) * R.
-constexpr double kLambda = 0.2, kTau = 0.4, kThreshold = 0.5;
-constexpr int kSpan = 256;
-constexpr double kKeyTol = 2e-4;
+BruteRecipe zipage_recipe() {
+  BruteRecipe r;
+  r.policy = "zipage";
+  r.redundancy = RedundancyMode::kLightning;
+  return r;
+}
+BruteRecipe h2o_recipe() {
+  BruteRecipe r;
+  r.policy = "h2o";
+  r.pool_kernel = 0;
+  r.accumulate = true;
+  r.recent_ratio = 0.5;
+  return r;
+}
+BruteRecipe tova_recipe() {
+  BruteRecipe r;
+  r.policy = "tova";
+  r.window = 1;
+  r.pool_kernel = 0;
+  return r;
+}
+BruteRecipe keydiff_recipe() {
+  BruteRecipe r;
+  r.policy = "keydiff";
+  r.attention = false;
+  r.pool_kernel = 0;
+  return r;
+}
+BruteRecipe rkv_recipe() {
+  BruteRecipe r;
+  r.policy = "rkv";
+  r.window = 8;
+  r.pool_kernel = 7;
+  r.pool_first_only = false;
+  r.redundancy = RedundancyMode::kFlash;
+  r.lambda = 0.1;
+  r.tau = 1.0;
+  return r;
+}
 
 // Layer 0's projections, recomputed naively in double.
 class NaiveLayer0 {
@@ -131,6 +189,8 @@ struct Tracked {
   std::vector<std::vector<std::vector<float>>> pre_keys;  // [head][entry][d], the engine's floats
   std::vector<std::vector<double>> bf_scores;             // [head][entry] brute-force score
   std::vector<std::vector<int>> bf_keep;                  // [head] brute-force kept entries, ascending
+  std::vector<std::vector<double>> bf_global;             // [head][entry] accumulated score (H2O)
+  std::vector<std::map<int, double>> accumulated;         // [head] logical position -> accumulated score
   // Lazily computed naive projections per logical position.
   std::map<int, std::vector<double>> naive_k, naive_q;
 };
@@ -147,11 +207,11 @@ struct Stats {
 
 class BruteForce {
  public:
-  BruteForce(Engine& engine, const NaiveLayer0& naive, bool redundancy)
+  BruteForce(Engine& engine, const NaiveLayer0& naive, const BruteRecipe& recipe)
       : engine_(engine),
         naive_(naive),
         kv_(dynamic_cast<CpuBackend&>(engine.backend()).kv_cache()),
-        redundancy_(redundancy) {
+        recipe_(recipe) {
     const ModelConfig& c = engine.model_config();
     heads_ = c.num_kv_heads;
     group_ = c.num_heads / c.num_kv_heads;
@@ -201,20 +261,23 @@ class BruteForce {
     if (!r->compression.pending) return;
 
     // A compression starts at the beginning of the next step.
-    ASSERT_GE(r->compression.query_slot, 0) << "request " << t.id << " compresses without a query slot";
+    const int w = recipe_.window;
     ASSERT_EQ(r->compression.num_keep, kKeep);
-    ASSERT_EQ(r->compression.window, kWindow);
-    ASSERT_GE(n, kKeep + kWindow);
+    ASSERT_GE(n, kKeep + kBlock);
     // The window's entries are the newest tokens, the same in every head.
     for (int h = 0; h < heads_; ++h)
-      for (int i = 0; i < kWindow; ++i)
-        ASSERT_EQ(t.pos[h][static_cast<size_t>(n - kWindow + i)], t.num_computed - kWindow + i);
+      for (int i = 0; i < w; ++i)
+        ASSERT_EQ(t.pos[h][static_cast<size_t>(n - w + i)], t.num_computed - w + i);
     // (q) the captured window queries.
+    if (recipe_.attention) {
+      ASSERT_GE(r->compression.query_slot, 0) << "request " << t.id << " compresses without a query slot";
+      ASSERT_EQ(r->compression.window, w);
+    }
     const int slot = r->compression.query_slot;
     const int q_size = group_ * heads_ * d_;
-    for (int i = 0; i < kWindow; ++i) {
-      const int e = n - kWindow + i;
-      const int p = t.num_computed - kWindow + i;
+    for (int i = 0; recipe_.attention && i < w; ++i) {
+      const int e = n - w + i;
+      const int p = t.num_computed - w + i;
       const float* got = kv_.query_row(0, slot, e % max_window_);
       const std::vector<double>& want = query(t, p);
       for (int x = 0; x < q_size; ++x)
@@ -229,15 +292,18 @@ class BruteForce {
     t.pre_keys.assign(static_cast<size_t>(heads_), {});
     t.bf_scores.assign(static_cast<size_t>(heads_), {});
     t.bf_keep.assign(static_cast<size_t>(heads_), {});
+    t.bf_global.assign(static_cast<size_t>(heads_), {});
+    t.accumulated.resize(static_cast<size_t>(heads_));
     for (int h = 0; h < heads_; ++h) {
       for (int e = 0; e < n; ++e) {
         const float* k = kv_.key_at(0, (*table)[static_cast<size_t>(e / kBlock)], h, e % kBlock);
         t.pre_keys[h].emplace_back(k, k + d_);
       }
       std::vector<double> s(static_cast<size_t>(n), 0.0);
-      for (int i = 0; i < kWindow; ++i) {
-        const int visible = n - kWindow + i + 1;
-        const std::vector<double>& q = query(t, t.num_computed - kWindow + i);
+      if (!recipe_.attention) s = keydiff(t, h, n);
+      for (int i = 0; recipe_.attention && i < w; ++i) {
+        const int visible = n - w + i + 1;
+        const std::vector<double>& q = query(t, t.num_computed - w + i);
         std::vector<double> best(static_cast<size_t>(visible), 0.0);
         for (int j = 0; j < group_; ++j) {
           const double* qh = q.data() + static_cast<size_t>(h * group_ + j) * d_;
@@ -256,21 +322,31 @@ class BruteForce {
         }
         for (int e = 0; e < visible; ++e) s[e] += best[e];
       }
-      for (double& v : s) v /= kWindow;
-      if (t.snapshot_first) {  // max pooling, first compression only
+      if (recipe_.attention)
+        for (double& v : s) v /= w;
+      if (recipe_.accumulate) {  // H2O: + the score the entry's logical position accumulated so far
+        const std::map<int, double>& acc = t.accumulated[h];
+        for (int e = 0; e < n; ++e) {
+          auto it = acc.find(t.pos[h][static_cast<size_t>(e)]);
+          if (it != acc.end()) s[e] += it->second;
+        }
+        t.bf_global[h] = s;
+      }
+      const int kernel = recipe_.pool_kernel;
+      if (kernel > 1 && (t.snapshot_first || !recipe_.pool_first_only)) {  // max pooling
         std::vector<double> pooled(s.size());
         for (int e = 0; e < n; ++e) {
           double m = s[e];
-          for (int x = std::max(0, e - kPoolKernel / 2); x <= std::min(n - 1, e + kPoolKernel / 2); ++x) m = std::max(m, s[x]);
+          for (int x = std::max(0, e - kernel / 2); x <= std::min(n - 1, e + kernel / 2); ++x) m = std::max(m, s[x]);
           pooled[e] = m;
         }
         s = pooled;
       }
-      if (redundancy_) {
+      if (recipe_.redundancy != RedundancyMode::kNone) {
         const std::vector<double> r = redundancy(t, h, n);
-        for (int e = 0; e < n; ++e) s[e] = kLambda * s[e] - (1.0 - kLambda) * r[e];
+        for (int e = 0; e < n; ++e) s[e] = recipe_.lambda * s[e] - (1.0 - recipe_.lambda) * r[e];
       }
-      for (int e = n - kWindow; e < n; ++e) s[e] = std::numeric_limits<double>::infinity();
+      for (int e = n - recipe_.tail(); e < n; ++e) s[e] = std::numeric_limits<double>::infinity();
       std::vector<int> order(static_cast<size_t>(n));
       for (int e = 0; e < n; ++e) order[e] = e;
       std::sort(order.begin(), order.end(), [&](int a, int b) { return s[a] != s[b] ? s[a] > s[b] : a > b; });
@@ -290,7 +366,31 @@ class BruteForce {
       const double* k = key(t, t.pos[h][static_cast<size_t>(e)]).data() + static_cast<size_t>(h) * d_;
       keys.insert(keys.end(), k, k + d_);
     }
-    return test::naive_redundancy(keys, n, d_, kSpan, RedundancyMode::kLightning, kTau, kThreshold);
+    return test::naive_redundancy(keys, n, d_, recipe_.span, recipe_.redundancy, recipe_.tau, recipe_.threshold);
+  }
+
+  // KeyDiff of head h's n entries from the naive keys, in double: -cos(k_e, mean of the unit keys).
+  std::vector<double> keydiff(Tracked& t, int h, int n) {
+    std::vector<double> anchor(static_cast<size_t>(d_), 0.0), out(static_cast<size_t>(n));
+    auto norm = [&](const double* v) {
+      double ss = 0;
+      for (int x = 0; x < d_; ++x) ss += v[x] * v[x];
+      return std::sqrt(ss);
+    };
+    auto key_of = [&](int e) { return key(t, t.pos[h][static_cast<size_t>(e)]).data() + static_cast<size_t>(h) * d_; };
+    for (int e = 0; e < n; ++e) {
+      const double* k = key_of(e);
+      const double kn = norm(k);
+      for (int x = 0; x < d_; ++x) anchor[x] += k[x] / kn / n;
+    }
+    const double an = norm(anchor.data());
+    for (int e = 0; e < n; ++e) {
+      const double* k = key_of(e);
+      double dot = 0;
+      for (int x = 0; x < d_; ++x) dot += k[x] * anchor[x];
+      out[e] = -dot / (norm(k) * an);
+    }
+    return out;
   }
 
   // (b) after a step: the kept set of a compression that ran in it, then the new entries.
@@ -348,10 +448,16 @@ class BruteForce {
           }
         }
         stats->swaps += static_cast<int>(extra.size());
-        for (int i = 0; i < kWindow; ++i) ASSERT_EQ(chosen[kKeep - kWindow + i], static_cast<int>(pre.size()) - kWindow + i);
-        // The engine's (validated) choice is what the cache holds from now on.
+        const int tail = recipe_.tail();
+        for (int i = 0; i < tail; ++i) ASSERT_EQ(chosen[kKeep - tail + i], static_cast<int>(pre.size()) - tail + i);
+        // The engine's (validated) choice is what the cache holds from now on, with its
+        // accumulated scores (H2O).
         std::vector<int> kept_pos;
         for (int e : chosen) kept_pos.push_back(t.pos[h][static_cast<size_t>(e)]);
+        if (recipe_.accumulate) {
+          t.accumulated[h].clear();
+          for (int e : chosen) t.accumulated[h][t.pos[h][static_cast<size_t>(e)]] = t.bf_global[h][static_cast<size_t>(e)];
+        }
         t.pos[h] = std::move(kept_pos);
       }
       ++t.num_compressions;
@@ -373,7 +479,7 @@ class BruteForce {
   Engine& engine_;
   const NaiveLayer0& naive_;
   cpu::CpuKVCache& kv_;
-  const bool redundancy_;  // `zipage` (redundancy) rather than `zipage-attn`
+  const BruteRecipe recipe_;
   int heads_ = 0, group_ = 0, d_ = 0, max_window_ = 0;
   double scale_ = 0.0;
 };
@@ -394,7 +500,7 @@ std::vector<int32_t> document_tokens(const Tokenizer& tokenizer, int line, size_
 struct EngineSetup {
   const char* name;
   bool policy_per_request;  // the eval's setup: full-KV default engine, policy per request
-  const char* policy = "zipage-attn";  // or "zipage": the default recipe, with redundancy
+  BruteRecipe recipe = zipage_attn_recipe();  // the policy and the score it must reproduce
 };
 
 void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths, int num_tokens, Stats* stats) {
@@ -405,7 +511,7 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
     c.num_query_slots = 128;
     c.query_window = 32;
   } else {
-    c.kv_policy = setup.policy;
+    c.kv_policy = setup.recipe.policy;
     c.kv_budget = kBudget;
   }
   auto engine = make_engine(c);
@@ -416,9 +522,7 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
   ASSERT_TRUE(weights.has_value());
   ASSERT_EQ(config->rope.type, "default");
   const NaiveLayer0 naive(*config, *weights);
-  const bool redundancy = std::string(setup.policy) == "zipage";
-  ASSERT_TRUE(redundancy || std::string(setup.policy) == "zipage-attn") << setup.policy;
-  BruteForce bf(*engine, naive, redundancy);
+  BruteForce bf(*engine, naive, setup.recipe);
   stats->heads = bf.heads();
 
   std::vector<Tracked> tracked(prompt_lengths.size());
@@ -430,7 +534,7 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
     const std::vector<int32_t> prompt(t.tokens.begin(), t.tokens.begin() + prompt_lengths[i]);
     RequestOptions opts;
     if (setup.policy_per_request) {
-      opts.kv_policy = setup.policy;
+      opts.kv_policy = setup.recipe.policy;
       opts.kv_budget = kBudget;
     }
     opts.forced_output_tokens.assign(t.tokens.begin() + prompt_lengths[i], t.tokens.end());
@@ -462,25 +566,38 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
       << setup.name;
 }
 
-TEST(EngineCompressionBruteForce, ZipageKeepsTheBruteForceTopKAtEveryDecodeCompression) {
+// Runs every setup and checks that enough compressions were checked and that heads differ.
+void run_setups(const std::vector<EngineSetup>& setups) {
   // Prompt lengths: 1 (stream mode: the whole text is forced), 7 and 12 (compressions on other
   // steps), 100 (compressed right after its prefill, then while decoding).
   const std::vector<int> prompt_lengths = {1, 7, 12, 100};
   const int num_tokens = 300;
-  for (const EngineSetup& setup :
-       {EngineSetup{"zipage-attn engine default", false}, EngineSetup{"eval setup (per-request policy)", true},
-        EngineSetup{"zipage (default recipe: redundancy), eval setup", true, "zipage"}}) {
+  for (const EngineSetup& setup : setups) {
     Stats stats;
     run_setup(setup, prompt_lengths, num_tokens, &stats);
-    ASSERT_FALSE(HasFailure()) << setup.name;
+    ASSERT_FALSE(::testing::Test::HasFailure()) << setup.name;
     std::printf("[%s] %d compressions checked at layer 0 (x %d KV heads; %d more in a request's last step, "
                 "unreadable), %d cache entries checked, %d fp swaps (worst relative score gap %.2e), %d head choices "
                 "differing from head 0's\n",
                 setup.name, stats.compressions_checked, stats.heads, stats.compressions_unchecked, stats.entries_checked,
                 stats.swaps, stats.max_swap_gap, stats.differing_head_choices);
-    EXPECT_GE(stats.compressions_checked, 4 * 12);
-    EXPECT_GT(stats.differing_head_choices, 0) << "token-wise eviction per head: heads should keep different entries";
+    EXPECT_GE(stats.compressions_checked, 4 * 12) << setup.name;
+    EXPECT_GT(stats.differing_head_choices, 0)
+        << setup.name << ": token-wise eviction per head: heads should keep different entries";
   }
+}
+
+TEST(EngineCompressionBruteForce, ZipageKeepsTheBruteForceTopKAtEveryDecodeCompression) {
+  run_setups({EngineSetup{"zipage-attn engine default", false}, EngineSetup{"eval setup (per-request policy)", true},
+              EngineSetup{"zipage (default recipe: redundancy), eval setup", true, zipage_recipe()}});
+}
+
+// The baselines with their default options, each against its own brute force.
+TEST(EngineCompressionBruteForce, BaselinesKeepTheBruteForceTopKAtEveryDecodeCompression) {
+  run_setups({EngineSetup{"h2o (accumulated attention + recent half), eval setup", true, h2o_recipe()},
+              EngineSetup{"tova (newest query's attention), eval setup", true, tova_recipe()},
+              EngineSetup{"keydiff (-cos to the mean key), eval setup", true, keydiff_recipe()},
+              EngineSetup{"rkv (pooled attention - flash redundancy), eval setup", true, rkv_recipe()}});
 }
 
 }  // namespace

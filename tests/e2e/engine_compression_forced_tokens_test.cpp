@@ -157,10 +157,10 @@ TEST(EngineForcedTokens, InvalidOptionsAreErrorsNamingThem) {
   EXPECT_NE(r.status().message().find("forced_output_tokens[2]"), std::string::npos) << r.status().message();
 
   RequestOptions unknown;
-  unknown.kv_policy = "h2o";
+  unknown.kv_policy = "no-such-policy";
   r = engine->add_request(kPrompt, greedy(4), unknown);
   ASSERT_FALSE(r.has_value());
-  EXPECT_NE(r.status().message().find("'h2o'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("'no-such-policy'"), std::string::npos) << r.status().message();
   EXPECT_NE(r.status().message().find("zipage"), std::string::npos) << r.status().message();
 
   RequestOptions bad_opt;

@@ -49,7 +49,7 @@ class CheckingBackend : public CpuBackendWrapper {
     std::vector<Protected> before;
     for (const CompressionJob& j : batch.compressions) {
       Protected p;
-      const int tail = std::min(j.recipe->protected_tail(), j.num_entries);
+      const int tail = std::min(j.recipe->protected_tail(j.num_keep), j.num_entries);
       const int sinks = std::min(j.recipe->num_sinks, j.num_entries - tail);
       for (int e = 0; e < sinks; ++e) p.sinks.push_back(entry(*j.src_blocks, e));
       for (int e = j.num_entries - tail; e < j.num_entries; ++e) p.tail.push_back(entry(*j.src_blocks, e));

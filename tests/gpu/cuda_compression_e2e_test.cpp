@@ -148,7 +148,7 @@ OracleRow check_row_against_oracle(const ModelConfig& mc, const std::vector<floa
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> scores(n), f(n, 0.0f);
   cpu::score_head(recipe, keys.data(), n, d, wq.empty() ? nullptr : wq.data(), G, scale, kBlockSize, f.data(), 0, true,
-                  scores.data());
+                  scores.data(), k);
   std::vector<int32_t> keep(k);
   cpu::select_keep(scores.data(), n, k, keep.data());
   // Decided cut?

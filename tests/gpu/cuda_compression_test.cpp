@@ -180,7 +180,7 @@ CpuRow cpu_score_row(const HostCache& c, const CompressionJob& job, int l, int h
   out.final_scores.resize(n);
   cpu::score_head(r, keys.data(), n, d, wq.empty() ? nullptr : wq.data(), c.G, 1.0f / std::sqrt(static_cast<float>(d)),
                   bs, r.global_decay > 0.0f ? out.new_f.data() : nullptr, job.num_scored_entries,
-                  job.first_compression, out.final_scores.data());
+                  job.first_compression, out.final_scores.data(), job.num_keep);
   return out;
 }
 
@@ -231,7 +231,7 @@ void expect_scores_close(const std::vector<float>& got, const std::vector<float>
 }
 
 std::vector<ScoreRecipe> test_recipes() {
-  std::vector<ScoreRecipe> r(8);
+  std::vector<ScoreRecipe> r(10);
   // 0: SnapKV-like attention only.
   // 1: attention, max pooling 5, global score, sinks.
   r[1].pool_kernel = 5;
@@ -265,6 +265,15 @@ std::vector<ScoreRecipe> test_recipes() {
   r[7].scorer = Scorer::kKeyNorm;
   r[7].redundancy = RedundancyMode::kLightning;
   r[7].num_sinks = 3;
+  // 8: KeyDiff with sinks and a window (the new query-free scorer).
+  r[8].scorer = Scorer::kKeyDiff;
+  r[8].window = 5;
+  r[8].num_sinks = 2;
+  // 9: H2O: attention accumulated by sum (global_mode kSum, decay 1), the recent 40% of the kept
+  // entries protected (the ratio-based recent window).
+  r[9].global_decay = 1.0f;
+  r[9].global_mode = GlobalMode::kSum;
+  r[9].recent_ratio = 0.4f;
   return r;
 }
 
@@ -356,7 +365,7 @@ TEST(CudaCompression, ScoresSelectionAndCompactionMatchCpu) {
     for (int bs : {1, 16, 256})
       for (int G : {1, 4, 8}) {
         const int d = ci % 3 == 1 ? 128 : 64;
-        for (int r : {0, 1 + ci % 6}) {
+        for (int r : {0, 1 + ci % (static_cast<int>(recipes.size()) - 1)}) {
           SCOPED_TRACE("recipe " + std::to_string(r));
           check_job(n, bs, G, d, recipes[r], ci % 2 == 0, 1000 + ci * 7 + r, &worst, &undecided, &rows);
         }

@@ -151,12 +151,32 @@ inline std::vector<int32_t> naive_top_k(const std::vector<float>& s, int k) {
   return out;
 }
 
+// KeyDiff in double: -cos(k_e, mean of the unit keys).
+inline std::vector<double> naive_keydiff(const std::vector<float>& keys, int n, int d) {
+  std::vector<double> anchor(d, 0.0), out(n);
+  for (int e = 0; e < n; ++e) {
+    const float* k = keys.data() + static_cast<size_t>(e) * d;
+    const double norm = std::sqrt(ddot(k, k, d));
+    for (int x = 0; x < d; ++x) anchor[x] += k[x] / norm / n;
+  }
+  double an = 0;
+  for (double a : anchor) an += a * a;
+  an = std::sqrt(an);
+  for (int e = 0; e < n; ++e) {
+    const float* k = keys.data() + static_cast<size_t>(e) * d;
+    double dot = 0;
+    for (int x = 0; x < d; ++x) dot += k[x] * anchor[x];
+    out[e] = -dot / (std::sqrt(ddot(k, k, d)) * an);
+  }
+  return out;
+}
+
 // The whole documented pipeline for one (layer, KV head): base score, global score (f_new gets
 // the new F), pooling, redundancy, +inf protection. f_prev: [n], read below num_scored.
 inline std::vector<double> naive_scores(const ScoreRecipe& r, const std::vector<float>& keys, int n, int d,
                                         const std::vector<float>& q, int g, double scale, int bs,
                                         const std::vector<float>& f_prev, int num_scored, bool first,
-                                        std::vector<double>* f_new) {
+                                        std::vector<double>* f_new, int num_keep = 0) {
   std::vector<double> s(n, 0.0);
   switch (r.scorer) {
     case Scorer::kZero: break;
@@ -165,9 +185,13 @@ inline std::vector<double> naive_scores(const ScoreRecipe& r, const std::vector<
       for (int e = 0; e < n; ++e) s[e] = e;
       break;
     case Scorer::kKeyNorm: s = naive_key_norm_scores(keys, n, d); break;
+    case Scorer::kKeyDiff: s = naive_keydiff(keys, n, d); break;
   }
   if (r.global_decay > 0) {
-    for (int e = 0; e < std::min(num_scored, n); ++e) s[e] = std::max(r.global_decay * static_cast<double>(f_prev[e]), s[e]);
+    for (int e = 0; e < std::min(num_scored, n); ++e) {
+      const double prev = r.global_decay * static_cast<double>(f_prev[e]);
+      s[e] = r.global_mode == GlobalMode::kSum ? prev + s[e] : std::max(prev, s[e]);
+    }
     if (f_new) *f_new = s;
   }
   if (r.pool_kernel > 1 && (first || !r.pool_first_only)) {
@@ -180,7 +204,8 @@ inline std::vector<double> naive_scores(const ScoreRecipe& r, const std::vector<
     for (int e = 0; e < n; ++e) s[e] = r.redundancy_lambda * s[e] - (1.0 - r.redundancy_lambda) * red[e];
   }
   const double inf = std::numeric_limits<double>::infinity();
-  for (int e = std::max(0, n - std::max(r.window, r.recent)); e < n; ++e) s[e] = inf;
+  const int tail = std::max({r.window, r.recent, static_cast<int>(r.recent_ratio * static_cast<float>(num_keep))});
+  for (int e = std::max(0, n - tail); e < n; ++e) s[e] = inf;
   for (int e = 0; e < std::min(r.num_sinks, n); ++e) s[e] = inf;
   return s;
 }

@@ -70,10 +70,36 @@ void pool_scores(const float* in, int n, int kernel, PoolType type, float* out) 
   }
 }
 
-void update_global_scores(float* s, float* f, int n, int num_scored, float decay) {
+void update_global_scores(float* s, float* f, int n, int num_scored, float decay, GlobalMode mode) {
   const int scored = std::clamp(num_scored, 0, n);
-  for (int e = 0; e < scored; ++e) s[e] = std::max(decay * f[e], s[e]);
+  if (mode == GlobalMode::kSum) {
+    for (int e = 0; e < scored; ++e) {
+      const float decayed = decay * f[e];
+      s[e] = decayed + s[e];
+    }
+  } else {
+    for (int e = 0; e < scored; ++e) s[e] = std::max(decay * f[e], s[e]);
+  }
   std::copy(s, s + n, f);
+}
+
+void keydiff_scores(const float* keys, int n, int d, float* out) {
+  if (n <= 0) return;
+  std::vector<float> inv_norm(n), anchor(d, 0.0f);
+  for (int e = 0; e < n; ++e) {
+    const float* k = keys + static_cast<size_t>(e) * d;
+    inv_norm[e] = 1.0f / std::max(std::sqrt(dot(k, k, d)), 1e-8f);
+  }
+  for (int e = 0; e < n; ++e) {
+    const float* k = keys + static_cast<size_t>(e) * d;
+    for (int x = 0; x < d; ++x) anchor[x] += k[x] * inv_norm[e];
+  }
+  for (int x = 0; x < d; ++x) anchor[x] /= static_cast<float>(n);
+  const float inv_anchor = 1.0f / std::max(std::sqrt(dot(anchor.data(), anchor.data(), d)), 1e-8f);
+  for (int e = 0; e < n; ++e) {
+    const float* k = keys + static_cast<size_t>(e) * d;
+    out[e] = -(dot(k, anchor.data(), d) * inv_norm[e]) * inv_anchor;
+  }
 }
 
 void redundancy_scores(const float* keys, int n, int d, int span, RedundancyMode mode, float tau, float threshold,
@@ -128,7 +154,8 @@ void protect_scores(float* s, const float* r, int n, float lambda, int window, i
 }
 
 void score_head(const ScoreRecipe& recipe, const float* keys, int n, int d, const float* window_q, int group_size,
-                float scale, int block_size, float* f, int num_scored, bool first_compression, float* out) {
+                float scale, int block_size, float* f, int num_scored, bool first_compression, float* out,
+                int num_keep) {
   if (n <= 0) return;
   // 1. The base score.
   ScorerInput in;
@@ -145,7 +172,7 @@ void score_head(const ScoreRecipe& recipe, const float* keys, int n, int d, cons
   // 2. Global score (F keeps the unpooled score).
   if (recipe.global_decay > 0.0f) {
     ORIGAMI_CHECK(f != nullptr);
-    update_global_scores(out, f, n, num_scored, recipe.global_decay);
+    update_global_scores(out, f, n, num_scored, recipe.global_decay, recipe.global_mode);
   }
   // 3. Pooling.
   if (recipe.pool_kernel > 1 && (first_compression || !recipe.pool_first_only)) {
@@ -160,7 +187,7 @@ void score_head(const ScoreRecipe& recipe, const float* keys, int n, int d, cons
     redundancy_scores(keys, n, d, recipe.lightning_span(block_size), recipe.redundancy, recipe.redundancy_tau, recipe.redundancy_threshold,
                       r.data());
   }
-  protect_scores(out, r.empty() ? nullptr : r.data(), n, recipe.redundancy_lambda, recipe.protected_tail(),
+  protect_scores(out, r.empty() ? nullptr : r.data(), n, recipe.redundancy_lambda, recipe.protected_tail(num_keep),
                  recipe.num_sinks);
 }
 

@@ -9,12 +9,13 @@
 //      score_base): attention = window_attention_scores(...), recency = recency_scores(...),
 //      knorm = -|k|, zero = 0 (e.g. redundancy only)
 //   2. if recipe.global_decay > 0:             update_global_scores(S, F): S = F = max(decay*F_prev, S)
+//                                              (global_mode kSum: S = F = decay*F_prev + S)
 //   3. if recipe.pool_kernel > 1 and (first_compression or !recipe.pool_first_only):
 //                                              S = pool_scores(S)   (after the global score, as in
 //                                              Zipage C.4: F stores the unpooled score)
 //   4. if recipe.redundancy != kNone:          S = lambda * S - (1 - lambda) * redundancy_scores(K)
-//   5. protect_scores(S): +inf for the last min(max(window, recent), n) entries and the first
-//      num_sinks.
+//   5. protect_scores(S): +inf for the last min(recipe.protected_tail(num_keep), n) entries
+//      (window, recent, recent_ratio * num_keep) and the first num_sinks.
 // Then select_keep(S, n, num_keep) gives the kept entries and compact_entries() moves K, V and F.
 #include <cstddef>
 #include <cstdint>
@@ -49,8 +50,17 @@ void recency_scores(int n, float* out);
 void pool_scores(const float* in, int n, int kernel, PoolType type, float* out);
 
 // G-KV global score (Zipage Algorithm 2), in place: for e < num_scored,
-// s[e] = max(decay * f[e], s[e]); then f[e] = s[e] for every e < n (new entries start from S).
-void update_global_scores(float* s, float* f, int n, int num_scored, float decay);
+// s[e] = max(decay * f[e], s[e]) (kMax) or s[e] = (decay * f[e]) + s[e] (kSum: the product rounded
+// to fp32, then the sum; H2O's accumulated attention with decay 1); then f[e] = s[e] for every
+// e < n (new entries start from S).
+void update_global_scores(float* s, float* f, int n, int num_scored, float decay, GlobalMode mode = GlobalMode::kMax);
+
+// KeyDiff (Park et al. 2025; kvpress's KeyDiffPress) of one KV head's keys [n, d] -> out [n]:
+//   u_e = k_e / max(|k_e|, 1e-8)                 (unit keys; |k| = sqrt of the fp32 sum of squares)
+//   a[x] = (sum over e ascending of u_e[x]) / n   (the anchor: mean unit key)
+//   out[e] = -(u_e . a) / max(|a|, 1e-8)          (= -cos(k_e, a))
+// Keys that point away from the average direction score high (are kept).
+void keydiff_scores(const float* keys, int n, int d, float* out);
 
 // R-KV redundancy of one KV head's keys, [n, d] in entry order -> out [n] (a distribution: sums
 // to 1). Exact reading of Zipage C.5 / Algorithm 3 implemented here:
@@ -83,8 +93,11 @@ void protect_scores(float* s, const float* r, int n, float lambda, int window, i
 //   f:        [n] global scores, read for e < num_scored, rewritten for all e < n; may be null
 //             unless recipe.global_decay > 0.
 //   out:      [n] final scores. Scratch is allocated internally.
+//   num_keep: entries the compression keeps; only recipe.recent_ratio reads it (0: the ratio's
+//             recent window is left out).
 void score_head(const ScoreRecipe& recipe, const float* keys, int n, int d, const float* window_q, int group_size,
-                float scale, int block_size, float* f, int num_scored, bool first_compression, float* out);
+                float scale, int block_size, float* f, int num_scored, bool first_compression, float* out,
+                int num_keep = 0);
 
 // --- Selection -------------------------------------------------------------------------------
 

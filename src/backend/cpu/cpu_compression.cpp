@@ -95,7 +95,7 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
       }
       std::vector<float> scores(n);
       score_head(recipe, keys.data(), n, d, window_q.empty() ? nullptr : window_q.data(), group_size, scale, bs, f,
-                 job.num_scored_entries, job.first_compression, scores.data());
+                 job.num_scored_entries, job.first_compression, scores.data(), job.num_keep);
       select_keep(scores.data(), n, job.num_keep, keep.data() + slot(it, keep_per_layer_head) + keep_offset[it.job]);
     });
 

@@ -271,7 +271,7 @@ __device__ float block_reduce(float v, float* smem32) {
   return r;
 }
 
-// Grid (row). Global update (S = F = max(decay * F_prev, S) on scored entries), pooling,
+// Grid (row). Global update (S = F = max(decay * F_prev, S), or decay * F_prev + S, on scored entries), pooling,
 // redundancy softmax and combination, protection: cpu::score_head steps 2-5.
 __global__ void __launch_bounds__(kRowThreads) finalize_kernel(const GroupArgs a) {
   __shared__ float red[32];
@@ -291,8 +291,9 @@ __global__ void __launch_bounds__(kRowThreads) finalize_kernel(const GroupArgs a
     float s = S[e];
     if (jd.global_decay > 0.0f && e < jd.num_scored) {
       const float prev = f_layer[slot_offset(a, table[e / bs], ri.head, e % bs, 1)];
-      const float decayed = jd.global_decay * prev;
-      s = decayed < s ? s : decayed;  // std::max(decayed, s)
+      // Rounded as the CPU's two statements (no fused multiply-add).
+      const float decayed = __fmul_rn(jd.global_decay, prev);
+      s = jd.global_sum ? __fadd_rn(decayed, s) : (decayed < s ? s : decayed);  // sum, or std::max(decayed, s)
     }
     S[e] = s;
   }

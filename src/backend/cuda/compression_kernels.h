@@ -52,6 +52,7 @@ struct CompressionJobDesc {
   // The recipe, resolved for this compression.
   Scorer scorer = Scorer::kZero;  // the base scorer (kv/scorers.h) that writes S for its rows
   float global_decay = 0.0f;  // > 0: G-KV global score (reads and rewrites F)
+  int32_t global_sum = 0;     // 1: F <- decay * F_prev + S (GlobalMode::kSum); 0: the max (kMax)
   int32_t pool_kernel = 0;    // > 1: pooling applies now (first compression or every time)
   int32_t pool_avg = 0;       // 1 = average pooling, 0 = max
   int32_t redundancy = 0;     // 0 none, 1 flash (all pairs), 2 lightning (within spans)

@@ -38,6 +38,7 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
     d.window = r.needs_queries() ? std::min(r.window, d.n) : 0;
     d.query_slot = r.needs_queries() ? job.query_slot : 0;
     d.global_decay = r.global_decay;
+    d.global_sum = r.global_mode == GlobalMode::kSum ? 1 : 0;
     d.pool_kernel = r.pool_kernel > 1 && (job.first_compression || !r.pool_first_only) ? r.pool_kernel : 0;
     d.pool_avg = r.pool_type == PoolType::kAvg ? 1 : 0;
     d.redundancy = r.redundancy == RedundancyMode::kFlash ? 1 : r.redundancy == RedundancyMode::kLightning ? 2 : 0;
@@ -45,7 +46,7 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
     d.redundancy_lambda = r.redundancy_lambda;
     d.redundancy_tau = r.redundancy_tau;
     d.redundancy_threshold = r.redundancy_threshold;
-    d.protect_window = r.protected_tail();
+    d.protect_window = r.protected_tail(job.num_keep);
     d.num_sinks = r.num_sinks;
     d.src_page0 = static_cast<int32_t>(plan.pages.size());
     plan.pages.insert(plan.pages.end(), job.src_blocks->begin(), job.src_blocks->begin() + pages_for(d.n, bs));
