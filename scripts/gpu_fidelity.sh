@@ -38,6 +38,10 @@ DEVICE=${FIDELITY_DEVICE:-cuda}
 case "$DEVICE" in cuda|cpu) ;; *) echo "FIDELITY_DEVICE must be cuda or cpu, got '$DEVICE'"; exit 2 ;; esac
 declare -A RESULT
 T_START=$(date +%s)
+if [ "$DEVICE" = cuda ] && command -v nvidia-smi > /dev/null; then
+  gpu_device_info "$OUT/device.txt"
+  RESULT[0_device]="$GPU_DEVICE"
+fi
 
 if [ -n "${ORIGAMI_BIN:-}" ]; then
   CLI=$ORIGAMI_BIN
