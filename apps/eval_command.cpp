@@ -1,6 +1,6 @@
 // `origami eval`: fidelity of KV compression policies against full KV (docs/fidelity.md).
 //
-//   origami eval retrieval --data FILE.jsonl [--mode prefill|stream|prefill,stream] [--limit N]
+//   origami eval retrieval --data FILE.jsonl [--mode prefill|stream|context, comma-separated] [--limit N]
 //   origami eval ppl --text FILE [--context N] [--limit N]
 //
 // Both take every engine flag; --kv-policy and --kv-budget take comma-separated lists and run a
@@ -25,6 +25,7 @@
 #include "eval/eval_report.h"
 #include "eval/eval_runner.h"
 #include "eval/perplexity_task.h"
+#include "eval/point_applicability.h"
 #include "eval/retrieval_task.h"
 #include "eval/svg_plot.h"
 #include "eval/sweep.h"
@@ -168,7 +169,7 @@ bool plan_sweep(const EvalFlags& f, const PolicyOptionMap& user_options, std::ve
 bool parse_modes(const std::string& text, std::vector<eval::RetrievalMode>* modes) {
   for (const std::string& part : split_list(text)) {
     if (part.empty()) {
-      print_error("--mode: '" + text + "' has an empty entry; use prefill, stream or prefill,stream");
+      print_error("--mode: '" + text + "' has an empty entry; use prefill, stream, context or a comma-separated list");
       return false;
     }
     Expected<eval::RetrievalMode> m = eval::parse_retrieval_mode(part);
@@ -198,7 +199,10 @@ eval::PlotSpec plot_spec_for(const std::vector<std::vector<PointResult>>& groups
       merged.references.clear();
     }
     for (eval::PlotSeries& s : spec.series) {
-      s.name += " (" + mode + ")";
+      const std::string na = " (n/a)";
+      const bool not_applied = s.name.size() > na.size() && s.name.compare(s.name.size() - na.size(), na.size(), na) == 0;
+      if (not_applied) s.name.resize(s.name.size() - na.size());
+      s.name += " (" + mode + ")" + (not_applied ? na : "");
       merged.series.push_back(std::move(s));
     }
     for (eval::PlotReference& r : spec.references) {
@@ -335,6 +339,26 @@ int run_eval(EvalFlags& f, EvalTask task) {
     }
   }
 
+  // One list of requests per mode (perplexity: one, stream), built before anything runs: a
+  // document context mode cannot split is an error up front.
+  const std::vector<eval::RetrievalMode> group_modes = retrieval ? modes : std::vector<eval::RetrievalMode>{eval::RetrievalMode::kStream};
+  std::vector<std::vector<eval::EvalItem>> items_of_mode;
+  for (eval::RetrievalMode mode : group_modes) {
+    std::vector<eval::EvalItem>& items = items_of_mode.emplace_back();
+    if (retrieval) {
+      for (const eval::RetrievalExample& ex : examples) {
+        Expected<eval::EvalItem> item = eval::make_retrieval_item(tokenizer, ex, mode, f.max_answer_tokens);
+        if (!item) {
+          print_error("--data: " + f.data_path + ": --mode " + eval::retrieval_mode_name(mode) + ": " + item.status().message());
+          return kExitUsage;
+        }
+        items.push_back(std::move(*item));
+      }
+    } else {
+      for (const std::vector<int32_t>& w : windows) items.push_back(eval::make_perplexity_item(w));
+    }
+  }
+
   nlohmann::json run_info = eval::engine_config_json(engine.config());
   run_info["query_slots"] = engine.compression_support().num_query_slots;
   run_info["query_window"] = engine.compression_support().max_window;
@@ -348,19 +372,17 @@ int run_eval(EvalFlags& f, EvalTask task) {
   run_info["limit"] = f.limit;
 
   // One group of results per mode (perplexity: one group, stream), each with its reference.
-  const std::vector<eval::RetrievalMode> group_modes = retrieval ? modes : std::vector<eval::RetrievalMode>{eval::RetrievalMode::kStream};
   std::vector<std::vector<PointResult>> groups;
   std::vector<nlohmann::json> json_lines;
   int status = kExitOk;
   int num_skipped_points = 0;  // not run or cut short by a signal
-  for (eval::RetrievalMode mode : group_modes) {
-    std::vector<eval::EvalItem> items;
-    if (retrieval) {
-      for (const eval::RetrievalExample& ex : examples)
-        items.push_back(eval::make_retrieval_item(tokenizer, ex, mode, f.max_answer_tokens));
-    } else {
-      for (const std::vector<int32_t>& w : windows) items.push_back(eval::make_perplexity_item(w));
-    }
+  for (size_t m = 0; m < group_modes.size(); ++m) {
+    const eval::RetrievalMode mode = group_modes[m];
+    const std::vector<eval::EvalItem>& items = items_of_mode[m];
+    // The KV a document holds before its answer: what a budget is compared with.
+    int max_document_tokens = 0;
+    for (const eval::EvalItem& item : items)
+      max_document_tokens = std::max(max_document_tokens, static_cast<int>(item.prompt_token_ids.size() + item.forced_token_ids.size()));
     std::vector<PointResult>& group = groups.emplace_back();
     for (const PlannedPoint& p : planned) {
       if (interrupt_signal() != 0) {
@@ -424,6 +446,20 @@ int run_eval(EvalFlags& f, EvalTask task) {
           return kExitFailure;
         }
       }
+      r.num_compressions = engine.metrics().num_compressions - before.num_compressions;
+      r.evicted_tokens = engine.metrics().num_evicted_tokens - before.num_evicted_tokens;
+      r.num_preemptions = engine.metrics().num_preemptions - before.num_preemptions;
+      r.max_document_tokens = max_document_tokens;
+      eval::decide_applicability(&r);
+      if (!r.applies && !f.quiet) std::fprintf(stderr, "origami: %s: n/a: %s\n", label.c_str(), r.not_applied_reason.c_str());
+      if (retrieval && mode == eval::RetrievalMode::kContext && r.num_preemptions > 0) {
+        // A request preempted between its document and its compression is recomputed with the
+        // question tokens it already has, so those enter the compression's window.
+        std::fprintf(stderr,
+                     "origami: warning: %s: %lld preemptions; a document preempted before its compression is "
+                     "compressed with part of its question (give the engine more KV memory: --kv-cache-memory)\n",
+                     label.c_str(), static_cast<long long>(r.num_preemptions));
+      }
       if (r.num_failed > 0) {
         std::fprintf(stderr, "origami: %s: %d of %d %s failed: %s\n", label.c_str(), r.num_failed, r.num_documents,
                      retrieval ? "documents" : "windows", r.first_error.c_str());
@@ -431,8 +467,6 @@ int run_eval(EvalFlags& f, EvalTask task) {
       }
       nlohmann::json extra = run_info;
       extra["kv_policy_options"] = p.options;
-      extra["num_compressions"] = engine.metrics().num_compressions - before.num_compressions;
-      extra["evicted_tokens"] = engine.metrics().num_evicted_tokens - before.num_evicted_tokens;
       group.push_back(std::move(r));
       const PointResult* reference = group.front().point.reference ? &group.front() : nullptr;
       json_lines.push_back(eval::point_json(group.back(), reference, extra));
@@ -510,7 +544,9 @@ void register_eval_command(CLI::App& app) {
   add_eval_flags(retrieval, r.get());
   retrieval->add_option("--data", r->data_path, "JSONL documents: {\"id\", \"prompt\", \"answer\"} per line");
   retrieval->add_option("--mode", r->modes,
-                        "prefill (the document is the prompt), stream (fed as forced decode tokens), or prefill,stream")
+                        "prefill (the document is the prompt), stream (fed as forced decode tokens), context (the "
+                        "document is the prompt, compressed before its question arrives as forced tokens), or a "
+                        "comma-separated list, e.g. prefill,context,stream")
       ->capture_default_str();
   retrieval->add_option("--limit", r->limit, "Evaluate the first N documents (0 = all)");
   retrieval->add_option("--max-answer-tokens", r->max_answer_tokens, "Tokens generated for the answer")->capture_default_str();

@@ -10,7 +10,8 @@
 #             weights) and HF generate() (scripts/hf_generate_bench.py) on the first workload
 #   compress  throughput under KV compression: Qwen3-8B shape, 256 x (128 -> 4096), ignore_eos,
 #             block 256; full KV next to each COMPRESS_RUNS entry (policy:budget:async|sync)
-#   fidelity  `origami eval` sweeps on origami-tiny-qwen3 (retrieval prefill + stream, perplexity)
+#   fidelity  `origami eval` sweeps on origami-tiny-qwen3: scripts/gpu_fidelity.sh (every registered
+#             policy, retrieval prefill / context / stream, perplexity, blocks 16 and 256)
 #   tune      stream-mode retrieval of policy variants on a tuning set built from the papers
 #             (scripts/make_retrieval_set.py; never the dev set the results are reported on):
 #             TUNE_VARIANTS="policy[,policy] [key=value ...];..." (see the default below)
@@ -40,23 +41,14 @@ gpu_device_info "$OUT/build.log"
 RESULT[0_device]="$GPU_DEVICE"
 
 # ---------------------------------------------------------------- build
-gpu_cmake_args
-extra=("${GPU_CMAKE_EXTRA[@]}")
-gen=("${GPU_CMAKE_GEN[@]}")
-t0=$(date +%s)
-cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DORIGAMI_CUDA=ON -DORIGAMI_CUDA_ARCH=90 \
-  -DORIGAMI_SHARED_DIR="$SH" "${extra[@]}" >> "$OUT/build.log" 2>&1 \
-  || { tail -30 "$OUT/build.log"; echo "CONFIGURE FAILED"; exit 1; }
 targets=()
 if ! has quick; then  # only what the chosen modes run
   { has roofline || has profile; } && targets+=(cuda_decode_bench_test)
   { has bench || has compress || has fidelity || has tune; } && targets+=(origami_cli)
 fi
-tflags=(); [ ${#targets[@]} -gt 0 ] && tflags=(--target "${targets[@]}")
 # Keep going past targets of modules that do not build, so the GPU tests still run.
-if [ ${#gen[@]} -gt 0 ]; then keep=(-- -k 0); else keep=(-- -k); fi
-cmake --build "$BUILD" -j16 "${tflags[@]}" "${keep[@]}" >> "$OUT/build.log" 2>&1
-RESULT[1_build]="rc=$? ($(( $(date +%s) - t0 ))s, targets: ${targets[*]:-all})"
+gpu_build "$BUILD" "$OUT/build.log" "${targets[@]}" || exit 1
+RESULT[1_build]="rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s, targets: ${targets[*]:-all})"
 grep -E "error|FAILED" "$OUT/build.log" | head -20
 
 # ---------------------------------------------------------------- quick: GPU tests
@@ -196,34 +188,11 @@ fi
 
 # ---------------------------------------------------------------- fidelity: eval sweeps, tiny model
 if has fidelity; then
-  CLI=$BUILD/origami
-  M=$SH/models/origami-tiny-qwen3
-  POLICIES=${FIDELITY_POLICIES:-full,streaming,snapkv,zipage-attn,zipage-global,zipage-flash,zipage-lightning}
-  BUDGETS=${FIDELITY_BUDGETS:-256,512,1024}
-  FB=${FIDELITY_BLOCK:-16}
-  # Every document runs at once, each with its own query slot.
-  EVAL_FLAGS=${EVAL_FLAGS:-"--max-num-seqs 128 --query-slots 128"}
-  for mode in ${FIDELITY_MODES:-stream prefill}; do
-    t0=$(date +%s)
-    timeout 400 "$CLI" eval retrieval --model "$M" --device cuda --block-size "$FB" --data "$SH/data/retrieval_dev.jsonl" \
-      --mode "$mode" --kv-policy "$POLICIES" --kv-budget "$BUDGETS" --json --quiet $EVAL_FLAGS \
-      --plot "$OUT/retrieval_${mode}_b$FB.svg" > "$OUT/retrieval_${mode}_b$FB.jsonl" 2> "$OUT/retrieval_$mode.err"
-    RESULT["9_retrieval_${mode}_b$FB"]="rc=$? ($(( $(date +%s) - t0 ))s)"
-  done
-  if [ "${FIDELITY_PPL:-1}" = 1 ]; then
-    t0=$(date +%s)
-    timeout 400 "$CLI" eval ppl --model "$M" --device cuda --block-size "$FB" --text "$SH/data/wikitext2_test_dev.txt" --limit "${PPL_LIMIT:-24}" \
-      --kv-policy "$POLICIES" --kv-budget "$BUDGETS" --json --quiet $EVAL_FLAGS --plot "$OUT/ppl_b$FB.svg" > "$OUT/ppl_b$FB.jsonl" 2> "$OUT/ppl.err"
-    RESULT["9_ppl_b$FB"]="rc=$? ($(( $(date +%s) - t0 ))s)"
-  fi
-  if [ "${FIDELITY_CPU_CHECK:-1}" = 1 ]; then  # the same point on both backends
-    for dev in cuda cpu; do
-      timeout 200 "$CLI" eval retrieval --model "$M" --device $dev --block-size 16 --data "$SH/data/retrieval_dev.jsonl" \
-        --mode stream --limit 20 --kv-policy zipage --kv-budget 512 --json --quiet --threads 16 $EVAL_FLAGS > "/tmp/fid_$dev.jsonl" 2>&1
-      RESULT["9_backend_$dev"]="rc=$? $(python3 -c 'import json,sys; print(" ".join("%s@%s=%s" % (j["policy"], j["budget"], j.get("accuracy")) for j in map(json.loads, open(sys.argv[1])) if True))' /tmp/fid_$dev.jsonl 2>&1 | tail -1)"
-    done
-  fi
-  cat "$OUT"/retrieval_*.err "$OUT"/ppl.err 2>/dev/null | tail -5
+  # scripts/gpu_fidelity.sh runs them (every registered policy, prefill / context / stream,
+  # blocks 16 and 256; its FIDELITY_* settings pass through) on the binary just built.
+  t0=$(date +%s)
+  ORIGAMI_BIN=$BUILD/origami OUT=$OUT scripts/gpu_fidelity.sh
+  RESULT[9_fidelity]="rc=$? ($(( $(date +%s) - t0 ))s) tables in fidelity_tables.md"
 fi
 
 # ---------------------------------------------------------------- tune: variants on the tuning set

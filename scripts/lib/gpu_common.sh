@@ -40,3 +40,22 @@ gpu_print_summary() {
     for k in $(echo "${!RESULT[@]}" | tr ' ' '\n' | sort); do printf '%-34s %s\n' "$k" "${RESULT[$k]}"; done
   } | tee "$2"
 }
+
+# Configures $1 (the build folder) with the CUDA backend and builds the targets $3... (all when
+# none), appending the output to the log $2 and keeping going past targets that do not build.
+# Sets GPU_BUILD_RC and GPU_BUILD_SECONDS; returns 1 only when configuring fails.
+gpu_build() {
+  local build=$1 log=$2
+  shift 2
+  gpu_cmake_args
+  local t0; t0=$(date +%s)
+  cmake -S "$ROOT" -B "$build" "${GPU_CMAKE_GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DORIGAMI_CUDA=ON -DORIGAMI_CUDA_ARCH=90 \
+    -DORIGAMI_SHARED_DIR="$SH" "${GPU_CMAKE_EXTRA[@]}" >> "$log" 2>&1 \
+    || { tail -30 "$log"; echo "CONFIGURE FAILED"; return 1; }
+  local tflags=(); [ $# -gt 0 ] && tflags=(--target "$@")
+  local keep; if [ ${#GPU_CMAKE_GEN[@]} -gt 0 ]; then keep=(-- -k 0); else keep=(-- -k); fi
+  cmake --build "$build" -j16 "${tflags[@]}" "${keep[@]}" >> "$log" 2>&1
+  GPU_BUILD_RC=$?
+  GPU_BUILD_SECONDS=$(( $(date +%s) - t0 ))
+  return 0
+}

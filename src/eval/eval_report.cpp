@@ -55,20 +55,29 @@ nlohmann::json point_json(const PointResult& r, const PointResult* reference, co
   j["failed"] = r.num_failed;
   if (!r.first_error.empty()) j["error"] = r.first_error;
   const double ref = reference ? reference->metric() : std::numeric_limits<double>::quiet_NaN();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // A point whose policy never acted has no metric of its own (eval/point_applicability.h).
+  const double metric = r.applies ? r.metric() : nan;
+  j["applies"] = r.applies;
+  if (!r.applies) j["not_applied"] = r.not_applied_reason;
   if (retrieval) {
-    j["accuracy"] = number_or_null(r.accuracy());
+    j["accuracy"] = number_or_null(metric);
     j["correct"] = r.num_correct;
     j["accuracy_full"] = number_or_null(ref);
     // Relative fidelity: 1.0 = as accurate as full KV.
-    j["accuracy_ratio"] = number_or_null(ref > 0 ? r.accuracy() / ref : std::numeric_limits<double>::quiet_NaN());
+    j["accuracy_ratio"] = number_or_null(ref > 0 ? metric / ref : nan);
   } else {
-    j["ppl"] = number_or_null(r.perplexity());
-    j["mean_nll"] = number_or_null(r.nll.num_tokens ? r.nll.mean_nll() : std::numeric_limits<double>::quiet_NaN());
+    j["ppl"] = number_or_null(metric);
+    j["mean_nll"] = number_or_null(r.applies && r.nll.num_tokens ? r.nll.mean_nll() : nan);
     j["num_tokens"] = r.nll.num_tokens;
     j["ppl_full"] = number_or_null(ref);
     // 1.0 = no loss; above 1 the policy's perplexity is that many times full KV's.
-    j["ppl_ratio"] = number_or_null(ref > 0 ? r.perplexity() / ref : std::numeric_limits<double>::quiet_NaN());
+    j["ppl_ratio"] = number_or_null(ref > 0 ? metric / ref : nan);
   }
+  j["num_compressions"] = r.num_compressions;
+  j["evicted_tokens"] = r.evicted_tokens;
+  j["num_preemptions"] = r.num_preemptions;
+  j["max_document_tokens"] = r.max_document_tokens;
   j["wall_seconds"] = r.wall_seconds;
   j["num_steps"] = r.num_steps;
   j["num_output_tokens"] = r.num_output_tokens;
@@ -94,18 +103,25 @@ std::string format_table(const std::vector<PointResult>& results) {
     const std::string budget = r.point.reference ? "-" : r.point.budget > 0 ? std::to_string(r.point.budget) : "default";
     const double ref_value = ref ? ref->metric() : std::numeric_limits<double>::quiet_NaN();
     const double ratio = ref_value > 0 ? r.metric() / ref_value : std::numeric_limits<double>::quiet_NaN();
+    // n/a: the policy never acted here (eval/point_applicability.h); its number would be full KV's.
+    const std::string na = "n/a";
     if (retrieval) {
-      const std::string correct = std::to_string(r.num_correct) + "/" + std::to_string(r.num_documents);
+      const std::string correct = r.applies ? std::to_string(r.num_correct) + "/" + std::to_string(r.num_documents) : na;
       std::snprintf(line, sizeof line, "%-18s %8s %8s %9s %9s %8s %7d %9.1f\n", r.point.policy.c_str(), budget.c_str(),
-                    r.mode.c_str(), fixed(r.accuracy(), 3).c_str(), correct.c_str(), fixed(ratio, 3).c_str(), r.num_failed,
-                    r.wall_seconds);
+                    r.mode.c_str(), r.applies ? fixed(r.accuracy(), 3).c_str() : na.c_str(), correct.c_str(),
+                    r.applies ? fixed(ratio, 3).c_str() : na.c_str(), r.num_failed, r.wall_seconds);
     } else {
       std::snprintf(line, sizeof line, "%-18s %8s %8d %10lld %10s %8s %7d %9.1f\n", r.point.policy.c_str(), budget.c_str(),
-                    r.num_documents, static_cast<long long>(r.nll.num_tokens), fixed(r.perplexity(), 3).c_str(),
-                    fixed(ratio, 3).c_str(), r.num_failed, r.wall_seconds);
+                    r.num_documents, static_cast<long long>(r.nll.num_tokens),
+                    r.applies ? fixed(r.perplexity(), 3).c_str() : na.c_str(), r.applies ? fixed(ratio, 3).c_str() : na.c_str(),
+                    r.num_failed, r.wall_seconds);
     }
     out += line;
   }
+  bool any_not_applied = false;
+  for (const PointResult& r : results) any_not_applied = any_not_applied || !r.applies;
+  if (any_not_applied)
+    out += "n/a: the policy compressed nothing although the documents exceed its budget (not a score)\n";
   return out;
 }
 
@@ -132,9 +148,14 @@ PlotSpec make_plot_spec(const std::vector<PointResult>& results, const std::stri
       order.push_back(r.point.policy);
       by_policy[r.point.policy].name = r.point.policy;
     }
-    by_policy[r.point.policy].points.emplace_back(static_cast<double>(r.point.budget), r.metric());
+    // A point where the policy never acted is left out: its value would be full KV's.
+    if (r.applies) by_policy[r.point.policy].points.emplace_back(static_cast<double>(r.point.budget), r.metric());
   }
-  for (const std::string& p : order) spec.series.push_back(std::move(by_policy[p]));
+  for (const std::string& p : order) {
+    PlotSeries& s = by_policy[p];
+    if (s.points.empty()) s.name += " (n/a)";  // listed, with no line: it never compressed here
+    spec.series.push_back(std::move(s));
+  }
   return spec;
 }
 

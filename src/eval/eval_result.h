@@ -15,7 +15,7 @@ enum class EvalTask { kRetrieval, kPerplexity };
 struct PointResult {
   SweepPoint point;
   EvalTask task = EvalTask::kRetrieval;
-  std::string mode;           // retrieval: prefill | stream; perplexity: stream
+  std::string mode;           // retrieval: prefill | stream | context; perplexity: stream
   int num_documents = 0;      // documents (retrieval) or windows (perplexity)
   int num_failed = 0;         // requests the engine rejected or failed
   std::string first_error;
@@ -24,6 +24,16 @@ struct PointResult {
   double wall_seconds = 0.0;
   int64_t num_steps = 0;
   int64_t num_output_tokens = 0;  // forced + generated tokens, all documents
+  // Engine counters over the point, and the longest document's KV before the answer (prompt +
+  // forced tokens): what decide_applicability() (eval/point_applicability.h) reads.
+  int64_t num_compressions = 0;
+  int64_t evicted_tokens = 0;
+  int64_t num_preemptions = 0;
+  int max_document_tokens = 0;
+  // false: the policy never acted on documents that exceed its budget (e.g. a prefill-end policy
+  // in stream mode), so the metric would be full KV's by construction: shown as n/a, not scored.
+  bool applies = true;
+  std::string not_applied_reason;
 
   // Failed documents count as wrong: a policy cannot score by failing.
   double accuracy() const {

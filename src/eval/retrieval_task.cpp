@@ -1,5 +1,6 @@
 #include "eval/retrieval_task.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -55,20 +56,55 @@ bool retrieval_answer_matches(std::string_view generated, std::string_view answe
 Expected<RetrievalMode> parse_retrieval_mode(std::string_view text) {
   if (text == "prefill") return RetrievalMode::kPrefill;
   if (text == "stream") return RetrievalMode::kStream;
-  return invalid_argument("--mode: '" + std::string(text) + "' is not a mode; use prefill or stream");
+  if (text == "context") return RetrievalMode::kContext;
+  return invalid_argument("--mode: '" + std::string(text) + "' is not a mode; use prefill, stream or context");
 }
 
-const char* retrieval_mode_name(RetrievalMode mode) { return mode == RetrievalMode::kPrefill ? "prefill" : "stream"; }
+const char* retrieval_mode_name(RetrievalMode mode) {
+  switch (mode) {
+    case RetrievalMode::kPrefill: return "prefill";
+    case RetrievalMode::kStream: return "stream";
+    case RetrievalMode::kContext: return "context";
+  }
+  return "?";
+}
 
-EvalItem make_retrieval_item(const Tokenizer& tokenizer, const RetrievalExample& example, RetrievalMode mode,
-                             int max_answer_tokens) {
+Expected<size_t> question_split(const Tokenizer& tokenizer, const std::string& prompt, const std::vector<int32_t>& ids) {
+  const size_t question_at = prompt.rfind(kQuestionMarker);
+  if (question_at == std::string::npos || question_at == 0)
+    return invalid_argument("context mode needs a document followed by its question, but the prompt has no "
+                            "\"\\nQuestion:\" after the document");
+  const std::string_view document(prompt.data(), question_at);
+  // Usually the document tokenized alone is a prefix of the whole (pre-tokenizers split at "\n").
+  const std::vector<int32_t> alone = tokenizer.encode(document, /*add_special_tokens=*/true);
+  size_t k = std::min(alone.size(), ids.size());
+  if (k < ids.size() && std::equal(alone.begin(), alone.end(), ids.begin())) return k;
+  // Else the longest run of leading tokens whose text lies within the document.
+  for (; k > 0; --k) {
+    const std::string text = tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k)),
+                                              /*skip_special_tokens=*/true);
+    if (text.size() <= document.size() && document.substr(0, text.size()) == text) break;
+  }
+  // A document of special tokens only spells no text: it is still not a document.
+  if (k == 0 || k >= ids.size() || tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k)), true).empty())
+    return invalid_argument("context mode: no token boundary separates the document from its question");
+  return k;
+}
+
+Expected<EvalItem> make_retrieval_item(const Tokenizer& tokenizer, const RetrievalExample& example, RetrievalMode mode,
+                                       int max_answer_tokens) {
   EvalItem item;
   std::vector<int32_t> ids = tokenizer.encode(example.prompt, /*add_special_tokens=*/true);
   item.max_new_tokens = max_answer_tokens;
-  if (mode == RetrievalMode::kStream && ids.size() > 1) {
-    item.forced_token_ids.assign(ids.begin() + 1, ids.end());
-    ids.resize(1);
+  size_t prompt_len = ids.size();
+  if (mode == RetrievalMode::kStream && ids.size() > 1) prompt_len = 1;
+  if (mode == RetrievalMode::kContext) {
+    Expected<size_t> split = question_split(tokenizer, example.prompt, ids);
+    if (!split) return invalid_argument("document " + example.id + ": " + split.status().message());
+    prompt_len = *split;
   }
+  item.forced_token_ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(prompt_len), ids.end());
+  ids.resize(prompt_len);
   item.prompt_token_ids = std::move(ids);
   return item;
 }

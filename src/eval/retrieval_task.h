@@ -37,16 +37,32 @@ bool retrieval_answer_matches(std::string_view generated, std::string_view answe
 // prefill: the document is the prompt (prefill-time compression sees the question).
 // stream: the document is fed as forced decode tokens after its first token, so decode-time
 // compression runs through all of it, query-agnostic, before the answer is generated.
-enum class RetrievalMode { kPrefill, kStream };
+// context: the prompt is the document without its question, so every compression the prompt
+// triggers (prefill-end or cache-full) is decided on the document alone and happens before the
+// question exists; the question is then fed as forced tokens that attend to the compressed cache
+// (the second turn of a multi-turn conversation over a shared context, as in KVzip / SCBench).
+enum class RetrievalMode { kPrefill, kStream, kContext };
 Expected<RetrievalMode> parse_retrieval_mode(std::string_view text);
 const char* retrieval_mode_name(RetrievalMode mode);
+
+// The question marker: a document's question starts at its last "\nQuestion:".
+inline constexpr const char* kQuestionMarker = "\nQuestion:";
 
 // Tokenizes the document as `origami generate` does (the tokenizer's special tokens, e.g. BOS,
 // included) and splits it for the mode: prefill -> prompt = all tokens; stream -> prompt = the
 // first token (BOS when the tokenizer adds one, else the document's first token), forced = the
-// rest. `max_answer_tokens` are generated greedily after that.
-EvalItem make_retrieval_item(const Tokenizer& tokenizer, const RetrievalExample& example, RetrievalMode mode,
-                             int max_answer_tokens);
+// rest; context -> prompt = the tokens before the question (question_split()), forced = the
+// question. Every mode feeds the very same token sequence. `max_answer_tokens` are generated
+// greedily after that. Context mode fails for a document without the question marker.
+Expected<EvalItem> make_retrieval_item(const Tokenizer& tokenizer, const RetrievalExample& example, RetrievalMode mode,
+                                       int max_answer_tokens);
+
+// Where the question starts in `ids` (the tokenized `prompt`): the number of leading tokens that
+// spell the text before the last kQuestionMarker. The whole prompt is tokenized once and cut at
+// a token boundary, so the question's tokens are those prefill mode feeds (tokenizing the two
+// parts apart could merge differently). Errors: no marker, or no token boundary that leaves a
+// non-empty document and a non-empty question.
+Expected<size_t> question_split(const Tokenizer& tokenizer, const std::string& prompt, const std::vector<int32_t>& ids);
 
 // Scores a point: decodes each document's generated tokens (special tokens skipped) and applies
 // the rule above; failed documents count as wrong. With `details`, appends one record per

@@ -138,6 +138,49 @@ TEST_F(EvalCli, RetrievalRunsBothModesWithAReferenceEach) {
   EXPECT_EQ(lines[3]["accuracy"], lines[2]["accuracy"]);
 }
 
+TEST_F(EvalCli, ContextModeMatchesPrefillWithFullKvAndPolicyThatNeverActsIsNotApplicable) {
+  const CommandResult r = run_command("eval retrieval " + model() + "--data " + path("docs.jsonl") +
+                                      " --mode prefill,context,stream --kv-policy full,snapkv --kv-budget 64 --json "
+                                      "--quiet --details " + path("ctx_details.jsonl") + " --plot " + path("ctx.svg"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::vector<nlohmann::json> lines = parse_json_lines(r.out);
+  ASSERT_EQ(lines.size(), 6u) << r.out;
+  const char* modes[] = {"prefill", "prefill", "context", "context", "stream", "stream"};
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["mode"], modes[i]) << lines[i];
+    EXPECT_EQ(lines[i]["failed"], 0) << lines[i];
+  }
+  // The question path is right: with full KV, context mode feeds the same tokens as prefill mode
+  // and answers every document the same way.
+  EXPECT_EQ(lines[2]["accuracy"], lines[0]["accuracy"]);
+  EXPECT_EQ(lines[2]["correct"], lines[0]["correct"]);
+  EXPECT_GE(lines[2]["correct"].get<int>(), 2) << lines[2];
+  const std::vector<nlohmann::json> details = parse_json_lines(read_file(dir_ / "ctx_details.jsonl"));
+  ASSERT_EQ(details.size(), 6u * 3u);
+  for (size_t d = 0; d < 3; ++d) {
+    ASSERT_EQ(details[d]["mode"], "prefill");
+    ASSERT_EQ(details[6 + d]["mode"], "context");
+    EXPECT_EQ(details[6 + d]["output"], details[d]["output"]) << d;
+  }
+  // SnapKV compresses the document in prefill and context mode (the documents exceed 64
+  // tokens), never in stream mode: n/a there, not full KV's score.
+  for (size_t i : {1u, 3u}) {
+    EXPECT_EQ(lines[i]["applies"], true) << lines[i];
+    EXPECT_GT(lines[i]["num_compressions"].get<int>(), 0) << lines[i];
+    EXPECT_TRUE(lines[i]["accuracy"].is_number()) << lines[i];
+  }
+  EXPECT_EQ(lines[5]["applies"], false) << lines[5];
+  EXPECT_EQ(lines[5]["num_compressions"], 0);
+  EXPECT_GT(lines[5]["max_document_tokens"].get<int>(), 64);
+  EXPECT_TRUE(lines[5]["accuracy"].is_null()) << lines[5];
+  EXPECT_TRUE(lines[5]["accuracy_ratio"].is_null()) << lines[5];
+  EXPECT_TRUE(lines[5]["not_applied"].is_string());
+  const std::string svg = read_file(dir_ / "ctx.svg");
+  EXPECT_NE(svg.find(">snapkv (context)</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">snapkv (stream) (n/a)</text>"), std::string::npos);
+  EXPECT_NE(svg.find("full KV, context"), std::string::npos);
+}
+
 TEST_F(EvalCli, PerplexityUnderABudgetLargerThanEveryWindowEqualsFullKv) {
   const CommandResult r = run_command("eval ppl " + model() + "--text " + path("text.txt") +
                                       " --context 64 --limit 2 --kv-policy full,streaming --kv-budget 32,512 --json --quiet");
@@ -179,6 +222,10 @@ TEST_F(EvalCli, BadInputIsAnErrorThatNamesTheProblem) {
     bad << R"({"id": 1, "prompt": "The secret number of the red fox is", "answer": "1234"})" << "\n";
     bad << "this is not json\n";
   }
+  {
+    std::ofstream no_question(dir_ / "no_question.jsonl");
+    no_question << R"({"id": "q1", "prompt": "The secret number of the red fox is", "answer": "1234"})" << "\n";
+  }
   const std::string retrieval = "eval retrieval " + model() + "--quiet ";
   const std::string docs = "--data " + path("docs.jsonl") + " ";
   const struct {
@@ -191,6 +238,7 @@ TEST_F(EvalCli, BadInputIsAnErrorThatNamesTheProblem) {
       {retrieval + docs + "--kv-policy streaming --kv-budget 64,abc", "'abc'"},
       {retrieval + docs + "--kv-policy streaming --kv-budget 64,,128", "--kv-budget"},
       {retrieval + docs + "--mode sideways", "'sideways'"},
+      {retrieval + "--data " + path("no_question.jsonl") + " --mode prefill,context", "document q1"},
       {retrieval + docs + "--kv-policy streaming --kv-policy-opt window=4", "'window'"},
       {retrieval + docs + "--plot " + path("plot.png"), "SVG"},
       {retrieval, "--data"},

@@ -1,5 +1,5 @@
 // The retrieval task: the scoring rule, the JSONL reader's errors, and how documents become
-// requests in prefill and stream mode.
+// requests in prefill, stream and context mode.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -101,9 +101,12 @@ TEST_F(RetrievalFile, ErrorsNameTheFileLineAndField) {
   EXPECT_NE(empty.status().message().find("no examples"), std::string::npos);
 }
 
-TEST(RetrievalMode, ParsesTheTwoModesAndNamesABadOne) {
+TEST(RetrievalMode, ParsesTheThreeModesAndNamesABadOne) {
   EXPECT_EQ(*parse_retrieval_mode("prefill"), RetrievalMode::kPrefill);
   EXPECT_EQ(*parse_retrieval_mode("stream"), RetrievalMode::kStream);
+  EXPECT_EQ(*parse_retrieval_mode("context"), RetrievalMode::kContext);
+  for (RetrievalMode m : {RetrievalMode::kPrefill, RetrievalMode::kStream, RetrievalMode::kContext})
+    EXPECT_EQ(*parse_retrieval_mode(retrieval_mode_name(m)), m);
   auto bad = parse_retrieval_mode("streaming");
   ASSERT_FALSE(bad.has_value());
   EXPECT_NE(bad.status().message().find("--mode"), std::string::npos);
@@ -117,12 +120,12 @@ TEST(RetrievalItems, StreamModeForcesEverythingAfterTheFirstToken) {
   const std::vector<int32_t> ids = (*tokenizer)->encode(ex.prompt, true);
   ASSERT_GT(ids.size(), 5u);
 
-  const EvalItem prefill = make_retrieval_item(**tokenizer, ex, RetrievalMode::kPrefill, 6);
+  const EvalItem prefill = *make_retrieval_item(**tokenizer, ex, RetrievalMode::kPrefill, 6);
   EXPECT_EQ(prefill.prompt_token_ids, ids);
   EXPECT_TRUE(prefill.forced_token_ids.empty());
   EXPECT_EQ(prefill.max_new_tokens, 6);
 
-  const EvalItem stream = make_retrieval_item(**tokenizer, ex, RetrievalMode::kStream, 6);
+  const EvalItem stream = *make_retrieval_item(**tokenizer, ex, RetrievalMode::kStream, 6);
   // This tokenizer adds no BOS, so the prompt is the document's first token.
   ASSERT_FALSE((*tokenizer)->bos_token_id().has_value() && ids[0] == *(*tokenizer)->bos_token_id());
   ASSERT_EQ(stream.prompt_token_ids.size(), 1u);
@@ -132,6 +135,67 @@ TEST(RetrievalItems, StreamModeForcesEverythingAfterTheFirstToken) {
   EXPECT_EQ(joined, ids);
   EXPECT_EQ(stream.max_new_tokens, 6);
   EXPECT_FALSE(stream.return_forced_logprobs);
+}
+
+TEST(RetrievalItems, ContextModePromptsWithTheDocumentAndForcesTheQuestion) {
+  auto tokenizer = Tokenizer::load(std::string(ORIGAMI_SHARED_DIR) + "/models/origami-tiny-qwen3");
+  ASSERT_TRUE(tokenizer.has_value()) << tokenizer.status().to_string();
+  const Tokenizer& tok = **tokenizer;
+  const std::string document = "The secret number of the red fox is 1234. A Question: is not here.\nQuestion: a decoy?";
+  const std::string question = "\nQuestion: What is the secret number of the red fox?\nAnswer: The secret number of the red fox is";
+  RetrievalExample ex{"7", document + question, "1234"};
+  const std::vector<int32_t> ids = tok.encode(ex.prompt, true);
+
+  const EvalItem context = *make_retrieval_item(tok, ex, RetrievalMode::kContext, 6);
+  // The same token sequence as prefill mode, cut where the last question starts.
+  std::vector<int32_t> joined = context.prompt_token_ids;
+  joined.insert(joined.end(), context.forced_token_ids.begin(), context.forced_token_ids.end());
+  EXPECT_EQ(joined, ids);
+  // "?\n" is one token of this tokenizer: the cut is the last token boundary inside the document,
+  // before the decoy's "?" (the document tokenized alone is no prefix of the whole).
+  const std::string head = tok.decode(context.prompt_token_ids, true);
+  EXPECT_EQ(head, document.substr(0, document.size() - 1));
+  EXPECT_EQ(tok.decode(context.forced_token_ids, true), "?" + question);
+  // Without such a merge the document is exactly the text before the question.
+  RetrievalExample plain{"8", "The secret number of the red fox is 1234. Filler" + question, "1234"};
+  const EvalItem cut = *make_retrieval_item(tok, plain, RetrievalMode::kContext, 6);
+  EXPECT_EQ(tok.decode(cut.prompt_token_ids, true), "The secret number of the red fox is 1234. Filler");
+  EXPECT_EQ(tok.decode(cut.forced_token_ids, true), question);
+  EXPECT_EQ(context.max_new_tokens, 6);
+  EXPECT_FALSE(context.return_forced_logprobs);
+}
+
+TEST(RetrievalItems, ContextModeCutsAtATokenBoundaryWhenTheDocumentTokenizesDifferentlyAlone) {
+  auto tokenizer = Tokenizer::load(std::string(ORIGAMI_SHARED_DIR) + "/models/origami-tiny-qwen3");
+  ASSERT_TRUE(tokenizer.has_value());
+  const Tokenizer& tok = **tokenizer;
+  // Spaces before the marker: alone, the document ends in "   "; in the whole prompt the
+  // pre-tokenizer may group them with the newline. Whatever it does, the cut is a token boundary
+  // inside the document's text and both parts are non-empty.
+  const std::string prompt = "Some facts here.   \nQuestion: what?\nAnswer: it is";
+  const std::vector<int32_t> ids = tok.encode(prompt, true);
+  Expected<size_t> k = question_split(tok, prompt, ids);
+  ASSERT_TRUE(k.has_value()) << k.status().to_string();
+  ASSERT_GT(*k, 0u);
+  ASSERT_LT(*k, ids.size());
+  const std::string head = tok.decode(std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(*k)), true);
+  EXPECT_EQ(prompt.rfind(head, 0), 0u) << head;
+  EXPECT_LE(head.size(), prompt.find("\nQuestion:"));
+  EXPECT_GE(head.size(), std::string("Some facts here.").size());
+}
+
+TEST(RetrievalItems, ContextModeWithoutAQuestionIsAnErrorNamingTheDocument) {
+  auto tokenizer = Tokenizer::load(std::string(ORIGAMI_SHARED_DIR) + "/models/origami-tiny-qwen3");
+  ASSERT_TRUE(tokenizer.has_value());
+  for (const char* prompt : {"The secret number of the red fox is", "\nQuestion: only a question?"}) {
+    RetrievalExample ex{"doc-3", prompt, "1234"};
+    Expected<EvalItem> item = make_retrieval_item(**tokenizer, ex, RetrievalMode::kContext, 6);
+    ASSERT_FALSE(item.has_value()) << prompt;
+    EXPECT_NE(item.status().message().find("doc-3"), std::string::npos) << item.status().message();
+    EXPECT_NE(item.status().message().find("Question:"), std::string::npos) << item.status().message();
+    // The other modes do not need the question.
+    EXPECT_TRUE(make_retrieval_item(**tokenizer, ex, RetrievalMode::kPrefill, 6).has_value());
+  }
 }
 
 TEST(RetrievalScore, CountsCorrectAnswersAndFailuresAsWrong) {
