@@ -7,7 +7,7 @@
 // The score pipeline of one (layer, KV head) with n cached entries (score_head() runs it):
 //   1. S = the base scorer recipe.scorer (kv/scorers.h; one file each in scorers/, dispatched by
 //      score_base): attention = window_attention_scores(...), recency = recency_scores(...),
-//      knorm = -|k|, zero = 0 (e.g. redundancy only)
+//      knorm = -|k|, vknorm = |v| / |k|, zero = 0 (e.g. redundancy only)
 //   2. if recipe.global_decay > 0:             update_global_scores(S, F): S = F = max(decay*F_prev, S)
 //   3. if recipe.pool_kernel > 1 and (first_compression or !recipe.pool_first_only):
 //                                              S = pool_scores(S)   (after the global score, as in
@@ -83,8 +83,10 @@ void protect_scores(float* s, const float* r, int n, float lambda, int window, i
 //   f:        [n] global scores, read for e < num_scored, rewritten for all e < n; may be null
 //             unless recipe.global_decay > 0.
 //   out:      [n] final scores. Scratch is allocated internally.
+//   values:   [n, d] in entry order; may be null unless the scorer reads values (vknorm).
 void score_head(const ScoreRecipe& recipe, const float* keys, int n, int d, const float* window_q, int group_size,
-                float scale, int block_size, float* f, int num_scored, bool first_compression, float* out);
+                float scale, int block_size, float* f, int num_scored, bool first_compression, float* out,
+                const float* values = nullptr);
 
 // --- Selection -------------------------------------------------------------------------------
 
