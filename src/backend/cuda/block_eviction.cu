@@ -53,11 +53,10 @@ __global__ void pick_evicted_blocks_kernel(const CompressionJobDesc* jobs, int n
 
 }  // namespace
 
-cudaError_t launch_block_score_sums(const GroupArgs& a, const int32_t* sum0, float* sums, cudaStream_t stream) {
-  if (a.num_jobs == 0) return cudaSuccess;
-  // The grid covers the largest table (no job has more entries than the group's chunks hold);
-  // grid blocks past a job's own table return at once.
-  const int max_blocks = (a.num_chunks * kTile + a.block_size - 1) / a.block_size;
+cudaError_t launch_block_score_sums(const GroupArgs& a, const int32_t* sum0, float* sums, int max_blocks,
+                                    cudaStream_t stream) {
+  if (a.num_jobs == 0 || max_blocks <= 0) return cudaSuccess;
+  // The grid covers the largest table; grid blocks past a job's own table return at once.
   block_score_sums_kernel<<<dim3(max_blocks, a.num_jobs), kSumThreads, 0, stream>>>(a, sum0, sums);
   return cudaGetLastError();
 }

@@ -15,8 +15,10 @@ namespace origami::cuda {
 // Adds, for every job of `a` and every block p of its table (jd.n / block_size blocks), the sum of
 // the group's base scores (a.scores, every row of the group, the block's entries) to
 // sums[sum0[job] + p]. Each sum has one writer, and its terms are added in a fixed order, so the
-// result does not depend on timing. `sums` must be zeroed before the first group.
-cudaError_t launch_block_score_sums(const GroupArgs& a, const int32_t* sum0, float* sums, cudaStream_t stream);
+// result does not depend on timing. `sums` must be zeroed before the first group. max_blocks: the
+// largest table among the jobs.
+cudaError_t launch_block_score_sums(const GroupArgs& a, const int32_t* sum0, float* sums, int max_blocks,
+                                    cudaStream_t stream);
 
 // Per job: evicted[job] = the block p in [1, n / block_size - 2] with the lowest mean
 // sums[sum0[job] + p] * inv_count (NaN lowest, ties to the lower index), as

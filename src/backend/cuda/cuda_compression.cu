@@ -346,13 +346,16 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     a.q_layer_pitch = query_layer_pitch();
     a.max_window = config_.max_window;
     a.scores = static_cast<float*>(scores_.ptr);
+    int max_blocks = 0;
+    for (const CompressionJobDesc& d : evict_plan.descs) max_blocks = std::max(max_blocks, d.n / bs);
     for (int l0 = 0; l0 < g.num_layers; l0 += stride) {
       a.num_group_layers = std::min(stride, g.num_layers - l0);
       a.k = g.k + l0 * g.kv_layer_pitch;
       a.v = g.v + l0 * g.kv_layer_pitch;
       a.q = q_cache_ != nullptr ? q_cache_ + l0 * a.q_layer_pitch : nullptr;
       ORIGAMI_CUDA_RETURN_IF_ERROR(launch_base_scores(a, stream_));
-      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_block_score_sums(a, sum0, static_cast<float*>(block_sums_.ptr), stream_));
+      ORIGAMI_CUDA_RETURN_IF_ERROR(
+          launch_block_score_sums(a, sum0, static_cast<float*>(block_sums_.ptr), max_blocks, stream_));
     }
     const float inv_count = 1.0f / (static_cast<float>(g.num_layers) * g.num_kv_heads * bs);
     ORIGAMI_CUDA_RETURN_IF_ERROR(launch_pick_evicted_blocks(a.jobs, a.num_jobs, sum0,
