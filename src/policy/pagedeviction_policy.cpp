@@ -29,14 +29,13 @@ class PagedEvictionPolicy : public RecipePolicy {
   TriggerDecision compression_due(const TriggerState& state) const override { return paged_eviction_due(state); }
 
   Status check_budget(int budget, int block_size) const override {
-    ORIGAMI_RETURN_IF_ERROR(RecipePolicy::check_budget(budget, block_size));
     // Decode evicts a block that is neither the first nor the last of N_max >= 3.
     if (budget < 2 * block_size)
       return invalid_argument("policy " + name() + " with KV budget " + std::to_string(budget) +
                               ": block eviction needs a budget of at least 2 blocks (" +
                               std::to_string(2 * block_size) + " tokens at block size " + std::to_string(block_size) +
                               "): it never evicts the first or the last block");
-    return Status::ok();
+    return RecipePolicy::check_budget(budget, block_size);
   }
 };
 
