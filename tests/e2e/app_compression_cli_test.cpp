@@ -18,7 +18,8 @@ TEST(CliCompression, PoliciesListsEveryPolicyWithOptions) {
   std::vector<std::string> names;
   for (const auto& p : list) names.push_back(p["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"full", "streaming", "snapkv", "zipage", "zipage-attn", "zipage-global",
-                                             "zipage-flash", "zipage-lightning", "knorm"}));
+                                             "zipage-flash", "zipage-lightning", "knorm",
+                                             "pagedeviction"}));
   const auto& zipage = list[3];
   EXPECT_TRUE(zipage["needs_queries"].get<bool>());
   bool has_window = false;
