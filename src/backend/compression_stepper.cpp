@@ -13,8 +13,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-void CompressionStepper::report(const Status& status, StepOutput* out) {
-  for (uint64_t id : in_flight_) out->finished_compressions.push_back({id, status});
+void CompressionStepper::report(const Status& status, const std::vector<int>* evicted, StepOutput* out) {
+  for (size_t j = 0; j < in_flight_.size(); ++j) {
+    CompressionResult result{in_flight_[j], status};
+    // A block eviction's result names the block (the scheduler drops it from the table).
+    if (status.is_ok() && evicted != nullptr && j < evicted->size()) result.evicted_block = (*evicted)[j];
+    out->finished_compressions.push_back(result);
+  }
   in_flight_.clear();
 }
 
@@ -29,9 +34,12 @@ void CompressionStepper::start(KVCompressor* compressor, const ForwardBatch& bat
     const Status st = compressor == nullptr
                           ? invalid_argument("KV compression is not set up: configure_compression() was not called")
                           : compressor->begin(batch.compressions);
-    if (!st.is_ok()) report(st, out);  // refused whole: nothing was written
+    if (!st.is_ok()) report(st, nullptr, out);  // refused whole: nothing was written
   }
-  if (batch.wait_for_compressions && !in_flight_.empty() && compressor != nullptr) report(compressor->wait(), out);
+  if (batch.wait_for_compressions && !in_flight_.empty() && compressor != nullptr) {
+    const Status st = compressor->wait();
+    report(st, &compressor->evicted_blocks(), out);
+  }
   out->compression_seconds = seconds_since(t0);
   out->compression_device_seconds = compressor != nullptr ? compressor->device_seconds() : 0.0;
 }
@@ -40,7 +48,8 @@ void CompressionStepper::collect(KVCompressor* compressor, StepOutput* out) {
   if (in_flight_.empty()) return;
   if (!compressor->done()) return;
   const auto t0 = std::chrono::steady_clock::now();
-  report(compressor->wait(), out);  // done: returns at once with the batch's status
+  const Status st = compressor->wait();  // done: returns at once with the batch's status
+  report(st, &compressor->evicted_blocks(), out);
   out->compression_seconds += seconds_since(t0);
   out->compression_device_seconds = compressor->device_seconds();
 }

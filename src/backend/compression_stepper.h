@@ -3,7 +3,8 @@
 // pass, start(): hands the step's new jobs to the compressor and, when the batch asks to wait
 // (synchronous compression, or nothing else to run), waits for every batch in flight. After it,
 // collect(): reports a batch in flight that has finished meanwhile. Each compression is reported
-// exactly once, with its status, in StepOutput::finished_compressions.
+// exactly once, with its status (and a block eviction with its block), in
+// StepOutput::finished_compressions.
 //
 // Starting new jobs before the forward pass lets them overlap it (the CUDA compressor runs on its
 // own stream after the work already queued); the step's sequences never belong to a request
@@ -24,7 +25,9 @@ class CompressionStepper {
   bool in_flight() const { return !in_flight_.empty(); }
 
  private:
-  void report(const Status& status, StepOutput* out);
+  // Reports every job in flight with `status`; `evicted` (the compressor's evicted_blocks(), or
+  // null) names the blocks of its kEvictBlock jobs.
+  void report(const Status& status, const std::vector<int>* evicted, StepOutput* out);
 
   std::vector<uint64_t> in_flight_;  // request ids of the batch the compressor is running
 };

@@ -29,6 +29,12 @@ class KVCompressor {
   virtual double device_seconds() const = 0;
   // begin() runs the batch to completion before it returns (the CPU's compressor).
   virtual bool synchronous() const { return false; }
+  // Per job of the last batch, in begin()'s order: the block a kEvictBlock job chose (its index in
+  // src_blocks), -1 for other jobs. Valid once wait() returned ok (or done() returned true).
+  const std::vector<int>& evicted_blocks() const { return evicted_blocks_; }
+
+ protected:
+  std::vector<int> evicted_blocks_;
 };
 
 }  // namespace origami

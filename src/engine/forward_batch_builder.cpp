@@ -10,6 +10,7 @@ CompressionJob compression_job(const Request& r) {
   ORIGAMI_CHECK((c.in_flight || c.switched_early) && c.policy != nullptr);
   CompressionJob job;
   job.request_id = r.id;
+  job.kind = c.src_kind;
   job.src_blocks = &c.src_blocks;
   job.num_entries = c.src_entries;
   job.dst_blocks = &c.dst_blocks;

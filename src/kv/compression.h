@@ -88,8 +88,23 @@ struct CompressionConfig {
   int layer_stride = 8;        // layers scored and compacted together (bounds temporary memory)
 };
 
+// What a job does to the request's cache.
+enum class CompressionKind {
+  // Token-wise eviction per (layer, KV head): score, keep the top num_keep, compact them into
+  // dst_blocks (every policy; PagedEviction at the end of a prefill).
+  kCompact,
+  // Block eviction (PagedEviction's decode phase): score every entry with the recipe's base
+  // scorer, average it per block over the block's entries, layers and KV heads (one page table
+  // serves them all), and name the block with the lowest mean among src_blocks[1 .. n - 2]
+  // (never the first, never the last). Nothing is written: the scheduler drops that block from
+  // the request's table (CompressionResult::evicted_block). num_entries must fill whole blocks,
+  // at least 3 of them; dst_blocks, num_keep, query_slot and global scores are unused.
+  kEvictBlock,
+};
+
 // One request's compression, group 0 (full layout: all layers and heads share the table).
 struct CompressionJob {
+  CompressionKind kind = CompressionKind::kCompact;
   uint64_t request_id = 0;
   // The request's current pages and how many entries they hold.
   const std::vector<BlockId>* src_blocks = nullptr;
@@ -113,6 +128,8 @@ struct CompressionJob {
 struct CompressionResult {
   uint64_t request_id = 0;
   Status status;
+  // kEvictBlock, on success: the index in src_blocks of the block to drop; -1 otherwise.
+  int evicted_block = -1;
 };
 
 }  // namespace origami

@@ -78,6 +78,27 @@ Status validate_tables(const std::string& who, const CompressionJob& job, int bs
   return Status::ok();
 }
 
+// A block eviction reads whole blocks, at least 3 (the first and the last are never chosen), and
+// writes nothing, so it needs neither a destination nor queries.
+Status validate_evict_block_job(const std::string& who, const CompressionJob& job, int bs, int num_blocks) {
+  if (job.recipe == nullptr) return invalid_argument(who + ": recipe is null");
+  if (!valid_scorer(job.recipe->scorer) || job.recipe->needs_queries())
+    return invalid_argument(who + ": a block eviction needs a registered scorer that reads no queries, got " +
+                            std::string(scorer_name(job.recipe->scorer)));
+  if (job.num_entries < 3 * bs || job.num_entries % bs != 0)
+    return invalid_argument(who + ": a block eviction needs whole blocks, at least 3, got num_entries " +
+                            std::to_string(job.num_entries) + " at block size " + std::to_string(bs));
+  const int need = job.num_entries / bs;
+  if (static_cast<int>(job.src_blocks->size()) < need)
+    return invalid_argument(who + ": src_blocks has " + std::to_string(job.src_blocks->size()) + " pages, " +
+                            std::to_string(job.num_entries) + " entries need " + std::to_string(need));
+  for (int p = 0; p < need; ++p)
+    if ((*job.src_blocks)[p] <= kNullBlock || (*job.src_blocks)[p] >= num_blocks)
+      return invalid_argument(who + ": src_blocks[" + std::to_string(p) + "] is block " +
+                              std::to_string((*job.src_blocks)[p]) + ", outside [1, " + std::to_string(num_blocks) + ")");
+  return Status::ok();
+}
+
 }  // namespace
 
 Status validate_compression_config(const CompressionConfig& config) {
@@ -99,6 +120,12 @@ Status validate_compression_batch(const std::vector<CompressionJob>& jobs, int b
     const CompressionJob& job = jobs[j];
     const std::string who = "compression job " + std::to_string(j) + " (request " + std::to_string(job.request_id) + ")";
     if (job.src_blocks == nullptr) return invalid_argument(who + ": src_blocks is null");
+    if (job.kind == CompressionKind::kEvictBlock) {
+      ORIGAMI_RETURN_IF_ERROR(validate_evict_block_job(who, job, bs, num_blocks));
+      continue;
+    }
+    if (job.kind != CompressionKind::kCompact)
+      return invalid_argument(who + ": kind " + std::to_string(static_cast<int>(job.kind)) + " is not a compression kind");
     if (job.dst_blocks == nullptr) return invalid_argument(who + ": dst_blocks is null");
     if (job.recipe == nullptr) return invalid_argument(who + ": recipe is null");
     if (job.num_entries < 0)
@@ -120,8 +147,10 @@ Status validate_compression_batch(const std::vector<CompressionJob>& jobs, int b
   // Backends run the jobs of a batch in parallel, so a page one job writes must not be touched by
   // another. Source pages shared by several jobs (a common prefix) are only read, which is fine.
   std::unordered_map<BlockId, size_t> written;  // dst page -> job
+  // Block evictions write nothing.
+  auto writes = [&](size_t j) { return jobs[j].kind == CompressionKind::kCompact; };
   for (size_t j = 0; j < jobs.size(); ++j)
-    for (int p = 0; p < pages_for(jobs[j].num_keep, bs); ++p) {
+    for (int p = 0; writes(j) && p < pages_for(jobs[j].num_keep, bs); ++p) {
       auto [it, inserted] = written.emplace((*jobs[j].dst_blocks)[p], j);
       if (!inserted)
         return invalid_argument("compression jobs " + std::to_string(it->second) + " and " + std::to_string(j) +

@@ -22,9 +22,13 @@
     "observation-window attention: softmax(q.k / sqrt(d)), max over a GQA group, mean over the window")      \
   X(kRecency, recency, false, "StreamingLLM: S = entry index (the newest entries win)")                     \
   X(kKeyNorm, knorm, false, "K-norm: S = -||k||_2 (keys with a small L2 norm are kept)")                     \
-  X(kKeyDiff, keydiff, false, "KeyDiff: S = -cos(k, mean of the head's unit keys) (distinctive keys are kept)")
+  X(kKeyDiff, keydiff, false, "KeyDiff: S = -cos(k, mean of the head's unit keys) (distinctive keys are kept)") \
+  X(kValueKeyNorm, vknorm, false, "PagedEviction: S = ||v||_2 / ||k||_2 (no attention weights)")
 
 namespace origami {
+
+// vknorm: the smallest key norm its ratio divides by (CPU and CUDA alike).
+constexpr float kVkNormMinKeyNorm = 1e-6f;
 
 enum class Scorer : int32_t {
 #define ORIGAMI_SCORER_ENUM(e, name, q, summary) e,

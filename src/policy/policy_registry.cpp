@@ -15,7 +15,8 @@
   X(h2o_policy)                      \
   X(tova_policy)                     \
   X(keydiff_policy)                  \
-  X(rkv_policy)
+  X(rkv_policy)                      \
+  X(pagedeviction_policy)
 
 namespace origami {
 

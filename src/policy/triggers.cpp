@@ -28,4 +28,16 @@ int prefill_end_capture_from(const TriggerState& s) {
   return s.entries_after_known - s.window;
 }
 
+TriggerDecision paged_eviction_due(const TriggerState& s) {
+  TriggerDecision d;
+  if (s.tokens_pending) return d;
+  if (!s.prefill_checked) {
+    d.prefill_checked = true;
+    d.compress = s.entries > (s.max_blocks - 1) * s.block_size;
+    return d;
+  }
+  d.compress = d.evict_block = s.entries >= s.max_blocks * s.block_size;
+  return d;
+}
+
 }  // namespace origami

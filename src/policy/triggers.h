@@ -24,6 +24,8 @@ struct TriggerState {
 struct TriggerDecision {
   bool compress = false;          // compress the request now
   bool prefill_checked = false;   // the one-off end-of-prefill decision is taken (never asked again)
+  // With compress: drop one whole block instead of compacting (CompressionKind::kEvictBlock).
+  bool evict_block = false;
 };
 
 // kCacheFull (Zipage): due once all known tokens are computed and the cache holds N_max full blocks
@@ -40,5 +42,11 @@ TriggerDecision prefill_end_due(const TriggerState& state);
 // Queries from E - w on, E = entries_after_known, while the decision is still to come and the
 // prompt is longer than the budget; else -1 (and -1 without a window).
 int prefill_end_capture_from(const TriggerState& state);
+
+// PagedEviction: once all known tokens are computed, at the end of a prefill (decided once) a cache
+// holding more than k = (N_max - 1) * b entries is compacted token-wise to k; afterwards, a cache
+// holding N_max full blocks drops one whole block (evict_block), leaving k entries. Either way the
+// request holds at most N_max blocks while it decodes.
+TriggerDecision paged_eviction_due(const TriggerState& state);
 
 }  // namespace origami

@@ -36,6 +36,7 @@ bool reached_compression_trigger(Request& request, int block_size) {
   if (!c.enabled() || c.policy == nullptr || c.in_flight) return false;
   const TriggerDecision d = c.policy->compression_due(trigger_state(request, block_size, num_cache_entries(request)));
   if (d.prefill_checked) c.prefill_checked = true;
+  if (d.compress) c.pending_kind = d.evict_block ? CompressionKind::kEvictBlock : CompressionKind::kCompact;
   return d.compress;
 }
 

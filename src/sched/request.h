@@ -35,6 +35,8 @@ struct RequestCompression {
   int num_scored_entries = 0; // leading entries whose global score is valid
   bool prefill_checked = false;  // kPrefillEnd: the end-of-prefill decision was taken
   bool pending = false;          // reached its trigger; waits (unscheduled) until compressed
+  // What the pending compression does: compact, or drop one whole block (PagedEviction's decode).
+  CompressionKind pending_kind = CompressionKind::kCompact;
   bool in_flight = false;        // a compression of this request is running in the backend
   // Switched to its compacted table when the compression started, ahead of a backend that
   // compacts before the step's forward pass (SchedulerConfig::compress_before_forward); the
@@ -50,6 +52,11 @@ struct RequestCompression {
   bool src_first_compression = true;
   std::vector<BlockId> dst_blocks;
   std::vector<BlockId> next_table;
+  CompressionKind src_kind = CompressionKind::kCompact;
+  // kEvictBlock: a fresh block taken when the eviction started, because some candidate block is
+  // shared (dropping it frees nothing, yet the request needs a block for its next tokens); given
+  // back if an own block is evicted (that one is reused). kNullBlock when none was needed.
+  BlockId fresh_spare = kNullBlock;
 
   // Preemption drops the KV: the request starts over uncompressed (its slot is released by the
   // scheduler first; a request in flight is never preempted).
@@ -58,6 +65,7 @@ struct RequestCompression {
     num_scored_entries = 0;
     prefill_checked = false;
     pending = false;
+    pending_kind = CompressionKind::kCompact;
     src_blocks.clear();
     dst_blocks.clear();
     next_table.clear();

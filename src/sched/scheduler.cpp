@@ -268,9 +268,11 @@ SchedulerUpdate Scheduler::update_from_output(const SchedulerOutput& output,
     ORIGAMI_CHECK_MSG(it != compressing_.end(), "the backend reported a compression that is not in flight");
     Request* request = *it;
     if (result.status.is_ok()) {
-      update.num_evicted_entries += request->compression.src_entries - request->compression.num_keep;
+      const bool block = request->compression.src_kind == CompressionKind::kEvictBlock;
+      update.num_evicted_entries +=
+          block ? kv_->layout().block_size : request->compression.src_entries - request->compression.num_keep;
       ++update.num_compressions;
-      complete_compression(request);
+      complete_compression(request, result.evicted_block);
     } else {
       abort_compression(request);
       update.failed_compressions.push_back(request);
@@ -341,9 +343,10 @@ int Scheduler::newly_shared_blocks(const Request& request) const {
 
 int Scheduler::fresh_targets_ahead(const Request& request) const {
   const RequestCompression& c = request.compression;
-  // After its first compression a request's table is its own: it is never registered in the
-  // prefix cache again, so nobody shares it.
-  if (c.num_compressions > 0 || request.kv.groups.empty()) return 0;
+  // After its first compaction a request's table is its own (never registered in the prefix
+  // cache again, so nobody shares it) and this counts 0. Block eviction moves nothing: shared
+  // prefix blocks stay in the table, and dropping one needs a fresh block for the next tokens.
+  if (request.kv.groups.empty()) return 0;
   const std::vector<BlockId>& blocks = request.kv.groups[0].blocks;
   const int n = std::min(static_cast<int>(blocks.size()), c.max_blocks);
   int shared = 0;

@@ -131,8 +131,16 @@ class Scheduler {
   // The request switches to its destination table holding num_keep entries; the blocks it drops
   // are added to `dropped` (the caller releases them); its slot goes if its next window is not due.
   void switch_to_compacted_table(Request* request, std::vector<BlockId>* dropped);
+  // A pending block eviction: the request's table is read as is (nothing moves); a fresh block is
+  // taken when a candidate block is shared. False if that block cannot be had.
+  bool try_start_block_eviction(Request* request);
+  // The request drops block `evicted` (a table index, neither first nor last) and appends the
+  // block for its next tokens: the evicted one if it was its own, else the fresh spare. Blocks to
+  // release are added to `dropped`.
+  void switch_to_evicted_table(Request* request, int evicted, std::vector<BlockId>* dropped);
   // The backend finished: switches the request (unless it switched early) and forgets the job.
-  void complete_compression(Request* request);
+  // `evicted_block`: the block a block eviction chose (CompressionResult::evicted_block).
+  void complete_compression(Request* request, int evicted_block);
   // The backend failed: undoes start_compressions() for the request (the caller finishes it).
   void abort_compression(Request* request);
   // Nothing could be scheduled and nothing is in flight: preempts the last running request that

@@ -1,5 +1,6 @@
 // The scheduler's side of compression: giving pending requests their destination blocks
-// (Zipage Figure 3) and switching them to the compacted table when the backend is done.
+// (Zipage Figure 3) and switching them to the compacted table when the backend is done; for a
+// block eviction (PagedEviction's decode), dropping the block the backend chose from the table.
 #include <algorithm>
 #include <unordered_set>
 
@@ -9,8 +10,72 @@
 
 namespace origami {
 
+bool Scheduler::try_start_block_eviction(Request* request) {
+  RequestCompression& c = request->compression;
+  const int block_size = kv_->layout().block_size;
+  const std::vector<BlockId>& src = request->kv.groups[0].blocks;
+  const int entries = num_cache_entries(*request);
+  ORIGAMI_CHECK(entries % block_size == 0 && entries / block_size == static_cast<int>(src.size()) && src.size() >= 3);
+  // The evicted block becomes the block for the next tokens when it is the request's own; a
+  // shared candidate (a prefix-cache hit) would only lose a reference, so a fresh block is taken
+  // now, while the pool can still be asked (given back if an own block is chosen).
+  bool any_shared = false;
+  for (size_t i = 1; i + 1 < src.size(); ++i) any_shared = any_shared || kv_->ref_count(src[i]) > 1;
+  c.fresh_spare = kNullBlock;
+  if (any_shared) {
+    std::vector<BlockId> fresh;
+    if (!kv_->allocate_blocks(1, &fresh)) return false;
+    c.fresh_spare = fresh[0];
+  }
+  c.src_kind = CompressionKind::kEvictBlock;
+  c.src_blocks = src;
+  c.src_entries = entries;
+  c.src_scored_entries = 0;
+  c.src_query_slot = -1;
+  c.src_first_compression = !c.compressed();
+  c.dst_blocks.clear();
+  c.next_table.clear();
+  c.pending = false;
+  c.in_flight = true;
+  return true;
+}
+
+void Scheduler::switch_to_evicted_table(Request* request, int evicted, std::vector<BlockId>* dropped) {
+  RequestCompression& c = request->compression;
+  ORIGAMI_CHECK(c.in_flight && c.src_kind == CompressionKind::kEvictBlock);
+  BlockTable& table = request->kv.groups[0];
+  ORIGAMI_CHECK_MSG(table.blocks == c.src_blocks, "a request changed its table while its block eviction ran");
+  ORIGAMI_CHECK_MSG(evicted >= 1 && evicted + 1 < static_cast<int>(table.blocks.size()),
+                    "the backend chose the first or last block, or none, for a block eviction");
+  const BlockId block = table.blocks[static_cast<size_t>(evicted)];
+  table.blocks.erase(table.blocks.begin() + evicted);
+  BlockId spare = c.fresh_spare;
+  if (kv_->ref_count(block) == 1) {
+    // Its own block: no other request reads it, so it takes the next tokens (its prefix-cache
+    // entry, if any, is forgotten first). A fresh spare is no longer needed.
+    kv_->forget_contents(block);
+    if (spare != kNullBlock) dropped->push_back(spare);
+    spare = block;
+  } else {
+    dropped->push_back(block);  // shared: only this request's reference goes
+    ORIGAMI_CHECK(spare != kNullBlock);
+  }
+  table.blocks.push_back(spare);
+  table.num_entries = c.src_entries - kv_->layout().block_size;
+  // The table no longer follows the token sequence: never registered in the prefix cache again.
+  // Blocks already registered keep their (unchanged) contents and stay valid for other requests.
+  table.block_keys.clear();
+  request->kv.compacted = true;
+  c.fresh_spare = kNullBlock;
+  c.in_flight = false;
+  ++c.num_compressions;
+  c.num_scored_entries = 0;
+}
+
 bool Scheduler::try_start_compression(Request* request) {
   RequestCompression& c = request->compression;
+  if (c.pending_kind == CompressionKind::kEvictBlock) return try_start_block_eviction(request);
+  c.src_kind = CompressionKind::kCompact;
   const int block_size = kv_->layout().block_size;
   const std::vector<BlockId>& src = request->kv.groups[0].blocks;
   const int num_dst = (c.num_keep + block_size - 1) / block_size;
@@ -87,8 +152,11 @@ void Scheduler::start_compressions(SchedulerOutput* out) {
   // The backend compacts before this step's forward pass: the requests take their compacted
   // tables now and compute in this very step. The blocks they drop go back only after every
   // compression of the batch has its targets, so no job writes a page another job reads.
+  // A block eviction cannot switch early: its table depends on the block the backend chooses, so
+  // the request waits for the result, reported by this very step (the backend waits for it).
   std::vector<BlockId> dropped;
   for (Request* request : out->compressions) {
+    if (request->compression.src_kind == CompressionKind::kEvictBlock) continue;
     switch_to_compacted_table(request, &dropped);
     request->compression.switched_early = true;
   }
@@ -116,10 +184,14 @@ void Scheduler::switch_to_compacted_table(Request* request, std::vector<BlockId>
   }
 }
 
-void Scheduler::complete_compression(Request* request) {
+void Scheduler::complete_compression(Request* request, int evicted_block) {
   RequestCompression& c = request->compression;
   compressing_.erase(std::find(compressing_.begin(), compressing_.end(), request));
-  if (!c.switched_early) {
+  if (c.src_kind == CompressionKind::kEvictBlock) {
+    std::vector<BlockId> dropped;
+    switch_to_evicted_table(request, evicted_block, &dropped);
+    kv_->release_blocks(dropped);
+  } else if (!c.switched_early) {
     std::vector<BlockId> dropped;
     switch_to_compacted_table(request, &dropped);
     kv_->release_blocks(dropped);
@@ -139,6 +211,18 @@ void Scheduler::abort_compression(Request* request) {
     return;
   }
   ORIGAMI_CHECK(c.in_flight);
+  if (c.src_kind == CompressionKind::kEvictBlock) {
+    // Nothing was written and the table is untouched: only the fresh spare goes back.
+    if (c.fresh_spare != kNullBlock) {
+      const std::vector<BlockId> spare{c.fresh_spare};
+      kv_->release_blocks(spare);
+    }
+    c.fresh_spare = kNullBlock;
+    c.src_blocks.clear();
+    c.in_flight = false;
+    c.pending = false;
+    return;
+  }
   const std::vector<BlockId>& src = request->kv.groups[0].blocks;
   std::vector<BlockId> fresh;
   for (BlockId block : c.next_table)

@@ -19,7 +19,7 @@ TEST(CliCompression, PoliciesListsEveryPolicyWithOptions) {
   for (const auto& p : list) names.push_back(p["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"full", "streaming", "snapkv", "zipage", "zipage-attn", "zipage-global",
                                              "zipage-flash", "zipage-lightning", "knorm", "h2o", "tova",
-                                             "keydiff", "rkv"}));
+                                             "keydiff", "rkv", "pagedeviction"}));
   const auto& zipage = list[3];
   EXPECT_TRUE(zipage["needs_queries"].get<bool>());
   bool has_window = false;

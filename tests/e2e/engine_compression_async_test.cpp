@@ -42,6 +42,7 @@ class DeferredCompressor : public KVCompressor {
  private:
   Status run() {
     Status st = inner_->begin(jobs_);
+    evicted_blocks_ = inner_->evicted_blocks();  // the blocks its block evictions chose
     jobs_.clear();
     return st;
   }
@@ -106,24 +107,27 @@ std::vector<BatchItem> items(uint32_t seed) {
   return out;
 }
 
-EngineConfig config(bool async, bool prefix) {
+EngineConfig config(bool async, bool prefix, const std::string& policy = "zipage") {
   EngineConfig c = cpu_config(tiny_qwen3_dir());
-  c.kv_policy = "zipage";
+  c.kv_policy = policy;
   c.kv_budget = 40;
   c.async_compression = async;
   c.enable_prefix_caching = prefix;
   return c;
 }
 
+// Compaction (zipage) and PagedEviction's whole-block eviction, whose result names the block.
 TEST(EngineCompressionAsync, DeferredCompressionGivesTheSameTokensAsSynchronous) {
+  for (const std::string policy : {"zipage", "pagedeviction"})
   for (bool prefix : {false, true}) {
+    SCOPED_TRACE(policy + (prefix ? " with prefix caching" : ""));
     const std::vector<BatchItem> batch = items(3);
-    auto sync_engine = make_engine(config(false, prefix));
+    auto sync_engine = make_engine(config(false, prefix, policy));
     ASSERT_NE(sync_engine, nullptr);
     const std::vector<BatchResult> expected = run_batch(*sync_engine, batch);
     for (int delay : {1, 3}) {
       int deferred = 0;
-      auto engine = Engine::create(config(true, prefix), std::make_unique<DeferredCompressionBackend>(delay, &deferred));
+      auto engine = Engine::create(config(true, prefix, policy), std::make_unique<DeferredCompressionBackend>(delay, &deferred));
       ASSERT_TRUE(engine.has_value()) << engine.status().to_string();
       const std::vector<BatchResult> got = run_batch(**engine, batch);
       for (size_t i = 0; i < got.size(); ++i) {

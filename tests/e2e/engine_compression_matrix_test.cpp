@@ -47,14 +47,22 @@ class CheckingBackend : public CpuBackendWrapper {
       std::vector<std::vector<float>> sinks, tail;
     };
     std::vector<Protected> before;
-    for (const CompressionJob& j : batch.compressions) {
+    // Pages a block eviction reads: it writes none of them.
+    std::vector<std::vector<std::vector<float>>> evict_pages(batch.compressions.size());
+    for (size_t i = 0; i < batch.compressions.size(); ++i) {
+      const CompressionJob& j = batch.compressions[i];
+      jobs_seen_.push_back({j.request_id, j.num_entries, j.num_keep, j.kind});
+      if (j.kind == CompressionKind::kEvictBlock) {
+        for (int p = 0; p < j.num_entries / kBlock; ++p) evict_pages[i].push_back(page((*j.src_blocks)[static_cast<size_t>(p)]));
+        before.emplace_back();
+        continue;
+      }
       Protected p;
       const int tail = std::min(j.recipe->protected_tail(j.num_keep), j.num_entries);
       const int sinks = std::min(j.recipe->num_sinks, j.num_entries - tail);
       for (int e = 0; e < sinks; ++e) p.sinks.push_back(entry(*j.src_blocks, e));
       for (int e = j.num_entries - tail; e < j.num_entries; ++e) p.tail.push_back(entry(*j.src_blocks, e));
       before.push_back(std::move(p));
-      jobs_seen_.push_back({j.request_id, j.num_entries, j.num_keep});
     }
     ORIGAMI_RETURN_IF_ERROR(inner_->execute(batch, out));
     for (const auto& [block, contents] : shared)
@@ -62,6 +70,17 @@ class CheckingBackend : public CpuBackendWrapper {
     for (const CompressionResult& r : out->finished_compressions) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
     for (size_t i = 0; i < batch.compressions.size(); ++i) {
       const CompressionJob& j = batch.compressions[i];
+      if (j.kind == CompressionKind::kEvictBlock) {
+        // Nothing moved, and the result names a block that is neither the first nor the last.
+        for (size_t p = 0; p < evict_pages[i].size(); ++p)
+          EXPECT_EQ(page((*j.src_blocks)[p]), evict_pages[i][p]) << "block eviction wrote page " << p;
+        for (const CompressionResult& r : out->finished_compressions) {
+          if (r.request_id != j.request_id) continue;
+          EXPECT_GE(r.evicted_block, 1) << "request " << j.request_id;
+          EXPECT_LE(r.evicted_block, j.num_entries / kBlock - 2) << "request " << j.request_id;
+        }
+        continue;
+      }
       const Protected& p = before[i];
       const int tail = static_cast<int>(p.tail.size());
       for (size_t e = 0; e < p.sinks.size(); ++e)
@@ -80,6 +99,7 @@ class CheckingBackend : public CpuBackendWrapper {
   struct JobSeen {
     uint64_t request_id;
     int num_entries, num_keep;
+    CompressionKind kind;
   };
   const std::vector<JobSeen>& jobs_seen() const { return jobs_seen_; }
 
@@ -186,15 +206,98 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
       }
       const int keep = trigger == CompressionTrigger::kCacheFull ? entries_kept_for_budget(kBudget, kBlock) : kBudget;
       ASSERT_FALSE(checking->jobs_seen().empty()) << "no compression ran";
+      int num_block_evictions = 0;
       for (const auto& job : checking->jobs_seen()) {
         EXPECT_EQ(job.num_keep, keep) << "request " << job.request_id;
         EXPECT_LT(job.num_keep, job.num_entries) << "request " << job.request_id;
+        if (job.kind == CompressionKind::kEvictBlock) {
+          ++num_block_evictions;
+          // A whole block leaves a cache of N_max full blocks.
+          EXPECT_EQ(job.num_entries, max_blocks * kBlock) << "request " << job.request_id;
+        }
+      }
+      // PagedEviction runs both mechanisms: token-wise at the end of long prompts, whole blocks
+      // while decoding.
+      if (info.name == "pagedeviction") {
+        EXPECT_GT(num_block_evictions, 0);
+        EXPECT_LT(num_block_evictions, static_cast<int>(checking->jobs_seen().size()));
       }
       EXPECT_EQ(engine.metrics().num_compressions, static_cast<int64_t>(checking->jobs_seen().size()));
       EXPECT_EQ(engine.num_kv_blocks_used(), 0) << "KV blocks leaked";
     }
   }
   EXPECT_GE(num_policies, 3);
+}
+
+// Every policy on a pool too small for the batch, with and without budget reservation and prefix
+// caching: requests are preempted and recomputed, two are aborted (one while its compression is
+// in flight, when one is), compressed bounded requests never exceed N_max blocks, the others
+// complete, and every block comes back.
+TEST(EngineCompressionMatrix, EveryRegisteredPolicySurvivesPreemptionAndAbort) {
+  const PolicyRegistry& registry = PolicyRegistry::builtin();
+  for (const PolicyInfo& info : registry.policies()) {
+    auto policy = registry.create(info.name, {});
+    ASSERT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
+    if (!(*policy)->compresses()) continue;
+    int64_t preemptions = 0;
+    // Two of the four combinations keep the test short: each flag is on once and off once.
+    for (bool reserve : {false, true}) {
+      const bool prefix = !reserve;
+      {
+        SCOPED_TRACE(info.name + (reserve ? " reserving" : "") + (prefix ? " with prefix caching" : ""));
+        EngineConfig c = cpu_config(tiny_qwen3_dir());
+        c.block_size = kBlock;
+        c.kv_policy = info.name;
+        c.kv_budget = kBudget;
+        c.enable_prefix_caching = prefix;
+        c.reserve_bounded_kv = reserve;
+        c.num_kv_blocks = 24;
+        c.max_num_batched_tokens = 96;
+        auto created = Engine::create(c, std::make_unique<CheckingBackend>());
+        ASSERT_TRUE(created.has_value()) << created.status().to_string();
+        Engine& engine = **created;
+        const std::vector<BatchItem> items = matrix_items();
+        std::vector<RequestId> ids;
+        for (const BatchItem& item : items) ids.push_back(*engine.add_request(item.prompt_token_ids, item.sampling));
+        const int max_blocks = max_blocks_for_budget(kBudget, kBlock);
+        std::set<RequestId> aborted;
+        for (int step = 0; engine.has_unfinished(); ++step) {
+          ASSERT_LT(step, 5000) << "no progress";
+          if (step == 3) {
+            engine.abort_request(ids[5]);
+            aborted.insert(ids[5]);
+          }
+          if (aborted.size() < 2) {
+            for (RequestId id : ids)
+              if (engine.request(id)->compression.in_flight && aborted.count(id) == 0) {
+                engine.abort_request(id);
+                aborted.insert(id);
+                break;
+              }
+          }
+          for (const RequestOutput& out : engine.step()) ASSERT_NE(out.finish_reason, FinishReason::kError) << out.error;
+          for (RequestId id : ids) {
+            const Request* r = engine.request(id);
+            if (r->is_finished() || !r->compression.bounded() || r->compression.in_flight) continue;
+            ASSERT_LE(static_cast<int>(r->kv.groups[0].blocks.size()), max_blocks) << "request " << id;
+          }
+        }
+        for (size_t i = 0; i < ids.size(); ++i) {
+          const Request* r = engine.request(ids[i]);
+          if (aborted.count(ids[i]) != 0) {
+            EXPECT_TRUE(r->finish_reason == FinishReason::kAborted || r->finish_reason == FinishReason::kLength)
+                << "request " << ids[i];
+            continue;
+          }
+          EXPECT_EQ(r->finish_reason, FinishReason::kLength) << "request " << ids[i];
+          EXPECT_EQ(static_cast<int>(r->output_token_ids.size()), items[i].sampling.max_tokens) << "request " << ids[i];
+        }
+        EXPECT_EQ(engine.num_kv_blocks_used(), 0) << "KV blocks leaked";
+        preemptions += engine.metrics().num_preemptions;
+      }
+    }
+    EXPECT_GT(preemptions, 0) << info.name << ": the pool never ran short";
+  }
 }
 
 }  // namespace

@@ -133,10 +133,12 @@ OracleRow check_row_against_oracle(const ModelConfig& mc, const std::vector<floa
   const std::vector<BlockId>& src = *job.src_blocks;
   const std::vector<BlockId>& dst = *job.dst_blocks;
   const int n = job.num_entries, k = job.num_keep, slot = job.query_slot;
-  std::vector<float> keys(static_cast<size_t>(n) * d), wq;
-  for (int e = 0; e < n; ++e)
-    std::copy_n(gk_l.data() + src[e / kBlockSize] * block_stride + (static_cast<size_t>(h) * kBlockSize + e % kBlockSize) * d,
-                d, keys.data() + static_cast<size_t>(e) * d);
+  std::vector<float> keys(static_cast<size_t>(n) * d), values(static_cast<size_t>(n) * d), wq;
+  for (int e = 0; e < n; ++e) {
+    const size_t at = src[e / kBlockSize] * block_stride + (static_cast<size_t>(h) * kBlockSize + e % kBlockSize) * d;
+    std::copy_n(gk_l.data() + at, d, keys.data() + static_cast<size_t>(e) * d);
+    std::copy_n(gv_l.data() + at, d, values.data() + static_cast<size_t>(e) * d);  // vknorm reads values
+  }
   if (recipe.needs_queries()) {
     const int w = std::min(recipe.window, n);
     for (int u = 0; u < w; ++u) {
@@ -148,7 +150,7 @@ OracleRow check_row_against_oracle(const ModelConfig& mc, const std::vector<floa
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> scores(n), f(n, 0.0f);
   cpu::score_head(recipe, keys.data(), n, d, wq.empty() ? nullptr : wq.data(), G, scale, kBlockSize, f.data(), 0, true,
-                  scores.data(), k);
+                  scores.data(), k, values.data());
   std::vector<int32_t> keep(k);
   cpu::select_keep(scores.data(), n, k, keep.data());
   // Decided cut?

@@ -19,7 +19,9 @@
 #include <numeric>
 #include <random>
 
+#include "backend/cpu/block_eviction.h"
 #include "backend/cpu/compression_ops.h"
+#include "backend/cpu/cpu_kv_cache.h"
 #include "backend/cuda/compression_kernels.h"
 #include "backend/cuda/cuda_compression.h"
 #include "backend/cuda/elementwise_kernels.h"
@@ -163,9 +165,11 @@ CpuRow cpu_score_row(const HostCache& c, const CompressionJob& job, int l, int h
   const ScoreRecipe& r = *job.recipe;
   const int n = job.num_entries, d = c.d, bs = c.bs;
   const std::vector<BlockId>& src = *job.src_blocks;
-  std::vector<float> keys(static_cast<size_t>(n) * d);
-  for (int e = 0; e < n; ++e)
+  std::vector<float> keys(static_cast<size_t>(n) * d), values(static_cast<size_t>(n) * d);
+  for (int e = 0; e < n; ++e) {
     std::copy_n(c.k.data() + c.kv_at(l, src[e / bs], h, e % bs), d, keys.data() + static_cast<size_t>(e) * d);
+    std::copy_n(c.v.data() + c.kv_at(l, src[e / bs], h, e % bs), d, values.data() + static_cast<size_t>(e) * d);
+  }
   std::vector<float> wq;
   if (r.needs_queries()) {
     const int w = std::min(r.window, n);
@@ -180,7 +184,7 @@ CpuRow cpu_score_row(const HostCache& c, const CompressionJob& job, int l, int h
   out.final_scores.resize(n);
   cpu::score_head(r, keys.data(), n, d, wq.empty() ? nullptr : wq.data(), c.G, 1.0f / std::sqrt(static_cast<float>(d)),
                   bs, r.global_decay > 0.0f ? out.new_f.data() : nullptr, job.num_scored_entries,
-                  job.first_compression, out.final_scores.data(), job.num_keep);
+                  job.first_compression, out.final_scores.data(), job.num_keep, values.data());
   return out;
 }
 
@@ -231,7 +235,7 @@ void expect_scores_close(const std::vector<float>& got, const std::vector<float>
 }
 
 std::vector<ScoreRecipe> test_recipes() {
-  std::vector<ScoreRecipe> r(10);
+  std::vector<ScoreRecipe> r(11);
   // 0: SnapKV-like attention only.
   // 1: attention, max pooling 5, global score, sinks.
   r[1].pool_kernel = 5;
@@ -274,6 +278,10 @@ std::vector<ScoreRecipe> test_recipes() {
   r[9].global_decay = 1.0f;
   r[9].global_mode = GlobalMode::kSum;
   r[9].recent_ratio = 0.4f;
+  // 10: PagedEviction's ||v|| / ||k|| with max pooling and a window.
+  r[10].scorer = Scorer::kValueKeyNorm;
+  r[10].pool_kernel = 5;
+  r[10].window = 8;
   return r;
 }
 
@@ -618,6 +626,130 @@ TEST(CudaCompression, DriverMatchesCpuPipeline) {
   bad[0].dst_blocks = &later;
   e = comp.begin(bad);
   EXPECT_NE(e.message().find("later source page"), std::string::npos) << e.message();
+}
+
+// Block eviction (CompressionKind::kEvictBlock, PagedEviction's decode) through the driver, in a
+// batch with a compaction, over several layer groups: the chosen block of every job equals
+// cpu::pick_evicted_block on cpu::block_mean_scores of the same cache (or, where two blocks' CPU
+// means are within rounding of each other, one of them), never the first or the last block;
+// the pages of block evictions are not written, and nothing but the compaction's destinations is.
+TEST(CudaCompression, BlockEvictionMatchesCpu) {
+  std::mt19937 rng(21);
+  const int L = 3, H = 2, G = 4, d = 128, bs = 16, M = 1, W = 16;
+  // Tables of 3 (one candidate), 5, 40 and 9 blocks; the last job is a compaction of 200 entries.
+  const std::vector<int> table_blocks = {3, 5, 40, 9, 13};
+  const int num_jobs = static_cast<int>(table_blocks.size());
+  int pages_total = 0;
+  for (int b : table_blocks) pages_total += b;
+  const int NB = pages_total + 1;
+  HostCache c = make_cache(L, NB, H, G, bs, d, M, W, rng);
+  std::vector<BlockId> free_pages(pages_total);
+  std::iota(free_pages.begin(), free_pages.end(), 1);
+  std::shuffle(free_pages.begin(), free_pages.end(), rng);
+  ScoreRecipe recipe;
+  recipe.scorer = Scorer::kValueKeyNorm;
+  recipe.window = 16;
+  std::vector<std::vector<BlockId>> src(num_jobs), dst(num_jobs);
+  std::vector<CompressionJob> jobs(num_jobs);
+  int used = 0;
+  for (int j = 0; j < num_jobs; ++j) {
+    src[j].assign(free_pages.begin() + used, free_pages.begin() + used + table_blocks[j]);
+    used += table_blocks[j];
+    jobs[j].request_id = 200 + j;
+    jobs[j].src_blocks = &src[j];
+    jobs[j].recipe = &recipe;
+    jobs[j].num_entries = table_blocks[j] * bs;
+    if (j + 1 < num_jobs) {
+      jobs[j].kind = CompressionKind::kEvictBlock;
+      jobs[j].num_keep = jobs[j].num_entries - bs;
+      // Shrink the values of the first block (never chosen, however low) and of one candidate of
+      // job 1 (a clear choice); the rest is random.
+      const int low = j == 1 ? 2 : -1;
+      for (int p : {0, low}) {
+        if (p < 0) continue;
+        for (int l = 0; l < L; ++l)
+          for (int h = 0; h < H; ++h)
+            for (int o = 0; o < bs; ++o) {
+              float* v = c.v.data() + c.kv_at(l, src[j][p], h, o);
+              for (int x = 0; x < d; ++x) v[x] = round_bf16(v[x] * 0.25f);
+            }
+      }
+    } else {
+      jobs[j].num_keep = 100;
+      dst[j].assign(src[j].begin(), src[j].begin() + (100 + bs - 1) / bs);
+      jobs[j].dst_blocks = &dst[j];
+    }
+  }
+
+  // The CPU twin on the same (bf16-exact) cache.
+  cpu::CpuKVCache cpu_kv;
+  ASSERT_TRUE(cpu_kv.allocate(KVLayout::full(L, H, d, bs, NB, DType::kF32)).is_ok());
+  for (int l = 0; l < L; ++l)
+    for (int b = 0; b < NB; ++b)
+      for (int h = 0; h < H; ++h)
+        for (int o = 0; o < bs; ++o) {
+          std::copy_n(c.k.data() + c.kv_at(l, b, h, o), d, cpu_kv.key_at(l, b, h, o));
+          std::copy_n(c.v.data() + c.kv_at(l, b, h, o), d, cpu_kv.value_at(l, b, h, o));
+        }
+
+  DeviceCache dc(c);
+  cudaStream_t main_stream;
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&main_stream, cudaStreamNonBlocking));
+  CudaCompressor comp(main_stream);
+  CudaCompressor::Geometry g;
+  g.num_layers = L;
+  g.num_kv_heads = H;
+  g.num_q_heads = H * G;
+  g.head_dim = d;
+  g.block_size = bs;
+  g.num_blocks = NB;
+  g.k = dc.k->get();
+  g.v = dc.v->get();
+  g.kv_layer_pitch = c.kv_pitch();
+  CompressionConfig config;
+  config.num_query_slots = M;
+  config.max_window = W;
+  config.layer_stride = 2;  // two layer groups: the block sums add up across them
+  ASSERT_TRUE(comp.configure(config, g).is_ok());
+  const Status st = comp.begin(jobs);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!comp.done()) ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  ASSERT_TRUE(comp.wait().is_ok());
+  ORIGAMI_CUDA_CHECK(cudaStreamDestroy(main_stream));
+
+  const std::vector<int>& chosen = comp.evicted_blocks();
+  ASSERT_EQ(chosen.size(), jobs.size());
+  EXPECT_EQ(chosen[num_jobs - 1], -1);  // the compaction names no block
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int j = 0; j + 1 < num_jobs; ++j) {
+    const std::vector<double> means = cpu::block_mean_scores(cpu_kv, jobs[j], scale);
+    const int want = cpu::pick_evicted_block(means);
+    const int got = chosen[j];
+    ASSERT_GE(got, 1) << "job " << j;
+    ASSERT_LE(got, table_blocks[j] - 2) << "job " << j;
+    if (got != want)
+      EXPECT_LT(std::fabs(means[got] - means[want]), 1e-4 * std::fabs(means[want]))
+          << "job " << j << ": GPU chose block " << got << " (mean " << means[got] << "), CPU block " << want
+          << " (mean " << means[want] << ")";
+    if (j == 1) EXPECT_EQ(got, 2);
+  }
+  // Only the compaction's destination pages changed.
+  std::vector<char> written(NB, 0);
+  for (BlockId b : dst[num_jobs - 1]) written[b] = 1;
+  const std::vector<float> got_k = from_device_bf16(dc.k->download());
+  const std::vector<float> got_v = from_device_bf16(dc.v->download());
+  int changed = 0;
+  for (int l = 0; l < L; ++l)
+    for (int b = 0; b < NB; ++b) {
+      if (written[b]) continue;
+      for (int h = 0; h < H; ++h)
+        for (int o = 0; o < bs; ++o) {
+          const size_t at = c.kv_at(l, b, h, o);
+          for (int x = 0; x < d; ++x) changed += got_k[at + x] != c.k[at + x] || got_v[at + x] != c.v[at + x];
+        }
+    }
+  EXPECT_EQ(changed, 0);
 }
 
 // Timing of one compression batch at a Qwen3-8B shape (8 KV heads, groups of 4, head_dim 128,

@@ -155,11 +155,12 @@ void protect_scores(float* s, const float* r, int n, float lambda, int window, i
 
 void score_head(const ScoreRecipe& recipe, const float* keys, int n, int d, const float* window_q, int group_size,
                 float scale, int block_size, float* f, int num_scored, bool first_compression, float* out,
-                int num_keep) {
+                int num_keep, const float* values) {
   if (n <= 0) return;
   // 1. The base score.
   ScorerInput in;
   in.keys = keys;
+  in.values = values;
   in.n = n;
   in.d = d;
   if (recipe.needs_queries()) {

@@ -7,7 +7,7 @@
 // The score pipeline of one (layer, KV head) with n cached entries (score_head() runs it):
 //   1. S = the base scorer recipe.scorer (kv/scorers.h; one file each in scorers/, dispatched by
 //      score_base): attention = window_attention_scores(...), recency = recency_scores(...),
-//      knorm = -|k|, zero = 0 (e.g. redundancy only)
+//      knorm = -|k|, vknorm = |v| / |k|, zero = 0 (e.g. redundancy only)
 //   2. if recipe.global_decay > 0:             update_global_scores(S, F): S = F = max(decay*F_prev, S)
 //                                              (global_mode kSum: S = F = decay*F_prev + S)
 //   3. if recipe.pool_kernel > 1 and (first_compression or !recipe.pool_first_only):
@@ -95,9 +95,10 @@ void protect_scores(float* s, const float* r, int n, float lambda, int window, i
 //   out:      [n] final scores. Scratch is allocated internally.
 //   num_keep: entries the compression keeps; only recipe.recent_ratio reads it (0: the ratio's
 //             recent window is left out).
+//   values:   [n, d] in entry order; may be null unless the scorer reads values (vknorm).
 void score_head(const ScoreRecipe& recipe, const float* keys, int n, int d, const float* window_q, int group_size,
                 float scale, int block_size, float* f, int num_scored, bool first_compression, float* out,
-                int num_keep = 0);
+                int num_keep = 0, const float* values = nullptr);
 
 // --- Selection -------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "backend/cpu/block_eviction.h"
 #include "backend/cpu/compression_ops.h"
 #include "kv/compression_validation.h"
 
@@ -28,8 +29,19 @@ Status validate_compression_jobs(const CpuKVCache& kv, const std::vector<Compres
                                     kv.has_global_scores());
 }
 
-Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, float scale, ThreadPool* pool) {
+Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, float scale, ThreadPool* pool,
+                       std::vector<int>* evicted_blocks) {
   ORIGAMI_RETURN_IF_ERROR(validate_compression_jobs(kv, jobs));
+  // Block evictions first: they only read, and no job of the batch writes a page they read.
+  std::vector<int> evicted(jobs.size(), -1);
+  std::vector<int> evict_jobs;
+  for (size_t j = 0; j < jobs.size(); ++j)
+    if (jobs[j].kind == CompressionKind::kEvictBlock) evict_jobs.push_back(static_cast<int>(j));
+  parallel_for(pool, static_cast<int>(evict_jobs.size()), [&](int i) {
+    const int j = evict_jobs[static_cast<size_t>(i)];
+    evicted[static_cast<size_t>(j)] = pick_evicted_block(block_mean_scores(kv, jobs[static_cast<size_t>(j)], scale));
+  });
+  if (evicted_blocks != nullptr) *evicted_blocks = std::move(evicted);
   const KVLayout& layout = kv.layout();
   const int num_layers = layout.num_layers, num_heads = layout.num_kv_heads, d = layout.head_dim;
   const int bs = layout.block_size;
@@ -43,6 +55,7 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
   for (size_t j = 0; j < jobs.size(); ++j) {
     keep_offset[j] = keep_per_layer_head;
     score_offset[j] = scores_per_layer_head;
+    if (jobs[j].kind != CompressionKind::kCompact) continue;
     keep_per_layer_head += jobs[j].num_keep;
     if (jobs[j].recipe->global_decay > 0.0f) scores_per_layer_head += jobs[j].num_entries;
   }
@@ -52,7 +65,7 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
     const int layers = l1 - l0;
     std::vector<Item> items;
     for (size_t j = 0; j < jobs.size(); ++j) {
-      if (jobs[j].num_entries == 0) continue;
+      if (jobs[j].num_entries == 0 || jobs[j].kind != CompressionKind::kCompact) continue;
       for (int l = l0; l < l1; ++l)
         for (int h = 0; h < num_heads; ++h) items.push_back({static_cast<int>(j), l, h});
     }
@@ -70,10 +83,13 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
       const ScoreRecipe& recipe = *job.recipe;
       const int n = job.num_entries;
       const std::vector<BlockId>& src = *job.src_blocks;
-      std::vector<float> keys(static_cast<size_t>(n) * d);
-      for (int e = 0; e < n; ++e)
+      std::vector<float> keys(static_cast<size_t>(n) * d), values(static_cast<size_t>(n) * d);
+      for (int e = 0; e < n; ++e) {
         std::memcpy(keys.data() + static_cast<size_t>(e) * d, kv.key_at(it.layer, src[e / bs], it.head, e % bs),
                     d * sizeof(float));
+        std::memcpy(values.data() + static_cast<size_t>(e) * d, kv.value_at(it.layer, src[e / bs], it.head, e % bs),
+                    d * sizeof(float));
+      }
       std::vector<float> window_q;
       if (recipe.needs_queries()) {
         const int w = std::min(recipe.window, n);
@@ -95,7 +111,7 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
       }
       std::vector<float> scores(n);
       score_head(recipe, keys.data(), n, d, window_q.empty() ? nullptr : window_q.data(), group_size, scale, bs, f,
-                 job.num_scored_entries, job.first_compression, scores.data(), job.num_keep);
+                 job.num_scored_entries, job.first_compression, scores.data(), job.num_keep, values.data());
       select_keep(scores.data(), n, job.num_keep, keep.data() + slot(it, keep_per_layer_head) + keep_offset[it.job]);
     });
 
@@ -122,7 +138,8 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
 
 Status CpuCompressor::begin(const std::vector<CompressionJob>& jobs) {
   const auto t0 = std::chrono::steady_clock::now();
-  status_ = run_compression(*kv_, jobs, scale_, pool_);
+  evicted_blocks_.clear();
+  status_ = run_compression(*kv_, jobs, scale_, pool_, &evicted_blocks_);
   device_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return status_;
 }

@@ -28,7 +28,10 @@ namespace origami::cpu {
 Status validate_compression_jobs(const CpuKVCache& kv, const std::vector<CompressionJob>& jobs);
 
 // Validates, then runs `jobs` to completion. `scale` is the attention scale (1 / sqrt(head_dim)).
-Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, float scale, ThreadPool* pool);
+// kEvictBlock jobs (block_eviction.h) write nothing; the block each chose goes to `evicted_blocks`
+// (per job, -1 for compactions) when it is not null.
+Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, float scale, ThreadPool* pool,
+                       std::vector<int>* evicted_blocks = nullptr);
 
 // The CPU backend's KVCompressor: begin() runs the batch to completion (run_compression), so
 // done() is always true and wait() returns the batch's status.

@@ -528,11 +528,10 @@ void launch_capture_queries(const bf16* q, const int32_t* dst_rows, int num_toke
       q, dst_rows, num_tokens, row_elems, q_cache);
 }
 
-cudaError_t launch_compression_scores(const GroupArgs& a, cudaStream_t stream) {
+cudaError_t launch_base_scores(const GroupArgs& a, cudaStream_t stream) {
   if (!valid_geometry(a)) return cudaErrorInvalidValue;
   if (a.num_jobs == 0) return cudaSuccess;
-  const int rpj = rows_per_job(a), rows = a.num_jobs * rpj;
-  // Step 1: each base scorer used in the group writes S (scores) for its jobs' rows.
+  // Each base scorer used in the group writes S (scores) for its jobs' rows.
 #define ORIGAMI_LAUNCH_SCORER(e, name, q, summary)               \
   if (a.scorers & scorer_bit(Scorer::e)) {                     \
     const cudaError_t err = launch_score_##name(a, stream);    \
@@ -540,6 +539,16 @@ cudaError_t launch_compression_scores(const GroupArgs& a, cudaStream_t stream) {
   }
   ORIGAMI_BASE_SCORERS(ORIGAMI_LAUNCH_SCORER)
 #undef ORIGAMI_LAUNCH_SCORER
+  return cudaSuccess;
+}
+
+cudaError_t launch_compression_scores(const GroupArgs& a, cudaStream_t stream) {
+  if (!valid_geometry(a)) return cudaErrorInvalidValue;
+  if (a.num_jobs == 0) return cudaSuccess;
+  const int rpj = rows_per_job(a), rows = a.num_jobs * rpj;
+  // Step 1: the base scores.
+  const cudaError_t base = launch_base_scores(a, stream);
+  if (base != cudaSuccess) return base;
   if (a.any_redundancy) {
     key_norms_kernel<<<dim3(a.num_chunks, rpj), kThreads, 0, stream>>>(a);
     const dim3 grid(a.num_chunks, rpj);

@@ -116,6 +116,9 @@ int rows_per_job(const GroupArgs& a);
 // scores (S after the update) in scores.
 cudaError_t launch_compression_scores(const GroupArgs& args, cudaStream_t stream);
 
+// Step 1 alone: the base scorers in args.scorers write S into scores (block eviction reads it).
+cudaError_t launch_base_scores(const GroupArgs& args, cudaStream_t stream);
+
 // Per row, the num_keep best entries of final_scores in ascending entry order (cpu::select_keep's
 // total order: higher score first, NaN lowest, ties to the larger index) into keep.
 cudaError_t launch_compression_select(const GroupArgs& args, cudaStream_t stream);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend/cuda/block_eviction.h"
 #include "backend/cuda/compression_kernels.h"
 #include "backend/cuda/cuda_check.h"
 #include "kv/compression_validation.h"
@@ -24,15 +25,18 @@ size_t align16(size_t x) { return (x + 15) / 16 * 16; }
 
 }  // namespace
 
-CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs, int rows_per_job, int group_size) {
+CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs, int rows_per_job, int group_size,
+                                 CompressionKind kind) {
   CompressionPlan plan;
   const size_t rows = static_cast<size_t>(rows_per_job);
-  for (const CompressionJob& job : jobs) {
-    if (job.num_entries == 0) continue;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const CompressionJob& job = jobs[j];
+    if (job.num_entries == 0 || job.kind != kind) continue;
+    const bool evict = kind == CompressionKind::kEvictBlock;
     const ScoreRecipe& r = *job.recipe;
     CompressionJobDesc d;
     d.n = job.num_entries;
-    d.num_keep = job.num_keep;
+    d.num_keep = evict ? 0 : job.num_keep;  // a block eviction moves nothing
     d.num_scored = job.num_scored_entries;
     d.scorer = r.scorer;
     d.window = r.needs_queries() ? std::min(r.window, d.n) : 0;
@@ -51,7 +55,8 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
     d.src_page0 = static_cast<int32_t>(plan.pages.size());
     plan.pages.insert(plan.pages.end(), job.src_blocks->begin(), job.src_blocks->begin() + pages_for(d.n, bs));
     d.dst_page0 = static_cast<int32_t>(plan.pages.size());
-    plan.pages.insert(plan.pages.end(), job.dst_blocks->begin(), job.dst_blocks->begin() + pages_for(d.num_keep, bs));
+    if (!evict)
+      plan.pages.insert(plan.pages.end(), job.dst_blocks->begin(), job.dst_blocks->begin() + pages_for(d.num_keep, bs));
     d.chunk0 = static_cast<int32_t>(plan.chunk_job.size());
     plan.chunk_job.insert(plan.chunk_job.end(), (d.n + kChunk - 1) / kChunk, static_cast<int32_t>(plan.descs.size()));
     d.score0 = static_cast<int64_t>(plan.score_elems);
@@ -64,6 +69,9 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
     plan.any_redundancy = plan.any_redundancy || d.redundancy != 0;
     plan.scorers |= scorer_bit(d.scorer);
     plan.descs.push_back(d);
+    plan.job_index.push_back(static_cast<int32_t>(j));
+    plan.block_sum0.push_back(plan.num_block_sums);
+    plan.num_block_sums += evict ? d.n / bs : 0;
   }
   return plan;
 }
@@ -83,6 +91,10 @@ CudaCompressor::~CudaCompressor() {
     if (s->ptr != nullptr) cudaFree(s->ptr);
   if (dev_meta_ != nullptr) cudaFree(dev_meta_);
   if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
+  for (Scratch* s : {&evict_meta_, &block_sums_})
+    if (s->ptr != nullptr) cudaFree(s->ptr);
+  if (host_evict_meta_ != nullptr) cudaFreeHost(host_evict_meta_);
+  if (host_evicted_ != nullptr) cudaFreeHost(host_evicted_);
   if (ready_ != nullptr) cudaEventDestroy(ready_);
   if (done_ != nullptr) cudaEventDestroy(done_);
   if (started_ != nullptr) cudaEventDestroy(started_);
@@ -189,6 +201,9 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   const size_t rows_max = static_cast<size_t>(stride) * g.num_kv_heads;
 
   const CompressionPlan plan = plan_compression(jobs, bs, static_cast<int>(rows_max), group_size);
+  const CompressionPlan evict_plan =
+      plan_compression(jobs, bs, static_cast<int>(rows_max), group_size, CompressionKind::kEvictBlock);
+  evicted_blocks_.assign(jobs.size(), -1);
   const std::vector<CompressionJobDesc>& descs = plan.descs;
   const std::vector<int32_t>& chunk_job = plan.chunk_job;
   const std::vector<int32_t>& pages = plan.pages;
@@ -215,7 +230,8 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
 
   // Scratch of one layer group.
   auto need = [&](Scratch& s, size_t bytes) { return ensure_device(&s.ptr, &s.bytes, std::max<size_t>(bytes, 16)); };
-  ORIGAMI_RETURN_IF_ERROR(need(scores_, score_elems * sizeof(float)));
+  // Block evictions reuse the scores after the compactions (same stream).
+  ORIGAMI_RETURN_IF_ERROR(need(scores_, std::max(score_elems, evict_plan.score_elems) * sizeof(float)));
   ORIGAMI_RETURN_IF_ERROR(need(final_, score_elems * sizeof(float)));
   ORIGAMI_RETURN_IF_ERROR(need(keep_, keep_elems * sizeof(int32_t)));
   ORIGAMI_RETURN_IF_ERROR(need(lse_, lse_elems * sizeof(float2)));
@@ -224,6 +240,42 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     ORIGAMI_RETURN_IF_ERROR(need(norms_, score_elems * sizeof(float)));
     ORIGAMI_RETURN_IF_ERROR(need(z_, score_elems * sizeof(int2)));
   }
+
+  // Block evictions' metadata, sums and results (allocated before anything is enqueued).
+  const size_t evict_desc_bytes = align16(evict_plan.descs.size() * sizeof(CompressionJobDesc));
+  const size_t evict_chunk_bytes = align16(evict_plan.chunk_job.size() * sizeof(int32_t));
+  const size_t evict_pages_bytes = align16(evict_plan.pages.size() * sizeof(int32_t));
+  const size_t evict_meta_bytes = evict_desc_bytes + evict_chunk_bytes + evict_pages_bytes +
+                                  align16(evict_plan.block_sum0.size() * sizeof(int32_t)) +
+                                  align16(evict_plan.descs.size() * sizeof(int32_t));  // the chosen blocks
+  if (!evict_plan.descs.empty()) {
+    if (evict_meta_bytes > host_evict_meta_bytes_) {
+      if (host_evict_meta_ != nullptr) cudaFreeHost(host_evict_meta_);
+      host_evict_meta_ = nullptr;
+      host_evict_meta_bytes_ = 0;
+      const size_t grown = std::max<size_t>(evict_meta_bytes * 2, 4096);
+      ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_evict_meta_, grown));
+      host_evict_meta_bytes_ = grown;
+    }
+    if (evict_plan.descs.size() > host_evicted_capacity_) {
+      if (host_evicted_ != nullptr) cudaFreeHost(host_evicted_);
+      host_evicted_ = nullptr;
+      host_evicted_capacity_ = 0;
+      const size_t grown = std::max<size_t>(evict_plan.descs.size() * 2, 64);
+      ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&host_evicted_), grown * sizeof(int32_t)));
+      host_evicted_capacity_ = grown;
+    }
+    ORIGAMI_RETURN_IF_ERROR(need(evict_meta_, evict_meta_bytes));
+    ORIGAMI_RETURN_IF_ERROR(need(block_sums_, static_cast<size_t>(evict_plan.num_block_sums) * sizeof(float)));
+    char* eh = static_cast<char*>(host_evict_meta_);
+    std::memcpy(eh, evict_plan.descs.data(), evict_plan.descs.size() * sizeof(CompressionJobDesc));
+    std::memcpy(eh + evict_desc_bytes, evict_plan.chunk_job.data(), evict_plan.chunk_job.size() * sizeof(int32_t));
+    std::memcpy(eh + evict_desc_bytes + evict_chunk_bytes, evict_plan.pages.data(),
+                evict_plan.pages.size() * sizeof(int32_t));
+    std::memcpy(eh + evict_desc_bytes + evict_chunk_bytes + evict_pages_bytes, evict_plan.block_sum0.data(),
+                evict_plan.block_sum0.size() * sizeof(int32_t));
+  }
+  evict_job_index_ = evict_plan.job_index;
 
   // After everything already queued on the backend's stream (KV writes, query capture, copies).
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_, main_stream_));
@@ -268,6 +320,51 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
       ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_compact(a, stream_));
     }
   }
+  if (!evict_plan.descs.empty()) {
+    // Block evictions: the base scores of each layer group, summed per block, then the choice,
+    // copied to pinned memory that done()/wait() read once the batch completed.
+    ORIGAMI_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(evict_meta_.ptr, host_evict_meta_, evict_meta_bytes, cudaMemcpyHostToDevice, stream_));
+    ORIGAMI_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(block_sums_.ptr, 0, static_cast<size_t>(evict_plan.num_block_sums) * sizeof(float), stream_));
+    char* dm = static_cast<char*>(evict_meta_.ptr);
+    const int32_t* sum0 = reinterpret_cast<const int32_t*>(dm + evict_desc_bytes + evict_chunk_bytes + evict_pages_bytes);
+    int32_t* chosen = reinterpret_cast<int32_t*>(dm + evict_meta_bytes -
+                                                 align16(evict_plan.descs.size() * sizeof(int32_t)));
+    GroupArgs a;
+    a.jobs = reinterpret_cast<const CompressionJobDesc*>(dm);
+    a.num_jobs = static_cast<int>(evict_plan.descs.size());
+    a.chunk_job = reinterpret_cast<const int32_t*>(dm + evict_desc_bytes);
+    a.num_chunks = static_cast<int>(evict_plan.chunk_job.size());
+    a.pages = reinterpret_cast<const int32_t*>(dm + evict_desc_bytes + evict_chunk_bytes);
+    a.scorers = evict_plan.scorers;
+    a.num_kv_heads = g.num_kv_heads;
+    a.group_size = group_size;
+    a.head_dim = g.head_dim;
+    a.block_size = bs;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
+    a.kv_layer_pitch = g.kv_layer_pitch;
+    a.q_layer_pitch = query_layer_pitch();
+    a.max_window = config_.max_window;
+    a.scores = static_cast<float*>(scores_.ptr);
+    int max_blocks = 0;
+    for (const CompressionJobDesc& d : evict_plan.descs) max_blocks = std::max(max_blocks, d.n / bs);
+    for (int l0 = 0; l0 < g.num_layers; l0 += stride) {
+      a.num_group_layers = std::min(stride, g.num_layers - l0);
+      a.k = g.k + l0 * g.kv_layer_pitch;
+      a.v = g.v + l0 * g.kv_layer_pitch;
+      a.q = q_cache_ != nullptr ? q_cache_ + l0 * a.q_layer_pitch : nullptr;
+      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_base_scores(a, stream_));
+      ORIGAMI_CUDA_RETURN_IF_ERROR(
+          launch_block_score_sums(a, sum0, static_cast<float*>(block_sums_.ptr), max_blocks, stream_));
+    }
+    const float inv_count = 1.0f / (static_cast<float>(g.num_layers) * g.num_kv_heads * bs);
+    ORIGAMI_CUDA_RETURN_IF_ERROR(launch_pick_evicted_blocks(a.jobs, a.num_jobs, sum0,
+                                                            static_cast<const float*>(block_sums_.ptr), bs, inv_count,
+                                                            chosen, stream_));
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_evicted_, chosen, evict_plan.descs.size() * sizeof(int32_t),
+                                                 cudaMemcpyDeviceToHost, stream_));
+  }
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_, stream_));
   in_flight_ = true;
   return Status::ok();
@@ -294,6 +391,9 @@ Status CudaCompressor::wait() {
 }
 
 void CudaCompressor::account_finished_batch() {
+  // The batch completed: its chosen blocks have reached pinned memory.
+  for (size_t i = 0; i < evict_job_index_.size(); ++i)
+    evicted_blocks_[static_cast<size_t>(evict_job_index_[i])] = host_evicted_[i];
   float ms = 0.0f;
   if (cudaEventElapsedTime(&ms, started_, done_) == cudaSuccess) device_seconds_ += ms * 1e-3;
   else cudaGetLastError();  // timing is best effort; the batch itself succeeded

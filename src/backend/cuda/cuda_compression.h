@@ -40,11 +40,17 @@ struct CompressionPlan {
   int max_window_group = 0;
   bool any_redundancy = false;
   uint32_t scorers = 0;  // scorer_bit() of every base scorer the jobs use (GroupArgs::scorers)
+  std::vector<int32_t> job_index;   // per descriptor: its index in the jobs
+  // kEvictBlock plans: per descriptor, the offset of its per-block score sums; their total.
+  std::vector<int32_t> block_sum0;
+  int32_t num_block_sums = 0;
 };
-// rows_per_job: layers of the largest group (min(layer_stride, L)) times KV heads. The jobs must be
-// valid (CudaCompressor::begin validates them first).
+// The jobs of one kind: kCompact (score, select, compact) or kEvictBlock (base scores summed per
+// block, block_eviction.h; no destination pages, num_keep 0). rows_per_job: layers of the largest
+// group (min(layer_stride, L)) times KV heads. The jobs must be valid (CudaCompressor::begin
+// validates them first).
 CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int block_size, int rows_per_job,
-                                 int group_size);
+                                 int group_size, CompressionKind kind = CompressionKind::kCompact);
 
 class CudaCompressor : public KVCompressor {
  public:
@@ -128,6 +134,17 @@ class CudaCompressor : public KVCompressor {
     size_t bytes = 0;
   };
   Scratch scores_, final_, redundancy_, norms_, z_, lse_, keep_;
+
+  // Block evictions of the batch (after its compactions, on the same stream): their metadata
+  // (descriptors, chunk -> job map, tables, per-job block-sum offsets; pinned staging and device
+  // twin), the per-block score sums, and the chosen blocks (device, then pinned for the host;
+  // account_finished_batch() copies them into evicted_blocks_).
+  void* host_evict_meta_ = nullptr;
+  size_t host_evict_meta_bytes_ = 0;
+  Scratch evict_meta_, block_sums_;
+  int32_t* host_evicted_ = nullptr;  // pinned, one per block eviction of the batch
+  size_t host_evicted_capacity_ = 0;
+  std::vector<int32_t> evict_job_index_;  // per block eviction of the batch: its job index
 };
 
 }  // namespace origami::cuda

@@ -9,6 +9,7 @@ namespace origami::cpu {
 
 struct ScorerInput {
   const float* keys = nullptr;      // [n, d] the head's cached keys in entry order (post-RoPE)
+  const float* values = nullptr;    // [n, d] the head's cached values in entry order
   int n = 0;                        // cached entries (>= 1)
   int d = 0;                        // head_dim
   // The observation window's queries [w, group_size, d] (query i belongs to entry n - w + i),
