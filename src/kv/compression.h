@@ -55,10 +55,21 @@ struct ScoreRecipe {
   // The last `recent` entries are always kept too (+inf), beside the observation window: a recent
   // window as H2O keeps one. 0 = only the observation window.
   int recent = 0;
+  // Whether the observation window is protected (the usual case: its queries score the entries
+  // before it). false when the window is itself what is compressed (Kara: only the last `recent`
+  // entries, its buffer U, are protected).
+  bool protect_window = true;
+  // Kara (Scorer::kKara): of the window's compressible region (its first window - recent entries)
+  // `window_keep` entries are kept: ceil(r * (W - U)) - chunk_budget by score, then Token2Chunk
+  // adds up to `chunk_budget` entries inside gaps shorter than `chunk_max_len` (gamma, endpoints
+  // included) and fills what it leaves unused with the next-best entries.
+  int window_keep = 0;
+  int chunk_budget = 0;   // alpha
+  int chunk_max_len = 8;  // gamma (>= 3)
 
   // The lightning group at this block size, and how many trailing entries are protected.
   int lightning_span(int block_size) const { return redundancy_span > 0 ? redundancy_span : block_size; }
-  int protected_tail() const { return recent > window ? recent : window; }
+  int protected_tail() const { return protect_window && window > recent ? window : recent; }
 
   bool needs_queries() const { return scorer_needs_queries(scorer); }
 };
@@ -88,6 +99,11 @@ struct CompressionJob {
   // Leading entries whose global score F is valid from an earlier compression; the rest are new.
   int num_scored_entries = 0;
   bool first_compression = true;
+  // The request's logical length (positions) when it is compressed: query slot rows are keyed by
+  // position (row = position % max_window), which compaction never changes, so the window's
+  // query i (entry num_entries - w + i) is at row (num_positions - w + i) % max_window. Its
+  // trailing w entries are uncompressed, hence consecutive positions. -1: equal to num_entries.
+  int num_positions = -1;
   const ScoreRecipe* recipe = nullptr;
 };
 

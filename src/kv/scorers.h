@@ -21,7 +21,9 @@
   X(kAttention, attention, true,                                                                             \
     "observation-window attention: softmax(q.k / sqrt(d)), max over a GQA group, mean over the window")      \
   X(kRecency, recency, false, "StreamingLLM: S = entry index (the newest entries win)")                     \
-  X(kKeyNorm, knorm, false, "K-norm: S = -||k||_2 (keys with a small L2 norm are kept)")
+  X(kKeyNorm, knorm, false, "K-norm: S = -||k||_2 (keys with a small L2 norm are kept)")                   \
+  X(kKara, kara, true,                                                                                      \
+    "Kara: bidirectional window attention over the window's compressible keys + Token2Chunk (kept = +inf)")
 
 namespace origami {
 

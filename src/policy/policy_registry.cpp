@@ -11,7 +11,8 @@
   X(streaming_policy)               \
   X(snapkv_policy)                  \
   X(zipage_policies)                \
-  X(knorm_policy)
+  X(knorm_policy)                   \
+  X(kvllm_policy)
 
 namespace origami {
 

@@ -18,12 +18,23 @@ struct TriggerState {
   int block_size = 0;
   int window = 0;                 // query window w (0: the policy needs no queries)
   bool prefill_checked = false;   // the one-off end-of-prefill decision was taken
+  // Where the uncompressed tail starts: entries [tail_from, entries) were never compressed (the
+  // protected tail a compression kept verbatim, then the newer entries); 0 before any compression.
+  int tail_from = 0;
+  // Across requests (periodic triggers): the scheduler's step counter (steps that computed tokens,
+  // this one included), and how many requests under a policy of the same name this step already
+  // found due (a per-step cap).
+  long long step = 0;
+  int due_this_step = 0;
 };
 
 // A policy's answer after a step.
 struct TriggerDecision {
   bool compress = false;          // compress the request now
   bool prefill_checked = false;   // the one-off end-of-prefill decision is taken (never asked again)
+  // Entries this compression keeps per (layer, KV head), for triggers whose compressions keep a
+  // count of their own (a sliding window); -1: the request's budget decides (RequestCompression).
+  int num_keep = -1;
 };
 
 // kCacheFull (Zipage): due once all known tokens are computed and the cache holds N_max full blocks
@@ -40,5 +51,14 @@ TriggerDecision prefill_end_due(const TriggerState& state);
 // Queries from E - w on, E = entries_after_known, while the decision is still to come and the
 // prompt is longer than the budget; else -1 (and -1 without a window).
 int prefill_end_capture_from(const TriggerState& state);
+
+// kPeriodic (KvLLM): every `period` steps (step % period == 0), due if all known tokens are
+// computed, the uncompressed tail holds at least `window` entries and fewer than `max_per_step`
+// requests of the policy were found due this step. The policy sets the count kept.
+TriggerDecision periodic_due(const TriggerState& state, int period, int max_per_step);
+// Queries from max(tail_from, entries_after_known - window) on: the window of a periodic
+// compression is the trailing `window` entries, all within the uncompressed tail, and it comes
+// no earlier than once the known tokens are computed. -1 without a window.
+int periodic_capture_from(const TriggerState& state);
 
 }  // namespace origami

@@ -27,6 +27,11 @@
 // after a prompt longer than N_max blocks. A third run checks `zipage`'s default recipe in the
 // eval's setup: the same score, then lambda * S - (1 - lambda) * R with R-KV's redundancy R of
 // the keys (lightning within 256-entry spans), recomputed from the naive keys.
+// `kvllm` (Kara) runs through the same tracking with its own brute force: the window of the last
+// W = 48 entries, buffer U = 8; A = column sums of the bidirectional softmax attention of the
+// window's 48 naive queries over the region's 40 naive keys (a GQA group's heads averaged), then
+// Token2Chunk written out plainly (test::naive_token2chunk; ratio 0.5: 20 kept, alpha = 6, gamma = 5); every entry
+// before the window must stay where it is, bit-exact.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -55,6 +60,14 @@ constexpr double kScoreRelTol = 1e-5;
 constexpr double kLambda = 0.2, kTau = 0.4, kThreshold = 0.5;
 constexpr int kSpan = 256;
 constexpr double kKeyTol = 2e-4;
+// kvllm's test options: W = 48 (3 blocks), U = 8, ratio 0.5 of the 40-entry region (20 kept),
+// alpha = 6, gamma = 5 (two chunks of at most 3), every 8 steps, at most 2 requests per period.
+constexpr int kKaraWindow = 48, kKaraBuffer = 8, kKaraKeep = 20, kKaraAlpha = 6, kKaraGamma = 5, kKaraPeriod = 8,
+              kKaraPerStep = 2;
+const std::map<std::string, std::string> kKaraOptions = {
+    {"window", "48"}, {"buffer", "8"}, {"ratio", "0.5"}, {"chunk_budget", "6"},
+    {"chunk_len", "5"}, {"delta", "8"},  {"n", "2"}};
+
 
 // Layer 0's projections, recomputed naively in double.
 class NaiveLayer0 {
@@ -128,6 +141,8 @@ struct Tracked {
   // Snapshot taken before a step in which the request compresses.
   bool snapshot = false;
   bool snapshot_first = false;
+  int snapshot_keep = 0;  // entries the compression keeps
+  int snapshot_tail = 0;  // protected entries at the end (the window, or kvllm's buffer)
   std::vector<std::vector<std::vector<float>>> pre_keys;  // [head][entry][d], the engine's floats
   std::vector<std::vector<double>> bf_scores;             // [head][entry] brute-force score
   std::vector<std::vector<int>> bf_keep;                  // [head] brute-force kept entries, ascending
@@ -143,15 +158,17 @@ struct Stats {
   double max_swap_gap = 0.0;  // relative score gap of the worst accepted swap
   int differing_head_choices = 0;
   int heads = 0;
+  int kara_windows = 0;
 };
 
 class BruteForce {
  public:
-  BruteForce(Engine& engine, const NaiveLayer0& naive, bool redundancy)
+  BruteForce(Engine& engine, const NaiveLayer0& naive, bool redundancy, bool kara = false)
       : engine_(engine),
         naive_(naive),
         kv_(dynamic_cast<CpuBackend&>(engine.backend()).kv_cache()),
-        redundancy_(redundancy) {
+        redundancy_(redundancy),
+        kara_(kara) {
     const ModelConfig& c = engine.model_config();
     heads_ = c.num_kv_heads;
     group_ = c.num_heads / c.num_kv_heads;
@@ -202,6 +219,10 @@ class BruteForce {
 
     // A compression starts at the beginning of the next step.
     ASSERT_GE(r->compression.query_slot, 0) << "request " << t.id << " compresses without a query slot";
+    if (kara_) {
+      kara_before(t, *r, *table, n, stats);
+      return;
+    }
     ASSERT_EQ(r->compression.num_keep, kKeep);
     ASSERT_EQ(r->compression.window, kWindow);
     ASSERT_GE(n, kKeep + kWindow);
@@ -211,21 +232,17 @@ class BruteForce {
         ASSERT_EQ(t.pos[h][static_cast<size_t>(n - kWindow + i)], t.num_computed - kWindow + i);
     // (q) the captured window queries.
     const int slot = r->compression.query_slot;
-    const int q_size = group_ * heads_ * d_;
     for (int i = 0; i < kWindow; ++i) {
       const int e = n - kWindow + i;
       const int p = t.num_computed - kWindow + i;
-      const float* got = kv_.query_row(0, slot, e % max_window_);
-      const std::vector<double>& want = query(t, p);
-      for (int x = 0; x < q_size; ++x)
-        ASSERT_NEAR(got[x], want[static_cast<size_t>(x)], kKeyTol * std::max(1.0, std::abs(want[static_cast<size_t>(x)])))
-            << "request " << t.id << " compression " << t.num_compressions + 1 << ": query slot " << slot << " row "
-            << e % max_window_ << " (window entry " << e << ") should hold the query of logical position " << p
-            << " (element " << x << ")";
+      check_query(t, slot, e, p);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
     }
     // The brute force.
     t.snapshot = true;
     t.snapshot_first = t.num_compressions == 0;
+    t.snapshot_keep = kKeep;
+    t.snapshot_tail = kWindow;
     t.pre_keys.assign(static_cast<size_t>(heads_), {});
     t.bf_scores.assign(static_cast<size_t>(heads_), {});
     t.bf_keep.assign(static_cast<size_t>(heads_), {});
@@ -281,6 +298,79 @@ class BruteForce {
     }
   }
 
+  // (q) slot rows are keyed by logical position: window entry e (position p) is at row p % max_window.
+  void check_query(Tracked& t, int slot, int e, int p) {
+    const int q_size = group_ * heads_ * d_;
+    const float* got = kv_.query_row(0, slot, p % max_window_);
+    const std::vector<double>& want = query(t, p);
+    for (int x = 0; x < q_size; ++x)
+      ASSERT_NEAR(got[x], want[static_cast<size_t>(x)], kKeyTol * std::max(1.0, std::abs(want[static_cast<size_t>(x)])))
+          << "request " << t.id << " compression " << t.num_compressions + 1 << ": query slot " << slot << " row "
+          << p % max_window_ << " (window entry " << e << ") should hold the query of logical position " << p
+          << " (element " << x << ")";
+  }
+
+  // kvllm's brute force before a compression: Kara's score and Token2Chunk over the trailing window.
+  void kara_before(Tracked& t, const Request& r, const std::vector<BlockId>& table, int n, Stats* stats) {
+    const int region = kKaraWindow - kKaraBuffer, start = n - kKaraWindow;
+    ASSERT_EQ(r.compression.num_keep, n - region + kKaraKeep) << "request " << t.id;
+    ASSERT_GE(n - r.compression.tail_from, kKaraWindow) << "request " << t.id << ": the trailing window is not uncompressed";
+    ASSERT_EQ(steps_ % kKaraPeriod, 0) << "request " << t.id << " compresses off its period";
+    ++due_per_step_[steps_];
+    ASSERT_LE(due_per_step_[steps_], kKaraPerStep) << "more than n requests in one period";
+    // The window: the newest entries, consecutive positions, the same in every head.
+    for (int h = 0; h < heads_; ++h)
+      for (int i = 0; i < kKaraWindow; ++i)
+        ASSERT_EQ(t.pos[h][static_cast<size_t>(start + i)], t.num_computed - kKaraWindow + i);
+    for (int i = 0; i < kKaraWindow; ++i) {
+      check_query(t, r.compression.query_slot, start + i, t.num_computed - kKaraWindow + i);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    }
+    t.snapshot = true;
+    t.snapshot_first = t.num_compressions == 0;
+    t.snapshot_keep = n - region + kKaraKeep;
+    t.snapshot_tail = kKaraBuffer;
+    t.pre_keys.assign(static_cast<size_t>(heads_), {});
+    t.bf_scores.assign(static_cast<size_t>(heads_), {});
+    t.bf_keep.assign(static_cast<size_t>(heads_), {});
+    for (int h = 0; h < heads_; ++h) {
+      for (int e = 0; e < n; ++e) {
+        const float* k = kv_.key_at(0, table[static_cast<size_t>(e / kBlock)], h, e % kBlock);
+        t.pre_keys[h].emplace_back(k, k + d_);
+      }
+      // A[e] = sum over the window's queries (mean over the group's heads) of the softmax over the
+      // region's keys: bidirectional, every query sees every region key.
+      std::vector<double> a(static_cast<size_t>(region), 0.0);
+      for (int i = 0; i < kKaraWindow; ++i) {
+        const std::vector<double>& q = query(t, t.num_computed - kKaraWindow + i);
+        for (int j = 0; j < group_; ++j) {
+          const double* qh = q.data() + static_cast<size_t>(h * group_ + j) * d_;
+          std::vector<double> logit(static_cast<size_t>(region));
+          double m = -std::numeric_limits<double>::infinity();
+          for (int e = 0; e < region; ++e) {
+            const double* k = key(t, t.pos[h][static_cast<size_t>(start + e)]).data() + static_cast<size_t>(h) * d_;
+            double dot = 0;
+            for (int x = 0; x < d_; ++x) dot += qh[x] * k[x];
+            logit[e] = dot * scale_;
+            m = std::max(m, logit[e]);
+          }
+          double z = 0;
+          for (int e = 0; e < region; ++e) z += std::exp(logit[e] - m);
+          for (int e = 0; e < region; ++e) a[e] += std::exp(logit[e] - m) / z / group_;
+        }
+      }
+      std::vector<double> s(static_cast<size_t>(n), std::numeric_limits<double>::infinity());
+      for (int e = 0; e < region; ++e) s[static_cast<size_t>(start + e)] = a[e];
+      std::vector<int> keep;
+      for (int e = 0; e < start; ++e) keep.push_back(e);
+      for (int e : test::naive_token2chunk(a, kKaraKeep, kKaraAlpha, kKaraGamma)) keep.push_back(start + e);
+      for (int e = start + region; e < n; ++e) keep.push_back(e);
+      t.bf_scores[h] = std::move(s);
+      t.bf_keep[h] = std::move(keep);
+    }
+    ++stats->kara_windows;
+  }
+
   // R-KV redundancy of head h's n entries, from the naive keys (the compression unit tests'
   // double-precision reference of the definition).
   std::vector<double> redundancy(Tracked& t, int h, int n) {
@@ -313,7 +403,8 @@ class BruteForce {
         // The engine's choice: kept entries are bit-exact copies of original ones, in order.
         std::vector<int> chosen;
         size_t next = 0;
-        for (int i = 0; i < kKeep; ++i) {
+        const int kept_count = t.snapshot_keep, tail = t.snapshot_tail;
+        for (int i = 0; i < kept_count; ++i) {
           const float* k = kv_.key_at(0, table[static_cast<size_t>(i / kBlock)], h, i % kBlock);
           while (next < pre.size() && std::memcmp(pre[next].data(), k, d_ * sizeof(float)) != 0) ++next;
           ASSERT_LT(next, pre.size()) << "request " << t.id << " compression " << t.num_compressions + 1 << " head " << h
@@ -348,7 +439,14 @@ class BruteForce {
           }
         }
         stats->swaps += static_cast<int>(extra.size());
-        for (int i = 0; i < kWindow; ++i) ASSERT_EQ(chosen[kKeep - kWindow + i], static_cast<int>(pre.size()) - kWindow + i);
+        for (int i = 0; i < tail; ++i)
+          ASSERT_EQ(chosen[static_cast<size_t>(kept_count - tail + i)], static_cast<int>(pre.size()) - tail + i);
+        // kvllm: entries before the window never move.
+        if (kara_) {
+          for (int e = 0; e < static_cast<int>(pre.size()) - kKaraWindow; ++e) {
+            ASSERT_EQ(chosen[static_cast<size_t>(e)], e);
+          }
+        }
         // The engine's (validated) choice is what the cache holds from now on.
         std::vector<int> kept_pos;
         for (int e : chosen) kept_pos.push_back(t.pos[h][static_cast<size_t>(e)]);
@@ -368,12 +466,16 @@ class BruteForce {
   }
 
   int heads() const { return heads_; }
+  void step_done() { ++steps_; }
 
  private:
   Engine& engine_;
   const NaiveLayer0& naive_;
   cpu::CpuKVCache& kv_;
   const bool redundancy_;  // `zipage` (redundancy) rather than `zipage-attn`
+  const bool kara_;        // `kvllm`
+  std::map<long long, int> due_per_step_;  // kvllm compressions by scheduler step
+  long long steps_ = 0;                     // engine steps so far (each computes tokens here)
   int heads_ = 0, group_ = 0, d_ = 0, max_window_ = 0;
   double scale_ = 0.0;
 };
@@ -399,14 +501,19 @@ struct EngineSetup {
 
 void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths, int num_tokens, Stats* stats) {
   EngineConfig c = cpu_config(tiny_qwen3_dir());
+  const bool kara = std::string(setup.policy) == "kvllm";
   if (setup.policy_per_request) {
     c.kv_policy = "full";
     c.max_num_seqs = 128;
     c.num_query_slots = 128;
-    c.query_window = 32;
+    c.query_window = kara ? kKaraWindow : 32;
   } else {
     c.kv_policy = setup.policy;
-    c.kv_budget = kBudget;
+    if (kara) {
+      c.kv_policy_options = kKaraOptions;
+    } else {
+      c.kv_budget = kBudget;
+    }
   }
   auto engine = make_engine(c);
   ASSERT_NE(engine, nullptr);
@@ -417,8 +524,8 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
   ASSERT_EQ(config->rope.type, "default");
   const NaiveLayer0 naive(*config, *weights);
   const bool redundancy = std::string(setup.policy) == "zipage";
-  ASSERT_TRUE(redundancy || std::string(setup.policy) == "zipage-attn") << setup.policy;
-  BruteForce bf(*engine, naive, redundancy);
+  ASSERT_TRUE(redundancy || kara || std::string(setup.policy) == "zipage-attn") << setup.policy;
+  BruteForce bf(*engine, naive, redundancy, kara);
   stats->heads = bf.heads();
 
   std::vector<Tracked> tracked(prompt_lengths.size());
@@ -431,7 +538,11 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
     RequestOptions opts;
     if (setup.policy_per_request) {
       opts.kv_policy = setup.policy;
-      opts.kv_budget = kBudget;
+      if (kara) {
+        opts.kv_policy_options = kKaraOptions;
+      } else {
+        opts.kv_budget = kBudget;
+      }
     }
     opts.forced_output_tokens.assign(t.tokens.begin() + prompt_lengths[i], t.tokens.end());
     auto id = engine->add_request(prompt, greedy(static_cast<int>(opts.forced_output_tokens.size())), opts);
@@ -446,6 +557,7 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
       ASSERT_FALSE(::testing::Test::HasFatalFailure());
     }
     for (const RequestOutput& out : engine->step()) ASSERT_NE(out.finish_reason, FinishReason::kError) << out.error;
+    bf.step_done();
     for (Tracked& t : tracked) {
       bf.after_step(t, stats);
       ASSERT_FALSE(::testing::Test::HasFailure()) << setup.name;
@@ -454,8 +566,10 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
   for (const Tracked& t : tracked) {
     EXPECT_TRUE(t.finished);
     EXPECT_EQ(engine->request(t.id)->output_token_ids.size(), t.tokens.size() - static_cast<size_t>(t.prompt_length));
-    // Every compression of the request was checked (one per 16 tokens after the first).
-    EXPECT_GE(t.num_compressions, (num_tokens - 80) / kBlock) << setup.name << " request " << t.id;
+    // Every compression of the request was checked (one per 16 tokens after the first; kvllm:
+    // one per window of fresh W - U tokens at most, fewer when periods are missed or capped).
+    const int want_compressions = kara ? 2 : (num_tokens - 80) / kBlock;
+    EXPECT_GE(t.num_compressions, want_compressions) << setup.name << " request " << t.id;
   }
   EXPECT_EQ(engine->metrics().num_preemptions, 0);
   EXPECT_EQ(engine->metrics().num_compressions, stats->compressions_checked + stats->compressions_unchecked - before)
@@ -479,6 +593,25 @@ TEST(EngineCompressionBruteForce, ZipageKeepsTheBruteForceTopKAtEveryDecodeCompr
                 setup.name, stats.compressions_checked, stats.heads, stats.compressions_unchecked, stats.entries_checked,
                 stats.swaps, stats.max_swap_gap, stats.differing_head_choices);
     EXPECT_GE(stats.compressions_checked, 4 * 12);
+    EXPECT_GT(stats.differing_head_choices, 0) << "token-wise eviction per head: heads should keep different entries";
+  }
+}
+
+TEST(EngineCompressionBruteForce, KvllmKeepsKarasWindowSelectionAtEveryCompression) {
+  // Four requests (prompts 1, 7, 12, 100), so that periods find several due and the cap of 2
+  // per period applies; one engine with kvllm as its default, one with it per request.
+  const std::vector<int> prompt_lengths = {1, 7, 12, 100};
+  const int num_tokens = 300;
+  for (const EngineSetup& setup :
+       {EngineSetup{"kvllm engine default", false, "kvllm"}, EngineSetup{"kvllm per request", true, "kvllm"}}) {
+    Stats stats;
+    run_setup(setup, prompt_lengths, num_tokens, &stats);
+    ASSERT_FALSE(HasFailure()) << setup.name;
+    std::printf("[%s] %d windows compressed and checked at layer 0 (x %d KV heads; %d unreadable), %d fp swaps "
+                "(worst relative score gap %.2e), %d head choices differing from head 0's\n",
+                setup.name, stats.compressions_checked, stats.heads, stats.compressions_unchecked, stats.swaps,
+                stats.max_swap_gap, stats.differing_head_choices);
+    EXPECT_GE(stats.compressions_checked, 4 * 3);
     EXPECT_GT(stats.differing_head_choices, 0) << "token-wise eviction per head: heads should keep different entries";
   }
 }
