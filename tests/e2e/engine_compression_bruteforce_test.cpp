@@ -159,6 +159,7 @@ struct Stats {
   int differing_head_choices = 0;
   int heads = 0;
   int kara_windows = 0;
+  int kara_full_periods = 0;  // periods that compressed the cap of n requests
 };
 
 class BruteForce {
@@ -318,6 +319,7 @@ class BruteForce {
     ASSERT_EQ(steps_ % kKaraPeriod, 0) << "request " << t.id << " compresses off its period";
     ++due_per_step_[steps_];
     ASSERT_LE(due_per_step_[steps_], kKaraPerStep) << "more than n requests in one period";
+    stats->kara_full_periods += due_per_step_[steps_] == kKaraPerStep ? 1 : 0;
     // The window: the newest entries, consecutive positions, the same in every head.
     for (int h = 0; h < heads_; ++h)
       for (int i = 0; i < kKaraWindow; ++i)
@@ -612,6 +614,7 @@ TEST(EngineCompressionBruteForce, KvllmKeepsKarasWindowSelectionAtEveryCompressi
                 setup.name, stats.compressions_checked, stats.heads, stats.compressions_unchecked, stats.swaps,
                 stats.max_swap_gap, stats.differing_head_choices);
     EXPECT_GE(stats.compressions_checked, 4 * 3);
+    EXPECT_GT(stats.kara_full_periods, 0) << "no period reached the cap of n requests";
     EXPECT_GT(stats.differing_head_choices, 0) << "token-wise eviction per head: heads should keep different entries";
   }
 }

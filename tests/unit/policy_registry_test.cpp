@@ -23,7 +23,7 @@ std::string error_of(const std::string& name, const PolicyOptionMap& opts) {
 }
 
 TEST(PolicyRegistry, ListsBuiltinsInOrder) {
-  EXPECT_EQ(reg().names(), "full, streaming, snapkv, zipage, zipage-attn, zipage-global, zipage-flash, zipage-lightning, knorm");
+  EXPECT_EQ(reg().names(), "full, streaming, snapkv, zipage, zipage-attn, zipage-global, zipage-flash, zipage-lightning, knorm, kvllm");
   for (const PolicyInfo& info : reg().policies()) {
     EXPECT_FALSE(info.summary.empty()) << info.name;
     for (const PolicyOptionSpec& s : info.options) EXPECT_FALSE(s.help.empty()) << info.name << "." << s.name;
