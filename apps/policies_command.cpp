@@ -40,7 +40,7 @@ int run_policies(bool json) {
     if (p.compresses()) j["scorer"] = scorer_name(p.score_recipe().scorer);
     j["needs_queries"] = p.needs().window_queries;
     j["needs_global_scores"] = p.needs().global_scores;
-    j["default_budget"] = p.compresses() ? p.default_budget() : 0;
+    j["default_budget"] = p.takes_budget() ? p.default_budget() : 0;  // 0: takes no budget
     nlohmann::json opts = nlohmann::json::array();
     for (const PolicyOptionSpec& s : info.options)
       opts.push_back({{"name", s.name}, {"type", kind_name(s.kind)}, {"default", s.default_value},

@@ -28,7 +28,8 @@ struct SequenceInput {
   const std::vector<BlockId>* block_table = nullptr;
   // Query capture for compression: new tokens whose entry index e (num_cached_entries + i) is
   // >= query_capture_from write their post-RoPE queries (all layers) into query slot
-  // `query_slot` at row e % CompressionConfig::max_window. -1: no capture.
+  // `query_slot` at row position % CompressionConfig::max_window (keyed by position, which
+  // compaction never changes; CompressionJob::num_positions). -1: no capture.
   int query_slot = -1;
   int query_capture_from = -1;
   LogitsMode logits_mode = LogitsMode::kLast;

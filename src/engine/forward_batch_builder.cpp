@@ -18,6 +18,8 @@ CompressionJob compression_job(const Request& r) {
   job.query_slot = c.src_query_slot;
   job.num_scored_entries = c.src_scored_entries;
   job.first_compression = c.src_first_compression;
+  // Nothing is computed while a compression is pending or in flight: the length it started at.
+  job.num_positions = r.num_computed_tokens;
   job.recipe = &c.policy->score_recipe();
   return job;
 }

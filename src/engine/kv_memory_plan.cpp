@@ -30,6 +30,9 @@ Expected<KVMemoryPlan> plan_kv_memory(const EngineConfig& config, const ModelCon
   if (config.kv_budget < 0)
     return invalid_argument("kv_budget must be >= 0 tokens (0 = the policy's default), got " + std::to_string(config.kv_budget));
   plan.default_budget = resolve_kv_budget(0, config.kv_budget, p.default_budget());
+  if (p.compresses() && !p.takes_budget() && config.kv_budget > 0)
+    return invalid_argument("kv_budget " + std::to_string(config.kv_budget) + " is given, but KV policy " + p.name() +
+                            " takes no budget (its compressions keep a ratio of a sliding window; see its options)");
   if (p.compresses()) ORIGAMI_RETURN_IF_ERROR(p.check_budget(plan.default_budget, config.block_size));
   if (config.num_query_slots < -1)
     return invalid_argument("num_query_slots must be >= -1 (-1 = no compression, 0 = automatic), got " +

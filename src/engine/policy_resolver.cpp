@@ -26,6 +26,9 @@ Expected<RequestCompression> resolve_request_compression(const EngineConfig& con
     return c;
   }
 
+  if (!c.policy->takes_budget() && options.kv_budget > 0)  // would be silently ignored
+    return invalid_argument("kv_budget " + std::to_string(options.kv_budget) + " is given, but KV policy " + name +
+                            " takes no budget (its compressions keep a ratio of a sliding window; see its options)");
   c.budget = resolve_kv_budget(options.kv_budget, config.kv_budget, c.policy->default_budget());
   ORIGAMI_RETURN_IF_ERROR(c.policy->check_budget(c.budget, support.block_size));
   if (!support.available)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include "policy/policy_registry.h"
+
 namespace origami::eval {
 namespace {
 
@@ -69,7 +71,9 @@ std::vector<SweepPoint> make_sweep(const std::vector<std::string>& policies, con
   points.push_back(SweepPoint{kFullPolicy, 0, /*reference=*/true});
   for (const std::string& policy : policies) {
     if (policy == kFullPolicy) continue;  // the reference already covers it
-    if (budgets.empty()) {
+    // A policy that takes no budget (a sliding window's ratio, `kvllm`) runs once, at its options.
+    auto created = PolicyRegistry::builtin().create(policy);
+    if (budgets.empty() || (created && !(*created)->takes_budget())) {
       points.push_back(SweepPoint{policy, 0, false});
       continue;
     }

@@ -67,12 +67,23 @@ struct ScoreRecipe {
   // num_keep) entries are kept too (H2O's split of the budget between recent tokens and heavy
   // hitters). In [0, 1); 0 = off.
   float recent_ratio = 0.0f;
+  // Whether the observation window is protected (the usual case: its queries score the entries
+  // before it). false when the window is itself what is compressed (Kara: only the last `recent`
+  // entries, its buffer U, are protected).
+  bool protect_window = true;
+  // Kara (Scorer::kKara): of the window's compressible region (its first window - recent entries)
+  // `window_keep` entries are kept: ceil(r * (W - U)) - chunk_budget by score, then Token2Chunk
+  // adds up to `chunk_budget` entries inside gaps shorter than `chunk_max_len` (gamma, endpoints
+  // included) and fills what it leaves unused with the next-best entries.
+  int window_keep = 0;
+  int chunk_budget = 0;   // alpha
+  int chunk_max_len = 8;  // gamma (>= 3)
 
   // The lightning group at this block size, and how many trailing entries are protected when a
   // compression keeps `num_keep` entries (0: the ratio-based recent window is left out).
   int lightning_span(int block_size) const { return redundancy_span > 0 ? redundancy_span : block_size; }
   int protected_tail(int num_keep = 0) const {
-    int tail = recent > window ? recent : window;
+    int tail = protect_window && window > recent ? window : recent;
     const int by_ratio = static_cast<int>(recent_ratio * static_cast<float>(num_keep));
     return by_ratio > tail ? by_ratio : tail;
   }
@@ -120,6 +131,11 @@ struct CompressionJob {
   // Leading entries whose global score F is valid from an earlier compression; the rest are new.
   int num_scored_entries = 0;
   bool first_compression = true;
+  // The request's logical length (positions) when it is compressed: query slot rows are keyed by
+  // position (row = position % max_window), which compaction never changes, so the window's
+  // query i (entry num_entries - w + i) is at row (num_positions - w + i) % max_window. Its
+  // trailing w entries are uncompressed, hence consecutive positions. -1: equal to num_entries.
+  int num_positions = -1;
   const ScoreRecipe* recipe = nullptr;
 };
 

@@ -1,5 +1,6 @@
 #include "kv/compression_validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <unordered_map>
@@ -39,6 +40,16 @@ Status validate_recipe(const std::string& who, const ScoreRecipe& r, int max_win
     return invalid_argument(who + ": recipe.global_mode " + std::to_string(static_cast<int>(r.global_mode)) +
                             " is neither kMax nor kSum");
   if (r.recent < 0) return invalid_argument(who + ": recipe.recent must be >= 0, got " + std::to_string(r.recent));
+  if (r.scorer == Scorer::kKara) {
+    if (r.protect_window || r.recent >= r.window)
+      return invalid_argument(who + ": kara scoring compresses its window: recipe.protect_window must be false and "
+                              "recipe.recent (the buffer) below recipe.window " + std::to_string(r.window) + ", got " +
+                              std::to_string(r.recent));
+    if (r.window_keep < 0 || r.window_keep > r.window - r.recent || r.chunk_budget < 0 || r.chunk_max_len < 3)
+      return invalid_argument(who + ": kara needs 0 <= window_keep <= window - recent, chunk_budget >= 0 and "
+                              "chunk_max_len >= 3, got window_keep " + std::to_string(r.window_keep) + ", chunk_budget " +
+                              std::to_string(r.chunk_budget) + ", chunk_max_len " + std::to_string(r.chunk_max_len));
+  }
   if (r.redundancy != RedundancyMode::kNone && !(r.redundancy_tau > 0.0f))
     return invalid_argument(who + ": recipe.redundancy_tau must be > 0, got " + std::to_string(r.redundancy_tau));
   return Status::ok();
@@ -142,6 +153,20 @@ Status validate_compression_batch(const std::vector<CompressionJob>& jobs, int b
       return invalid_argument(who + ": " + std::string(scorer_name(job.recipe->scorer)) + " scoring needs the window's queries, but query_slot " +
                               std::to_string(job.query_slot) + " is outside [0, " + std::to_string(num_query_slots) +
                               ")");
+    if (job.num_positions != -1 && job.num_positions < job.num_entries)
+      return invalid_argument(who + ": num_positions " + std::to_string(job.num_positions) + " is below num_entries " +
+                              std::to_string(job.num_entries) + " (-1 = equal)");
+    // Kara decides its kept set itself: everything before the window, window_keep entries of the
+    // compressible region, the buffer.
+    if (job.recipe->scorer == Scorer::kKara && job.num_entries > 0) {
+      const int w = std::min(job.recipe->window, job.num_entries);
+      const int keep = job.num_entries - std::max(w - job.recipe->recent, 0) +
+                       std::min(job.recipe->window_keep, std::max(w - job.recipe->recent, 0));
+      if (job.num_keep != keep)
+        return invalid_argument(who + ": a kara job over " + std::to_string(job.num_entries) + " entries keeps " +
+                                std::to_string(keep) + " (all before its window, window_keep of it, the buffer), not " +
+                                std::to_string(job.num_keep));
+    }
     ORIGAMI_RETURN_IF_ERROR(validate_tables(who, job, bs, num_blocks));
   }
   // Backends run the jobs of a batch in parallel, so a page one job writes must not be touched by

@@ -23,7 +23,9 @@
   X(kRecency, recency, false, "StreamingLLM: S = entry index (the newest entries win)")                     \
   X(kKeyNorm, knorm, false, "K-norm: S = -||k||_2 (keys with a small L2 norm are kept)")                     \
   X(kKeyDiff, keydiff, false, "KeyDiff: S = -cos(k, mean of the head's unit keys) (distinctive keys are kept)") \
-  X(kValueKeyNorm, vknorm, false, "PagedEviction: S = ||v||_2 / ||k||_2 (no attention weights)")
+  X(kValueKeyNorm, vknorm, false, "PagedEviction: S = ||v||_2 / ||k||_2 (no attention weights)")              \
+  X(kKara, kara, true,                                                                                      \
+    "Kara: bidirectional window attention over the window's compressible keys + Token2Chunk (kept = +inf)")
 
 namespace origami {
 

@@ -9,6 +9,7 @@ const char* trigger_name(CompressionTrigger trigger) {
     case CompressionTrigger::kNever: return "never";
     case CompressionTrigger::kCacheFull: return "cache full (N_max blocks)";
     case CompressionTrigger::kPrefillEnd: return "end of prefill, once";
+    case CompressionTrigger::kPeriodic: return "every delta steps, up to n requests (sliding window)";
   }
   return "unknown";
 }
@@ -18,6 +19,7 @@ TriggerDecision KVPolicy::compression_due(const TriggerState& state) const {
     case CompressionTrigger::kNever: return {};
     case CompressionTrigger::kCacheFull: return cache_full_due(state);
     case CompressionTrigger::kPrefillEnd: return prefill_end_due(state);
+    case CompressionTrigger::kPeriodic: return {};  // the policy's own parameters: it overrides
   }
   return {};
 }
@@ -27,6 +29,7 @@ int KVPolicy::capture_from(const TriggerState& state) const {
     case CompressionTrigger::kNever: return -1;
     case CompressionTrigger::kCacheFull: return cache_full_capture_from(state);
     case CompressionTrigger::kPrefillEnd: return prefill_end_capture_from(state);
+    case CompressionTrigger::kPeriodic: return periodic_capture_from(state);
   }
   return -1;
 }

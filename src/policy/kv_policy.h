@@ -24,6 +24,10 @@ enum class CompressionTrigger {
   // SnapKV: once, when the prompt (the prefill) completes, if it holds more entries than the
   // budget, keep `budget` of them; decoding then grows the cache uncompressed.
   kPrefillEnd,
+  // KvLLM: every `delta` steps, up to `n` requests whose trailing window of W entries is
+  // uncompressed have that window compressed (Kara); entries before it never move. Memory grows
+  // by about the kept ratio of the tokens generated; it is not bounded by a budget.
+  kPeriodic,
 };
 const char* trigger_name(CompressionTrigger trigger);
 
@@ -65,6 +69,10 @@ class KVPolicy {
   virtual const ScoreRecipe& score_recipe() const = 0;
   // Budget (tokens of KV per request) when neither the request nor the engine sets one.
   virtual int default_budget() const { return 2048; }
+  // Whether a budget means anything to it. A compressing policy whose compressions keep a count
+  // of their own (a sliding window's ratio) takes none: a kv_budget given for it is an error
+  // rather than silently ignored.
+  virtual bool takes_budget() const { return compresses(); }
   // Whether `budget` tokens work with this policy at this block size (the error names both).
   virtual Status check_budget(int budget, int block_size) const;
 

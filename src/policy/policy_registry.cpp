@@ -16,7 +16,8 @@
   X(tova_policy)                     \
   X(keydiff_policy)                  \
   X(rkv_policy)                      \
-  X(pagedeviction_policy)
+  X(pagedeviction_policy)            \
+  X(kvllm_policy)
 
 namespace origami {
 

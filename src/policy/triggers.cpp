@@ -40,4 +40,16 @@ TriggerDecision paged_eviction_due(const TriggerState& s) {
   return d;
 }
 
+TriggerDecision periodic_due(const TriggerState& s, int period, int max_per_step) {
+  TriggerDecision d;
+  d.compress = !s.tokens_pending && period > 0 && s.step > 0 && s.step % period == 0 &&
+               s.entries - s.tail_from >= s.window && s.window > 0 && s.due_this_step < max_per_step;
+  return d;
+}
+
+int periodic_capture_from(const TriggerState& s) {
+  if (s.window <= 0) return -1;
+  return std::max(s.tail_from, s.entries_after_known - s.window);
+}
+
 }  // namespace origami

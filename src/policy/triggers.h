@@ -18,6 +18,14 @@ struct TriggerState {
   int block_size = 0;
   int window = 0;                 // query window w (0: the policy needs no queries)
   bool prefill_checked = false;   // the one-off end-of-prefill decision was taken
+  // Where the uncompressed tail starts: entries [tail_from, entries) were never compressed (the
+  // protected tail a compression kept verbatim, then the newer entries); 0 before any compression.
+  int tail_from = 0;
+  // Across requests (periodic triggers): the scheduler's step counter (steps that computed tokens,
+  // this one included), and how many requests under a policy of the same name this step already
+  // found due (a per-step cap).
+  long long step = 0;
+  int due_this_step = 0;
 };
 
 // A policy's answer after a step.
@@ -26,6 +34,9 @@ struct TriggerDecision {
   bool prefill_checked = false;   // the one-off end-of-prefill decision is taken (never asked again)
   // With compress: drop one whole block instead of compacting (CompressionKind::kEvictBlock).
   bool evict_block = false;
+  // Entries this compression keeps per (layer, KV head), for triggers whose compressions keep a
+  // count of their own (a sliding window); -1: the request's budget decides (RequestCompression).
+  int num_keep = -1;
 };
 
 // kCacheFull (Zipage): due once all known tokens are computed and the cache holds N_max full blocks
@@ -48,5 +59,14 @@ int prefill_end_capture_from(const TriggerState& state);
 // holding N_max full blocks drops one whole block (evict_block), leaving k entries. Either way the
 // request holds at most N_max blocks while it decodes.
 TriggerDecision paged_eviction_due(const TriggerState& state);
+
+// kPeriodic (KvLLM): every `period` steps (step % period == 0), due if all known tokens are
+// computed, the uncompressed tail holds at least `window` entries and fewer than `max_per_step`
+// requests of the policy were found due this step. The policy sets the count kept.
+TriggerDecision periodic_due(const TriggerState& state, int period, int max_per_step);
+// Queries from max(tail_from, entries_after_known - window) on: the window of a periodic
+// compression is the trailing `window` entries, all within the uncompressed tail, and it comes
+// no earlier than once the known tokens are computed. -1 without a window.
+int periodic_capture_from(const TriggerState& state);
 
 }  // namespace origami

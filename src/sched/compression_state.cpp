@@ -10,7 +10,8 @@ int entries_after_known_tokens(const Request& request) {
   return num_cache_entries(request) + (request.num_tokens() - request.num_computed_tokens);
 }
 
-TriggerState trigger_state(const Request& request, int block_size, int num_entries) {
+TriggerState trigger_state(const Request& request, int block_size, int num_entries, long long step,
+                           int due_this_step) {
   const RequestCompression& c = request.compression;
   const int pending = request.num_tokens() - request.num_computed_tokens;
   TriggerState s;
@@ -22,6 +23,9 @@ TriggerState trigger_state(const Request& request, int block_size, int num_entri
   s.block_size = block_size;
   s.window = c.window;
   s.prefill_checked = c.prefill_checked;
+  s.tail_from = c.tail_from;
+  s.step = step;
+  s.due_this_step = due_this_step;
   return s;
 }
 
@@ -31,12 +35,14 @@ int query_capture_from(const Request& request, int block_size, int num_entries) 
   return c.policy->capture_from(trigger_state(request, block_size, num_entries));
 }
 
-bool reached_compression_trigger(Request& request, int block_size) {
+bool reached_compression_trigger(Request& request, int block_size, long long step, int due_this_step) {
   RequestCompression& c = request.compression;
   if (!c.enabled() || c.policy == nullptr || c.in_flight) return false;
-  const TriggerDecision d = c.policy->compression_due(trigger_state(request, block_size, num_cache_entries(request)));
+  const TriggerDecision d = c.policy->compression_due(
+      trigger_state(request, block_size, num_cache_entries(request), step, due_this_step));
   if (d.prefill_checked) c.prefill_checked = true;
   if (d.compress) c.pending_kind = d.evict_block ? CompressionKind::kEvictBlock : CompressionKind::kCompact;
+  if (d.compress && d.num_keep >= 0) c.num_keep = d.num_keep;
   return d.compress;
 }
 

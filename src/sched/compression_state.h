@@ -16,7 +16,9 @@ int num_cache_entries(const Request& request);
 int entries_after_known_tokens(const Request& request);
 
 // The request as its policy's trigger sees it, with `num_entries` entries in its cache.
-TriggerState trigger_state(const Request& request, int block_size, int num_entries);
+// `step` and `due_this_step` describe the step across requests (TriggerState).
+TriggerState trigger_state(const Request& request, int block_size, int num_entries, long long step = 0,
+                           int due_this_step = 0);
 
 // The entry index from which computed tokens must capture their queries into the request's
 // query slot, because they form the observation window of its next compression; -1 when no
@@ -28,8 +30,10 @@ inline int query_capture_from(const Request& request, int block_size) {
   return query_capture_from(request, block_size, num_cache_entries(request));
 }
 
-// After a step: whether the request has reached its trigger (KVPolicy::compression_due; never while
-// a compression of it is in flight). A one-off decision marks prefill_checked.
-bool reached_compression_trigger(Request& request, int block_size);
+// After step `step`: whether the request has reached its trigger (KVPolicy::compression_due; never
+// while a compression of it is in flight), `due_this_step` requests under a policy of the same
+// name having been found due in this step already. A one-off decision marks prefill_checked; a
+// decision that keeps a count of its own sets num_keep.
+bool reached_compression_trigger(Request& request, int block_size, long long step = 0, int due_this_step = 0);
 
 }  // namespace origami

@@ -34,6 +34,7 @@ struct RequestCompression {
   int num_compressions = 0;   // since admission (reset by preemption: the KV is recomputed)
   int num_scored_entries = 0; // leading entries whose global score is valid
   bool prefill_checked = false;  // kPrefillEnd: the end-of-prefill decision was taken
+  int tail_from = 0;             // entries [tail_from, ...) were never compressed (TriggerState)
   bool pending = false;          // reached its trigger; waits (unscheduled) until compressed
   // What the pending compression does: compact, or drop one whole block (PagedEviction's decode).
   CompressionKind pending_kind = CompressionKind::kCompact;
@@ -64,6 +65,7 @@ struct RequestCompression {
     num_compressions = 0;
     num_scored_entries = 0;
     prefill_checked = false;
+    tail_from = 0;
     pending = false;
     pending_kind = CompressionKind::kCompact;
     src_blocks.clear();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
+#include <unordered_map>
 
 #include "core/check.h"
 #include "sched/compression_state.h"
@@ -283,13 +285,21 @@ SchedulerUpdate Scheduler::update_from_output(const SchedulerOutput& output,
 
 void Scheduler::advance(const SchedulerOutput& output) {
   const int block_size = kv_->layout().block_size;
+  if (!output.sequences.empty()) ++num_steps_;
+  // Requests found due this step, per policy name (a periodic trigger caps them per step).
+  std::unordered_map<std::string, int> due;
   for (const ScheduledSequence& s : output.sequences) {
     Request* request = s.request;
     if (request->status != RequestStatus::kRunning) continue;  // finished or aborted meanwhile
     request->num_computed_tokens += s.num_new_tokens;
     ORIGAMI_CHECK(request->num_computed_tokens <= request->num_tokens());
     kv_->cache_full_blocks(*request, request->num_computed_tokens);
-    if (reached_compression_trigger(*request, block_size)) request->compression.pending = true;
+    const std::string policy = request->compression.policy != nullptr ? request->compression.policy->name() : "";
+    int& due_now = due[policy];
+    if (reached_compression_trigger(*request, block_size, num_steps_, due_now)) {
+      request->compression.pending = true;
+      ++due_now;
+    }
   }
 }
 

@@ -122,6 +122,8 @@ class Scheduler {
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;
   std::vector<Request*> compressing_;
+  // Steps that computed tokens so far (TriggerState::step, for periodic triggers).
+  long long num_steps_ = 0;
 
   // One scheduling pass over running and waiting requests (the body of schedule()).
   void schedule_requests(SchedulerOutput* out);

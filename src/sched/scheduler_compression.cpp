@@ -177,6 +177,8 @@ void Scheduler::switch_to_compacted_table(Request* request, std::vector<BlockId>
   c.in_flight = false;
   ++c.num_compressions;
   c.num_scored_entries = c.num_keep;
+  // The protected tail was kept verbatim at the end: it and what follows were never compressed.
+  c.tail_from = c.num_keep - std::min(c.policy->score_recipe().protected_tail(), c.num_keep);
   // Keep the slot only if the very next token belongs to the next window (w == b).
   if (c.query_slot >= 0) {
     const int capture_from = query_capture_from(*request, kv_->layout().block_size);

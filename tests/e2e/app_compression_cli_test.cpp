@@ -19,7 +19,7 @@ TEST(CliCompression, PoliciesListsEveryPolicyWithOptions) {
   for (const auto& p : list) names.push_back(p["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"full", "streaming", "snapkv", "zipage", "zipage-attn", "zipage-global",
                                              "zipage-flash", "zipage-lightning", "knorm", "h2o", "tova",
-                                             "keydiff", "rkv", "pagedeviction"}));
+                                             "keydiff", "rkv", "pagedeviction", "kvllm"}));
   const auto& zipage = list[3];
   EXPECT_TRUE(zipage["needs_queries"].get<bool>());
   bool has_window = false;
@@ -62,6 +62,22 @@ TEST(CliCompression, BadPolicyFlagsNameTheProblem) {
   r = run_command("bench --model " + tiny_qwen3_dir() + " --num-prompts 1 --quiet --kv-policy zipage --kv-budget 8", true);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("budget 8"), std::string::npos) << r.out;
+  // kvllm keeps a ratio of its window: a budget for it would be silently ignored, so it is an error.
+  r = run_command("bench --model " + tiny_qwen3_dir() + " --num-prompts 1 --quiet --kv-policy kvllm --kv-budget 64", true);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("takes no budget"), std::string::npos) << r.out;
+}
+
+TEST(CliCompression, BenchRunsKvllmWindows) {
+  // 4 requests of 20 + 60 tokens, window 48 (buffer 8), every 4 steps: each compresses its
+  // trailing window at least once, keeping ceil(0.3 * 40) = 12 of the 40 compressible entries.
+  CommandResult r = run_command("bench --model " + tiny_qwen3_dir() +
+                                " --num-prompts 4 --input-len 20 --output-len 60 --json --quiet --kv-policy kvllm"
+                                " --kv-policy-opt window=48 --kv-policy-opt buffer=8 --kv-policy-opt delta=4");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["output_tokens"], 240);
+  EXPECT_GE(j["num_compressions"].get<int>(), 4);
 }
 
 TEST(CliCompression, JsonlLinesCarryTheirOwnPolicy) {

@@ -65,7 +65,9 @@ std::vector<std::string> other_base_policies(const std::vector<std::string>& exc
 EngineConfig policy_config(const std::string& policy, int budget, bool prefix_caching = false) {
   EngineConfig c = cpu_config(tiny_qwen3_dir());
   c.kv_policy = policy;
-  c.kv_budget = budget;
+  // A policy that takes no budget (a sliding window's ratio) runs without one.
+  auto created = PolicyRegistry::builtin().create(policy);
+  c.kv_budget = created && !(*created)->takes_budget() ? 0 : budget;
   c.enable_prefix_caching = prefix_caching;
   return c;
 }

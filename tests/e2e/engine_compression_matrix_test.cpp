@@ -3,7 +3,8 @@
 // policy, with and without prefix caching, a mixed batch runs through a backend that checks every
 // step's compressions as they happen:
 //   - budget respected: a job keeps exactly what the request's budget allows (k = (N_max - 1) * b
-//     for cache-full triggers, the budget for prefill-end), and after every step a compressed
+//     for cache-full triggers, the budget for prefill-end; for a periodic sliding window, all
+//     before the window plus the window's kept share and buffer), and after every step a compressed
 //     cache-full request holds at most N_max blocks;
 //   - window kept: the protected tail (window / recent entries) and the sinks of the source land
 //     bit-exact at the end and the start of the destination;
@@ -26,6 +27,13 @@ namespace {
 
 constexpr int kBlock = 16;
 constexpr int kBudget = 64;
+
+// Options for policies whose defaults would not compress requests this short (the matrix's
+// requests hold up to ~200 tokens).
+PolicyOptionMap matrix_options(const std::string& policy) {
+  if (policy == "kvllm") return {{"window", "48"}, {"buffer", "8"}, {"delta", "4"}, {"chunk_budget", "6"}, {"chunk_len", "5"}};
+  return {};
+}
 
 // A CPU backend that checks the invariants above around each step.
 class CheckingBackend : public CpuBackendWrapper {
@@ -161,7 +169,7 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
   const PolicyRegistry& registry = PolicyRegistry::builtin();
   int num_policies = 0;
   for (const PolicyInfo& info : registry.policies()) {
-    auto policy = registry.create(info.name, {});
+    auto policy = registry.create(info.name, matrix_options(info.name));
     ASSERT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
     if (!(*policy)->compresses()) continue;
     ++num_policies;
@@ -170,7 +178,8 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
       EngineConfig c = cpu_config(tiny_qwen3_dir());
       c.block_size = kBlock;
       c.kv_policy = info.name;
-      c.kv_budget = kBudget;
+      c.kv_policy_options = matrix_options(info.name);
+      if ((*policy)->takes_budget()) c.kv_budget = kBudget;
       c.enable_prefix_caching = prefix;
       c.max_num_batched_tokens = 96;
       auto backend = std::make_unique<CheckingBackend>();
@@ -207,8 +216,14 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
       const int keep = trigger == CompressionTrigger::kCacheFull ? entries_kept_for_budget(kBudget, kBlock) : kBudget;
       ASSERT_FALSE(checking->jobs_seen().empty()) << "no compression ran";
       int num_block_evictions = 0;
+      const ScoreRecipe& recipe = (*policy)->score_recipe();
       for (const auto& job : checking->jobs_seen()) {
-        EXPECT_EQ(job.num_keep, keep) << "request " << job.request_id;
+        // A periodic (sliding-window) compression keeps everything before its window, window_keep
+        // of the window's compressible region, and the buffer.
+        const int want = trigger == CompressionTrigger::kPeriodic
+                             ? job.num_entries - (recipe.window - recipe.recent) + recipe.window_keep
+                             : keep;
+        EXPECT_EQ(job.num_keep, want) << "request " << job.request_id;
         EXPECT_LT(job.num_keep, job.num_entries) << "request " << job.request_id;
         if (job.kind == CompressionKind::kEvictBlock) {
           ++num_block_evictions;

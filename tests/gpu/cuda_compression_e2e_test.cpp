@@ -376,6 +376,10 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
     ASSERT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
     if (!(*policy)->compresses()) continue;
     ScoreRecipe recipe = (*policy)->score_recipe();
+    // A sliding window (kara) decides its own kept count (all before the window, a share of it,
+    // its buffer), not this test's fixed k, and its window (768) does not fit this query cache:
+    // cuda_compression_test (EveryRegisteredPolicyMatchesCpu) covers it with its own count.
+    if (recipe.scorer == Scorer::kKara) continue;
     if (recipe.needs_queries()) recipe.window = std::min(recipe.window, kWindow);
     for (int l = 0; l < L; ++l) {  // the test rewinds the backend's cache to the snapshot
       ORIGAMI_CUDA_CHECK(cudaMemcpy(const_cast<__nv_bfloat16*>(gpu.k_cache(l)), to_device_bf16(gk[l]).data(),

@@ -171,6 +171,86 @@ inline std::vector<double> naive_keydiff(const std::vector<float>& keys, int n, 
   return out;
 }
 
+// Token2Chunk (Kara eqs. 5-8, App. C.3) written out plainly: the (keep - alpha) best entries by
+// a (ties to the newer), the floor(alpha / (gamma - 2)) best gaps between consecutive ones that
+// are shorter than gamma, by (a_i + a_j) * gap (ties to the later gap), filled, and the rest of
+// the budget to the best remaining entries. The kept indices of a, ascending.
+inline std::vector<int> naive_token2chunk(const std::vector<double>& a, int keep, int alpha, int gamma) {
+  const int m = static_cast<int>(a.size());
+  keep = std::min(keep, m);
+  auto better = [&](int x, int y) { return a[x] != a[y] ? a[x] > a[y] : x > y; };
+  std::vector<int> order(static_cast<size_t>(m));
+  for (int e = 0; e < m; ++e) order[e] = e;
+  std::sort(order.begin(), order.end(), better);
+  std::vector<char> kept(static_cast<size_t>(m), 0);
+  std::vector<int> disc;
+  for (int i = 0; i < std::max(keep - alpha, 0); ++i) kept[order[i]] = 1;
+  for (int e = 0; e < m; ++e)
+    if (kept[e]) disc.push_back(e);
+  struct Gap {
+    double r;
+    int k, lo, hi;
+  };
+  std::vector<Gap> gaps;
+  for (size_t k = 0; k + 1 < disc.size(); ++k) {
+    const int span = disc[k + 1] - disc[k];
+    if (span < gamma && span >= 2)
+      gaps.push_back({(a[disc[k]] + a[disc[k + 1]]) * (span - 1), static_cast<int>(k), disc[k] + 1, disc[k + 1]});
+  }
+  std::sort(gaps.begin(), gaps.end(), [](const Gap& x, const Gap& y) { return x.r != y.r ? x.r > y.r : x.k > y.k; });
+  int count = static_cast<int>(disc.size());
+  for (size_t g = 0; g < gaps.size() && static_cast<int>(g) < alpha / (gamma - 2); ++g)
+    for (int e = gaps[g].lo; e < gaps[g].hi; ++e, ++count) kept[e] = 1;
+  for (int e : order) {
+    if (count >= keep) break;
+    if (!kept[e]) {
+      kept[e] = 1;
+      ++count;
+    }
+  }
+  std::vector<int> out;
+  for (int e = 0; e < m; ++e)
+    if (kept[e]) out.push_back(e);
+  return out;
+}
+
+// Kara's importance: q [w, g, d], keys [m, d] (the region) -> A [m], the bidirectional softmax of
+// every (query, head) over all m keys, summed over the queries, the group's heads averaged.
+inline std::vector<double> naive_kara_window_scores(const std::vector<float>& q, const float* keys, int m, int w,
+                                                    int d, int g, double scale) {
+  std::vector<double> a(static_cast<size_t>(m), 0.0);
+  for (int i = 0; i < w; ++i)
+    for (int j = 0; j < g; ++j) {
+      const float* qi = q.data() + (static_cast<size_t>(i) * g + j) * d;
+      std::vector<double> logit(static_cast<size_t>(m));
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int e = 0; e < m; ++e) {
+        double dot = 0;
+        for (int x = 0; x < d; ++x) dot += static_cast<double>(qi[x]) * keys[static_cast<size_t>(e) * d + x];
+        logit[e] = dot * scale;
+        mx = std::max(mx, logit[e]);
+      }
+      double z = 0;
+      for (int e = 0; e < m; ++e) z += std::exp(logit[e] - mx);
+      for (int e = 0; e < m; ++e) a[e] += std::exp(logit[e] - mx) / z / g;
+    }
+  return a;
+}
+
+// The kara scorer's output: +inf before the window, for the Token2Chunk-kept region entries and
+// the buffer; A for the others.
+inline std::vector<double> naive_kara_scores(const ScoreRecipe& r, const std::vector<float>& keys, int n, int d,
+                                             const std::vector<float>& q, int g, double scale) {
+  const int w = std::min(r.window, n), start = n - w, m = std::max(w - r.recent, 0);
+  std::vector<double> s(static_cast<size_t>(n), std::numeric_limits<double>::infinity());
+  if (m == 0) return s;
+  const std::vector<double> a = naive_kara_window_scores(q, keys.data() + static_cast<size_t>(start) * d, m, w, d, g, scale);
+  for (int e = 0; e < m; ++e) s[start + e] = a[e];
+  for (int e : naive_token2chunk(a, r.window_keep, r.chunk_budget, r.chunk_max_len))
+    s[start + e] = std::numeric_limits<double>::infinity();
+  return s;
+}
+
 // The whole documented pipeline for one (layer, KV head): base score, global score (f_new gets
 // the new F), pooling, redundancy, +inf protection. f_prev: [n], read below num_scored.
 inline std::vector<double> naive_scores(const ScoreRecipe& r, const std::vector<float>& keys, int n, int d,
@@ -186,6 +266,7 @@ inline std::vector<double> naive_scores(const ScoreRecipe& r, const std::vector<
       break;
     case Scorer::kKeyNorm: s = naive_key_norm_scores(keys, n, d); break;
     case Scorer::kKeyDiff: s = naive_keydiff(keys, n, d); break;
+    case Scorer::kKara: s = naive_kara_scores(r, keys, n, d, q, g, scale); break;
   }
   if (r.global_decay > 0) {
     for (int e = 0; e < std::min(num_scored, n); ++e) {
@@ -204,8 +285,7 @@ inline std::vector<double> naive_scores(const ScoreRecipe& r, const std::vector<
     for (int e = 0; e < n; ++e) s[e] = r.redundancy_lambda * s[e] - (1.0 - r.redundancy_lambda) * red[e];
   }
   const double inf = std::numeric_limits<double>::infinity();
-  const int tail = std::max({r.window, r.recent, static_cast<int>(r.recent_ratio * static_cast<float>(num_keep))});
-  for (int e = std::max(0, n - tail); e < n; ++e) s[e] = inf;
+  for (int e = std::max(0, n - r.protected_tail(num_keep)); e < n; ++e) s[e] = inf;
   for (int e = 0; e < std::min(r.num_sinks, n); ++e) s[e] = inf;
   return s;
 }

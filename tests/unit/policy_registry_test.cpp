@@ -25,7 +25,7 @@ std::string error_of(const std::string& name, const PolicyOptionMap& opts) {
 TEST(PolicyRegistry, ListsBuiltinsInOrder) {
   EXPECT_EQ(reg().names(),
             "full, streaming, snapkv, zipage, zipage-attn, zipage-global, zipage-flash, zipage-lightning, knorm, "
-            "h2o, tova, keydiff, rkv, pagedeviction");
+            "h2o, tova, keydiff, rkv, pagedeviction, kvllm");
   for (const PolicyInfo& info : reg().policies()) {
     EXPECT_FALSE(info.summary.empty()) << info.name;
     for (const PolicyOptionSpec& s : info.options) EXPECT_FALSE(s.help.empty()) << info.name << "." << s.name;

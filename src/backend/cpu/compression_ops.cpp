@@ -49,6 +49,81 @@ void window_attention_scores(const float* q, const float* keys, int n, int w, in
   for (int e = 0; e < n; ++e) out[e] /= static_cast<float>(w);
 }
 
+void kara_window_scores(const float* q, const float* keys, int m, int w, int d, int group_size, float scale,
+                        float* out) {
+  ORIGAMI_CHECK(w >= 1 && m >= 1 && group_size >= 1 && d >= 1);
+  std::vector<float> p(m);
+  std::fill(out, out + m, 0.0f);
+  const float inv_group = 1.0f / static_cast<float>(group_size);
+  for (int i = 0; i < w; ++i) {
+    for (int j = 0; j < group_size; ++j) {
+      const float* qi = q + (static_cast<size_t>(i) * group_size + j) * d;
+      for (int e = 0; e < m; ++e) p[e] = dot(qi, keys + static_cast<size_t>(e) * d, d) * scale;
+      softmax_inplace(p.data(), m);
+      for (int e = 0; e < m; ++e) out[e] += p[e] * inv_group;
+    }
+  }
+}
+
+namespace {
+
+// Entry a beats entry b: higher score, ties to the larger index, NaN lowest (select_keep's order).
+bool beats(float sa, int a, float sb, int b) {
+  const bool na = std::isnan(sa), nb = std::isnan(sb);
+  if (na != nb) return nb;
+  if (!na && sa != sb) return sa > sb;
+  return a > b;
+}
+
+// Marks the `count` best unmarked entries of a [m] in keep.
+void mark_best_unmarked(const float* a, int m, int count, uint8_t* keep) {
+  std::vector<int> free_idx;
+  for (int e = 0; e < m; ++e)
+    if (keep[e] == 0) free_idx.push_back(e);
+  count = std::min<int>(count, static_cast<int>(free_idx.size()));
+  std::partial_sort(free_idx.begin(), free_idx.begin() + count, free_idx.end(),
+                    [&](int x, int y) { return beats(a[x], x, a[y], y); });
+  for (int i = 0; i < count; ++i) keep[free_idx[static_cast<size_t>(i)]] = 1;
+}
+
+}  // namespace
+
+void token2chunk(const float* a, int m, int num_keep, int chunk_budget, int chunk_max_len, uint8_t* keep) {
+  ORIGAMI_CHECK(m >= 0 && num_keep >= 0 && chunk_budget >= 0 && chunk_max_len >= 3);
+  std::fill(keep, keep + m, uint8_t{0});
+  const int total = std::min(num_keep, m);
+  // 1. The discrete candidates.
+  mark_best_unmarked(a, m, std::max(total - chunk_budget, 0), keep);
+  // 2. Candidate chunks between consecutive candidates.
+  struct Chunk {
+    float r;
+    int k, lo, hi;  // interior entries lo .. hi - 1
+  };
+  std::vector<Chunk> chunks;
+  int prev = -1, k = 0;
+  for (int e = 0; e < m; ++e) {
+    if (keep[e] == 0) continue;
+    if (prev >= 0) {
+      const int span = e - prev;
+      if (span < chunk_max_len && span >= 2)
+        chunks.push_back({(a[prev] + a[e]) * static_cast<float>(span - 1), k, prev + 1, e});
+      ++k;
+    }
+    prev = e;
+  }
+  const int num_chunks = std::min<int>(chunk_budget / (chunk_max_len - 2), static_cast<int>(chunks.size()));
+  std::partial_sort(chunks.begin(), chunks.begin() + num_chunks, chunks.end(),
+                    [](const Chunk& x, const Chunk& y) { return beats(x.r, x.k, y.r, y.k); });
+  int marked = std::max(total - chunk_budget, 0);
+  for (int c = 0; c < num_chunks; ++c)
+    for (int e = chunks[static_cast<size_t>(c)].lo; e < chunks[static_cast<size_t>(c)].hi; ++e) {
+      keep[e] = 1;
+      ++marked;
+    }
+  // 3. Fill the unused chunk budget with the next-best entries.
+  mark_best_unmarked(a, m, total - marked, keep);
+}
+
 void recency_scores(int n, float* out) {
   for (int e = 0; e < n; ++e) out[e] = static_cast<float>(e);
 }
@@ -169,6 +244,7 @@ void score_head(const ScoreRecipe& recipe, const float* keys, int n, int d, cons
   }
   in.group_size = group_size;
   in.scale = scale;
+  in.recipe = &recipe;
   score_base(recipe.scorer, in, out);
   // 2. Global score (F keeps the unpooled score).
   if (recipe.global_decay > 0.0f) {

@@ -40,6 +40,31 @@ namespace origami::cpu {
 void window_attention_scores(const float* q, const float* keys, int n, int w, int d, int group_size, float scale,
                              float* out);
 
+// Kara's importance (eq. 4) of one KV head: the bidirectional attention of every window query
+// over the window's compressible keys.
+//   q:    [w, group_size, d] the window's queries (as for window_attention_scores).
+//   keys: [m, d]             the compressible region's keys (the window's first m entries).
+//   out:  [m]
+// For every (i, j): p = softmax over all e < m (no causal mask: earlier queries see later keys)
+// of scale * q[i, j] . keys[e] (max-subtracted, fp32); out[e] = sum_i (1 / group_size) sum_j p,
+// summed in ascending i then j (the column sums of eq. 4, a GQA group's heads averaged, so the
+// scores of one KV head sum to w). Requires w >= 1, m >= 1.
+void kara_window_scores(const float* q, const float* keys, int m, int w, int d, int group_size, float scale,
+                        float* out);
+
+// Kara's selection in the compressible region (eqs. 5-8, App. C.3): marks exactly
+// min(num_keep, m) entries of a [m] (keep[e] = 1, else 0):
+//   1. I = the max(num_keep - chunk_budget, 0) best entries by a (select_keep's order: higher
+//      score first, ties to the larger index), ascending.
+//   2. Token2Chunk: every two consecutive I[k] < I[k+1] bound a candidate chunk if
+//      I[k+1] - I[k] < chunk_max_len and it has interior entries (I[k+1] - I[k] >= 2); its score
+//      R_k = (a[I[k]] + a[I[k+1]]) * (I[k+1] - I[k] - 1). The floor(chunk_budget / (chunk_max_len
+//      - 2)) best chunks (higher R first, ties to the larger k) keep their interior entries (at
+//      most chunk_max_len - 2 each, so at most chunk_budget in all).
+//   3. What is left of the budget goes to the best unmarked entries by a (same order as 1).
+// chunk_max_len must be >= 3.
+void token2chunk(const float* a, int m, int num_keep, int chunk_budget, int chunk_max_len, uint8_t* keep);
+
 // StreamingLLM: out[e] = e (the most recent entries win).
 void recency_scores(int n, float* out);
 

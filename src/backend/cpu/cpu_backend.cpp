@@ -184,7 +184,8 @@ void CpuBackend::capture_queries(int layer_idx, const ForwardBatch& batch) {
     for (int t = 0; t < seq.num_query_tokens; ++t) {
       const int e = seq.num_cached_entries + t;
       if (e < seq.query_capture_from) continue;
-      std::memcpy(kv_.query_row(layer_idx, seq.query_slot, e % max_window),
+      // Keyed by position, which compaction never changes (CompressionJob::num_positions).
+      std::memcpy(kv_.query_row(layer_idx, seq.query_slot, (seq.start_position + t) % max_window),
                   ws_.qkv.data() + static_cast<size_t>(seq.query_start + t) * qkv_width,
                   static_cast<size_t>(config_.q_size()) * sizeof(float));
     }

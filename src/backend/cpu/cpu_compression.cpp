@@ -93,9 +93,11 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
       std::vector<float> window_q;
       if (recipe.needs_queries()) {
         const int w = std::min(recipe.window, n);
+        // Rows are keyed by position (CompressionJob::num_positions).
+        const int positions = job.num_positions >= 0 ? job.num_positions : n;
         window_q.resize(static_cast<size_t>(w) * group_size * d);
         for (int q = 0; q < w; ++q) {
-          const int row = (n - w + q) % config.max_window;
+          const int row = (positions - w + q) % config.max_window;
           const float* heads = kv.query_row(it.layer, job.query_slot, row) + static_cast<size_t>(it.head) * group_size * d;
           std::memcpy(window_q.data() + static_cast<size_t>(q) * group_size * d, heads,
                       static_cast<size_t>(group_size) * d * sizeof(float));

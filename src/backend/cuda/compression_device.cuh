@@ -121,7 +121,7 @@ __device__ __forceinline__ const bf16* key_row(const GroupArgs& a, const bf16* k
 __device__ __forceinline__ const bf16* query_row(const GroupArgs& a, const bf16* q_layer, const CompressionJobDesc& jd,
                                                  int head, int qr) {
   const int u = qr / a.group_size, g = qr % a.group_size;
-  const int slot_row = (jd.n - jd.window + u) % a.max_window;
+  const int slot_row = (jd.q_pos0 + u) % a.max_window;
   const size_t heads = static_cast<size_t>(a.num_kv_heads) * a.group_size;
   return q_layer + ((static_cast<size_t>(jd.query_slot) * a.max_window + slot_row) * heads +
                     static_cast<size_t>(head) * a.group_size + g) *

@@ -42,6 +42,8 @@ struct CompressionJobDesc {
   int32_t num_scored = 0;  // leading entries whose global score F is valid
   int32_t query_slot = 0;  // slot of the window queries (scorers that need queries)
   int32_t window = 0;      // attention window w = min(recipe.window, n) (scorers that need queries)
+  int32_t q_pos0 = 0;      // position of the window's first query: query u is at slot row
+                           // (q_pos0 + u) % max_window (rows are keyed by position)
   int32_t src_page0 = 0;   // offset of the source table in GroupArgs::pages
   int32_t dst_page0 = 0;   // offset of the destination table in GroupArgs::pages
   int32_t chunk0 = 0;      // first 64-entry chunk of this job in the group's chunk list
@@ -62,6 +64,12 @@ struct CompressionJobDesc {
   float redundancy_threshold = 0.5f;
   int32_t protect_window = 0;  // last min(protect_window, n) entries kept (+inf)
   int32_t num_sinks = 0;       // first min(num_sinks, n) entries kept (+inf)
+  // Kara (Scorer::kKara): the window's compressible region is entries [n - window, n - window +
+  // kara_region); window_keep of them are kept (Token2Chunk with chunk_budget, chunk_max_len).
+  int32_t kara_region = 0;
+  int32_t window_keep = 0;
+  int32_t chunk_budget = 0;
+  int32_t chunk_max_len = 8;
 };
 
 struct GroupArgs {

@@ -624,7 +624,7 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
       hi[in.positions + t] = batch.positions[t];
       hi[in.slots + t] = table[e / bs] * bs + e % bs;
       hi[in.query_rows + t] = s.query_slot >= 0 && e >= s.query_capture_from
-                                  ? s.query_slot * max_window + e % max_window
+                                  ? s.query_slot * max_window + batch.positions[t] % max_window
                                   : -1;
     }
     hi[in.q_indptr + i + 1] = s.query_start + s.num_query_tokens;

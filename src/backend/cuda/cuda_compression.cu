@@ -41,6 +41,13 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
     d.scorer = r.scorer;
     d.window = r.needs_queries() ? std::min(r.window, d.n) : 0;
     d.query_slot = r.needs_queries() ? job.query_slot : 0;
+    d.q_pos0 = (job.num_positions >= 0 ? job.num_positions : d.n) - d.window;
+    if (r.scorer == Scorer::kKara) {
+      d.kara_region = std::max(d.window - r.recent, 0);
+      d.window_keep = std::min(r.window_keep, d.kara_region);
+      d.chunk_budget = r.chunk_budget;
+      d.chunk_max_len = r.chunk_max_len;
+    }
     d.global_decay = r.global_decay;
     d.global_sum = r.global_mode == GlobalMode::kSum ? 1 : 0;
     d.pool_kernel = r.pool_kernel > 1 && (job.first_compression || !r.pool_first_only) ? r.pool_kernel : 0;

@@ -3,6 +3,7 @@
 // Each registered scorer `name` has one file here defining
 //   void score_<name>(const ScorerInput& in, float* out);   // out: [in.n], higher = keep
 // and score_base() calls it through the registry's X-macro, so a new scorer needs no edit here.
+#include "kv/compression.h"
 #include "kv/scorers.h"
 
 namespace origami::cpu {
@@ -18,6 +19,7 @@ struct ScorerInput {
   int w = 0;
   int group_size = 1;               // query heads per KV head
   float scale = 1.0f;               // attention scale 1 / sqrt(d)
+  const ScoreRecipe* recipe = nullptr;  // the whole recipe, for scorers with parameters of their own
 };
 
 #define ORIGAMI_DECLARE_CPU_SCORER(e, name, q, summary) void score_##name(const ScorerInput& in, float* out);
