@@ -172,14 +172,21 @@ Status TensorParallelBackend::execute(const ForwardBatch& batch, StepOutput* out
   const Status st = run([&](int r) { return ranks_[r]->execute(batch, &outs[r]); });
   // The step's results are rank 0's (every rank sampled the same tokens), except compressions:
   // one finishes when its last rank does.
+  // A block eviction (PagedEviction) drops the block rank 0 chose from its own heads' scores: no
+  // entry moves, so every rank's pool stays consistent with the one table whichever block goes.
   std::vector<CompressionResult> finished;
   for (int r = 0; r < size(); ++r) {
     for (CompressionResult& c : outs[r].finished_compressions) {
-      auto& [ranks, status] = partly_finished_[c.request_id];
-      ++ranks;
-      if (status.is_ok() && !c.status.is_ok()) status = c.status;
-      if (ranks == size()) {
-        finished.push_back(CompressionResult{c.request_id, status});
+      PartlyFinished& p = partly_finished_[c.request_id];
+      ++p.ranks;
+      if (p.status.is_ok() && !c.status.is_ok()) p.status = c.status;
+      if (r == 0) p.evicted_block = c.evicted_block;
+      if (p.ranks == size()) {
+        CompressionResult done;
+        done.request_id = c.request_id;
+        done.status = p.status;
+        done.evicted_block = p.evicted_block;
+        finished.push_back(std::move(done));
         partly_finished_.erase(c.request_id);
       }
     }

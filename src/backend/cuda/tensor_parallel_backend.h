@@ -81,8 +81,13 @@ class TensorParallelBackend : public Backend {
   std::unique_ptr<RankThreads> threads_;
   std::vector<std::unique_ptr<CudaBackend>> ranks_;
   std::unique_ptr<Compressor> compressor_;
-  // Compressions some ranks have reported finished: request id -> (ranks so far, first error).
-  std::map<uint64_t, std::pair<int, Status>> partly_finished_;
+  // Compressions some ranks have reported finished: how many, the first error, rank 0's block.
+  struct PartlyFinished {
+    int ranks = 0;
+    Status status;
+    int evicted_block = -1;
+  };
+  std::map<uint64_t, PartlyFinished> partly_finished_;
 };
 
 }  // namespace origami::cuda
