@@ -54,7 +54,7 @@ grep -E "error|FAILED" "$OUT/build.log" | head -20
 # ---------------------------------------------------------------- quick: GPU tests
 if has quick; then
   t0=$(date +%s)
-  (cd "$BUILD" && OMP_NUM_THREADS=16 timeout 300 ctest -L gpu --output-on-failure --timeout 240) > "$OUT/ctest_gpu.log" 2>&1
+  (cd "$BUILD" && OMP_NUM_THREADS=16 timeout 420 ctest -L gpu --output-on-failure --timeout 300 -j2) > "$OUT/ctest_gpu.log" 2>&1
   RESULT[2_ctest_gpu]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep -E 'tests passed' "$OUT/ctest_gpu.log")"
   grep -E "Failure|FAILED|Expected|Which is" "$OUT/ctest_gpu.log" | head -30
   # The backend's end-to-end numbers (ctest shows output of failing tests only).
