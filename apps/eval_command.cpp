@@ -149,8 +149,10 @@ bool plan_sweep(const EvalFlags& f, const PolicyOptionMap& user_options, std::ve
     if (!p.reference) {
       pp.options = options_of[p.policy];
       const KVPolicy& policy = *policy_of[p.policy];
-      if (policy.compresses()) p.budget = resolve_kv_budget(p.budget, 0, policy.default_budget());
-      if (policy.compresses()) {
+      // A policy without a budget (kvllm: a ratio of its sliding window) runs at budget 0.
+      const bool budgeted = policy.compresses() && policy.takes_budget();
+      if (budgeted) p.budget = resolve_kv_budget(p.budget, 0, policy.default_budget());
+      if (budgeted) {
         Status st = policy.check_budget(p.budget, f.engine.config.block_size);
         if (!st.is_ok()) {
           print_error(eval::point_label(p) + ": " + st.message());
