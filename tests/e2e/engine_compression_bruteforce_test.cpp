@@ -32,6 +32,13 @@
 // the kept entries protected), `tova` (the newest query's attention), `keydiff` (-cos to the mean
 // unit key, from the naive keys) and `rkv` (attention max-pooled with kernel 7 at every
 // compression, then 0.1 * S - 0.9 * R with R-KV's all-pairs redundancy, tau 1).
+// `kvllm` (Kara) runs through the same tracking with its own brute force: the window of the last
+// W = 48 entries, buffer U = 8; A = column sums of the bidirectional softmax attention of the
+// window's 48 naive queries over the region's 40 naive keys (a GQA group's heads averaged), then
+// Token2Chunk written out plainly (test::naive_token2chunk; ratio 0.5: 20 kept, alpha = 6, gamma = 5); every entry
+// before the window must stay where it is, bit-exact. Its compressions must fall on its period
+// (every 8 steps), at most 2 requests per period.
+// Query slot rows are keyed by logical position: the query of position p is at row p % max_window.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -54,6 +61,13 @@ constexpr int kBudget = 64;  // N_max = 5: compress at 80 entries, keep 64
 constexpr int kKeep = 64;
 constexpr double kScoreRelTol = 1e-5;
 constexpr double kKeyTol = 2e-4;
+// kvllm's test options: W = 48 (3 blocks), U = 8, ratio 0.5 of the 40-entry region (20 kept),
+// alpha = 6, gamma = 5 (two chunks of at most 3), every 8 steps, at most 2 requests per period.
+constexpr int kKaraWindow = 48, kKaraBuffer = 8, kKaraKeep = 20, kKaraAlpha = 6, kKaraGamma = 5, kKaraPeriod = 8,
+              kKaraPerStep = 2;
+const std::map<std::string, std::string> kKaraOptions = {
+    {"window", "48"}, {"buffer", "8"}, {"ratio", "0.5"}, {"chunk_budget", "6"},
+    {"chunk_len", "5"}, {"delta", "8"},  {"n", "2"}};
 
 // The score a policy's compressions must reproduce, written out for the brute force.
 struct BruteRecipe {
@@ -67,6 +81,7 @@ struct BruteRecipe {
   double lambda = 0.2, tau = 0.4, threshold = 0.5;
   bool accumulate = false;    // H2O: S is added to the entry's score from earlier compressions
   double recent_ratio = 0.0;  // the last floor(ratio * kKeep) entries are kept too
+  bool kara = false;          // kvllm: Kara's window score and Token2Chunk, with kKaraOptions (no budget)
 
   int tail() const { return std::max(window, static_cast<int>(recent_ratio * kKeep)); }
 };
@@ -111,6 +126,14 @@ BruteRecipe rkv_recipe() {
   r.redundancy = RedundancyMode::kFlash;
   r.lambda = 0.1;
   r.tau = 1.0;
+  return r;
+}
+BruteRecipe kvllm_recipe() {
+  BruteRecipe r;
+  r.policy = "kvllm";
+  r.kara = true;
+  r.window = kKaraWindow;
+  r.pool_kernel = 0;
   return r;
 }
 
@@ -186,6 +209,8 @@ struct Tracked {
   // Snapshot taken before a step in which the request compresses.
   bool snapshot = false;
   bool snapshot_first = false;
+  int snapshot_keep = 0;  // entries the compression keeps
+  int snapshot_tail = 0;  // protected entries at the end (the window, or kvllm's buffer)
   std::vector<std::vector<std::vector<float>>> pre_keys;  // [head][entry][d], the engine's floats
   std::vector<std::vector<double>> bf_scores;             // [head][entry] brute-force score
   std::vector<std::vector<int>> bf_keep;                  // [head] brute-force kept entries, ascending
@@ -203,6 +228,8 @@ struct Stats {
   double max_swap_gap = 0.0;  // relative score gap of the worst accepted swap
   int differing_head_choices = 0;
   int heads = 0;
+  int kara_windows = 0;
+  int kara_full_periods = 0;  // periods that compressed the cap of n requests
 };
 
 class BruteForce {
@@ -261,6 +288,11 @@ class BruteForce {
     if (!r->compression.pending) return;
 
     // A compression starts at the beginning of the next step.
+    if (recipe_.kara) {
+      ASSERT_GE(r->compression.query_slot, 0) << "request " << t.id << " compresses without a query slot";
+      kara_before(t, *r, *table, n, stats);
+      return;
+    }
     const int w = recipe_.window;
     ASSERT_EQ(r->compression.num_keep, kKeep);
     ASSERT_GE(n, kKeep + kBlock);
@@ -274,21 +306,15 @@ class BruteForce {
       ASSERT_EQ(r->compression.window, w);
     }
     const int slot = r->compression.query_slot;
-    const int q_size = group_ * heads_ * d_;
     for (int i = 0; recipe_.attention && i < w; ++i) {
-      const int e = n - w + i;
-      const int p = t.num_computed - w + i;
-      const float* got = kv_.query_row(0, slot, e % max_window_);
-      const std::vector<double>& want = query(t, p);
-      for (int x = 0; x < q_size; ++x)
-        ASSERT_NEAR(got[x], want[static_cast<size_t>(x)], kKeyTol * std::max(1.0, std::abs(want[static_cast<size_t>(x)])))
-            << "request " << t.id << " compression " << t.num_compressions + 1 << ": query slot " << slot << " row "
-            << e % max_window_ << " (window entry " << e << ") should hold the query of logical position " << p
-            << " (element " << x << ")";
+      check_query(t, slot, n - w + i, t.num_computed - w + i);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
     }
     // The brute force.
     t.snapshot = true;
     t.snapshot_first = t.num_compressions == 0;
+    t.snapshot_keep = kKeep;
+    t.snapshot_tail = recipe_.tail();
     t.pre_keys.assign(static_cast<size_t>(heads_), {});
     t.bf_scores.assign(static_cast<size_t>(heads_), {});
     t.bf_keep.assign(static_cast<size_t>(heads_), {});
@@ -357,6 +383,80 @@ class BruteForce {
     }
   }
 
+  // (q) slot rows are keyed by logical position: window entry e (position p) is at row p % max_window.
+  void check_query(Tracked& t, int slot, int e, int p) {
+    const int q_size = group_ * heads_ * d_;
+    const float* got = kv_.query_row(0, slot, p % max_window_);
+    const std::vector<double>& want = query(t, p);
+    for (int x = 0; x < q_size; ++x)
+      ASSERT_NEAR(got[x], want[static_cast<size_t>(x)], kKeyTol * std::max(1.0, std::abs(want[static_cast<size_t>(x)])))
+          << "request " << t.id << " compression " << t.num_compressions + 1 << ": query slot " << slot << " row "
+          << p % max_window_ << " (window entry " << e << ") should hold the query of logical position " << p
+          << " (element " << x << ")";
+  }
+
+  // kvllm's brute force before a compression: Kara's score and Token2Chunk over the trailing window.
+  void kara_before(Tracked& t, const Request& r, const std::vector<BlockId>& table, int n, Stats* stats) {
+    const int region = kKaraWindow - kKaraBuffer, start = n - kKaraWindow;
+    ASSERT_EQ(r.compression.num_keep, n - region + kKaraKeep) << "request " << t.id;
+    ASSERT_GE(n - r.compression.tail_from, kKaraWindow) << "request " << t.id << ": the trailing window is not uncompressed";
+    ASSERT_EQ(steps_ % kKaraPeriod, 0) << "request " << t.id << " compresses off its period";
+    ++due_per_step_[steps_];
+    ASSERT_LE(due_per_step_[steps_], kKaraPerStep) << "more than n requests in one period";
+    stats->kara_full_periods += due_per_step_[steps_] == kKaraPerStep ? 1 : 0;
+    // The window: the newest entries, consecutive positions, the same in every head.
+    for (int h = 0; h < heads_; ++h)
+      for (int i = 0; i < kKaraWindow; ++i)
+        ASSERT_EQ(t.pos[h][static_cast<size_t>(start + i)], t.num_computed - kKaraWindow + i);
+    for (int i = 0; i < kKaraWindow; ++i) {
+      check_query(t, r.compression.query_slot, start + i, t.num_computed - kKaraWindow + i);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    }
+    t.snapshot = true;
+    t.snapshot_first = t.num_compressions == 0;
+    t.snapshot_keep = n - region + kKaraKeep;
+    t.snapshot_tail = kKaraBuffer;
+    t.pre_keys.assign(static_cast<size_t>(heads_), {});
+    t.bf_scores.assign(static_cast<size_t>(heads_), {});
+    t.bf_keep.assign(static_cast<size_t>(heads_), {});
+    for (int h = 0; h < heads_; ++h) {
+      for (int e = 0; e < n; ++e) {
+        const float* k = kv_.key_at(0, table[static_cast<size_t>(e / kBlock)], h, e % kBlock);
+        t.pre_keys[h].emplace_back(k, k + d_);
+      }
+      // A[e] = sum over the window's queries (mean over the group's heads) of the softmax over the
+      // region's keys: bidirectional, every query sees every region key.
+      std::vector<double> a(static_cast<size_t>(region), 0.0);
+      for (int i = 0; i < kKaraWindow; ++i) {
+        const std::vector<double>& q = query(t, t.num_computed - kKaraWindow + i);
+        for (int j = 0; j < group_; ++j) {
+          const double* qh = q.data() + static_cast<size_t>(h * group_ + j) * d_;
+          std::vector<double> logit(static_cast<size_t>(region));
+          double m = -std::numeric_limits<double>::infinity();
+          for (int e = 0; e < region; ++e) {
+            const double* k = key(t, t.pos[h][static_cast<size_t>(start + e)]).data() + static_cast<size_t>(h) * d_;
+            double dot = 0;
+            for (int x = 0; x < d_; ++x) dot += qh[x] * k[x];
+            logit[e] = dot * scale_;
+            m = std::max(m, logit[e]);
+          }
+          double z = 0;
+          for (int e = 0; e < region; ++e) z += std::exp(logit[e] - m);
+          for (int e = 0; e < region; ++e) a[e] += std::exp(logit[e] - m) / z / group_;
+        }
+      }
+      std::vector<double> s(static_cast<size_t>(n), std::numeric_limits<double>::infinity());
+      for (int e = 0; e < region; ++e) s[static_cast<size_t>(start + e)] = a[e];
+      std::vector<int> keep;
+      for (int e = 0; e < start; ++e) keep.push_back(e);
+      for (int e : test::naive_token2chunk(a, kKaraKeep, kKaraAlpha, kKaraGamma)) keep.push_back(start + e);
+      for (int e = start + region; e < n; ++e) keep.push_back(e);
+      t.bf_scores[h] = std::move(s);
+      t.bf_keep[h] = std::move(keep);
+    }
+    ++stats->kara_windows;
+  }
+
   // R-KV redundancy of head h's n entries, from the naive keys (the compression unit tests'
   // double-precision reference of the definition).
   std::vector<double> redundancy(Tracked& t, int h, int n) {
@@ -413,7 +513,8 @@ class BruteForce {
         // The engine's choice: kept entries are bit-exact copies of original ones, in order.
         std::vector<int> chosen;
         size_t next = 0;
-        for (int i = 0; i < kKeep; ++i) {
+        const int kept_count = t.snapshot_keep, tail = t.snapshot_tail;
+        for (int i = 0; i < kept_count; ++i) {
           const float* k = kv_.key_at(0, table[static_cast<size_t>(i / kBlock)], h, i % kBlock);
           while (next < pre.size() && std::memcmp(pre[next].data(), k, d_ * sizeof(float)) != 0) ++next;
           ASSERT_LT(next, pre.size()) << "request " << t.id << " compression " << t.num_compressions + 1 << " head " << h
@@ -448,8 +549,14 @@ class BruteForce {
           }
         }
         stats->swaps += static_cast<int>(extra.size());
-        const int tail = recipe_.tail();
-        for (int i = 0; i < tail; ++i) ASSERT_EQ(chosen[kKeep - tail + i], static_cast<int>(pre.size()) - tail + i);
+        for (int i = 0; i < tail; ++i)
+          ASSERT_EQ(chosen[static_cast<size_t>(kept_count - tail + i)], static_cast<int>(pre.size()) - tail + i);
+        // kvllm: entries before the window never move.
+        if (recipe_.kara) {
+          for (int e = 0; e < static_cast<int>(pre.size()) - kKaraWindow; ++e) {
+            ASSERT_EQ(chosen[static_cast<size_t>(e)], e);
+          }
+        }
         // The engine's (validated) choice is what the cache holds from now on, with its
         // accumulated scores (H2O).
         std::vector<int> kept_pos;
@@ -474,12 +581,15 @@ class BruteForce {
   }
 
   int heads() const { return heads_; }
+  void step_done() { ++steps_; }
 
  private:
   Engine& engine_;
   const NaiveLayer0& naive_;
   cpu::CpuKVCache& kv_;
   const BruteRecipe recipe_;
+  std::map<long long, int> due_per_step_;  // kvllm compressions by scheduler step
+  long long steps_ = 0;                     // engine steps so far (each computes tokens here)
   int heads_ = 0, group_ = 0, d_ = 0, max_window_ = 0;
   double scale_ = 0.0;
 };
@@ -509,10 +619,14 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
     c.kv_policy = "full";
     c.max_num_seqs = 128;
     c.num_query_slots = 128;
-    c.query_window = 32;
+    c.query_window = setup.recipe.kara ? kKaraWindow : 32;
   } else {
     c.kv_policy = setup.recipe.policy;
-    c.kv_budget = kBudget;
+    if (setup.recipe.kara) {
+      c.kv_policy_options = kKaraOptions;
+    } else {
+      c.kv_budget = kBudget;
+    }
   }
   auto engine = make_engine(c);
   ASSERT_NE(engine, nullptr);
@@ -535,7 +649,11 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
     RequestOptions opts;
     if (setup.policy_per_request) {
       opts.kv_policy = setup.recipe.policy;
-      opts.kv_budget = kBudget;
+      if (setup.recipe.kara) {
+        opts.kv_policy_options = kKaraOptions;
+      } else {
+        opts.kv_budget = kBudget;
+      }
     }
     opts.forced_output_tokens.assign(t.tokens.begin() + prompt_lengths[i], t.tokens.end());
     auto id = engine->add_request(prompt, greedy(static_cast<int>(opts.forced_output_tokens.size())), opts);
@@ -550,6 +668,7 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
       ASSERT_FALSE(::testing::Test::HasFatalFailure());
     }
     for (const RequestOutput& out : engine->step()) ASSERT_NE(out.finish_reason, FinishReason::kError) << out.error;
+    bf.step_done();
     for (Tracked& t : tracked) {
       bf.after_step(t, stats);
       ASSERT_FALSE(::testing::Test::HasFailure()) << setup.name;
@@ -558,8 +677,10 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
   for (const Tracked& t : tracked) {
     EXPECT_TRUE(t.finished);
     EXPECT_EQ(engine->request(t.id)->output_token_ids.size(), t.tokens.size() - static_cast<size_t>(t.prompt_length));
-    // Every compression of the request was checked (one per 16 tokens after the first).
-    EXPECT_GE(t.num_compressions, (num_tokens - 80) / kBlock) << setup.name << " request " << t.id;
+    // Every compression of the request was checked (one per 16 tokens after the first; kvllm:
+    // one per window of fresh W - U tokens at most, fewer when periods are missed or capped).
+    const int want_compressions = setup.recipe.kara ? 2 : (num_tokens - 80) / kBlock;
+    EXPECT_GE(t.num_compressions, want_compressions) << setup.name << " request " << t.id;
   }
   EXPECT_EQ(engine->metrics().num_preemptions, 0);
   EXPECT_EQ(engine->metrics().num_compressions, stats->compressions_checked + stats->compressions_unchecked - before)
@@ -598,6 +719,26 @@ TEST(EngineCompressionBruteForce, BaselinesKeepTheBruteForceTopKAtEveryDecodeCom
               EngineSetup{"tova (newest query's attention), eval setup", true, tova_recipe()},
               EngineSetup{"keydiff (-cos to the mean key), eval setup", true, keydiff_recipe()},
               EngineSetup{"rkv (pooled attention - flash redundancy), eval setup", true, rkv_recipe()}});
+}
+
+TEST(EngineCompressionBruteForce, KvllmKeepsKarasWindowSelectionAtEveryCompression) {
+  // Four requests (prompts 1, 7, 12, 100), so that periods find several due and the cap of 2
+  // per period applies; one engine with kvllm as its default, one with it per request.
+  const std::vector<int> prompt_lengths = {1, 7, 12, 100};
+  const int num_tokens = 300;
+  for (const EngineSetup& setup : {EngineSetup{"kvllm engine default", false, kvllm_recipe()},
+                                   EngineSetup{"kvllm per request", true, kvllm_recipe()}}) {
+    Stats stats;
+    run_setup(setup, prompt_lengths, num_tokens, &stats);
+    ASSERT_FALSE(HasFailure()) << setup.name;
+    std::printf("[%s] %d windows compressed and checked at layer 0 (x %d KV heads; %d unreadable), %d fp swaps "
+                "(worst relative score gap %.2e), %d head choices differing from head 0's\n",
+                setup.name, stats.compressions_checked, stats.heads, stats.compressions_unchecked, stats.swaps,
+                stats.max_swap_gap, stats.differing_head_choices);
+    EXPECT_GE(stats.compressions_checked, 4 * 3);
+    EXPECT_GT(stats.kara_full_periods, 0) << "no period reached the cap of n requests";
+    EXPECT_GT(stats.differing_head_choices, 0) << "token-wise eviction per head: heads should keep different entries";
+  }
 }
 
 }  // namespace
