@@ -144,6 +144,10 @@ bool plan_sweep(const EvalFlags& f, const PolicyOptionMap& user_options, std::ve
     options_of[name] = std::move(opts);
     policy_of[name] = *policy;
   }
+  // A budget that a policy refuses at this block size (pagedeviction needs 2 blocks) drops that
+  // point from a sweep with a warning, so one policy's limit does not stop everyone's points;
+  // a sweep left with nothing to compare is an error.
+  std::vector<std::string> refused;
   for (SweepPoint& p : eval::make_sweep(*policies, budgets)) {
     PlannedPoint pp;
     if (!p.reference) {
@@ -155,8 +159,8 @@ bool plan_sweep(const EvalFlags& f, const PolicyOptionMap& user_options, std::ve
       if (budgeted) {
         Status st = policy.check_budget(p.budget, f.engine.config.block_size);
         if (!st.is_ok()) {
-          print_error(eval::point_label(p) + ": " + st.message());
-          return false;
+          refused.push_back(eval::point_label(p) + ": " + st.message());
+          continue;
         }
       }
     } else if (auto it = options_of.find(eval::kFullPolicy); it != options_of.end()) {
@@ -165,6 +169,12 @@ bool plan_sweep(const EvalFlags& f, const PolicyOptionMap& user_options, std::ve
     pp.point = p;
     planned->push_back(std::move(pp));
   }
+  const bool any_compared = std::any_of(planned->begin(), planned->end(), [](const PlannedPoint& pp) { return !pp.point.reference; });
+  if (!refused.empty() && !any_compared) {
+    print_error(refused.front());
+    return false;
+  }
+  for (const std::string& why : refused) std::fprintf(stderr, "origami: skipped %s\n", why.c_str());
   return true;
 }
 

@@ -216,6 +216,17 @@ TEST_F(EvalCli, PrintsATableByDefault) {
   EXPECT_EQ(r.out.find('{'), std::string::npos) << r.out;
 }
 
+TEST_F(EvalCli, ASweepSkipsThePointsAPolicyRefusesAndRunsTheRest) {
+  // pagedeviction needs 2 blocks (32 tokens at block 16): its point at 16 is skipped, not fatal.
+  const CommandResult r = run_command("eval retrieval " + model() + "--data " + path("docs.jsonl") +
+                                          " --kv-policy pagedeviction,streaming --kv-budget 16,64",
+                                      /*with_stderr=*/true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("skipped pagedeviction@16"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("skipped streaming"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pagedeviction"), std::string::npos) << r.out;
+}
+
 TEST_F(EvalCli, BadInputIsAnErrorThatNamesTheProblem) {
   {
     std::ofstream bad(dir_ / "bad.jsonl");
@@ -240,6 +251,8 @@ TEST_F(EvalCli, BadInputIsAnErrorThatNamesTheProblem) {
       {retrieval + docs + "--mode sideways", "'sideways'"},
       {retrieval + "--data " + path("no_question.jsonl") + " --mode prefill,context", "document q1"},
       {retrieval + docs + "--kv-policy streaming --kv-policy-opt window=4", "'window'"},
+      // The only point's budget is refused by its policy at this block size.
+      {retrieval + docs + "--kv-policy pagedeviction --kv-budget 16", "at least 2 blocks"},
       {retrieval + docs + "--plot " + path("plot.png"), "SVG"},
       {retrieval, "--data"},
       {"eval ppl " + model() + "--quiet --text " + path("missing.txt"), "missing.txt"},
