@@ -68,7 +68,9 @@ Expected<KVMemoryPlan> plan_kv_memory(const EngineConfig& config, const ModelCon
   }
   // The blocks one request holds at most under the default budget (a SnapKV prompt is only
   // bounded at its end: its budget plus the block decoding writes into).
-  const int max_blocks = p.compresses() ? max_blocks_for_budget(plan.default_budget, config.block_size) : 1;
+  // A policy without a budget (kvllm) grows like full KV: no bound to size the slots by.
+  const int max_blocks =
+      p.compresses() && p.takes_budget() ? max_blocks_for_budget(plan.default_budget, config.block_size) : 1;
 
   // Block counts are int; sizes are computed in 64 bits and checked before narrowing, and a CPU
   // cache must fit in host memory (its allocation would otherwise fail or be overcommitted).

@@ -251,7 +251,7 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
 TEST(EngineCompressionMatrix, EveryRegisteredPolicySurvivesPreemptionAndAbort) {
   const PolicyRegistry& registry = PolicyRegistry::builtin();
   for (const PolicyInfo& info : registry.policies()) {
-    auto policy = registry.create(info.name, {});
+    auto policy = registry.create(info.name, matrix_options(info.name));
     ASSERT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
     if (!(*policy)->compresses()) continue;
     int64_t preemptions = 0;
@@ -263,7 +263,8 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicySurvivesPreemptionAndAbort) {
         EngineConfig c = cpu_config(tiny_qwen3_dir());
         c.block_size = kBlock;
         c.kv_policy = info.name;
-        c.kv_budget = kBudget;
+        c.kv_policy_options = matrix_options(info.name);
+        if ((*policy)->takes_budget()) c.kv_budget = kBudget;
         c.enable_prefix_caching = prefix;
         c.reserve_bounded_kv = reserve;
         c.num_kv_blocks = 24;
