@@ -189,6 +189,8 @@ Status CudaBackend::load(const ModelConfig& config, const ModelWeights& w) {
   enum class Split { kNone, kRows, kCols };
   auto upload = [&](bf16* dst, const TensorView& t, Split split = Split::kNone, size_t shard = 0) -> Status {
     if (t.empty()) return invalid_argument("CUDA backend: missing tensor " + t.name);
+    // On one GPU every shard is the whole tensor: convert it once, with no second copy.
+    if (tp_.size == 1) split = Split::kNone;
     const size_t begin = static_cast<size_t>(tp_.rank) * shard;
     const std::vector<uint16_t> host = split == Split::kRows   ? rows_bf16(t, begin, shard)
                                        : split == Split::kCols ? cols_bf16(t, begin, shard)
