@@ -36,6 +36,8 @@ using testing::from_device_bf16;
 using testing::random_bf16_values;
 using testing::rel_err;
 using testing::to_device_bf16;
+using testing::small_test_sizes;
+using testing::test_sizes;
 
 constexpr double kTol = 1e-2;
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -423,9 +425,9 @@ TEST(CudaCompression, ScoresSelectionAndCompactionMatchCpu) {
   const std::vector<ScoreRecipe> recipes = test_recipes();
   double worst = 0.0;
   int undecided = 0, rows = 0, ci = 0;
-  for (int n : {1, 7, 97, 1000, 4097})
-    for (int bs : {1, 16, 256})
-      for (int G : {1, 4, 8}) {
+  for (int n : test_sizes({1, 7, 97, 1000, 4097}, {7, 300}))
+    for (int bs : test_sizes({1, 16, 256}, {1, 16}))
+      for (int G : test_sizes({1, 4, 8}, {4})) {
         const int d = ci % 3 == 1 ? 128 : 64;
         for (int r : {0, 1 + ci % (static_cast<int>(recipes.size()) - 1)}) {
           SCOPED_TRACE("recipe " + std::to_string(r));
@@ -442,14 +444,15 @@ TEST(CudaCompression, EveryRecipeAtLargestSize) {
   const std::vector<ScoreRecipe> recipes = test_recipes();
   double worst = 0.0;
   int undecided = 0, rows = 0;
+  const int largest = small_test_sizes() ? 300 : 4097;
   for (size_t r = 0; r < recipes.size(); ++r) {
     SCOPED_TRACE("recipe " + std::to_string(r));
-    check_job(4097, 16, 4, 128, recipes[r], r % 2 == 0, 77 + r, &worst, &undecided, &rows);
+    check_job(largest, 16, 4, 128, recipes[r], r % 2 == 0, 77 + r, &worst, &undecided, &rows);
   }
   // head_dim 96: the CUDA-core redundancy path (the tensor-core one serves 64 and 128).
   for (int r : {2, 3, 6}) {
     SCOPED_TRACE("head_dim 96, recipe " + std::to_string(r));
-    check_job(1000, 16, 4, 96, recipes[r], true, 91 + r, &worst, &undecided, &rows);
+    check_job(small_test_sizes() ? 300 : 1000, 16, 4, 96, recipes[r], true, 91 + r, &worst, &undecided, &rows);
   }
   std::printf("[compression] n=4097 all recipes: worst rel err %.3e; near-ties %d of %d rows\n", worst, undecided,
               rows);
@@ -475,12 +478,13 @@ TEST(CudaCompression, EveryRegisteredPolicyMatchesCpu) {
   int undecided = 0, rows = 0, ci = 0;
   for (const auto& [name, recipe] : recipes) {
     SCOPED_TRACE("policy " + name);
-    for (int n : {1, 7, 97, 1000})
-      for (int bs : {1, 16}) {
+    for (int n : test_sizes({1, 7, 97, 1000}, {97}))
+      for (int bs : test_sizes({1, 16}, {16})) {
         const int G = ci % 2 == 0 ? 4 : 1, d = ci % 3 == 0 ? 128 : 64;
         check_job(n, bs, G, d, recipe, ci % 2 == 0, 5000 + ci, &worst, &undecided, &rows);
         ++ci;
       }
+    if (small_test_sizes()) continue;
     // The largest size once, first and later compressions.
     check_job(4097, 256, 8, 128, recipe, true, 6000 + ci, &worst, &undecided, &rows);
     check_job(4097, 16, 4, 64, recipe, false, 7000 + ci, &worst, &undecided, &rows);
@@ -494,7 +498,7 @@ TEST(CudaCompression, SelectionMatchesCpuOnTiesAndSpecialValues) {
   std::mt19937 rng(5);
   const float pool[] = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN(),
                         1e-30f, -1e-30f, 3.0f};
-  for (int n : {1, 7, 97, 1000, 4097, 100000}) {
+  for (int n : test_sizes({1, 7, 97, 1000, 4097, 100000}, {7, 1000})) {
     for (int k : {0, 1, n / 3, n - 1, n}) {
       if (k < 0 || k > n) continue;
       HostCache c;
@@ -809,6 +813,7 @@ TEST(CudaCompression, BlockEvictionMatchesCpu) {
 // Timing of one compression batch at a Qwen3-8B shape (8 KV heads, groups of 4, head_dim 128,
 // block 256; 8 layers in one stride), dummy data made on the device.
 TEST(CudaCompression, TimingAtQwen3_8BShape) {
+  if (small_test_sizes()) GTEST_SKIP() << "a timing, not a check: nothing to sanitize at small sizes";
   const int L = 8, H = 8, G = 4, d = 128, bs = 256, W = 16;
   for (int n : {8192, 32768}) {
     const int jobs_n = n == 8192 ? 4 : 1, pages = n / bs;

@@ -23,6 +23,17 @@ inline std::string shared_dir() {
   return ORIGAMI_SHARED_DIR;
 }
 
+// Sizes a test sweeps: `full` normally, `small` when ORIGAMI_GPU_TEST_SIZES=small. The
+// compute-sanitizer tools (racecheck above all) run kernels 100-1000x slower; the small set keeps
+// every code path (one block and several, one tile and several) at sizes they finish.
+inline bool small_test_sizes() {
+  const char* env = std::getenv("ORIGAMI_GPU_TEST_SIZES");
+  return env != nullptr && std::string(env) == "small";
+}
+inline std::vector<int> test_sizes(std::initializer_list<int> full, std::initializer_list<int> small) {
+  return small_test_sizes() ? std::vector<int>(small) : std::vector<int>(full);
+}
+
 template <typename T>
 class DeviceBuffer {
  public:
