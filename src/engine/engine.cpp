@@ -42,8 +42,11 @@ Status check_head_groups(const EngineConfig& config, const ModelConfig& mc) {
 Expected<std::vector<float>> expand_group_budget_ratios(const EngineConfig& config, const KVLayout& layout) {
   const std::vector<float>& given = config.group_budget_ratios;
   if (given.empty()) return std::vector<float>{};
+  if (!layout.shared_pool)
+    return invalid_argument("group budget ratios need head groups (--heads-per-group below the model's " +
+                            std::to_string(layout.num_kv_heads) + " KV heads)");
   const int num_groups = layout.num_groups();
-  const int per_layer = layout.shared_pool ? num_groups / layout.num_layers : 1;
+  const int per_layer = num_groups / layout.num_layers;
   for (float r : given)
     if (!(r > 0.0f && r <= 1.0f))
       return invalid_argument("group budget ratio " + std::to_string(r) + " must be in (0, 1]");

@@ -194,8 +194,19 @@ void KVCacheManager::cache_full_blocks(KVSequence& request, int num_computed_tok
 }
 
 void KVCacheManager::free(KVSequence& request) {
-  for (size_t g = 0; g < request.kv.groups.size(); ++g)
-    pools_[pool_index(static_cast<int>(g))]->free(request.kv.groups[g].blocks);
+  if (!layout_.shared_pool) {
+    for (size_t g = 0; g < request.kv.groups.size(); ++g)
+      pools_[pool_index(static_cast<int>(g))]->free(request.kv.groups[g].blocks);
+  } else {
+    // One pool: free block i of every group together, back to front, so that the eviction order
+    // of cached contents follows token order across groups as it does for one table (a prefix is
+    // then evicted tail first in every group at once, and stays findable in all or none).
+    size_t longest = 0;
+    for (const BlockTable& t : request.kv.groups) longest = std::max(longest, t.blocks.size());
+    for (size_t i = longest; i-- > 0;)
+      for (const BlockTable& t : request.kv.groups)
+        if (i < t.blocks.size()) pools_[0]->free(std::span<const BlockId>(&t.blocks[i], 1));
+  }
   request.kv.clear();
 }
 

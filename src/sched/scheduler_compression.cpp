@@ -101,7 +101,7 @@ struct GroupPlan {
 }  // namespace
 
 int group_num_keep(const RequestCompression& c, int group) {
-  if (c.group_ratios.empty()) return c.num_keep;
+  if (static_cast<size_t>(group) >= c.group_ratios.size()) return c.num_keep;  // uniform
   const float ratio = c.group_ratios[static_cast<size_t>(group)];
   const int keep = static_cast<int>(std::ceil(static_cast<double>(ratio) * c.num_keep - 1e-9));
   return std::clamp(keep, 1, c.num_keep);
