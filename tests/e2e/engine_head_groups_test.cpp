@@ -318,5 +318,24 @@ TEST(HeadGroupsConfig, BadGroupingIsAClearError) {
   EXPECT_NE(engine.status().message().find("group budget ratios need head groups"), std::string::npos);
 }
 
+TEST(HeadGroupsConfig, BlockEvictionIsRefusedWithMoreThanOneGroup) {
+  // PagedEviction's decode phase drops one block of a table shared by every layer and head.
+  EngineConfig config = cpu_config(tiny_qwen3_dir());
+  config.num_threads = 2;
+  config.heads_per_group = 2;
+  config.kv_policy = "pagedeviction";
+  config.kv_budget = 32;
+  auto engine = make_engine(config);
+  ASSERT_TRUE(engine);
+  BatchItem item;
+  for (int i = 0; i < 20; ++i) item.prompt_token_ids.push_back(40 + i);
+  item.sampling = greedy(60);
+  const std::vector<BatchResult> results = run_batch(*engine, {item});
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_FALSE(results[0].ok);
+  EXPECT_NE(results[0].error.find("block eviction"), std::string::npos) << results[0].error;
+  EXPECT_NE(results[0].error.find("one-group layout only"), std::string::npos) << results[0].error;
+}
+
 }  // namespace
 }  // namespace origami::testing
