@@ -145,13 +145,16 @@ bool Scheduler::try_start_compression(Request* request) {
     }
     plan.fresh_spare = c.trigger == CompressionTrigger::kCacheFull && plan.spare < 0;
   }
+  // One pool serves every group: one allocation, then each group takes its share in order.
+  int num_fresh = 0;
+  for (const GroupPlan& plan : plans) num_fresh += plan.num_shared + (plan.fresh_spare ? 1 : 0);
+  std::vector<BlockId> all_fresh;
+  if (!kv_->allocate_blocks(num_fresh, &all_fresh)) return false;
+  size_t taken = 0;
   for (int g = 0; g < num_groups; ++g) {
     const GroupPlan& plan = plans[static_cast<size_t>(g)];
-    const int n = plan.num_shared + (plan.fresh_spare ? 1 : 0);
-    if (n > 0 && !kv_->allocate_blocks(n, &fresh[static_cast<size_t>(g)], g)) {
-      for (int h = 0; h < g; ++h) kv_->release_blocks(fresh[static_cast<size_t>(h)], h);
-      return false;
-    }
+    for (int i = 0; i < plan.num_shared + (plan.fresh_spare ? 1 : 0); ++i)
+      fresh[static_cast<size_t>(g)].push_back(all_fresh[taken++]);
   }
 
   for (int g = 0; g < num_groups; ++g) {
