@@ -15,7 +15,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 void CompressionStepper::report(const Status& status, const std::vector<int>* evicted, StepOutput* out) {
   for (size_t j = 0; j < in_flight_.size(); ++j) {
-    CompressionResult result{in_flight_[j], status};
+    CompressionResult result{in_flight_[j].request_id, status, in_flight_[j].group};
     // A block eviction's result names the block (the scheduler drops it from the table).
     if (status.is_ok() && evicted != nullptr && j < evicted->size()) result.evicted_block = (*evicted)[j];
     out->finished_compressions.push_back(result);
@@ -30,7 +30,7 @@ void CompressionStepper::start(KVCompressor* compressor, const ForwardBatch& bat
   if (!batch.compressions.empty()) {
     // The scheduler starts a batch only once the previous one was reported.
     ORIGAMI_CHECK_MSG(in_flight_.empty(), "a compression batch started while another one is in flight");
-    for (const CompressionJob& job : batch.compressions) in_flight_.push_back(job.request_id);
+    for (const CompressionJob& job : batch.compressions) in_flight_.push_back({job.request_id, job.group});
     const Status st = compressor == nullptr
                           ? invalid_argument("KV compression is not set up: configure_compression() was not called")
                           : compressor->begin(batch.compressions);

@@ -29,7 +29,11 @@ class CompressionStepper {
   // null) names the blocks of its kEvictBlock jobs.
   void report(const Status& status, const std::vector<int>* evicted, StepOutput* out);
 
-  std::vector<uint64_t> in_flight_;  // request ids of the batch the compressor is running
+  struct JobId {
+    uint64_t request_id = 0;
+    int group = 0;
+  };
+  std::vector<JobId> in_flight_;  // the jobs of the batch the compressor is running
 };
 
 }  // namespace origami

@@ -26,7 +26,11 @@ struct SequenceInput {
   int num_cached_entries = 0;  // KV entries already in the cache; new entries are written after them
   // Page table of head group 0 (full KV: one group). Must hold num_cached_entries + num_query_tokens.
   const std::vector<BlockId>* block_table = nullptr;
-  // Query capture for compression: new tokens whose entry index e (num_cached_entries + i) is
+  // Every head group's table (kv->groups[g]); group g's cached entries are
+  // kv->groups[g].num_entries - num_query_tokens (groups hold different numbers of entries under
+  // non-uniform budgets). Null: one group, given by block_table / num_cached_entries.
+  const RequestKV* kv = nullptr;
+  // Query capture for compression: new tokens whose group-0 entry index e (num_cached_entries + i) is
   // >= query_capture_from write their post-RoPE queries (all layers) into query slot
   // `query_slot` at row position % CompressionConfig::max_window (keyed by position, which
   // compaction never changes; CompressionJob::num_positions). -1: no capture.

@@ -3,6 +3,28 @@
 #include <string>
 
 namespace origami {
+namespace {
+
+// One group's table: `num_cached` entries before the step's `num_new` must fit its pages.
+Status validate_table(const std::string& who, const std::vector<BlockId>& table, int num_cached, int num_new,
+                      const ForwardBatchLimits& limits) {
+  const int bs = limits.block_size;
+  if (num_cached < 0) return invalid_argument(who + ": negative num_cached_entries");
+  const int64_t num_entries = static_cast<int64_t>(num_cached) + num_new;
+  const int64_t num_pages = (num_entries + bs - 1) / bs;
+  if (static_cast<int64_t>(table.size()) < num_pages)
+    return invalid_argument(who + ": block table has " + std::to_string(table.size()) + " pages, " +
+                            std::to_string(num_entries) + " entries need " + std::to_string(num_pages));
+  for (int64_t p = 0; p < num_pages; ++p) {
+    const BlockId b = table[static_cast<size_t>(p)];
+    if (b <= kNullBlock || b >= limits.num_blocks)
+      return invalid_argument(who + ": page " + std::to_string(p) + " is block " + std::to_string(b) + ", outside [1, " +
+                              std::to_string(limits.num_blocks) + ")");
+  }
+  return Status::ok();
+}
+
+}  // namespace
 
 Status validate_forward_batch(const ForwardBatch& batch, const ForwardBatchLimits& limits) {
   const int num_tokens = static_cast<int>(batch.token_ids.size());
@@ -16,7 +38,6 @@ Status validate_forward_batch(const ForwardBatch& batch, const ForwardBatchLimit
                               std::to_string(limits.vocab_size) + ")");
     if (batch.positions[i] < 0) return invalid_argument("batch: negative position at index " + std::to_string(i));
   }
-  const int bs = limits.block_size;
   int expected_start = 0;
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const SequenceInput& seq = batch.sequences[s];
@@ -36,18 +57,17 @@ Status validate_forward_batch(const ForwardBatch& batch, const ForwardBatchLimit
     if (seq.num_top_logprobs > kMaxTopLogprobs)
       return invalid_argument(who + ": num_top_logprobs " + std::to_string(seq.num_top_logprobs) + " is above " +
                               std::to_string(kMaxTopLogprobs));
-    if (seq.num_cached_entries < 0) return invalid_argument(who + ": negative num_cached_entries");
     if (!seq.block_table) return invalid_argument(who + ": no block table");
-    const int64_t num_entries = static_cast<int64_t>(seq.num_cached_entries) + seq.num_query_tokens;
-    const int64_t num_pages = (num_entries + bs - 1) / bs;
-    if (static_cast<int64_t>(seq.block_table->size()) < num_pages)
-      return invalid_argument(who + ": block table has " + std::to_string(seq.block_table->size()) + " pages, " +
-                              std::to_string(num_entries) + " entries need " + std::to_string(num_pages));
-    for (int64_t p = 0; p < num_pages; ++p) {
-      const BlockId b = (*seq.block_table)[static_cast<size_t>(p)];
-      if (b <= kNullBlock || b >= limits.num_blocks)
-        return invalid_argument(who + ": page " + std::to_string(p) + " is block " + std::to_string(b) +
-                                ", outside [1, " + std::to_string(limits.num_blocks) + ")");
+    ORIGAMI_RETURN_IF_ERROR(validate_table(who, *seq.block_table, seq.num_cached_entries, seq.num_query_tokens, limits));
+    if (seq.kv != nullptr) {
+      // Head groups: every group's table covers its own entries.
+      if (seq.kv->groups.empty() || &seq.kv->groups[0].blocks != seq.block_table)
+        return invalid_argument(who + ": kv does not hold block_table as group 0's table");
+      for (size_t g = 1; g < seq.kv->groups.size(); ++g) {
+        const BlockTable& t = seq.kv->groups[g];
+        ORIGAMI_RETURN_IF_ERROR(validate_table(who + " group " + std::to_string(g), t.blocks,
+                                               t.num_entries - seq.num_query_tokens, seq.num_query_tokens, limits));
+      }
     }
     if (seq.logits_mode != LogitsMode::kNone && !seq.sampling) return invalid_argument(who + ": no sampling parameters");
     if (seq.query_slot < -1)

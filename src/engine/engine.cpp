@@ -27,6 +27,45 @@ struct Engine::Tracked {
   int logprobs = -1;                   // RequestOptions::logprobs
 };
 
+namespace {
+
+// --heads-per-group must cut every layer's KV heads into equal groups.
+Status check_head_groups(const EngineConfig& config, const ModelConfig& mc) {
+  const int hp = config.heads_per_group;
+  if (hp < 0 || (hp > 0 && (hp > mc.num_kv_heads || mc.num_kv_heads % hp != 0)))
+    return invalid_argument("--heads-per-group " + std::to_string(hp) + " must divide the model's " +
+                            std::to_string(mc.num_kv_heads) + " KV heads (0 = all heads in one group)");
+  return Status::ok();
+}
+
+// One budget ratio per head group of `layout` (empty when every ratio is 1: uniform budgets).
+Expected<std::vector<float>> expand_group_budget_ratios(const EngineConfig& config, const KVLayout& layout) {
+  const std::vector<float>& given = config.group_budget_ratios;
+  if (given.empty()) return std::vector<float>{};
+  if (!layout.shared_pool)
+    return invalid_argument("group budget ratios need head groups (--heads-per-group below the model's " +
+                            std::to_string(layout.num_kv_heads) + " KV heads)");
+  const int num_groups = layout.num_groups();
+  const int per_layer = num_groups / layout.num_layers;
+  for (float r : given)
+    if (!(r > 0.0f && r <= 1.0f))
+      return invalid_argument("group budget ratio " + std::to_string(r) + " must be in (0, 1]");
+  std::vector<float> ratios;
+  if (static_cast<int>(given.size()) == num_groups) {
+    ratios = given;
+  } else if (static_cast<int>(given.size()) == per_layer) {
+    for (int l = 0; l < layout.num_layers; ++l) ratios.insert(ratios.end(), given.begin(), given.end());
+  } else {
+    return invalid_argument("group budget ratios: got " + std::to_string(given.size()) + ", expected one per head group (" +
+                            std::to_string(num_groups) + ") or one per group of a layer (" + std::to_string(per_layer) +
+                            ")");
+  }
+  if (std::all_of(ratios.begin(), ratios.end(), [](float r) { return r == 1.0f; })) ratios.clear();
+  return ratios;
+}
+
+}  // namespace
+
 Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) { return create(config, nullptr); }
 
 Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::unique_ptr<Backend> backend) {
@@ -41,6 +80,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
 
   ORIGAMI_ASSIGN_OR_RETURN(engine->model_config_, load_model_config(config.model_dir));
   const ModelConfig& mc = engine->model_config_;
+  ORIGAMI_RETURN_IF_ERROR(check_head_groups(config, mc));
 
   const std::string tokenizer_dir = config.tokenizer_dir.empty() ? config.model_dir : config.tokenizer_dir;
   ORIGAMI_ASSIGN_OR_RETURN(std::shared_ptr<Tokenizer> tokenizer, Tokenizer::load(tokenizer_dir));
@@ -72,8 +112,22 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   KVLayout layout = KVLayout::full(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.block_size, 0,
                                    config.device == "cpu" ? DType::kF32 : DType::kBF16);
   ORIGAMI_ASSIGN_OR_RETURN(KVMemoryPlan memory, plan_kv_memory(config, mc, layout, *engine->backend_));
-  const int num_blocks = memory.num_blocks;
+  int num_blocks = memory.num_blocks;
   layout.groups[0].num_blocks = num_blocks;
+  if (config.heads_per_group > 0 && config.heads_per_group < mc.num_kv_heads) {
+    // Head groups: the same memory, cut into group pages (one shared pool).
+    const int per_block = mc.num_layers * (mc.num_kv_heads / config.heads_per_group);
+    const int64_t pages = int64_t{num_blocks - 1} * per_block + 1;
+    if (pages > std::numeric_limits<int32_t>::max())
+      return invalid_argument("--heads-per-group " + std::to_string(config.heads_per_group) + ": " +
+                              std::to_string(pages) + " group pages are more than block ids can name");
+    num_blocks = static_cast<int>(pages);
+    ORIGAMI_ASSIGN_OR_RETURN(
+        layout, KVLayout::grouped(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.block_size, num_blocks,
+                                  layout.dtype,
+                                  KVLayout::adjacent_heads(mc.num_layers, mc.num_kv_heads, config.heads_per_group)));
+  }
+  ORIGAMI_ASSIGN_OR_RETURN(engine->group_ratios_, expand_group_budget_ratios(config, layout));
   ORIGAMI_RETURN_IF_ERROR(engine->backend_->allocate_kv_cache(layout));
   CompressionSupport& support = engine->compression_support_;
   support.backend = engine->backend_->name();
@@ -142,9 +196,9 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
                         " tokens, but the model's context (max_model_len) is " + std::to_string(max_len) +
                         " tokens and at least one must be left to generate");
   const int blocks_needed = kv_->blocks_needed(static_cast<int>(prompt_token_ids.size()) + 1);
-  if (blocks_needed > metrics_.num_kv_blocks_total)
+  if (blocks_needed > kv_->num_usable_blocks())
     return out_of_range("prompt needs " + std::to_string(blocks_needed) + " KV blocks but the cache has only " +
-                        std::to_string(metrics_.num_kv_blocks_total));
+                        std::to_string(kv_->num_usable_blocks()));
 
   if (options.logprobs < -1 || options.logprobs > kMaxTopLogprobs)
     return invalid_argument("logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "] (or -1 for none), got " +
@@ -164,6 +218,7 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   tracked->logprobs = options.logprobs;
   Request& r = tracked->request;
   r.compression = std::move(compression);
+  r.compression.group_ratios = group_ratios_;
   r.id = next_request_id_++;
   r.prompt_token_ids = std::move(prompt_token_ids);
   r.sampling = params;
@@ -194,7 +249,7 @@ const Request* Engine::request(RequestId id) const {
   return it == requests_.end() ? nullptr : &it->second->request;
 }
 
-int Engine::num_kv_blocks_used() const { return kv_->num_used_blocks(0); }
+int Engine::num_kv_blocks_used() const { return kv_->total_used_blocks(); }
 
 void Engine::release_request(RequestId id) {
   auto it = requests_.find(id);
@@ -302,7 +357,7 @@ std::vector<RequestOutput> Engine::step() {
 
   ++metrics_.num_steps;
   metrics_.peak_running = std::max(metrics_.peak_running, static_cast<int>(scheduler_->num_running()));
-  metrics_.peak_kv_blocks_used = std::max(metrics_.peak_kv_blocks_used, kv_->num_used_blocks(0));
+  metrics_.peak_kv_blocks_used = std::max(metrics_.peak_kv_blocks_used, kv_->total_used_blocks());
   // Prompt tokens served by the prefix cache so far (admissions undone are taken back out).
   metrics_.num_prefix_cached_tokens = kv_->prefix_cache_stats().num_hit_tokens;
   for (const ScheduledSequence& s : plan.sequences) {

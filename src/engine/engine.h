@@ -87,6 +87,8 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<RequestId, std::unique_ptr<Tracked>> requests_;
   CompressionSupport compression_support_;
+  // Budget ratio of every head group (empty: uniform), from EngineConfig::group_budget_ratios.
+  std::vector<float> group_ratios_;
   std::vector<RequestId> pending_aborts_;
   RequestId next_request_id_ = 1;
   uint64_t seed_counter_ = 0;

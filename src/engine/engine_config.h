@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -22,6 +23,16 @@ struct EngineConfig {
   int64_t kv_cache_bytes = 0;  // 0: backend default (CPU: 1 GiB; CUDA: from free memory)
   int num_kv_blocks = 0;       // overrides kv_cache_bytes when > 0
   bool enable_prefix_caching = false;
+  // Ragged head-group paging (TANGRAM §4.2, docs/architecture.md "Head groups"): KV heads per
+  // head group; each group is (one layer, heads_per_group adjacent KV heads) with its own page
+  // table, all groups sharing one pool. 0 or num_kv_heads = one group for everything (full
+  // layout). Must divide the model's num_kv_heads. num_kv_blocks keeps counting full-layout
+  // blocks (the same memory).
+  int heads_per_group = 0;
+  // Each head group's share of a request's compression budget (group g keeps
+  // ceil(ratio x num_keep) entries per head), groups numbered layer by layer. Either one ratio per
+  // group, or one per group of a layer (repeated for every layer); empty = 1.0 each (uniform).
+  std::vector<float> group_budget_ratios;
 
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;

@@ -1,5 +1,7 @@
 #include "engine/forward_batch_builder.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "sched/compression_state.h"
 
@@ -24,6 +26,27 @@ CompressionJob compression_job(const Request& r) {
   return job;
 }
 
+std::vector<CompressionJob> compression_jobs(const Request& r) {
+  const RequestCompression& c = r.compression;
+  if (c.groups.empty()) return {compression_job(r)};
+  std::vector<CompressionJob> jobs;
+  for (size_t g = 0; g < c.groups.size(); ++g) {
+    const GroupCompaction& gc = c.groups[g];
+    if (!gc.compress) continue;  // within its budget: left as is
+    CompressionJob job = compression_job(r);
+    job.group = static_cast<int>(g);
+    job.num_entries = gc.src_entries;
+    job.num_keep = gc.num_keep;
+    job.num_scored_entries = gc.src_scored_entries;
+    if (g > 0) {
+      job.src_blocks = &gc.src_blocks;
+      job.dst_blocks = &gc.dst_blocks;
+    }
+    jobs.push_back(job);
+  }
+  return jobs;
+}
+
 ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatchOptions& options) {
   ForwardBatch batch;
   batch.token_ids.reserve(plan.num_batched_tokens);
@@ -38,12 +61,15 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatch
     in.start_position = r.num_computed_tokens;
     in.num_cached_entries = r.kv.groups[0].num_entries - s.num_new_tokens;
     in.block_table = &r.kv.groups[0].blocks;
+    in.kv = &r.kv;
     // Tokens of the next compression's window capture their queries into the request's slot.
     if (r.compression.query_slot >= 0) {
-      const int capture_from = query_capture_from(r, options.block_size, in.num_cached_entries);
+      // The policy counts the lead group's entries; the backend compares group 0's.
+      const int lead_cached = num_cache_entries(r) - s.num_new_tokens;
+      const int capture_from = query_capture_from(r, options.block_size, lead_cached);
       if (capture_from >= 0) {
         in.query_slot = r.compression.query_slot;
-        in.query_capture_from = capture_from;
+        in.query_capture_from = std::max(0, capture_from - (lead_cached - in.num_cached_entries));
       }
     }
     const bool completes_prompt = r.num_computed_tokens + s.num_new_tokens == r.num_tokens();
@@ -61,7 +87,8 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatch
     batch.sequences.push_back(in);
   }
   batch.compressions.reserve(plan.compressions.size());
-  for (const Request* r : plan.compressions) batch.compressions.push_back(compression_job(*r));
+  for (const Request* r : plan.compressions)
+    for (const CompressionJob& job : compression_jobs(*r)) batch.compressions.push_back(job);
   batch.wait_for_compressions =
       plan.wait_for_compressions || (options.synchronous_compression && !batch.compressions.empty());
   return batch;

@@ -25,6 +25,9 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatch
 
 // The backend's view of one request's compression (Scheduler::schedule() planned it). Its tables
 // point into the request, which leaves them untouched until the compression finishes.
+// Group 0's job (the one-group layout's only job).
 CompressionJob compression_job(const Request& request);
+// One job per head group the compression compacts (a group within its budget has none).
+std::vector<CompressionJob> compression_jobs(const Request& request);
 
 }  // namespace origami

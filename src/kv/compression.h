@@ -113,10 +113,12 @@ enum class CompressionKind {
   kEvictBlock,
 };
 
-// One request's compression, group 0 (full layout: all layers and heads share the table).
+// One request's compression of one head group (full layout: group 0, whose table all layers and
+// heads share; head groups: one job per compressed group, each with its own tables and num_keep).
 struct CompressionJob {
   CompressionKind kind = CompressionKind::kCompact;
   uint64_t request_id = 0;
+  int group = 0;  // the head group whose table src_blocks / dst_blocks are
   // The request's current pages and how many entries they hold.
   const std::vector<BlockId>* src_blocks = nullptr;
   int num_entries = 0;
@@ -144,6 +146,7 @@ struct CompressionJob {
 struct CompressionResult {
   uint64_t request_id = 0;
   Status status;
+  int group = 0;  // the job's head group
   // kEvictBlock, on success: the index in src_blocks of the block to drop; -1 otherwise.
   int evicted_block = -1;
 };

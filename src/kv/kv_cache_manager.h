@@ -1,6 +1,10 @@
 #pragma once
 // Owns the block pools of every head group and the requests' page tables. All changes follow
 // "prepare, then apply": a call that cannot be satisfied returns false and changes nothing.
+// A grouped layout (KVLayout::shared_pool) has one pool for all groups: a request holds one
+// table per group, every table's pages come from that pool, and an allocation succeeds only if
+// the pages of every group fit. Groups may hold different numbers of entries (non-uniform
+// budgets); a step adds the same tokens to every group (append_slots).
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -34,8 +38,15 @@ class KVCacheManager {
   // more than `max_cached_tokens` are served (tokens whose queries a compression needs must be
   // computed, not served from the cache).
   int acquire_cached_prefix(KVSequence& request, int max_cached_tokens = std::numeric_limits<int>::max());
-  // Ensures the request's tables can hold `num_entries_after` entries; all-or-nothing.
+  // Ensures every table of the request can hold `num_entries_after` entries (and records that it
+  // holds them); all-or-nothing across groups.
   bool allocate_slots(KVSequence& request, int num_entries_after);
+  // Every group of the request grows by `num_new_entries` (a step's tokens); all-or-nothing.
+  bool append_slots(KVSequence& request, int num_new_entries);
+  // Blocks append_slots(request, num_new_entries) would take, over all groups.
+  int blocks_to_append(const KVSequence& request, int num_new_entries) const;
+  // Blocks the request holds, over all groups.
+  int num_held_blocks(const KVSequence& request) const;
   // After a step: registers the request's newly completed full blocks in the prefix cache.
   void cache_full_blocks(KVSequence& request, int num_computed_tokens);
   // Drops the request's references (cached blocks stay reusable until evicted, LRU).
@@ -48,19 +59,24 @@ class KVCacheManager {
   // release_blocks() or by becoming part of a table that free() drops.
   bool allocate_blocks(int n, std::vector<BlockId>* out, int group = 0);
   void release_blocks(std::span<const BlockId> blocks, int group = 0);
-  int ref_count(BlockId block, int group = 0) const { return pools_[group]->ref_count(block); }
+  int ref_count(BlockId block, int group = 0) const { return pools_[pool_index(group)]->ref_count(block); }
   // See BlockPool::forget_contents.
-  void forget_contents(BlockId block, int group = 0) { pools_[group]->forget_contents(block); }
+  void forget_contents(BlockId block, int group = 0) { pools_[pool_index(group)]->forget_contents(block); }
 
+  // Of group g's pool (the shared pool of a grouped layout: every group's pages together).
   int num_free_blocks(int group = 0) const;
   int num_used_blocks(int group = 0) const;
+  // Pages held over every pool.
+  int total_used_blocks() const;
   const KVLayout& layout() const { return layout_; }
-  BlockPool& pool(int group = 0) { return *pools_[group]; }
+  BlockPool& pool(int group = 0) { return *pools_[pool_index(group)]; }
   bool prefix_caching_enabled() const { return enable_prefix_caching_; }
+  // Blocks one group's table needs to hold `num_entries` entries.
   int blocks_needed(int num_entries) const;
-  // Blocks that can be handed out at most in any group (the pool minus the null block).
+  // Blocks that can be handed out at most to one group of a request (the pool minus the null
+  // block; a shared pool's pages split evenly over the groups, as uniform budgets take them).
   int num_usable_blocks() const;
-  int num_groups() const { return static_cast<int>(pools_.size()); }
+  int num_groups() const { return static_cast<int>(layout_.groups.size()); }
   const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
   // Tests force hash collisions with a degenerate hasher; lookups must stay correct.
   void set_block_hasher_for_testing(BlockHasher hasher) { hasher_ = hasher; }
@@ -72,7 +88,13 @@ class KVCacheManager {
   BlockHasher hasher_ = &hash_block_tokens;
   PrefixCacheStats stats_;
 
+  int pool_index(int group) const { return layout_.shared_pool ? 0 : group; }
   void ensure_tables(KVSequence& request) const;
+  // Grows each group g's table to entries_after[g] entries; all-or-nothing.
+  bool grow_tables(KVSequence& request, const std::vector<int>& entries_after);
+  // The hash chain of group g starts from its own root, so each group's blocks are keyed apart
+  // in a shared pool (group 0's root is the usual kRootBlockHash / entry 0).
+  static BlockKey group_root(int group);
   // Key of block `index` of the request's tokens, chained on `parent_hash`.
   uint64_t block_hash(const KVSequence& request, int index, uint64_t parent_hash, std::vector<int32_t>* scratch) const;
 };

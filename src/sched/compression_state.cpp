@@ -2,8 +2,16 @@
 
 namespace origami {
 
+int lead_group(const Request& request) {
+  int lead = 0;
+  for (size_t g = 1; g < request.kv.groups.size(); ++g)
+    if (request.kv.groups[g].num_entries > request.kv.groups[static_cast<size_t>(lead)].num_entries)
+      lead = static_cast<int>(g);
+  return lead;
+}
+
 int num_cache_entries(const Request& request) {
-  return request.kv.groups.empty() ? 0 : request.kv.groups[0].num_entries;
+  return request.kv.groups.empty() ? 0 : request.kv.groups[static_cast<size_t>(lead_group(request))].num_entries;
 }
 
 int entries_after_known_tokens(const Request& request) {

@@ -8,7 +8,16 @@
 
 namespace origami {
 
-// Entries the request's cache holds (group 0; equal across groups for uniform budgets).
+// The head group holding the most entries (the first such): the one whose length a policy's
+// trigger and budget describe. Every group holds as many entries under uniform budgets; with
+// non-uniform budgets the groups with budget ratio 1 lead.
+int lead_group(const Request& request);
+
+// Entries head group `group` keeps per (layer, head) when the request is compressed:
+// ceil(group_ratios[group] x num_keep), at least 1 (num_keep itself with uniform budgets).
+int group_num_keep(const RequestCompression& compression, int group);
+
+// Entries the request's cache holds (its lead group's).
 int num_cache_entries(const Request& request);
 
 // Entries the cache will hold once every known token is computed: the end of the current

@@ -20,6 +20,19 @@ enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
 enum class FinishReason { kNone, kLength, kStop, kEos, kAborted, kError };
 const char* finish_reason_name(FinishReason reason);
 
+// One head group's part of a compaction (grouped layouts, kv/kv_layout.h). Group 0's tables are
+// RequestCompression's src_blocks / dst_blocks / next_table; the tables here serve groups >= 1.
+struct GroupCompaction {
+  bool compress = false;       // the group holds more entries than its num_keep (else left as is)
+  int num_keep = 0;            // ceil(budget ratio x the policy's num_keep)
+  int num_scored_entries = 0;  // leading entries whose global score is valid
+  int src_entries = 0;
+  int src_scored_entries = 0;
+  std::vector<BlockId> src_blocks;
+  std::vector<BlockId> dst_blocks;
+  std::vector<BlockId> next_table;
+};
+
 // A request's KV compression: its policy and budget, resolved once at admission, and where it
 // stands (query slot, compressions done, a compression in flight).
 struct RequestCompression {
@@ -58,12 +71,21 @@ struct RequestCompression {
   // shared (dropping it frees nothing, yet the request needs a block for its next tokens); given
   // back if an own block is evicted (that one is reused). kNullBlock when none was needed.
   BlockId fresh_spare = kNullBlock;
+  // Head groups: each group's share of the budget (group g keeps ceil(group_ratios[g] x num_keep)
+  // entries per head); empty or all 1.0 = uniform (the one-group numbers).
+  std::vector<float> group_ratios;
+  // Head groups: one entry per group of a grouped layout (empty in the one-group layout, where the
+  // fields above are group 0's and its num_keep is num_keep).
+  std::vector<GroupCompaction> groups;
+  int jobs_in_flight = 0;  // the compression's per-group jobs not yet reported
+  bool job_failed = false;  // one of them failed
 
   // Preemption drops the KV: the request starts over uncompressed (its slot is released by the
   // scheduler first; a request in flight is never preempted).
   void reset_progress() {
     num_compressions = 0;
     num_scored_entries = 0;
+    for (GroupCompaction& g : groups) g = GroupCompaction{};
     prefill_checked = false;
     tail_from = 0;
     pending = false;

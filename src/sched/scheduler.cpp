@@ -12,13 +12,18 @@ namespace origami {
 
 namespace {
 
-int held_blocks(const Request& request) {
-  return request.kv.groups.empty() ? 0 : static_cast<int>(request.kv.groups[0].blocks.size());
-}
-
 // Slot math counts entries, not logical tokens, so that a compressed request asks only for the
 // room its cache needs.
 int num_entries(const Request& request) { return num_cache_entries(request); }
+
+// Entries a compaction drops per (layer, KV head), averaged over the head groups.
+int evicted_entries(const Request& request) {
+  const RequestCompression& c = request.compression;
+  if (c.groups.empty()) return c.src_entries - c.num_keep;
+  int sum = 0;
+  for (const GroupCompaction& g : c.groups) sum += g.compress ? g.src_entries - g.num_keep : 0;
+  return sum / static_cast<int>(c.groups.size());
+}
 
 // In flight: its source pages are being read. Bounded and compressed: it never needs another
 // block, so preempting it would only throw away work (Zipage: compressed requests run to the end).
@@ -162,7 +167,8 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
 
     bool scheduled = false;
     for (;;) {
-      if (kv_->allocate_slots(*request, entries_after)) {
+      // Every head group gets the step's tokens (groups may hold different numbers of entries).
+      if (kv_->append_slots(*request, num_new)) {
         scheduled = true;
         break;
       }
@@ -231,9 +237,9 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
       if (admitted && config_.reserve_bounded_kv && !running_.empty()) {
         // Blocks it takes now (unbounded) or ever (bounded), beyond those the prefix cache gave it,
         // must come out of what the running bounded requests do not still need.
-        const int held = held_blocks(*request);
+        const int held = kv_->num_held_blocks(*request);
         // A bounded request's peak covers every prefix of its tokens, this step's included.
-        const int needs = (peak >= 0 ? peak : kv_->blocks_needed(entries + num_new)) - held;
+        const int needs = (peak >= 0 ? peak : kv_->blocks_needed(entries + num_new) * kv_->num_groups()) - held;
         admitted = kv_->num_free_blocks() - reserved - newly_shared >= needs;
       }
       admitted = admitted && kv_->allocate_slots(*request, entries + num_new);
@@ -253,7 +259,7 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
       running_.push_back(request);
       out.sequences.push_back({request, num_new});
       budget -= num_new;
-      if (peak >= 0) reserved += std::max(0, peak - held_blocks(*request));
+      if (peak >= 0) reserved += std::max(0, peak - kv_->num_held_blocks(*request));
       reserved += newly_shared;
     }
   }
@@ -269,10 +275,14 @@ SchedulerUpdate Scheduler::update_from_output(const SchedulerOutput& output,
                            [&](const Request* r) { return r->id == result.request_id; });
     ORIGAMI_CHECK_MSG(it != compressing_.end(), "the backend reported a compression that is not in flight");
     Request* request = *it;
-    if (result.status.is_ok()) {
-      const bool block = request->compression.src_kind == CompressionKind::kEvictBlock;
-      update.num_evicted_entries +=
-          block ? kv_->layout().block_size : request->compression.src_entries - request->compression.num_keep;
+    RequestCompression& c = request->compression;
+    // One job per compressed head group: the request moves on once all of them are reported.
+    ORIGAMI_CHECK_MSG(c.jobs_in_flight > 0, "the backend reported more compression jobs than were started");
+    if (!result.status.is_ok()) c.job_failed = true;
+    if (--c.jobs_in_flight > 0) continue;
+    if (!c.job_failed) {
+      const bool block = c.src_kind == CompressionKind::kEvictBlock;
+      update.num_evicted_entries += block ? kv_->layout().block_size : evicted_entries(*request);
       ++update.num_compressions;
       complete_compression(request, result.evicted_block);
     } else {
@@ -341,13 +351,14 @@ int Scheduler::peak_blocks(const Request& request) const {
   const int final_blocks = kv_->blocks_needed(request.num_prompt_tokens() + request.sampling.max_tokens);
   const int own = std::min(final_blocks, std::max(c.max_blocks, prefill_blocks));
   // While the shared blocks are still held, compaction writes their entries to fresh blocks.
-  return own + (final_blocks >= c.max_blocks ? fresh_targets_ahead(request) : 0);
+  // Every head group holds at most as much as the lead group (budget ratios <= 1 keep less).
+  return kv_->num_groups() * own + (final_blocks >= c.max_blocks ? fresh_targets_ahead(request) : 0);
 }
 
 int Scheduler::newly_shared_blocks(const Request& request) const {
-  if (request.kv.groups.empty()) return 0;
   int n = 0;
-  for (BlockId block : request.kv.groups[0].blocks) n += kv_->ref_count(block) == 2 ? 1 : 0;
+  for (size_t g = 0; g < request.kv.groups.size(); ++g)
+    for (BlockId block : request.kv.groups[g].blocks) n += kv_->ref_count(block, static_cast<int>(g)) == 2 ? 1 : 0;
   return n;
 }
 
@@ -356,11 +367,13 @@ int Scheduler::fresh_targets_ahead(const Request& request) const {
   // After its first compaction a request's table is its own (never registered in the prefix
   // cache again, so nobody shares it) and this counts 0. Block eviction moves nothing: shared
   // prefix blocks stay in the table, and dropping one needs a fresh block for the next tokens.
-  if (request.kv.groups.empty()) return 0;
-  const std::vector<BlockId>& blocks = request.kv.groups[0].blocks;
-  const int n = std::min(static_cast<int>(blocks.size()), c.max_blocks);
   int shared = 0;
-  for (int i = 0; i < n; ++i) shared += kv_->ref_count(blocks[static_cast<size_t>(i)]) > 1 ? 1 : 0;
+  for (size_t g = 0; g < request.kv.groups.size(); ++g) {
+    const std::vector<BlockId>& blocks = request.kv.groups[g].blocks;
+    const int n = std::min(static_cast<int>(blocks.size()), c.max_blocks);
+    for (int i = 0; i < n; ++i)
+      shared += kv_->ref_count(blocks[static_cast<size_t>(i)], static_cast<int>(g)) > 1 ? 1 : 0;
+  }
   return shared;
 }
 
@@ -368,7 +381,7 @@ int Scheduler::reserved_growth() const {
   int growth = 0;
   for (const Request* r : running_) {
     const int peak = peak_blocks(*r);
-    if (peak >= 0) growth += std::max(0, peak - held_blocks(*r));
+    if (peak >= 0) growth += std::max(0, peak - kv_->num_held_blocks(*r));
   }
   return growth;
 }

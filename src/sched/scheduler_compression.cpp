@@ -2,6 +2,7 @@
 // (Zipage Figure 3) and switching them to the compacted table when the backend is done; for a
 // block eviction (PagedEviction's decode), dropping the block the backend chose from the table.
 #include <algorithm>
+#include <cmath>
 #include <unordered_set>
 
 #include "core/check.h"
@@ -35,6 +36,8 @@ bool Scheduler::try_start_block_eviction(Request* request) {
   c.src_first_compression = !c.compressed();
   c.dst_blocks.clear();
   c.next_table.clear();
+  c.jobs_in_flight = 1;
+  c.job_failed = false;
   c.pending = false;
   c.in_flight = true;
   return true;
@@ -72,58 +75,134 @@ void Scheduler::switch_to_evicted_table(Request* request, int evicted, std::vect
   c.num_scored_entries = 0;
 }
 
+namespace {
+
+// A group's tables of the compaction (group 0's live in RequestCompression itself).
+struct GroupTables {
+  std::vector<BlockId>& src;
+  std::vector<BlockId>& dst;
+  std::vector<BlockId>& next;
+};
+
+GroupTables tables_of(RequestCompression& c, int group) {
+  if (group == 0) return {c.src_blocks, c.dst_blocks, c.next_table};
+  GroupCompaction& g = c.groups[static_cast<size_t>(group)];
+  return {g.src_blocks, g.dst_blocks, g.next_table};
+}
+
+// One group's plan: where its kept entries go and which blocks it needs fresh.
+struct GroupPlan {
+  int num_dst = 0;
+  int num_shared = 0;  // destination places whose source block is shared: a fresh target each
+  int spare = -1;      // index of an own block past the destination ones kept for the next tokens
+  bool fresh_spare = false;
+};
+
+}  // namespace
+
+int group_num_keep(const RequestCompression& c, int group) {
+  if (static_cast<size_t>(group) >= c.group_ratios.size()) return c.num_keep;  // uniform
+  const float ratio = c.group_ratios[static_cast<size_t>(group)];
+  const int keep = static_cast<int>(std::ceil(static_cast<double>(ratio) * c.num_keep - 1e-9));
+  return std::clamp(keep, 1, c.num_keep);
+}
+
 bool Scheduler::try_start_compression(Request* request) {
   RequestCompression& c = request->compression;
   if (c.pending_kind == CompressionKind::kEvictBlock) return try_start_block_eviction(request);
   c.src_kind = CompressionKind::kCompact;
   const int block_size = kv_->layout().block_size;
-  const std::vector<BlockId>& src = request->kv.groups[0].blocks;
-  const int num_dst = (c.num_keep + block_size - 1) / block_size;
-  ORIGAMI_CHECK(c.num_keep < num_cache_entries(*request) && num_dst <= static_cast<int>(src.size()));
+  const int num_groups = kv_->num_groups();
+  ORIGAMI_CHECK(c.num_keep < num_cache_entries(*request));
+  // Blocks dropped by the groups are released together: one pool (shared, or the only group).
+  ORIGAMI_CHECK(num_groups == 1 || kv_->layout().shared_pool);
+  if (num_groups > 1 && static_cast<int>(c.groups.size()) != num_groups) c.groups.assign(static_cast<size_t>(num_groups), {});
 
-  // Shared blocks (another request holds them too: a prefix-cache hit) are never written; the
-  // entries that would land there go to fresh target blocks instead.
-  int num_shared = 0;
-  for (int i = 0; i < num_dst; ++i) num_shared += kv_->ref_count(src[static_cast<size_t>(i)]) > 1 ? 1 : 0;
-  // A bounded request keeps block N_max empty for its next tokens: one of its own blocks past
-  // the destination ones, or a fresh one. It then never needs another block.
-  int spare = -1;
-  if (c.trigger == CompressionTrigger::kCacheFull) {
-    for (int i = num_dst; i < static_cast<int>(src.size()) && spare < 0; ++i)
-      if (kv_->ref_count(src[static_cast<size_t>(i)]) == 1) spare = i;
+  // Plan every group (a group within its budget is left as is), then take the fresh blocks of all
+  // of them at once: all or nothing.
+  std::vector<GroupPlan> plans(static_cast<size_t>(num_groups));
+  std::vector<std::vector<BlockId>> fresh(static_cast<size_t>(num_groups));
+  for (int g = 0; g < num_groups; ++g) {
+    const BlockTable& table = request->kv.groups[static_cast<size_t>(g)];
+    const int keep = group_num_keep(c, g);
+    if (num_groups > 1) {
+      c.groups[static_cast<size_t>(g)].num_keep = keep;
+      c.groups[static_cast<size_t>(g)].compress = table.num_entries > keep;
+      if (!c.groups[static_cast<size_t>(g)].compress) continue;
+    }
+    const std::vector<BlockId>& src = table.blocks;
+    GroupPlan& plan = plans[static_cast<size_t>(g)];
+    plan.num_dst = (keep + block_size - 1) / block_size;
+    ORIGAMI_CHECK(keep < table.num_entries && plan.num_dst <= static_cast<int>(src.size()));
+    // Shared blocks (another request holds them too: a prefix-cache hit) are never written; the
+    // entries that would land there go to fresh target blocks instead.
+    for (int i = 0; i < plan.num_dst; ++i) plan.num_shared += kv_->ref_count(src[static_cast<size_t>(i)], g) > 1 ? 1 : 0;
+    // A bounded request keeps block N_max empty for its next tokens: one of its own blocks past
+    // the destination ones, or a fresh one. It then never needs another block.
+    if (c.trigger == CompressionTrigger::kCacheFull) {
+      for (int i = plan.num_dst; i < static_cast<int>(src.size()) && plan.spare < 0; ++i)
+        if (kv_->ref_count(src[static_cast<size_t>(i)], g) == 1) plan.spare = i;
+    }
+    plan.fresh_spare = c.trigger == CompressionTrigger::kCacheFull && plan.spare < 0;
   }
-  const bool fresh_spare = c.trigger == CompressionTrigger::kCacheFull && spare < 0;
-  std::vector<BlockId> fresh;
-  if (!kv_->allocate_blocks(num_shared + (fresh_spare ? 1 : 0), &fresh)) return false;
+  // One pool serves every group: one allocation, then each group takes its share in order.
+  int num_fresh = 0;
+  for (const GroupPlan& plan : plans) num_fresh += plan.num_shared + (plan.fresh_spare ? 1 : 0);
+  std::vector<BlockId> all_fresh;
+  if (!kv_->allocate_blocks(num_fresh, &all_fresh)) return false;
+  size_t taken = 0;
+  for (int g = 0; g < num_groups; ++g) {
+    const GroupPlan& plan = plans[static_cast<size_t>(g)];
+    for (int i = 0; i < plan.num_shared + (plan.fresh_spare ? 1 : 0); ++i)
+      fresh[static_cast<size_t>(g)].push_back(all_fresh[taken++]);
+  }
 
-  size_t next_fresh = 0;
-  c.dst_blocks.clear();
-  for (int i = 0; i < num_dst; ++i) {
-    const BlockId block = src[static_cast<size_t>(i)];
-    if (kv_->ref_count(block) > 1) {
-      c.dst_blocks.push_back(fresh[next_fresh++]);
-    } else {
-      // Compacted in place: whatever the prefix cache knew of it is about to be overwritten.
-      kv_->forget_contents(block);
-      c.dst_blocks.push_back(block);
+  for (int g = 0; g < num_groups; ++g) {
+    const BlockTable& table = request->kv.groups[static_cast<size_t>(g)];
+    if (num_groups > 1 && !c.groups[static_cast<size_t>(g)].compress) continue;
+    const GroupPlan& plan = plans[static_cast<size_t>(g)];
+    const std::vector<BlockId>& src = table.blocks;
+    GroupTables t = tables_of(c, g);
+    size_t next_fresh = 0;
+    t.dst.clear();
+    for (int i = 0; i < plan.num_dst; ++i) {
+      const BlockId block = src[static_cast<size_t>(i)];
+      if (kv_->ref_count(block, g) > 1) {
+        t.dst.push_back(fresh[static_cast<size_t>(g)][next_fresh++]);
+      } else {
+        // Compacted in place: whatever the prefix cache knew of it is about to be overwritten.
+        kv_->forget_contents(block, g);
+        t.dst.push_back(block);
+      }
+    }
+    t.next = t.dst;
+    if (c.trigger == CompressionTrigger::kCacheFull) {
+      if (plan.fresh_spare) {
+        t.next.push_back(fresh[static_cast<size_t>(g)][next_fresh++]);
+      } else {
+        const BlockId block = src[static_cast<size_t>(plan.spare)];
+        kv_->forget_contents(block, g);  // new tokens will overwrite it
+        t.next.push_back(block);
+      }
+    }
+    ORIGAMI_CHECK(next_fresh == fresh[static_cast<size_t>(g)].size());
+    t.src = src;
+    if (num_groups > 1) {
+      GroupCompaction& gc = c.groups[static_cast<size_t>(g)];
+      gc.src_entries = table.num_entries;
+      gc.src_scored_entries = gc.num_scored_entries;
     }
   }
-  c.next_table = c.dst_blocks;
-  if (c.trigger == CompressionTrigger::kCacheFull) {
-    if (fresh_spare) {
-      c.next_table.push_back(fresh[next_fresh++]);
-    } else {
-      const BlockId block = src[static_cast<size_t>(spare)];
-      kv_->forget_contents(block);  // new tokens will overwrite it
-      c.next_table.push_back(block);
-    }
-  }
-  ORIGAMI_CHECK(next_fresh == fresh.size());
-  c.src_blocks = src;
   c.src_entries = num_cache_entries(*request);
   c.src_scored_entries = c.num_scored_entries;
   c.src_query_slot = c.query_slot;
   c.src_first_compression = !c.compressed();
+  c.jobs_in_flight = 1;
+  if (num_groups > 1) {
+    c.jobs_in_flight = 0;
+    for (const GroupCompaction& g : c.groups) c.jobs_in_flight += g.compress ? 1 : 0;
+  }
+  c.job_failed = false;
   c.pending = false;
   c.in_flight = true;
   return true;
@@ -166,13 +245,20 @@ void Scheduler::start_compressions(SchedulerOutput* out) {
 void Scheduler::switch_to_compacted_table(Request* request, std::vector<BlockId>* dropped) {
   RequestCompression& c = request->compression;
   ORIGAMI_CHECK(c.in_flight);
-  BlockTable& table = request->kv.groups[0];
-  const std::unordered_set<BlockId> kept(c.next_table.begin(), c.next_table.end());
-  for (BlockId block : table.blocks)
-    if (kept.count(block) == 0) dropped->push_back(block);  // own blocks return; shared ones lose a reference
-  table.blocks = c.next_table;
-  table.num_entries = c.num_keep;
-  table.block_keys.clear();
+  const int num_groups = kv_->num_groups();
+  for (int g = 0; g < num_groups; ++g) {
+    if (num_groups > 1 && !c.groups[static_cast<size_t>(g)].compress) continue;
+    BlockTable& table = request->kv.groups[static_cast<size_t>(g)];
+    GroupTables t = tables_of(c, g);
+    const std::unordered_set<BlockId> kept(t.next.begin(), t.next.end());
+    // Own blocks return; shared ones lose a reference. (Groups share one pool, or there is one.)
+    for (BlockId block : table.blocks)
+      if (kept.count(block) == 0) dropped->push_back(block);
+    table.blocks = t.next;
+    table.num_entries = group_num_keep(c, g);
+    table.block_keys.clear();
+    if (num_groups > 1) c.groups[static_cast<size_t>(g)].num_scored_entries = table.num_entries;
+  }
   request->kv.compacted = true;  // never registered in the prefix cache again
   c.in_flight = false;
   ++c.num_compressions;
@@ -182,7 +268,7 @@ void Scheduler::switch_to_compacted_table(Request* request, std::vector<BlockId>
   // Keep the slot only if the very next token belongs to the next window (w == b).
   if (c.query_slot >= 0) {
     const int capture_from = query_capture_from(*request, kv_->layout().block_size);
-    if (capture_from < 0 || capture_from > table.num_entries) release_slot(request);
+    if (capture_from < 0 || capture_from > num_cache_entries(*request)) release_slot(request);
   }
 }
 
@@ -202,6 +288,11 @@ void Scheduler::complete_compression(Request* request, int evicted_block) {
   c.src_blocks.clear();
   c.next_table.clear();
   c.dst_blocks.clear();
+  for (GroupCompaction& g : c.groups) {
+    g.src_blocks.clear();
+    g.dst_blocks.clear();
+    g.next_table.clear();
+  }
 }
 
 void Scheduler::abort_compression(Request* request) {
@@ -225,14 +316,19 @@ void Scheduler::abort_compression(Request* request) {
     c.pending = false;
     return;
   }
-  const std::vector<BlockId>& src = request->kv.groups[0].blocks;
-  std::vector<BlockId> fresh;
-  for (BlockId block : c.next_table)
-    if (std::find(src.begin(), src.end(), block) == src.end()) fresh.push_back(block);
-  kv_->release_blocks(fresh);
-  c.src_blocks.clear();
-  c.next_table.clear();
-  c.dst_blocks.clear();
+  const int num_groups = kv_->num_groups();
+  for (int g = 0; g < num_groups; ++g) {
+    if (num_groups > 1 && !c.groups[static_cast<size_t>(g)].compress) continue;
+    const std::vector<BlockId>& src = request->kv.groups[static_cast<size_t>(g)].blocks;
+    GroupTables t = tables_of(c, g);
+    std::vector<BlockId> fresh;
+    for (BlockId block : t.next)
+      if (std::find(src.begin(), src.end(), block) == src.end()) fresh.push_back(block);
+    kv_->release_blocks(fresh, g);
+    t.src.clear();
+    t.next.clear();
+    t.dst.clear();
+  }
   c.in_flight = false;
   c.pending = false;
 }

@@ -20,11 +20,26 @@ struct AttentionShape {
   float scale = 1.0f;    // usually 1 / sqrt(head_dim)
 };
 
+// One KV head's page table and length in a sequence (head groups: each head reads its group's).
+struct HeadTable {
+  const BlockId* block_table = nullptr;
+  int num_cached_entries = 0;
+};
+
 struct AttentionSequence {
   int query_start = 0;         // first row of this sequence in q / out
   int num_query_tokens = 0;
   int num_cached_entries = 0;  // entries before the first new token
   const BlockId* block_table = nullptr;  // covers num_cached_entries + num_query_tokens entries
+  // Head groups: [num_kv_heads] table and length per KV head, overriding the two above; or null.
+  const HeadTable* head_tables = nullptr;
+};
+
+// One KV head's pages of one layer: block b of the head starts at k + b * block_stride (V alike).
+struct KVHeadPages {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  size_t block_stride = 0;
 };
 
 // q:   [num_tokens, num_heads * head_dim], row stride ldq
@@ -33,5 +48,9 @@ struct AttentionSequence {
 void paged_attention(const AttentionShape& shape, const std::vector<AttentionSequence>& sequences, const float* q,
                      size_t ldq, const float* k_cache, const float* v_cache, float* out, size_t ldo,
                      ThreadPool* pool);
+// The same with each KV head's pages given apart (heads: [num_kv_heads]), for any KV layout.
+// The arithmetic per (query, head) is the same as above for the same entries.
+void paged_attention(const AttentionShape& shape, const std::vector<AttentionSequence>& sequences, const float* q,
+                     size_t ldq, const std::vector<KVHeadPages>& heads, float* out, size_t ldo, ThreadPool* pool);
 
 }  // namespace origami::cpu

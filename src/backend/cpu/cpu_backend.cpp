@@ -145,7 +145,7 @@ Status CpuBackend::allocate_kv_cache(const KVLayout& layout) {
 }
 
 void CpuBackend::copy_block(int group, BlockId src, BlockId dst) {
-  ORIGAMI_CHECK(group == 0);
+  ORIGAMI_CHECK(group >= 0 && group < kv_.layout().num_groups());
   ORIGAMI_CHECK(src > 0 && src < kv_.num_blocks() && dst > 0 && dst < kv_.num_blocks());
   kv_.copy_block(src, dst);
 }
@@ -158,7 +158,15 @@ Status CpuBackend::validate(const ForwardBatch& batch) const {
   limits.block_size = kv_.layout().block_size;
   limits.num_blocks = kv_.num_blocks();
   limits.num_query_slots = kv_.compression_configured() ? kv_.compression_config().num_query_slots : -1;
-  return validate_forward_batch(batch, limits);
+  ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits));
+  const size_t num_groups = kv_.layout().groups.size();
+  if (num_groups > 1)
+    for (const SequenceInput& seq : batch.sequences)
+      if (seq.kv == nullptr || seq.kv->groups.size() != num_groups)
+        return invalid_argument("batch: request " + std::to_string(seq.request_id) + " gives " +
+                                std::to_string(seq.kv == nullptr ? 1 : seq.kv->groups.size()) +
+                                " head groups' tables; the KV layout has " + std::to_string(num_groups));
+  return Status::ok();
 }
 
 Status CpuBackend::configure_compression(const CompressionConfig& config) {
@@ -198,6 +206,12 @@ void CpuBackend::linear(const Linear& layer, int num_rows, const float* in, floa
                pool_.get());
 }
 
+cpu::HeadTable CpuBackend::group_table(const SequenceInput& seq, int group) {
+  if (group == 0 || seq.kv == nullptr) return {seq.block_table->data(), seq.num_cached_entries};
+  const BlockTable& t = seq.kv->groups[static_cast<size_t>(group)];
+  return {t.blocks.data(), t.num_entries - seq.num_query_tokens};
+}
+
 void CpuBackend::run_layer(int layer_idx, const ForwardBatch& batch, int num_tokens) {
   const ModelConfig& c = config_;
   const Layer& layer = layers_[layer_idx];
@@ -229,26 +243,40 @@ void CpuBackend::run_layer(int layer_idx, const ForwardBatch& batch, int num_tok
   });
   capture_queries(layer_idx, batch);
 
-  // New entries go to slots num_cached_entries.. of each sequence; positions (RoPE) are logical
-  // and may run ahead of the slots once a cache has been compressed.
+  // New entries go to slots num_cached_entries.. of each sequence (per KV head: of its head
+  // group's table); positions (RoPE) are logical and may run ahead of the slots once a cache has
+  // been compressed.
   const int bs = kv_.layout().block_size;
+  std::vector<cpu::KVHeadPages> heads(static_cast<size_t>(c.num_kv_heads));
+  std::vector<int> head_group(static_cast<size_t>(c.num_kv_heads));
+  for (int g = 0; g < c.num_kv_heads; ++g) {
+    const cpu::HeadPages p = kv_.head(layer_idx, g);
+    heads[static_cast<size_t>(g)] = {p.k, p.v, p.block_stride};
+    head_group[static_cast<size_t>(g)] = p.group;
+  }
+  // [sequence][KV head]: the table and length each head reads.
+  std::vector<std::vector<cpu::HeadTable>> tables(batch.sequences.size());
   std::vector<cpu::AttentionSequence> att_seqs;
   att_seqs.reserve(batch.sequences.size());
-  for (const SequenceInput& seq : batch.sequences) {
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const SequenceInput& seq = batch.sequences[s];
+    std::vector<cpu::HeadTable>& seq_tables = tables[s];
+    for (int g = 0; g < c.num_kv_heads; ++g) seq_tables.push_back(group_table(seq, head_group[static_cast<size_t>(g)]));
     for (int t = 0; t < seq.num_query_tokens; ++t) {
-      const int slot = seq.num_cached_entries + t;
-      const BlockId block = (*seq.block_table)[slot / bs];
       const float* row = qkv + static_cast<size_t>(seq.query_start + t) * qkv_width;
       for (int g = 0; g < c.num_kv_heads; ++g) {
+        const cpu::HeadTable& table = seq_tables[static_cast<size_t>(g)];
+        const int slot = table.num_cached_entries + t;
+        const BlockId block = table.block_table[slot / bs];
         std::memcpy(kv_.key_at(layer_idx, block, g, slot % bs), row + q_size + g * d, d * sizeof(float));
         std::memcpy(kv_.value_at(layer_idx, block, g, slot % bs), row + q_size + kv_size + g * d, d * sizeof(float));
       }
     }
-    att_seqs.push_back({seq.query_start, seq.num_query_tokens, seq.num_cached_entries, seq.block_table->data()});
+    att_seqs.push_back({seq.query_start, seq.num_query_tokens, seq.num_cached_entries, seq.block_table->data(),
+                        seq_tables.data()});
   }
   cpu::AttentionShape shape{c.num_heads, c.num_kv_heads, d, bs, 1.0f / std::sqrt(static_cast<float>(d))};
-  cpu::paged_attention(shape, att_seqs, qkv, qkv_width, kv_.keys(layer_idx), kv_.values(layer_idx), ws_.attn.data(),
-                       q_size, pool_.get());
+  cpu::paged_attention(shape, att_seqs, qkv, qkv_width, heads, ws_.attn.data(), q_size, pool_.get());
   linear(layer.o, num_tokens, ws_.attn.data(), h);
   cpu::add_inplace(x, h, static_cast<size_t>(num_tokens) * hidden);
 

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/compression_stepper.h"
 #include "backend/cpu/cpu_compression.h"
+#include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_kv_cache.h"
 #include "backend/cpu/cpu_thread_pool.h"
 
@@ -68,6 +69,8 @@ class CpuBackend : public Backend {
   };
 
   Status validate(const ForwardBatch& batch) const;
+  // The page table and cached length of head group `group` in a sequence (group 0: block_table).
+  static cpu::HeadTable group_table(const SequenceInput& seq, int group);
   // The model step proper (execute() wraps it with the step's compressions).
   Status forward(const ForwardBatch& batch, StepOutput* out);
   void linear(const Linear& layer, int num_rows, const float* in, float* out) const;

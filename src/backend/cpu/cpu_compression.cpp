@@ -32,6 +32,18 @@ Status validate_compression_jobs(const CpuKVCache& kv, const std::vector<Compres
 Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, float scale, ThreadPool* pool,
                        std::vector<int>* evicted_blocks) {
   ORIGAMI_RETURN_IF_ERROR(validate_compression_jobs(kv, jobs));
+  const int num_groups = kv.layout().num_groups();
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (jobs[j].group < 0 || jobs[j].group >= num_groups)
+      return invalid_argument("compression job " + std::to_string(j) + " (request " +
+                              std::to_string(jobs[j].request_id) + "): group " + std::to_string(jobs[j].group) +
+                              " outside the layout's " + std::to_string(num_groups) + " head groups");
+    if (jobs[j].kind == CompressionKind::kEvictBlock && num_groups > 1)
+      return Status(ErrorCode::kUnimplemented,
+                    "compression job " + std::to_string(j) + " (request " + std::to_string(jobs[j].request_id) +
+                        "): block eviction averages over every layer and head of one table; it supports the "
+                        "one-group layout only, got " + std::to_string(num_groups) + " head groups");
+  }
   // Block evictions first: they only read, and no job of the batch writes a page they read.
   std::vector<int> evicted(jobs.size(), -1);
   std::vector<int> evict_jobs;
@@ -66,8 +78,10 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
     std::vector<Item> items;
     for (size_t j = 0; j < jobs.size(); ++j) {
       if (jobs[j].num_entries == 0 || jobs[j].kind != CompressionKind::kCompact) continue;
+      // The job's table addresses only its own group's heads.
       for (int l = l0; l < l1; ++l)
-        for (int h = 0; h < num_heads; ++h) items.push_back({static_cast<int>(j), l, h});
+        for (int h = 0; h < num_heads; ++h)
+          if (kv.head(l, h).group == jobs[j].group) items.push_back({static_cast<int>(j), l, h});
     }
     // [layers, heads, per-job] kept indices and new global scores of this stride.
     auto slot = [&](const Item& it, size_t per_layer_head) {
@@ -106,10 +120,9 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
       float* f = nullptr;
       if (recipe.global_decay > 0.0f) {
         f = new_scores.data() + slot(it, scores_per_layer_head) + score_offset[it.job];
-        const float* layer_f = kv.global_scores(it.layer);
+        const HeadPages pages = kv.head(it.layer, it.head);
         for (int e = 0; e < job.num_scored_entries; ++e)
-          f[e] = layer_f[static_cast<size_t>(src[e / bs]) * kv.score_block_stride() +
-                         static_cast<size_t>(it.head) * bs + e % bs];
+          f[e] = pages.f[static_cast<size_t>(src[e / bs]) * pages.f_block_stride + e % bs];
       }
       std::vector<float> scores(n);
       score_head(recipe, keys.data(), n, d, window_q.empty() ? nullptr : window_q.data(), group_size, scale, bs, f,
@@ -124,14 +137,14 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
       const int32_t* kept = keep.data() + slot(it, keep_per_layer_head) + keep_offset[it.job];
       const BlockId* src = job.src_blocks->data();
       const BlockId* dst = job.dst_blocks->data();
-      compact_entries(kv.keys(it.layer), kv.block_stride(), it.head, bs, d, src, dst, kept, job.num_keep);
-      compact_entries(kv.values(it.layer), kv.block_stride(), it.head, bs, d, src, dst, kept, job.num_keep);
+      // The head's pages as a one-head array (head index 0 at its base).
+      const HeadPages pages = kv.head(it.layer, it.head);
+      compact_entries(pages.k, pages.block_stride, 0, bs, d, src, dst, kept, job.num_keep);
+      compact_entries(pages.v, pages.block_stride, 0, bs, d, src, dst, kept, job.num_keep);
       if (job.recipe->global_decay > 0.0f) {
         const float* f = new_scores.data() + slot(it, scores_per_layer_head) + score_offset[it.job];
-        float* layer_f = kv.global_scores(it.layer);
         for (int e = 0; e < job.num_keep; ++e)
-          layer_f[static_cast<size_t>(dst[e / bs]) * kv.score_block_stride() + static_cast<size_t>(it.head) * bs +
-                  e % bs] = f[kept[e]];
+          pages.f[static_cast<size_t>(dst[e / bs]) * pages.f_block_stride + e % bs] = f[kept[e]];
       }
     });
   }

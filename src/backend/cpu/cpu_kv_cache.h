@@ -1,8 +1,13 @@
 #pragma once
-// The CPU backend's paged KV storage: fp32, per layer one K and one V array laid out
-// [num_blocks, num_kv_heads, block_size, head_dim] (see kv/kv_layout.h); and, once compression is
-// configured, the query cache Q[L, M, max_window, h_q, d] and the global scores
-// F[L, num_blocks, h_kv, block_size] (kv/compression.h).
+// The CPU backend's paged KV storage, fp32 (see kv/kv_layout.h):
+//  - full layout (one group): per layer one K and one V array [num_blocks, num_kv_heads,
+//    block_size, head_dim]; global scores F[L, num_blocks, h_kv, block_size];
+//  - grouped layout (shared pool of group pages): pages [num_pages, 2 (K, V), H_p, block_size,
+//    head_dim]; global scores F[num_pages, H_p, block_size].
+// Code that reads or writes entries goes through head(layer, kv_head) (HeadPages: where that
+// head's K, V and F live and the group whose table addresses them), so it never depends on which
+// layout is in use. Once compression is configured there is also the query cache
+// Q[L, M, max_window, h_q, d] (kv/compression.h).
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
@@ -15,15 +20,31 @@
 
 namespace origami::cpu {
 
+// Group addressing of one (layer, KV head): block b's `block_size` entries of this head start at
+// k + b * block_stride (V and F alike); entry o of a block is o * head_dim floats further (F: o).
+struct HeadPages {
+  int group = 0;  // the head group whose page table and length address these pages
+  float* k = nullptr;
+  float* v = nullptr;
+  size_t block_stride = 0;  // floats between consecutive pages of K (or V)
+  float* f = nullptr;       // global scores, or null when none are kept
+  size_t f_block_stride = 0;
+};
+
 class CpuKVCache {
  public:
-  // Supports the one-group full layout (every layer and KV head in group 0) with fp32 entries.
+  // Supports the one-group full layout (every layer and KV head in group 0) and grouped layouts
+  // with a shared pool (KVLayout::grouped), with fp32 entries.
   Status allocate(const KVLayout& layout);
   bool allocated() const { return data_ != nullptr; }
   const KVLayout& layout() const { return layout_; }
   int num_blocks() const { return num_blocks_; }
 
-  // [num_blocks, num_kv_heads, block_size, head_dim]
+  bool grouped() const { return layout_.shared_pool; }
+  // Where one (layer, KV head) lives (either layout).
+  HeadPages head(int layer, int kv_head) const;
+
+  // Full layout only: [num_blocks, num_kv_heads, block_size, head_dim]
   float* keys(int layer) { return data_.get() + layer_offset(layer, 0); }
   float* values(int layer) { return data_.get() + layer_offset(layer, 1); }
   const float* keys(int layer) const { return data_.get() + layer_offset(layer, 0); }
@@ -31,13 +52,18 @@ class CpuKVCache {
   // Elements between consecutive blocks of one layer's K (or V) array.
   size_t block_stride() const { return block_floats_; }
 
-  // The head_dim floats of entry `offset` of `block` for one KV head.
-  float* key_at(int layer, BlockId block, int head, int offset) { return entry(keys(layer), block, head, offset); }
-  float* value_at(int layer, BlockId block, int head, int offset) {
-    return entry(values(layer), block, head, offset);
+  // The head_dim floats of entry `offset` of `block` for one KV head (`block` of its group).
+  float* key_at(int layer, BlockId block, int head, int offset) const {
+    const HeadPages p = this->head(layer, head);
+    return p.k + static_cast<size_t>(block) * p.block_stride + static_cast<size_t>(offset) * layout_.head_dim;
+  }
+  float* value_at(int layer, BlockId block, int head, int offset) const {
+    const HeadPages p = this->head(layer, head);
+    return p.v + static_cast<size_t>(block) * p.block_stride + static_cast<size_t>(offset) * layout_.head_dim;
   }
 
-  // Copies one page (every layer, K and V, and its global scores if kept) onto another.
+  // Copies one page (full layout: every layer; grouped: the group page; K and V, and its global
+  // scores if kept) onto another.
   void copy_block(BlockId src, BlockId dst);
 
   // --- Compression state (after allocate()) ---
@@ -58,7 +84,7 @@ class CpuKVCache {
     return queries_.data() + ((static_cast<size_t>(layer) * c.num_query_slots + slot) * c.max_window + row) * q_floats;
   }
   bool has_global_scores() const { return scores_ != nullptr; }
-  // One layer's global scores, [num_blocks, num_kv_heads, block_size].
+  // Full layout only: one layer's global scores, [num_blocks, num_kv_heads, block_size].
   float* global_scores(int layer) { return scores_.get() + static_cast<size_t>(layer) * num_blocks_ * score_block_stride(); }
   // Elements between consecutive blocks of one layer's global scores.
   size_t score_block_stride() const { return static_cast<size_t>(layout_.num_kv_heads) * layout_.block_size; }
@@ -68,15 +94,11 @@ class CpuKVCache {
     void operator()(float* p) const { std::free(p); }
   };
   size_t layer_offset(int layer, int kv) const { return (static_cast<size_t>(layer) * 2 + kv) * layer_floats_; }
-  float* entry(float* base, BlockId block, int head, int offset) const {
-    return base + static_cast<size_t>(block) * block_floats_ +
-           (static_cast<size_t>(head) * layout_.block_size + offset) * layout_.head_dim;
-  }
-
   KVLayout layout_;
   int num_blocks_ = 0;
-  size_t block_floats_ = 0;  // num_kv_heads * block_size * head_dim
-  size_t layer_floats_ = 0;  // num_blocks * block_floats_
+  size_t block_floats_ = 0;  // full: num_kv_heads * block_size * head_dim; grouped: 2 * H_p * block_size * head_dim
+  size_t layer_floats_ = 0;  // full: num_blocks * block_floats_
+  std::vector<HeadGroupSlot> head_slots_;  // [num_layers * num_kv_heads]
   std::unique_ptr<float, FreeDeleter> data_;
 
   bool compression_configured_ = false;

@@ -382,7 +382,8 @@ size_t CudaBackend::available_kv_bytes(size_t requested_bytes) const {
 Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
   if (!loaded_) return invalid_argument("CUDA backend: allocate_kv_cache before load");
   if (layout.groups.size() != 1)
-    return Status(ErrorCode::kUnimplemented, "CUDA backend: only the full KV layout (one head group) is supported");
+    return Status(ErrorCode::kUnimplemented,
+                  "CUDA backend: only the full KV layout (one head group) is supported; head groups are CPU-only for now");
   if (layout.dtype != DType::kBF16)
     return invalid_argument(std::string("CUDA backend: KV dtype must be bf16, layout has ") + dtype_name(layout.dtype));
   if (layout.num_layers != config_.num_layers || layout.num_kv_heads != config_.num_kv_heads ||
