@@ -40,7 +40,7 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatch
     in.block_table = &r.kv.groups[0].blocks;
     // Tokens of the next compression's window capture their queries into the request's slot.
     if (r.compression.query_slot >= 0) {
-      const int capture_from = query_capture_from(r, options.block_size, in.num_cached_entries);
+      const int capture_from = query_capture_from(r, options.block_size, in.num_cached_entries, s.num_new_tokens);
       if (capture_from >= 0) {
         in.query_slot = r.compression.query_slot;
         in.query_capture_from = capture_from;
