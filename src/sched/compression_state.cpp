@@ -48,8 +48,9 @@ int tokens_before_capture(const Request& request, int block_size, int num_entrie
   };
   if (!captures(num_new_tokens)) return num_new_tokens;
   // Capturing is monotone in the chunk's length (a longer chunk ends later, and its window with
-  // it): the longest chunk that captures nothing, by bisection.
-  int lo = 0, hi = num_new_tokens;  // captures(lo) is false (nothing computed), captures(hi) true
+  // it): the longest chunk that captures nothing, by bisection. 0 when every chunk would (a
+  // window that moves with the chunk's end and already reaches the current entries).
+  int lo = 0, hi = num_new_tokens;  // captures(hi) is true; lo is the answer unless a longer one is
   while (hi - lo > 1) {
     const int mid = lo + (hi - lo) / 2;
     (captures(mid) ? hi : lo) = mid;
