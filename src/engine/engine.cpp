@@ -195,10 +195,6 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
     return out_of_range("prompt has " + std::to_string(prompt_token_ids.size()) +
                         " tokens, but the model's context (max_model_len) is " + std::to_string(max_len) +
                         " tokens and at least one must be left to generate");
-  const int blocks_needed = kv_->blocks_needed(static_cast<int>(prompt_token_ids.size()) + 1);
-  if (blocks_needed > kv_->num_usable_blocks())
-    return out_of_range("prompt needs " + std::to_string(blocks_needed) + " KV blocks but the cache has only " +
-                        std::to_string(kv_->num_usable_blocks()));
 
   if (options.logprobs < -1 || options.logprobs > kMaxTopLogprobs)
     return invalid_argument("logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "] (or -1 for none), got " +
@@ -211,6 +207,12 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   }
   ORIGAMI_ASSIGN_OR_RETURN(RequestCompression compression,
                            resolve_request_compression(config_, compression_support_, options));
+  // Under prefill chunk compression a prompt holds at most its threshold plus one chunk.
+  const int blocks_needed = kv_->blocks_needed(max_prefill_entries(
+      compression, static_cast<int>(prompt_token_ids.size()) + 1, scheduler_->config().max_num_batched_tokens));
+  if (blocks_needed > kv_->num_usable_blocks())
+    return out_of_range("prompt needs " + std::to_string(blocks_needed) + " KV blocks but the cache has only " +
+                        std::to_string(kv_->num_usable_blocks()));
 
   auto tracked = std::make_unique<Tracked>();
   tracked->forced_tokens = options.forced_output_tokens;

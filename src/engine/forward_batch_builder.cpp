@@ -66,7 +66,7 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatch
     if (r.compression.query_slot >= 0) {
       // The policy counts the lead group's entries; the backend compares group 0's.
       const int lead_cached = num_cache_entries(r) - s.num_new_tokens;
-      const int capture_from = query_capture_from(r, options.block_size, lead_cached);
+      const int capture_from = query_capture_from(r, options.block_size, lead_cached, s.num_new_tokens);
       if (capture_from >= 0) {
         in.query_slot = r.compression.query_slot;
         in.query_capture_from = std::max(0, capture_from - (lead_cached - in.num_cached_entries));

@@ -53,6 +53,7 @@ Expected<RequestCompression> resolve_request_compression(const EngineConfig& con
   } else {
     c.num_keep = c.budget;
   }
+  c.chunk_threshold = c.policy->prefill_chunk_threshold(c.budget, c.max_blocks, support.block_size);
   return c;
 }
 

@@ -23,6 +23,7 @@ void register_h2o_policy(PolicyRegistry* registry) {
   info.name = "h2o";
   info.summary = "H2O: accumulated attention (heavy hitters) + a recent window, half the kept entries each";
   info.options = {
+      prefill_chunk_option(false),
       int_option("window", 16, 1, 1024,
                  "queries accumulated per compression (<= block size; = block size accumulates every query)"),
       float_option("recent_ratio", "0.5", 0.0, 0.99, "share of the kept entries that are the most recent ones"),

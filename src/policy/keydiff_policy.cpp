@@ -6,7 +6,9 @@
 //
 // Cache-full trigger like knorm, so decode memory is bounded. Defaults as knorm's, for the same
 // reasons: window = 16 (the newest entries, not yet attended by any query, are kept; kvpress
-// compresses only the prompt), sinks = 0 (KeyDiffPress adds none).
+// compresses only the prompt), sinks = 0 (KeyDiffPress adds none). prefill_chunk_compression = 1:
+// the paper processes a long prompt block by block and evicts after each block, so that
+// "arbitrarily long prompts" run within a fixed cache; here each prefill chunk is a block.
 #include "core/check.h"
 #include "policy/policy_registry.h"
 #include "policy/recipe_policy.h"
@@ -18,6 +20,7 @@ void register_keydiff_policy(PolicyRegistry* registry) {
   info.name = "keydiff";
   info.summary = "KeyDiff: keep the keys least similar to the mean key (no scores from queries, no query slots)";
   info.options = {
+      prefill_chunk_option(true),
       int_option("window", 16, 0, 1 << 20, "the most recent entries always kept"),
       int_option("sinks", 0, 0, 1 << 20, "first entries always kept"),
   };

@@ -23,6 +23,7 @@ void register_knorm_policy(PolicyRegistry* registry) {
   info.name = "knorm";
   info.summary = "K-norm: keep the keys with the smallest L2 norm (no scores from queries, no query slots)";
   info.options = {
+      prefill_chunk_option(false),
       int_option("window", 16, 0, 1 << 20, "the most recent entries always kept"),
       int_option("sinks", 0, 0, 1 << 20, "first entries always kept (the score keeps sinks by itself)"),
   };

@@ -34,6 +34,19 @@ int KVPolicy::capture_from(const TriggerState& state) const {
   return -1;
 }
 
+bool KVPolicy::supports_prefill_chunk_compression() const {
+  return options_.values().count(kPrefillChunkCompressionOption) != 0;
+}
+
+int KVPolicy::prefill_chunk_threshold(int budget, int max_blocks, int block_size) const {
+  if (!supports_prefill_chunk_compression() || !options_.get_bool(kPrefillChunkCompressionOption)) return -1;
+  switch (trigger()) {
+    case CompressionTrigger::kCacheFull: return max_blocks * block_size - 1;
+    case CompressionTrigger::kPrefillEnd: return budget;
+    default: return -1;
+  }
+}
+
 Status KVPolicy::check_budget(int budget, int block_size) const {
   if (!compresses()) return Status::ok();
   const ScoreRecipe& recipe = score_recipe();

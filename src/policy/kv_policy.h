@@ -44,6 +44,9 @@ struct PolicyNeeds {
   bool global_scores = false;
 };
 
+// The option that turns prefill chunk compression on (policy/triggers.h, prefill_chunk_due).
+inline constexpr const char* kPrefillChunkCompressionOption = "prefill_chunk_compression";
+
 class KVPolicy {
  public:
   KVPolicy(std::string name, PolicyOptions options) : name_(std::move(name)), options_(std::move(options)) {}
@@ -77,6 +80,13 @@ class KVPolicy {
   virtual Status check_budget(int budget, int block_size) const;
 
   bool compresses() const { return trigger() != CompressionTrigger::kNever; }
+  // Whether the policy declares the prefill_chunk_compression option (budgeted policies whose
+  // compressions keep the budget: cache-full and prefill-end triggers).
+  bool supports_prefill_chunk_compression() const;
+  // Prefill chunk compression: the entry count above which the end of a prefill chunk (not the
+  // prompt's last) compresses the request, the count its own trigger compresses at (cache-full:
+  // N_max * b - 1; prefill-end: the budget); -1 when the option is off or not supported.
+  int prefill_chunk_threshold(int budget, int max_blocks, int block_size) const;
   // "zipage(global=1, redundancy=lightning, ...)", for logs and `origami policies`.
   std::string describe() const;
 

@@ -48,6 +48,7 @@ void register_pagedeviction_policy(PolicyRegistry* registry) {
       "PagedEviction: score ||v|| / ||k||; prefill evicts tokens down to the budget, decode frees the lowest-scoring "
       "whole block (no compaction)";
   info.options = {
+      prefill_chunk_option(false),
       int_option("window", 16, 0, 1 << 20, "newest prompt entries always kept by the prefill eviction"),
       int_option("sinks", 0, 0, 1 << 20, "first prompt entries always kept by the prefill eviction"),
   };

@@ -66,6 +66,16 @@ inline PolicyOptionSpec enum_option(std::string name, std::string default_value,
   return s;
 }
 
+// `prefill_chunk_compression`: compress after every prefill chunk once the request holds more
+// entries than its budget (KVPolicy::prefill_chunk_threshold), so that a long prompt never holds
+// more than its budget plus one chunk; on by default where the policy's paper evicts while the
+// prompt is processed (docs/policies.md).
+inline PolicyOptionSpec prefill_chunk_option(bool default_on) {
+  return bool_option(std::string(kPrefillChunkCompressionOption), default_on,
+                     "compress after every prefill chunk once the cache exceeds the budget (peak KV: budget + one "
+                     "chunk), instead of once the whole prompt is prefilled");
+}
+
 // A pooling kernel must be odd (centred on its entry) or <= 1 (off).
 inline Status check_pool_kernel(const std::string& policy, int kernel) {
   if (kernel > 1 && kernel % 2 == 0)

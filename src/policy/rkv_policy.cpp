@@ -22,6 +22,7 @@ void register_rkv_policy(PolicyRegistry* registry) {
   info.name = "rkv";
   info.summary = "R-KV: window attention (pooled) - redundancy of keys (all pairs), lambda 0.1";
   info.options = {
+      prefill_chunk_option(false),
       int_option("window", 8, 1, 1024, "observation window: the last entries whose queries score the rest (always kept; <= block size)"),
       int_option("kernel", 7, 1, 63, "max-pooling kernel along the sequence, every compression (odd; 1 = none)"),
       float_option("lambda", "0.1", 0.0, 1.0, "score = lambda * attention - (1 - lambda) * redundancy"),

@@ -14,6 +14,7 @@ void register_snapkv_policy(PolicyRegistry* registry) {
   info.name = "snapkv";
   info.summary = "SnapKV: compress the prompt once at the end of prefill (window attention + pooling)";
   info.options = {
+      prefill_chunk_option(false),
       int_option("window", 32, 1, 1024, "observation window: the last prompt tokens whose queries score the rest (always kept)"),
       int_option("kernel", 7, 1, 63, "pooling kernel along the sequence (odd; 1 = no pooling)"),
       enum_option("pool_type", "max", {"max", "avg"}, "pooling: max or average"),

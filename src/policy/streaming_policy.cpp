@@ -11,7 +11,7 @@ void register_streaming_policy(PolicyRegistry* registry) {
   PolicyInfo info;
   info.name = "streaming";
   info.summary = "StreamingLLM: attention sinks + the most recent tokens (no scores, no queries)";
-  info.options = {int_option("sinks", 4, 0, 1 << 20, "first entries always kept (attention sinks); StreamingLLM uses 4")};
+  info.options = {prefill_chunk_option(false), int_option("sinks", 4, 0, 1 << 20, "first entries always kept (attention sinks); StreamingLLM uses 4")};
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ScoreRecipe recipe;
     recipe.scorer = Scorer::kRecency;

@@ -16,6 +16,7 @@ void register_tova_policy(PolicyRegistry* registry) {
   info.name = "tova";
   info.summary = "TOVA: keep the entries the newest query attends to most";
   info.options = {
+      prefill_chunk_option(false),
       int_option("sinks", 0, 0, 1 << 20, "first entries always kept (TOVA keeps none)"),
   };
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {

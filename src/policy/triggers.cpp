@@ -52,4 +52,21 @@ int periodic_capture_from(const TriggerState& s) {
   return std::max(s.tail_from, s.entries_after_known - s.window);
 }
 
+bool prefill_chunk_applies(const TriggerState& s) { return s.chunk_threshold >= 0 && s.tokens_pending; }
+
+TriggerDecision prefill_chunk_due(const TriggerState& s) {
+  TriggerDecision d;
+  d.compress = prefill_chunk_applies(s) && s.entries > s.chunk_threshold && s.entries - s.window >= s.computed_from;
+  return d;
+}
+
+int prefill_chunk_capture_from(const TriggerState& s, int policy_capture_from) {
+  if (s.window <= 0 || !prefill_chunk_applies(s)) return policy_capture_from;
+  const int end = s.chunk_end >= 0 ? s.chunk_end : s.entries + 1;
+  const bool last_chunk = end >= s.entries_after_known;
+  const bool compression_ahead = s.entries_after_known > s.chunk_threshold;
+  if (last_chunk || !compression_ahead || end <= s.chunk_threshold - s.window) return policy_capture_from;
+  return end - s.window;
+}
+
 }  // namespace origami

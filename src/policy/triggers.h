@@ -26,6 +26,16 @@ struct TriggerState {
   // found due (a per-step cap).
   long long step = 0;
   int due_this_step = 0;
+  // Prefill chunk compression (a policy's prefill_chunk_compression option): the entry count above
+  // which the end of a prefill chunk compresses the request (KVPolicy::prefill_chunk_threshold);
+  // -1: off.
+  int chunk_threshold = -1;
+  // Entries once the chunk being scheduled is computed; -1 when not known (between steps: then
+  // the shortest chunk, one token, is assumed).
+  int chunk_end = -1;
+  // Entries before it came from the prefix cache: no query of theirs was ever captured (0 once
+  // the request has been compressed).
+  int computed_from = 0;
 };
 
 // A policy's answer after a step.
@@ -68,5 +78,21 @@ TriggerDecision periodic_due(const TriggerState& state, int period, int max_per_
 // compression is the trailing `window` entries, all within the uncompressed tail, and it comes
 // no earlier than once the known tokens are computed. -1 without a window.
 int periodic_capture_from(const TriggerState& state);
+
+// Prefill chunk compression (TANGRAM Fig. 6a, Fast KVzip, KeyDiff's block-wise prompt): while a
+// prompt is still being prefilled (tokens pending) and chunk_threshold >= 0, the end of each chunk
+// that leaves more than chunk_threshold entries compresses the request to its budget, so that it
+// never holds more than the threshold plus one chunk. The prompt's last chunk and everything
+// after are decided by the policy's own trigger (the scheduler asks prefill_chunk_due only while
+// prefill_chunk_applies). A compression also needs its window of queries captured: the window's
+// entries must not be prefix-cache hits.
+bool prefill_chunk_applies(const TriggerState& state);
+TriggerDecision prefill_chunk_due(const TriggerState& state);
+// The window of a chunk compression is the chunk's last `window` entries (earlier ones when the
+// chunk is shorter: the previous chunk captured its own last `window`): queries from
+// chunk_end - window on, for a chunk that is not the prompt's last and ends above
+// chunk_threshold - window while a compression is still ahead in the prompt; else
+// `policy_capture_from`, the policy's own rule.
+int prefill_chunk_capture_from(const TriggerState& state, int policy_capture_from);
 
 }  // namespace origami

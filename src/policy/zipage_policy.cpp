@@ -27,6 +27,7 @@ void register_zipage_policies(PolicyRegistry* registry) {
   info.name = "zipage";
   info.summary = "Zipage: compress at N_max blocks (window attention [+ global] [- redundancy])";
   info.options = {
+      prefill_chunk_option(false),
       int_option("window", 16, 1, 1024, "observation window w: the last entries whose queries score the rest (always kept; <= block size)"),
       bool_option("global", false, "G-KV global score: F <- max(alpha * F_prev, S), carried across compressions"),
       float_option("alpha", "0.8", 0.0, 1.0, "decay of the global score"),

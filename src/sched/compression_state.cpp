@@ -1,5 +1,7 @@
 #include "sched/compression_state.h"
 
+#include <algorithm>
+
 namespace origami {
 
 int lead_group(const Request& request) {
@@ -19,7 +21,7 @@ int entries_after_known_tokens(const Request& request) {
 }
 
 TriggerState trigger_state(const Request& request, int block_size, int num_entries, long long step,
-                           int due_this_step) {
+                           int due_this_step, int num_new_tokens) {
   const RequestCompression& c = request.compression;
   const int pending = request.num_tokens() - request.num_computed_tokens;
   TriggerState s;
@@ -34,20 +36,48 @@ TriggerState trigger_state(const Request& request, int block_size, int num_entri
   s.tail_from = c.tail_from;
   s.step = step;
   s.due_this_step = due_this_step;
+  s.chunk_threshold = c.chunk_threshold;
+  s.chunk_end = num_new_tokens >= 0 ? num_entries + num_new_tokens : -1;
+  s.computed_from = c.compressed() ? 0 : request.num_cached_prefix_tokens;
   return s;
 }
 
-int query_capture_from(const Request& request, int block_size, int num_entries) {
+int query_capture_from(const Request& request, int block_size, int num_entries, int num_new_tokens) {
   const RequestCompression& c = request.compression;
   if (!c.enabled() || c.policy == nullptr) return -1;
-  return c.policy->capture_from(trigger_state(request, block_size, num_entries));
+  const TriggerState s = trigger_state(request, block_size, num_entries, 0, 0, num_new_tokens);
+  return prefill_chunk_capture_from(s, c.policy->capture_from(s));
+}
+
+int tokens_before_capture(const Request& request, int block_size, int num_entries, int num_new_tokens) {
+  auto captures = [&](int n) {
+    const int from = query_capture_from(request, block_size, num_entries, n);
+    return from >= 0 && num_entries + n > from;
+  };
+  if (!captures(num_new_tokens)) return num_new_tokens;
+  // Capturing is monotone in the chunk's length (a longer chunk ends later, and its window with
+  // it): the longest chunk that captures nothing, by bisection. 0 when every chunk would (a
+  // window that moves with the chunk's end and already reaches the current entries).
+  int lo = 0, hi = num_new_tokens;  // captures(hi) is true; lo is the answer unless a longer one is
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (captures(mid) ? hi : lo) = mid;
+  }
+  return lo;
+}
+
+int max_prefill_entries(const RequestCompression& c, int num_tokens, int max_chunk) {
+  if (c.chunk_threshold < 0) return num_tokens;
+  return std::min(num_tokens, c.chunk_threshold + max_chunk);
 }
 
 bool reached_compression_trigger(Request& request, int block_size, long long step, int due_this_step) {
   RequestCompression& c = request.compression;
   if (!c.enabled() || c.policy == nullptr || c.in_flight) return false;
-  const TriggerDecision d = c.policy->compression_due(
-      trigger_state(request, block_size, num_cache_entries(request), step, due_this_step));
+  const TriggerState s = trigger_state(request, block_size, num_cache_entries(request), step, due_this_step);
+  // A prompt still being prefilled under prefill chunk compression: the chunk rule; else the
+  // policy's own trigger.
+  const TriggerDecision d = prefill_chunk_applies(s) ? prefill_chunk_due(s) : c.policy->compression_due(s);
   if (d.prefill_checked) c.prefill_checked = true;
   if (d.compress) c.pending_kind = d.evict_block ? CompressionKind::kEvictBlock : CompressionKind::kCompact;
   if (d.compress && d.num_keep >= 0) c.num_keep = d.num_keep;

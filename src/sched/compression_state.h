@@ -25,19 +25,31 @@ int num_cache_entries(const Request& request);
 int entries_after_known_tokens(const Request& request);
 
 // The request as its policy's trigger sees it, with `num_entries` entries in its cache.
-// `step` and `due_this_step` describe the step across requests (TriggerState).
+// `step` and `due_this_step` describe the step across requests (TriggerState); `num_new_tokens`
+// the chunk about to be computed (-1: not known).
 TriggerState trigger_state(const Request& request, int block_size, int num_entries, long long step = 0,
-                           int due_this_step = 0);
+                           int due_this_step = 0, int num_new_tokens = -1);
 
 // The entry index from which computed tokens must capture their queries into the request's
 // query slot, because they form the observation window of its next compression; -1 when no
 // compression that needs queries is coming (KVPolicy::capture_from; e.g. cache_full_capture_from).
 // `num_entries` is what the cache holds before the tokens about to be computed (the engine
 // passes it explicitly: by then the scheduler has already grown the table for this step).
-int query_capture_from(const Request& request, int block_size, int num_entries);
+// `num_new_tokens`: the chunk about to be computed, whose end a prefill chunk compression's window
+// follows (-1: not known; prefill_chunk_capture_from).
+int query_capture_from(const Request& request, int block_size, int num_entries, int num_new_tokens = -1);
 inline int query_capture_from(const Request& request, int block_size) {
   return query_capture_from(request, block_size, num_cache_entries(request));
 }
+
+// The most tokens (<= num_new_tokens) the request can compute from `num_entries` entries without
+// capturing a query (no query slot needed): all of them, or those before its next window. A
+// window that moves with the chunk's end (prefill chunk compression) is searched for.
+int tokens_before_capture(const Request& request, int block_size, int num_entries, int num_new_tokens);
+
+// Entries the request holds at most while prefilling `num_tokens` tokens in chunks of at most
+// `max_chunk`: all of them, or with prefill chunk compression its threshold plus one chunk.
+int max_prefill_entries(const RequestCompression& compression, int num_tokens, int max_chunk);
 
 // After step `step`: whether the request has reached its trigger (KVPolicy::compression_due; never
 // while a compression of it is in flight), `due_this_step` requests under a policy of the same

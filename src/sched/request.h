@@ -42,6 +42,9 @@ struct RequestCompression {
   int max_blocks = 0;  // N_max (kCacheFull): blocks held at most while decoding
   int num_keep = 0;    // entries kept per (layer, KV head) by a compression
   int window = 0;      // query window w (0: the policy needs no queries)
+  // Prefill chunk compression: entries above which a prefill chunk's end compresses the request
+  // (KVPolicy::prefill_chunk_threshold); -1: the prompt is compressed by the policy's own trigger.
+  int chunk_threshold = -1;
 
   int query_slot = -1;        // held query slot, or -1
   int num_compressions = 0;   // since admission (reset by preemption: the KV is recomputed)
@@ -121,6 +124,9 @@ struct Request : KVSequence {
 
   bool is_finished() const { return status == RequestStatus::kFinished; }
   bool is_prefilling() const { return num_computed_tokens < num_tokens() - 1; }
+  // Its memory never grows again: compressed under a bounded policy and done with its prompt (a
+  // prompt compressed chunk by chunk still grows by a chunk before each compression).
+  bool memory_bounded() const { return compression.bounded() && !is_prefilling(); }
 };
 
 }  // namespace origami

@@ -28,7 +28,7 @@ int evicted_entries(const Request& request) {
 // In flight: its source pages are being read. Bounded and compressed: it never needs another
 // block, so preempting it would only throw away work (Zipage: compressed requests run to the end).
 bool may_preempt(const Request& request) {
-  return !request.compression.in_flight && !request.compression.switched_early && !request.compression.bounded();
+  return !request.compression.in_flight && !request.compression.switched_early && !request.memory_bounded();
 }
 
 // Waits for its compression (pending or in flight) before it computes anything else.
@@ -153,14 +153,15 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
     const int entries = num_entries(*request);
 
     // A token of the next compression's window needs a query slot to capture its query into.
-    const int capture_from = query_capture_from(*request, block_size);
+    const int capture_from = query_capture_from(*request, block_size, entries, num_new);
     bool take_slot = capture_from >= 0 && request->compression.query_slot < 0 && entries + num_new > capture_from;
     if (take_slot && slots_.num_free() == 0) {
-      if (entries >= capture_from || !config_.enable_chunked_prefill) {
+      const int before_window = tokens_before_capture(*request, block_size, entries, num_new);
+      if (before_window <= 0 || !config_.enable_chunked_prefill) {
         ++out.num_query_slot_waits;
         continue;
       }
-      num_new = capture_from - entries;  // the tokens before the window need no slot
+      num_new = before_window;  // the tokens before the window need no slot
       take_slot = false;
     }
     const int entries_after = entries + num_new;
@@ -199,7 +200,9 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
     while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
       Request* request = waiting_.front();
       const int num_tokens = request->num_tokens();
-      std::string why = never_fits(*request, num_tokens);
+      // Under prefill chunk compression the prompt never holds more than its threshold plus a chunk.
+      std::string why = never_fits(
+          *request, max_prefill_entries(request->compression, num_tokens, config_.max_num_batched_tokens));
       if (why.empty() && !config_.enable_chunked_prefill && num_tokens > config_.max_num_batched_tokens) {
         why = "request " + std::to_string(request->id) + " has " + std::to_string(num_tokens) +
               " tokens to prefill, more than max_num_batched_tokens (" +
@@ -220,13 +223,14 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
       bool admitted = config_.enable_chunked_prefill || remaining <= budget;
       int num_new = std::min(remaining, budget);
       const int entries = num_entries(*request);
-      const int capture_from = query_capture_from(*request, block_size);
+      const int capture_from = query_capture_from(*request, block_size, entries, num_new);
       bool take_slot = capture_from >= 0 && entries + num_new > capture_from;
       if (take_slot && slots_.num_free() == 0) {
-        if (entries >= capture_from || !config_.enable_chunked_prefill) {
+        const int before_window = tokens_before_capture(*request, block_size, entries, num_new);
+        if (before_window <= 0 || !config_.enable_chunked_prefill) {
           admitted = false;
         } else {
-          num_new = capture_from - entries;
+          num_new = before_window;
           take_slot = false;
         }
       }
@@ -347,7 +351,8 @@ int Scheduler::peak_blocks(const Request& request) const {
   const RequestCompression& c = request.compression;
   if (c.trigger != CompressionTrigger::kCacheFull || c.max_blocks <= 0) return -1;
   // A recomputed request prefills its prompt and outputs so far; it is compressed right after.
-  const int prefill_blocks = kv_->blocks_needed(request.num_tokens());
+  const int prefill_blocks = kv_->blocks_needed(
+      max_prefill_entries(c, request.num_tokens(), config_.max_num_batched_tokens));
   const int final_blocks = kv_->blocks_needed(request.num_prompt_tokens() + request.sampling.max_tokens);
   const int own = std::min(final_blocks, std::max(c.max_blocks, prefill_blocks));
   // While the shared blocks are still held, compaction writes their entries to fresh blocks.

@@ -38,6 +38,11 @@
 // Token2Chunk written out plainly (test::naive_token2chunk; ratio 0.5: 20 kept, alpha = 6, gamma = 5); every entry
 // before the window must stay where it is, bit-exact. Its compressions must fall on its period
 // (every 8 steps), at most 2 requests per period.
+// A fifth test turns prefill chunk compression on (`prefill_chunk_compression=1`, chunks of at most
+// 24 tokens shared by the requests, so some are shorter than the window) for `zipage-attn`,
+// `keydiff` and `snapkv` (budget 64, compressing whenever a chunk leaves more than 64 entries),
+// with long prompts: the kept set after each chunk must be the brute-force top k over the entries
+// the cache holds then, computed the same way.
 // Query slot rows are keyed by logical position: the query of position p is at row p % max_window.
 #include <algorithm>
 #include <cmath>
@@ -126,6 +131,13 @@ BruteRecipe rkv_recipe() {
   r.redundancy = RedundancyMode::kFlash;
   r.lambda = 0.1;
   r.tau = 1.0;
+  return r;
+}
+BruteRecipe snapkv_recipe() {
+  BruteRecipe r;
+  r.policy = "snapkv";
+  r.window = 32;
+  r.pool_kernel = 7;
   return r;
 }
 BruteRecipe kvllm_recipe() {
@@ -230,6 +242,7 @@ struct Stats {
   int heads = 0;
   int kara_windows = 0;
   int kara_full_periods = 0;  // periods that compressed the cap of n requests
+  int prefill_compressions = 0;  // compressions that started before the prompt was prefilled
 };
 
 class BruteForce {
@@ -295,7 +308,9 @@ class BruteForce {
     }
     const int w = recipe_.window;
     ASSERT_EQ(r->compression.num_keep, kKeep);
-    ASSERT_GE(n, kKeep + kBlock);
+    // Cache-full triggers compress at N_max full blocks, a prefill-end one above the budget.
+    ASSERT_GE(n, r->compression.trigger == CompressionTrigger::kPrefillEnd ? kKeep + 1 : kKeep + kBlock);
+    stats->prefill_compressions += t.num_computed < t.prompt_length ? 1 : 0;
     // The window's entries are the newest tokens, the same in every head.
     for (int h = 0; h < heads_; ++h)
       for (int i = 0; i < w; ++i)
@@ -611,6 +626,7 @@ struct EngineSetup {
   const char* name;
   bool policy_per_request;  // the eval's setup: full-KV default engine, policy per request
   BruteRecipe recipe = zipage_attn_recipe();  // the policy and the score it must reproduce
+  int chunk = 0;  // > 0: prefill chunk compression, at most `chunk` tokens a step
 };
 
 void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths, int num_tokens, Stats* stats) {
@@ -627,6 +643,12 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
     } else {
       c.kv_budget = kBudget;
     }
+  }
+  PolicyOptionMap chunk_options;
+  if (setup.chunk > 0) {
+    c.max_num_batched_tokens = setup.chunk;
+    chunk_options = {{"prefill_chunk_compression", "1"}};
+    if (!setup.policy_per_request) c.kv_policy_options = chunk_options;
   }
   auto engine = make_engine(c);
   ASSERT_NE(engine, nullptr);
@@ -653,6 +675,7 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
         opts.kv_policy_options = kKaraOptions;
       } else {
         opts.kv_budget = kBudget;
+        opts.kv_policy_options = chunk_options;
       }
     }
     opts.forced_output_tokens.assign(t.tokens.begin() + prompt_lengths[i], t.tokens.end());
@@ -679,8 +702,13 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
     EXPECT_EQ(engine->request(t.id)->output_token_ids.size(), t.tokens.size() - static_cast<size_t>(t.prompt_length));
     // Every compression of the request was checked (one per 16 tokens after the first; kvllm:
     // one per window of fresh W - U tokens at most, fewer when periods are missed or capped).
-    const int want_compressions = setup.recipe.kara ? 2 : (num_tokens - 80) / kBlock;
-    EXPECT_GE(t.num_compressions, want_compressions) << setup.name << " request " << t.id;
+    // Prefill-end (snapkv) compresses prompts only; with chunk compression, one per chunk after
+    // the first 64 entries at least every other step.
+    const bool prefill_end = std::string(setup.recipe.policy) == "snapkv";
+    const int want_compressions = setup.recipe.kara ? 2
+                                  : prefill_end    ? (t.prompt_length > kKeep ? 1 : 0)
+                                                   : (num_tokens - 80) / kBlock;
+    if (setup.chunk == 0) EXPECT_GE(t.num_compressions, want_compressions) << setup.name << " request " << t.id;
   }
   EXPECT_EQ(engine->metrics().num_preemptions, 0);
   EXPECT_EQ(engine->metrics().num_compressions, stats->compressions_checked + stats->compressions_unchecked - before)
@@ -738,6 +766,28 @@ TEST(EngineCompressionBruteForce, KvllmKeepsKarasWindowSelectionAtEveryCompressi
     EXPECT_GE(stats.compressions_checked, 4 * 3);
     EXPECT_GT(stats.kara_full_periods, 0) << "no period reached the cap of n requests";
     EXPECT_GT(stats.differing_head_choices, 0) << "token-wise eviction per head: heads should keep different entries";
+  }
+}
+
+TEST(EngineCompressionBruteForce, PrefillChunkCompressionKeepsTheBruteForceTopKAfterEveryChunk) {
+  // Three long prompts whose chunks share a step budget of 24 tokens (so chunks differ in length,
+  // some shorter than the window), and a short one; a few decode steps after.
+  const std::vector<int> prompt_lengths = {7, 150, 190, 230};
+  const int num_tokens = 250;
+  for (const EngineSetup& setup :
+       {EngineSetup{"zipage-attn, prefill chunk compression, engine default", false, zipage_attn_recipe(), 24},
+        EngineSetup{"keydiff, prefill chunk compression, eval setup", true, keydiff_recipe(), 24},
+        EngineSetup{"snapkv, prefill chunk compression, eval setup", true, snapkv_recipe(), 24}}) {
+    Stats stats;
+    run_setup(setup, prompt_lengths, num_tokens, &stats);
+    ASSERT_FALSE(HasFailure()) << setup.name;
+    std::printf("[%s] %d compressions checked at layer 0 (%d before the prompt's end; x %d KV heads; %d unreadable), "
+                "%d fp swaps (worst relative score gap %.2e), %d head choices differing from head 0's\n",
+                setup.name, stats.compressions_checked, stats.prefill_compressions, stats.heads,
+                stats.compressions_unchecked, stats.swaps, stats.max_swap_gap, stats.differing_head_choices);
+    // Chunks ending above the threshold compress the three long prompts several times each.
+    EXPECT_GE(stats.prefill_compressions, 3 * 3) << setup.name;
+    EXPECT_GT(stats.differing_head_choices, 0) << setup.name;
   }
 }
 

@@ -11,7 +11,10 @@
 //   - prefix blocks never written: a page that two requests' tables hold is bit-identical after
 //     every step;
 //   - no block leaked: once every request has finished, no KV block is in use;
-// and every request completes with the number of tokens it asked for.
+// and every request completes with the number of tokens it asked for. A policy that supports
+// prefill chunk compression runs once with it on and once off (its default in one of the runs,
+// the other value in the other), and with it on, some prompts (chunked at 48 tokens a step) must
+// compress before their prefill ends.
 #include <functional>
 #include <map>
 #include <random>
@@ -33,6 +36,17 @@ constexpr int kBudget = 64;
 PolicyOptionMap matrix_options(const std::string& policy) {
   if (policy == "kvllm") return {{"window", "48"}, {"buffer", "8"}, {"delta", "4"}, {"chunk_budget", "6"}, {"chunk_len", "5"}};
   return {};
+}
+
+// The matrix options plus prefill_chunk_compression: the policy's default when `flip` is false,
+// the other value when it is true; `on` says which it is (false for a policy without the option).
+PolicyOptionMap matrix_options(const KVPolicy& policy, bool flip, bool* on) {
+  PolicyOptionMap options = matrix_options(policy.name());
+  *on = false;
+  if (!policy.supports_prefill_chunk_compression()) return options;
+  *on = policy.options().get_bool(kPrefillChunkCompressionOption) != flip;
+  options[kPrefillChunkCompressionOption] = *on ? "1" : "0";
+  return options;
 }
 
 // A CPU backend that checks the invariants above around each step.
@@ -59,7 +73,7 @@ class CheckingBackend : public CpuBackendWrapper {
     std::vector<std::vector<std::vector<float>>> evict_pages(batch.compressions.size());
     for (size_t i = 0; i < batch.compressions.size(); ++i) {
       const CompressionJob& j = batch.compressions[i];
-      jobs_seen_.push_back({j.request_id, j.num_entries, j.num_keep, j.kind});
+      jobs_seen_.push_back({j.request_id, j.num_entries, j.num_keep, j.num_positions, j.kind});
       if (j.kind == CompressionKind::kEvictBlock) {
         for (int p = 0; p < j.num_entries / kBlock; ++p) evict_pages[i].push_back(page((*j.src_blocks)[static_cast<size_t>(p)]));
         before.emplace_back();
@@ -107,6 +121,7 @@ class CheckingBackend : public CpuBackendWrapper {
   struct JobSeen {
     uint64_t request_id;
     int num_entries, num_keep;
+    int num_positions;  // tokens computed when it started
     CompressionKind kind;
   };
   const std::vector<JobSeen>& jobs_seen() const { return jobs_seen_; }
@@ -174,14 +189,17 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
     if (!(*policy)->compresses()) continue;
     ++num_policies;
     for (bool prefix : {false, true}) {
-      SCOPED_TRACE(info.name + (prefix ? " with prefix caching" : ""));
+      bool chunked = false;
+      const PolicyOptionMap options = matrix_options(**policy, /*flip=*/!prefix, &chunked);
+      SCOPED_TRACE(info.name + (prefix ? " with prefix caching" : "") + (chunked ? ", prefill chunk compression" : ""));
       EngineConfig c = cpu_config(tiny_qwen3_dir());
       c.block_size = kBlock;
       c.kv_policy = info.name;
-      c.kv_policy_options = matrix_options(info.name);
+      c.kv_policy_options = options;
       if ((*policy)->takes_budget()) c.kv_budget = kBudget;
       c.enable_prefix_caching = prefix;
-      c.max_num_batched_tokens = 96;
+      // Chunk compression: chunks of at most 48 tokens, so that long prompts end chunks above N_max blocks.
+      c.max_num_batched_tokens = chunked ? 48 : 96;
       auto backend = std::make_unique<CheckingBackend>();
       CheckingBackend* checking = backend.get();
       auto created = Engine::create(c, std::move(backend));
@@ -204,9 +222,21 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
         for (const RequestOutput& out : engine.step()) ASSERT_NE(out.finish_reason, FinishReason::kError) << out.error;
         for (RequestId id : ids) {
           const Request* r = engine.request(id);
-          if (r->is_finished() || !r->compression.bounded() || r->compression.in_flight) continue;
+          if (r->is_finished()) continue;
+          if (!r->memory_bounded() || r->compression.in_flight || r->compression.pending) continue;
           ASSERT_LE(static_cast<int>(r->kv.groups[0].blocks.size()), max_blocks) << "request " << id;
         }
+      }
+      // Only chunk compression compresses a prompt before its last chunk.
+      std::map<uint64_t, int> prompt_length;
+      for (size_t i = 0; i < ids.size(); ++i) prompt_length[ids[i]] = static_cast<int>(items[i].prompt_token_ids.size());
+      int mid_prompt_compressions = 0;
+      for (const auto& job : checking->jobs_seen())
+        mid_prompt_compressions += job.num_positions < prompt_length[job.request_id] ? 1 : 0;
+      if (chunked) {
+        EXPECT_GT(mid_prompt_compressions, 0) << "no prompt was compressed before its prefill ended";
+      } else {
+        EXPECT_EQ(mid_prompt_compressions, 0);
       }
       for (size_t i = 0; i < ids.size(); ++i) {
         const Request* r = engine.request(ids[i]);
@@ -255,15 +285,20 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicySurvivesPreemptionAndAbort) {
     ASSERT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
     if (!(*policy)->compresses()) continue;
     int64_t preemptions = 0;
+    int chunked_runs = 0;
     // Two of the four combinations keep the test short: each flag is on once and off once.
     for (bool reserve : {false, true}) {
       const bool prefix = !reserve;
       {
-        SCOPED_TRACE(info.name + (reserve ? " reserving" : "") + (prefix ? " with prefix caching" : ""));
+        bool chunked = false;
+        const PolicyOptionMap options = matrix_options(**policy, /*flip=*/reserve, &chunked);
+        chunked_runs += chunked ? 1 : 0;
+        SCOPED_TRACE(info.name + (reserve ? " reserving" : "") + (prefix ? " with prefix caching" : "") +
+                     (chunked ? ", prefill chunk compression" : ""));
         EngineConfig c = cpu_config(tiny_qwen3_dir());
         c.block_size = kBlock;
         c.kv_policy = info.name;
-        c.kv_policy_options = matrix_options(info.name);
+        c.kv_policy_options = options;
         if ((*policy)->takes_budget()) c.kv_budget = kBudget;
         c.enable_prefix_caching = prefix;
         c.reserve_bounded_kv = reserve;
@@ -294,7 +329,7 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicySurvivesPreemptionAndAbort) {
           for (const RequestOutput& out : engine.step()) ASSERT_NE(out.finish_reason, FinishReason::kError) << out.error;
           for (RequestId id : ids) {
             const Request* r = engine.request(id);
-            if (r->is_finished() || !r->compression.bounded() || r->compression.in_flight) continue;
+            if (r->is_finished() || !r->memory_bounded() || r->compression.in_flight || r->compression.pending) continue;
             ASSERT_LE(static_cast<int>(r->kv.groups[0].blocks.size()), max_blocks) << "request " << id;
           }
         }
@@ -313,6 +348,7 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicySurvivesPreemptionAndAbort) {
       }
     }
     EXPECT_GT(preemptions, 0) << info.name << ": the pool never ran short";
+    if ((*policy)->supports_prefill_chunk_compression()) EXPECT_EQ(chunked_runs, 1) << info.name;
   }
 }
 

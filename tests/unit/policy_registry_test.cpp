@@ -255,5 +255,62 @@ TEST(PolicyRegistry, BuiltinTriggersDecideFromTheTriggerState) {
   EXPECT_EQ(make("full")->capture_from(s), -1);
 }
 
+// Prefill chunk compression: which policies take the option and their defaults, the threshold
+// each trigger compresses a chunk at, and the chunk rules (policy/triggers.h).
+TEST(PolicyRegistry, PrefillChunkCompressionRules) {
+  // On where the paper evicts while the prompt is processed (KeyDiff), off elsewhere.
+  for (const PolicyInfo& info : reg().policies()) {
+    auto p = make(info.name);
+    const bool budgeted = p->compresses() && p->takes_budget();
+    EXPECT_EQ(p->supports_prefill_chunk_compression(), budgeted) << info.name;
+    if (!budgeted) continue;
+    EXPECT_EQ(p->options().get_bool(kPrefillChunkCompressionOption), info.name == "keydiff") << info.name;
+    EXPECT_EQ(p->prefill_chunk_threshold(64, 5, 16), info.name == "keydiff" ? 79 : -1) << info.name;
+  }
+  EXPECT_EQ(make("snapkv", {{"prefill_chunk_compression", "1"}})->prefill_chunk_threshold(64, 0, 16), 64);
+  EXPECT_EQ(make("zipage", {{"prefill_chunk_compression", "1"}})->prefill_chunk_threshold(64, 5, 16), 79);
+  EXPECT_NE(error_of("kvllm", {{"prefill_chunk_compression", "1"}}).find("prefill_chunk_compression"),
+            std::string::npos);
+
+  TriggerState s;
+  s.block_size = 16;
+  s.window = 8;
+  s.chunk_threshold = 64;
+  s.tokens_pending = true;
+  s.entries_after_known = 300;  // the prompt's end
+  // The chunk rule applies only while tokens are pending and the option is on.
+  EXPECT_TRUE(prefill_chunk_applies(s));
+  s.entries = 64;
+  EXPECT_FALSE(prefill_chunk_due(s).compress);  // not above the threshold
+  s.entries = 90;
+  EXPECT_TRUE(prefill_chunk_due(s).compress);
+  s.computed_from = 85;  // its window would reach into prefix-cache hits: not yet
+  EXPECT_FALSE(prefill_chunk_due(s).compress);
+  s.computed_from = 0;
+  // Capture: the chunk's last w queries, when the chunk ends above T - w and is not the last.
+  s.entries = 40;
+  s.chunk_end = 56;  // ends at T - w: captures nothing of its own
+  EXPECT_EQ(prefill_chunk_capture_from(s, 292), 292);
+  s.chunk_end = 80;
+  EXPECT_EQ(prefill_chunk_capture_from(s, 292), 72);
+  s.chunk_end = 300;  // the prompt's last chunk: the policy's own rule
+  EXPECT_EQ(prefill_chunk_capture_from(s, 292), 292);
+  s.chunk_end = -1;   // unknown: the one-token chunk
+  s.entries = 64;
+  EXPECT_EQ(prefill_chunk_capture_from(s, 292), 57);
+  s.entries_after_known = 60;  // no compression ahead in the prompt: the policy's own rule
+  s.entries = 40;
+  s.chunk_end = 50;
+  EXPECT_EQ(prefill_chunk_capture_from(s, -1), -1);
+  s.tokens_pending = false;  // decoding: the policy's own trigger
+  s.entries_after_known = 300;
+  EXPECT_FALSE(prefill_chunk_applies(s));
+  EXPECT_EQ(prefill_chunk_capture_from(s, 292), 292);
+  s.tokens_pending = true;
+  s.chunk_threshold = -1;  // off
+  EXPECT_FALSE(prefill_chunk_applies(s));
+  EXPECT_FALSE(prefill_chunk_due(s).compress);
+}
+
 }  // namespace
 }  // namespace origami

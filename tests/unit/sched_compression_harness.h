@@ -41,6 +41,7 @@ inline RequestCompression make_compression(const std::string& policy, int budget
   } else {
     c.num_keep = budget;
   }
+  c.chunk_threshold = c.policy->prefill_chunk_threshold(budget, c.max_blocks, block_size);
   return c;
 }
 
@@ -62,6 +63,7 @@ struct CompressionHarness {
   int64_t num_compressions = 0;
   int64_t num_slot_waits = 0;
   int64_t num_fresh_targets = 0;  // destination blocks that replaced shared prefix blocks
+  int64_t num_prefill_chunk_compressions = 0;  // started before the request's prompt was prefilled
   int num_steps = 0;
   // Every batch of compressions started, for exact assertions.
   struct CompressionPlan {
@@ -144,8 +146,12 @@ struct CompressionHarness {
       kept.push_back(values[static_cast<size_t>(keep[static_cast<size_t>(i)])]);
     }
     pending_results[r->id] = std::move(kept);
+    std::map<int, int> carried;
+    for (int e = n - c.window; e < n && c.window > 0; ++e) carried[k - c.window + (e - (n - c.window))] = captured[r->id][e];
+    pending_captured[r->id] = std::move(carried);
   }
   std::map<RequestId, std::vector<uint64_t>> pending_results;
+  std::map<RequestId, std::map<int, int>> pending_captured;
 
   // The backend's report of the whole batch in flight.
   std::vector<CompressionResult> report_in_flight() const {
@@ -168,13 +174,17 @@ struct CompressionHarness {
     if (it == pending_results.end()) return;
     compressed_entries[id] = std::move(it->second);
     pending_results.erase(it);
-    captured[id].clear();
+    // The window was kept verbatim at the end: its captured queries stay valid (rows are keyed by
+    // position), at the window's new entry indices; a later window may reach back into it.
+    captured[id] = std::move(pending_captured[id]);
+    pending_captured.erase(id);
   }
 
   // The step's new compressions, as the backend runs them before the forward pass.
   void start_compressions(const SchedulerOutput& out) {
     for (Request* r : out.preempted) forget(r);
     for (Request* r : out.compressions) {
+      num_prefill_chunk_compressions += r->is_prefilling() ? 1 : 0;
       compress(r);
       if (::testing::Test::HasFatalFailure()) return;
       // Switched to its compacted table already: it computes on it in this very step.
@@ -213,7 +223,7 @@ struct CompressionHarness {
           if (std::find(r->kv.groups[0].blocks.begin(), r->kv.groups[0].blocks.end(), b) == r->kv.groups[0].blocks.end())
             ++refs[static_cast<size_t>(b)];
       const RequestCompression& c = r->compression;
-      if (c.bounded() && !c.in_flight) {
+      if (r->memory_bounded() && !c.in_flight && !c.pending) {
         ASSERT_LE(static_cast<int>(r->kv.groups[0].blocks.size()), c.max_blocks) << "request " << r->id;
         ASSERT_LE(r->kv.groups[0].num_entries, c.max_blocks * block_size) << "request " << r->id;
       }
@@ -241,7 +251,7 @@ struct CompressionHarness {
       const int entries_before = r.kv.groups[0].num_entries - s.num_new_tokens;
       for (int e = 0; e < entries_before; ++e)
         ASSERT_EQ(fake_kv[slot(r, e)], expected_entry(r, e)) << "request " << r.id << " reads wrong KV at entry " << e;
-      const int capture_from = query_capture_from(r, block_size, entries_before);
+      const int capture_from = query_capture_from(r, block_size, entries_before, s.num_new_tokens);
       for (int i = 0; i < s.num_new_tokens; ++i) {
         const int e = entries_before + i;
         const BlockId b = r.kv.groups[0].blocks[static_cast<size_t>(e / block_size)];
@@ -266,7 +276,7 @@ struct CompressionHarness {
   std::set<Request*> bounded_requests() const {
     std::set<Request*> s;
     for (Request* r : sched.running())
-      if (r->compression.bounded()) s.insert(r);
+      if (r->memory_bounded()) s.insert(r);
     return s;
   }
   void check_not_bounded(const std::set<Request*>& bounded, const std::vector<Request*>& preempted) {

@@ -311,10 +311,11 @@ TEST(SchedCompression, StreamingNeedsNoSlots) {
   EXPECT_EQ(h.num_slot_waits, 0);
 }
 
-// Many requests, mixed policies, tiny pools, few slots, prefix sharing, async delays: every
+// Many requests, mixed policies (prefill chunk compression included), tiny pools, few slots,
+// prefix sharing, async delays: every
 // request completes with all its tokens and the harness's invariants hold at every step.
 TEST(SchedCompression, RandomizedTinyPoolsAlwaysDrain) {
-  int64_t compressions = 0, preemptions = 0, slot_waits = 0, shared_targets = 0;
+  int64_t compressions = 0, preemptions = 0, slot_waits = 0, shared_targets = 0, chunk_compressions = 0;
   for (int seed = 0; seed < 300; ++seed) {
     std::mt19937 rng(static_cast<uint32_t>(seed));
     const bool prefix = seed % 2 == 0;
@@ -332,11 +333,14 @@ TEST(SchedCompression, RandomizedTinyPoolsAlwaysDrain) {
       if (rng() % 2 == 0) prompt.assign(shared.begin(), shared.begin() + std::min(len, 11));
       while (static_cast<int>(prompt.size()) < len) prompt.push_back(static_cast<int32_t>(rng() % 50 + 1));
       RequestCompression c;
-      switch (rng() % 5) {
+      switch (rng() % 7) {
         case 0: c = make_compression("full", 0, kB); break;
         case 1: c = make_compression("streaming", 8, kB); break;
         case 2: c = make_compression("snapkv", 5, kB, {{"window", "2"}}); break;
         case 3: c = make_compression("zipage", 8, kB, {{"window", "4"}}); break;  // w = b: keeps its slot
+        // Prefill chunk compression: long prompts compress after chunks, windows spanning chunks.
+        case 4: c = make_compression("snapkv", 5, kB, {{"window", "2"}, {"prefill_chunk_compression", "1"}}); break;
+        case 5: c = make_compression("zipage", 8, kB, {{"window", "3"}, {"prefill_chunk_compression", "1"}}); break;
         default: c = zipage8(); break;
       }
       reqs.push_back(h.add(prompt, 1 + static_cast<int>(rng() % 25), c));
@@ -350,6 +354,7 @@ TEST(SchedCompression, RandomizedTinyPoolsAlwaysDrain) {
     preemptions += h.num_preemptions;
     slot_waits += h.num_slot_waits;
     shared_targets += h.num_fresh_targets;
+    chunk_compressions += h.num_prefill_chunk_compressions;
     for (Request* r : reqs) {
       if (r->finish_reason == FinishReason::kError) {
         // Only a full-KV request longer than the pool may be rejected.
@@ -364,9 +369,12 @@ TEST(SchedCompression, RandomizedTinyPoolsAlwaysDrain) {
   EXPECT_GT(preemptions, 100);
   EXPECT_GT(slot_waits, 100);
   EXPECT_GT(shared_targets, 50);  // shared prefix blocks replaced by fresh targets
-  std::printf("randomized: %lld compressions, %lld preemptions, %lld slot waits, %lld fresh targets\n",
-              static_cast<long long>(compressions), static_cast<long long>(preemptions),
-              static_cast<long long>(slot_waits), static_cast<long long>(shared_targets));
+  EXPECT_GT(chunk_compressions, 50);  // prompts compressed before their last chunk
+  std::printf("randomized: %lld compressions (%lld before a prompt's end), %lld preemptions, %lld slot waits, %lld fresh "
+              "targets\n",
+              static_cast<long long>(compressions), static_cast<long long>(chunk_compressions),
+              static_cast<long long>(preemptions), static_cast<long long>(slot_waits),
+              static_cast<long long>(shared_targets));
 }
 
 }  // namespace
