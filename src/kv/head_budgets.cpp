@@ -200,11 +200,13 @@ std::vector<std::vector<int>> HeadBudgets::scaled_token_budgets(int avg_tokens, 
     // Largest remainder: the heads with the largest fractional parts (ties to the lower index)
     // get one more entry until the layer's total is exact; the bisection's upper end makes the
     // shares sum to at least the target, so only fractional parts are handed out (never past N).
+    // Fractional parts on a 1e-9 grid, so that shares equal up to the bisection's last bits
+    // count as ties (and go to the lower index) rather than to whichever rounded up.
+    std::vector<int64_t> frac(heads);
+    for (int h = 0; h < heads; ++h) frac[h] = std::llround((share[h] - std::floor(share[h])) * 1e9);
     std::vector<int> order(heads);
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
-      return share[x] - std::floor(share[x]) > share[y] - std::floor(share[y]);
-    });
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return frac[x] > frac[y]; });
     for (int i = 0; assigned < target && i < heads; ++i) {
       const int h = order[i];
       if (budget[h] < num_tokens) {

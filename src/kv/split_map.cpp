@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <string>
 
@@ -44,9 +45,10 @@ std::vector<int> apportion_layer(const std::vector<double>& w, int num_ctas) {
     }
     assigned += out[g];
   }
-  std::stable_sort(free_groups.begin(), free_groups.end(), [&](int a, int b) {
-    return quota[a] - std::floor(quota[a]) > quota[b] - std::floor(quota[b]);
-  });
+  // Remainders on a 1e-9 grid: quotas equal up to rounding are ties.
+  std::vector<int64_t> rem(groups, 0);
+  for (int g : free_groups) rem[g] = std::llround((quota[g] - std::floor(quota[g])) * 1e9);
+  std::stable_sort(free_groups.begin(), free_groups.end(), [&](int a, int b) { return rem[a] > rem[b]; });
   for (size_t i = 0; assigned < num_ctas && i < free_groups.size(); ++i, ++assigned) ++out[free_groups[i]];
   return out;
 }
