@@ -75,6 +75,12 @@ class PrefillScorer {
 
   const ModelConfig& config() const { return config_; }
   const ScoreRecipe& recipe() const { return recipe_; }
+  // The backend and the document's page table (pages 1 .. ceil(max_tokens / block_size)), for
+  // tests that run the backend's own compression on the prefilled cache; query slot 0 holds the
+  // window's queries.
+  CpuBackend& backend() { return *backend_; }
+  const std::vector<BlockId>& block_table() const { return table_; }
+  int block_size() const { return block_size_; }
 
  private:
   PrefillScorer() = default;
