@@ -27,6 +27,8 @@
 namespace origami::cli {
 namespace {
 
+constexpr int kDefaultMinTokens = 256;
+
 struct CalibrateFlags {
   std::string model_dir = default_model_dir();
   std::string tokenizer_dir;
@@ -35,7 +37,8 @@ struct CalibrateFlags {
   std::string data_path;
   std::string output_path;
   eval::CalibrationOptions options;
-  eval::SampleReadOptions samples;
+  eval::SampleReadOptions samples;  // min_tokens comes from min_tokens below
+  int min_tokens = 0;               // 0: min(kDefaultMinTokens, --max-tokens)
   bool quiet = false;
 };
 
@@ -70,9 +73,12 @@ void print_summary(const HeadBudgets& b) {
 }
 
 int run_calibrate(const CalibrateFlags& f) {
-  if (f.samples.min_tokens > f.samples.max_tokens) {
-    print_error("--min-tokens " + std::to_string(f.samples.min_tokens) + " is above --max-tokens " +
-                std::to_string(f.samples.max_tokens));
+  eval::SampleReadOptions read = f.samples;
+  // Unless given, the shortest sample is 256 tokens or the whole --max-tokens when that is less.
+  read.min_tokens = f.min_tokens > 0 ? f.min_tokens : std::min(kDefaultMinTokens, read.max_tokens);
+  if (read.min_tokens > read.max_tokens) {
+    print_error("--min-tokens " + std::to_string(read.min_tokens) + " is above --max-tokens " +
+                std::to_string(read.max_tokens));
     return kExitUsage;
   }
   if (f.device != "cpu") {
@@ -100,7 +106,6 @@ int run_calibrate(const CalibrateFlags& f) {
     print_error(tokenizer.status().to_string());
     return kExitFailure;
   }
-  eval::SampleReadOptions read = f.samples;
   read.max_tokens = std::min(read.max_tokens, config->max_position_embeddings);
   read.min_tokens = std::min(read.min_tokens, read.max_tokens);
   const PromptBuilder builder(*tokenizer);
@@ -190,9 +195,9 @@ void register_calibrate_command(CLI::App& app) {
                   "Tokens per sample (longer documents are cut; capped at the model's context)")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
-  cmd->add_option("--min-tokens", f->samples.min_tokens, "Shorter documents / windows are skipped")
-      ->check(CLI::Range(1, 1 << 24))
-      ->capture_default_str();
+  cmd->add_option("--min-tokens", f->min_tokens,
+                  "Shorter documents / windows are skipped (default: 256, or --max-tokens when that is less)")
+      ->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--output", f->output_path, "Where to write the head budget JSON file")->required();
   cmd->add_flag("--quiet", f->quiet, "No per-sample progress on stderr");
   cmd->callback([f] { set_exit_code(run_calibrate(*f)); });
