@@ -279,7 +279,8 @@ Status check_head_budgets_model(const HeadBudgets& b, const ModelIdentity& model
 }
 
 std::string head_budgets_to_json(const HeadBudgets& b) {
-  ORIGAMI_CHECK_MSG(validate_head_budgets(b).is_ok(), validate_head_budgets(b).message().c_str());
+  const Status valid = validate_head_budgets(b);
+  ORIGAMI_CHECK_MSG(valid.is_ok(), valid.message().c_str());
   nlohmann::ordered_json j;  // written in the order a reader looks for things
   j["format"] = kHeadBudgetsFormat;
   j["version"] = b.version;
