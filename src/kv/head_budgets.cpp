@@ -153,9 +153,9 @@ double HeadBudgets::mean_ratio() const {
   return count ? sum / static_cast<double>(count) : 0.0;
 }
 
-int HeadBudgets::head_token_budget(int layer, int head, int num_tokens) const {
+int ratio_token_budget(double ratio, int num_tokens) {
   if (num_tokens <= 0) return 0;
-  const double tokens = std::ceil(ratios[layer][head] * static_cast<double>(num_tokens) - 1e-9);
+  const double tokens = std::ceil(ratio * static_cast<double>(num_tokens) - 1e-9);
   return static_cast<int>(std::clamp(tokens, 1.0, static_cast<double>(num_tokens)));
 }
 

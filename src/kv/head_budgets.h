@@ -39,6 +39,11 @@ struct ModelIdentity {
   int vocab_size = 0;
 };
 
+// Entries a head of budget ratio `ratio` keeps of `num_tokens`: ceil(ratio * N), computed as
+// ceil(ratio * N - 1e-9) so that a product such as 0.3 * 10 that rounds above an integer does
+// not add a token, clamped to [1, N] (0 when N <= 0).
+int ratio_token_budget(double ratio, int num_tokens);
+
 struct HeadBudgets {
   int version = kHeadBudgetsVersion;
   ModelIdentity model;
@@ -59,10 +64,11 @@ struct HeadBudgets {
   // The mean of B over every (layer, head): the share of full KV the budgets keep.
   double mean_ratio() const;
 
-  // Entries (layer, head) keeps of a document of `num_tokens` tokens: ceil(B * N), computed as
-  // ceil(B * N - 1e-9) so that a product such as 0.3 * 10 that rounds above an integer does not
-  // add a token, and clamped to [1, N] (0 when N = 0).
-  int head_token_budget(int layer, int head, int num_tokens) const;
+  // Entries (layer, head) keeps of a document of `num_tokens` tokens: ceil(B * N)
+  // (ratio_token_budget).
+  int head_token_budget(int layer, int head, int num_tokens) const {
+    return ratio_token_budget(ratios[layer][head], num_tokens);
+  }
   // head_token_budget() of every (layer, head): [layer][head].
   std::vector<std::vector<int>> token_budgets(int num_tokens) const;
 

@@ -51,12 +51,14 @@ Expected<HeadGrouping> group_heads(const std::vector<std::vector<double>>& ratio
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return row[a] < row[b]; });
     std::vector<std::vector<int>> layer_groups;
     std::vector<double> layer_ratio, layer_sum;
+    std::vector<int> layer_group_of(heads, -1);
     for (int i = 0; i < num_groups; ++i) {
       std::vector<int> members(order.begin() + i * heads_per_group, order.begin() + (i + 1) * heads_per_group);
       double max_ratio = 0.0, sum = 0.0;
       for (int h : members) {
         max_ratio = std::max(max_ratio, row[h]);
         sum += row[h];
+        layer_group_of[h] = i;
       }
       std::sort(members.begin(), members.end());
       layer_groups.push_back(std::move(members));
@@ -66,6 +68,7 @@ Expected<HeadGrouping> group_heads(const std::vector<std::vector<double>>& ratio
     g.groups.push_back(std::move(layer_groups));
     g.group_ratio.push_back(std::move(layer_ratio));
     g.group_budget_sum.push_back(std::move(layer_sum));
+    g.group_of_head.push_back(std::move(layer_group_of));
   }
   return g;
 }

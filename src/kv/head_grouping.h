@@ -35,9 +35,16 @@ struct HeadGrouping {
   std::vector<std::vector<double>> group_ratio;
   // [layer][group] -> the sum of its heads' ratios (the paper's aggregated budget Phi, Alg. 1).
   std::vector<std::vector<double>> group_budget_sum;
+  // [layer][head] -> the group holding that head.
+  std::vector<std::vector<int>> group_of_head;
 
   int num_layers() const { return static_cast<int>(groups.size()); }
   int num_groups() const { return heads_per_group > 0 ? num_kv_heads / heads_per_group : 0; }
+  // Entries each head of (layer, group) has room for in an N-token document: ceil(ratio * N),
+  // the largest of its members' head_token_budget (ratio_token_budget is monotone).
+  int group_token_budget(int layer, int group, int num_tokens) const {
+    return ratio_token_budget(group_ratio[layer][group], num_tokens);
+  }
 };
 
 // Groups the heads of a [layer][head] ratio matrix (every row the same length H >= 1, every

@@ -118,6 +118,12 @@ TEST(HeadGrouping, ClusteredNeverNeedsMoreMemoryThanAnyGrouping) {
           double m = 0.0;
           for (int h : members) m = std::max(m, ratios[l][h]);
           EXPECT_EQ(c->group_ratio[l][gi], m);
+          for (int h : members) EXPECT_EQ(c->group_of_head[l][h], gi);
+          for (int n : {1, 7, 100, 2048}) {
+            int largest = 0;
+            for (int h : members) largest = std::max(largest, ratio_token_budget(ratios[l][h], n));
+            EXPECT_EQ(c->group_token_budget(l, gi, n), largest);
+          }
           if (gi > 0) {
             EXPECT_GE(c->group_ratio[l][gi], c->group_ratio[l][gi - 1]);
             // Every member of a later group has a budget >= every member of an earlier one.
