@@ -9,6 +9,7 @@ void register_bench_command(CLI::App& app);
 void register_policies_command(CLI::App& app);
 void register_eval_command(CLI::App& app);
 void register_serve_command(CLI::App& app);
+void register_calibrate_command(CLI::App& app);
 // `bench serve`, under the `bench` command.
 void register_bench_serve_command(CLI::App& bench);
 

@@ -1,4 +1,4 @@
-// origami: the command-line front end (generate, bench, policies, eval).
+// origami: the command-line front end (generate, bench, policies, eval, calibrate, serve).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   origami::cli::register_bench_command(app);
   origami::cli::register_policies_command(app);
   origami::cli::register_eval_command(app);
+  origami::cli::register_calibrate_command(app);
   origami::cli::install_interrupt_handlers();
   origami::cli::register_serve_command(app);
   origami::cli::register_bench_serve_command(*app.get_subcommand("bench"));
