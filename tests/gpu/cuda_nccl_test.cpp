@@ -66,10 +66,18 @@ void check_collectives(bool graph) {
         return comms->all_reduce_sum(rank, buf_bf16, kCount, NcclDataType::kBFloat16, stream);
       };
       if (graph) {
+        // NCCL connects its ranks lazily, on a communicator's first collectives, with calls that
+        // a stream capture does not allow; the engine's eager prefill steps do this before it
+        // captures decode graphs, and so does this warm-up (its results are overwritten below).
+        const Status warm_up = enqueue();
+        ORIGAMI_CUDA_CHECK(cudaStreamSynchronize(stream));
+        ORIGAMI_CUDA_CHECK(cudaMemcpy(buf, host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice));
+        ORIGAMI_CUDA_CHECK(
+            cudaMemcpy(buf_bf16, host_bf16.data(), kCount * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
         cudaGraph_t g;
         cudaGraphExec_t exec;
         ORIGAMI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        status[rank] = enqueue();
+        status[rank] = warm_up.is_ok() ? enqueue() : warm_up;
         ORIGAMI_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
         ORIGAMI_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
         ORIGAMI_CUDA_CHECK(cudaGraphLaunch(exec, stream));

@@ -11,6 +11,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -316,11 +318,28 @@ bool shape_ok(const AttentionShape& s) {
          s.num_heads % s.num_kv_heads == 0 && s.block_size > 0 && paged_attention_supported(s.head_dim);
 }
 
+// The kernel's dynamic shared memory exceeds the 48 KiB default: raise the limit once per device.
+// cudaFuncSetAttribute applies to the calling thread's current device only, and tensor
+// parallelism launches this kernel on several GPUs from one process (a once-per-process flag
+// left every GPU but the first at the default and failed there with "invalid argument").
+constexpr int kMaxDevices = 64;
+template <int D>
+cudaError_t ensure_smem_limit() {
+  static std::array<std::atomic<bool>, kMaxDevices> raised{};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  if (raised[device].load(std::memory_order_acquire)) return cudaSuccess;
+  err = cudaFuncSetAttribute(paged_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             TileGeom<D>::kSmemBytes);
+  if (err == cudaSuccess) raised[device].store(true, std::memory_order_release);
+  return err;
+}
+
 template <int D>
 cudaError_t launch(const AttentionArgs& args, const AttentionPlan& plan, void* workspace, cudaStream_t stream) {
-  static const cudaError_t attr_status = cudaFuncSetAttribute(
-      paged_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, TileGeom<D>::kSmemBytes);
-  if (attr_status != cudaSuccess) return attr_status;
+  if (cudaError_t attr_status = ensure_smem_limit<D>(); attr_status != cudaSuccess) return attr_status;
   const AttentionShape& s = args.shape;
   KernelParams p;
   p.a = args;
