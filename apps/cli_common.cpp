@@ -105,6 +105,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
                   "Each head group's share of the KV budget, in (0, 1]: one per group, or one per group of a layer "
                   "(default: 1.0 each)")
       ->delimiter(',');
+  cmd->add_option("--kv-head-budgets", c.kv_head_budgets,
+                  "Calibrated per-head budgets (`origami calibrate`): heads grouped by budget, each group keeping its "
+                  "share of --kv-budget (CPU; --heads-per-group default 4)");
   // KV compression (`origami policies` lists the policies and their options).
   cmd->add_option("--kv-policy", c.kv_policy, "KV compression policy of requests that name none (see `origami policies`)")
       ->capture_default_str();

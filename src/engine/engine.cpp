@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "core/check.h"
 #include "engine/forward_batch_builder.h"
 #include "engine/engine_setup_check.h"
+#include "engine/head_budget_loader.h"
 #include "engine/kv_memory_plan.h"
+#include "kv/head_grouping.h"
 #include "sched/compression_state.h"
 #include "model/weights.h"
 #include "sampling/sampler.h"
@@ -64,6 +67,34 @@ Expected<std::vector<float>> expand_group_budget_ratios(const EngineConfig& conf
   return ratios;
 }
 
+// --kv-head-budgets: the file checked against the model, and its heads clustered by budget.
+Expected<HeadGrouping> calibrated_head_groups(const EngineConfig& config, const ModelConfig& mc) {
+  if (!config.group_budget_ratios.empty())
+    return invalid_argument("--kv-head-budgets and --group-budget-ratios both set the groups' budgets: give one");
+  ORIGAMI_ASSIGN_OR_RETURN(HeadBudgets budgets, load_head_budgets_for_model(config.kv_head_budgets, mc));
+  int hp = config.heads_per_group;
+  if (hp == 0) hp = mc.num_kv_heads % 4 == 0 && mc.num_kv_heads / 4 >= 2 ? 4 : std::max(1, mc.num_kv_heads / 2);
+  if (hp >= mc.num_kv_heads)
+    return invalid_argument("--kv-head-budgets needs at least two head groups per layer: --heads-per-group " +
+                            std::to_string(hp) + " is all of the model's " + std::to_string(mc.num_kv_heads) +
+                            " KV heads");
+  auto grouping = cluster_heads(budgets.ratios, hp);
+  if (!grouping) return invalid_argument("--kv-head-budgets " + config.kv_head_budgets + ": " + grouping.status().to_string());
+  return std::move(grouping).value();
+}
+
+// Each group's share of the request's budget: its ratio over the largest group's, so the largest
+// keeps the budget and no group more (the scheduler reserves for the group with most entries).
+std::vector<float> calibrated_group_ratios(const HeadGrouping& g) {
+  double largest = 0.0;
+  for (const auto& layer : g.group_ratio)
+    for (double r : layer) largest = std::max(largest, r);
+  std::vector<float> ratios;
+  for (const auto& layer : g.group_ratio)
+    for (double r : layer) ratios.push_back(static_cast<float>(std::min(1.0, r / largest)));
+  return ratios;
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) { return create(config, nullptr); }
@@ -114,20 +145,30 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   ORIGAMI_ASSIGN_OR_RETURN(KVMemoryPlan memory, plan_kv_memory(config, mc, layout, *engine->backend_));
   int num_blocks = memory.num_blocks;
   layout.groups[0].num_blocks = num_blocks;
-  if (config.heads_per_group > 0 && config.heads_per_group < mc.num_kv_heads) {
+  // Calibrated head budgets: clustered groups and their ratios (below) replace the adjacent ones.
+  EngineConfig grouped_config = config;
+  std::optional<HeadGrouping> calibrated;
+  if (!config.kv_head_budgets.empty()) {
+    ORIGAMI_ASSIGN_OR_RETURN(calibrated, calibrated_head_groups(config, mc));
+    grouped_config.heads_per_group = calibrated->heads_per_group;
+    grouped_config.group_budget_ratios = calibrated_group_ratios(*calibrated);
+  }
+  if (grouped_config.heads_per_group > 0 && grouped_config.heads_per_group < mc.num_kv_heads) {
     // Head groups: the same memory, cut into group pages (one shared pool).
-    const int per_block = mc.num_layers * (mc.num_kv_heads / config.heads_per_group);
+    const int hp = grouped_config.heads_per_group;
+    const int per_block = mc.num_layers * (mc.num_kv_heads / hp);
     const int64_t pages = int64_t{num_blocks - 1} * per_block + 1;
     if (pages > std::numeric_limits<int32_t>::max())
-      return invalid_argument("--heads-per-group " + std::to_string(config.heads_per_group) + ": " +
-                              std::to_string(pages) + " group pages are more than block ids can name");
+      return invalid_argument("--heads-per-group " + std::to_string(hp) + ": " + std::to_string(pages) +
+                              " group pages are more than block ids can name");
     num_blocks = static_cast<int>(pages);
     ORIGAMI_ASSIGN_OR_RETURN(
         layout, KVLayout::grouped(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.block_size, num_blocks,
                                   layout.dtype,
-                                  KVLayout::adjacent_heads(mc.num_layers, mc.num_kv_heads, config.heads_per_group)));
+                                  calibrated ? calibrated->groups
+                                             : KVLayout::adjacent_heads(mc.num_layers, mc.num_kv_heads, hp)));
   }
-  ORIGAMI_ASSIGN_OR_RETURN(engine->group_ratios_, expand_group_budget_ratios(config, layout));
+  ORIGAMI_ASSIGN_OR_RETURN(engine->group_ratios_, expand_group_budget_ratios(grouped_config, layout));
   ORIGAMI_RETURN_IF_ERROR(engine->backend_->allocate_kv_cache(layout));
   CompressionSupport& support = engine->compression_support_;
   support.backend = engine->backend_->name();

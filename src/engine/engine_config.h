@@ -33,6 +33,12 @@ struct EngineConfig {
   // ceil(ratio x num_keep) entries per head), groups numbered layer by layer. Either one ratio per
   // group, or one per group of a layer (repeated for every layer); empty = 1.0 each (uniform).
   std::vector<float> group_budget_ratios;
+  // A calibrated head budget file (`origami calibrate`; kv/head_budgets.h), checked against the
+  // model: heads are grouped by budget (TANGRAM's budget-aware clustering, heads_per_group each;
+  // default 4, or half the heads when 4 does not split them into at least two groups) and each
+  // group's budget ratio is its largest head's ratio over the largest group's, so the request's
+  // budget is what the most-retaining group keeps. Excludes group_budget_ratios.
+  std::string kv_head_budgets;
 
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;

@@ -17,7 +17,10 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "cpu_backend_wrapper.h"
+#include "engine/head_budget_loader.h"
 #include "engine_test_util.h"
+#include "kv/head_budgets.h"
+#include "model/config.h"
 
 namespace origami::testing {
 namespace {
@@ -205,12 +208,13 @@ struct NonUniformRun {
   std::vector<BatchResult> results;
 };
 
-NonUniformRun run_non_uniform(std::vector<float> ratios) {
+NonUniformRun run_non_uniform(std::vector<float> ratios, const std::string& head_budgets = "") {
   EngineConfig config = cpu_config(tiny_qwen3_dir());
   config.num_threads = 2;
   config.num_kv_blocks = 64;
   config.heads_per_group = 2;
   config.group_budget_ratios = std::move(ratios);
+  config.kv_head_budgets = head_budgets;
   config.kv_policy = "knorm";
   config.kv_budget = 64;
   auto watcher = std::make_unique<CompressionWatcher>();
@@ -258,6 +262,58 @@ TEST(HeadGroupsNonUniform, EachGroupKeepsItsOwnTopK) {
   EXPECT_EQ(uniform.mismatches, 0);
   // Smaller budgets free memory for real: fewer pages at the peak.
   EXPECT_LT(ragged.peak_pages, uniform.peak_pages);
+}
+
+// A calibrated budget file for the tiny model (4 KV heads per layer): heads 0 and 2 retain little
+// (0.2, 0.3), heads 1 and 3 much (0.9, 0.8).
+std::string write_head_budgets(const std::string& name) {
+  auto mc = load_model_config(tiny_qwen3_dir());
+  EXPECT_TRUE(mc.has_value());
+  HeadBudgets b;
+  b.model = model_identity(*mc);
+  b.scorer = "knorm";
+  b.samples = 2;
+  b.sample_tokens = {100, 100};
+  const std::vector<double> layer = {0.2, 0.9, 0.3, 0.8};
+  b.ratios.assign(mc->num_layers, layer);
+  b.mean = b.ratios;
+  b.stddev.assign(mc->num_layers, std::vector<double>(layer.size(), 0.0));
+  const std::string path = ::testing::TempDir() + name;
+  EXPECT_TRUE(save_head_budgets(b, path).is_ok());
+  return path;
+}
+
+// --kv-head-budgets: heads are clustered by budget ({0, 2} and {1, 3}, where adjacent groups
+// would be {0, 1} and {2, 3}) and each group keeps its largest head's ratio over the largest
+// group's: ceil(0.3 / 0.9 x 64) = 22 and 64. Each head's kept set is its own top k.
+TEST(HeadGroupsNonUniform, CalibratedBudgetsClusterHeadsAndSetEachGroupsShare) {
+  const NonUniformRun run = run_non_uniform({}, write_head_budgets("tiny_budgets.json"));
+  for (const BatchResult& r : run.results) ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_GT(run.compressions, 0);
+  EXPECT_EQ(run.jobs, 12 * run.compressions);
+  for (const CompressionWatcher::Keep& k : run.keeps) EXPECT_EQ(k.num_keep, k.group % 2 == 0 ? 22 : 64) << k.group;
+  EXPECT_EQ(run.mismatches, 0) << "of " << run.heads_checked << " (layer, head) compactions";
+  EXPECT_EQ(run.heads_checked, run.jobs * 2);
+}
+
+TEST(HeadGroupsConfig, CalibratedBudgetsErrorsAreClear) {
+  EngineConfig config = cpu_config(tiny_qwen3_dir());
+  config.kv_head_budgets = write_head_budgets("tiny_budgets_errors.json");
+  config.group_budget_ratios = {0.5f, 1.0f};
+  auto both = Engine::create(config);
+  ASSERT_FALSE(both.has_value());
+  EXPECT_NE(both.status().to_string().find("give one"), std::string::npos) << both.status().to_string();
+  config.group_budget_ratios.clear();
+  config.heads_per_group = 4;
+  auto one_group = Engine::create(config);
+  ASSERT_FALSE(one_group.has_value());
+  EXPECT_NE(one_group.status().to_string().find("at least two head groups"), std::string::npos)
+      << one_group.status().to_string();
+  config.heads_per_group = 0;
+  config.kv_head_budgets = ::testing::TempDir() + "no_such_budgets.json";
+  auto missing = Engine::create(config);
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.status().to_string().find("no_such_budgets.json"), std::string::npos) << missing.status().to_string();
 }
 
 TEST(HeadGroupsNonUniform, TablesHoldEachGroupsBudgetAfterACompression) {
