@@ -792,6 +792,13 @@ Status CudaBackend::configure_compression(const CompressionConfig& config) {
   g.k = k_cache_[0];
   g.v = v_cache_[0];
   g.kv_layer_pitch = 2 * kv_layer_bytes_ / sizeof(bf16);
+  if (!ragged_.empty()) {  // head groups: the pool's pages, each group's layer and heads
+    g.heads_per_group = kv_layout_.heads_per_group();
+    for (const HeadGroup& hg : kv_layout_.groups) {
+      g.group_layer.push_back(hg.layers[0]);
+      g.group_heads.insert(g.group_heads.end(), hg.kv_heads.begin(), hg.kv_heads.end());
+    }
+  }
   const Status st = compressor_->configure(config, g);
   if (!st.is_ok()) compressor_.reset();
   return st;
