@@ -1,0 +1,244 @@
+// Ragged decode attention (head groups, TANGRAM §4.2-4.3) on the Qwen3-8B attention shape
+// (36 layers, 32 query heads, 8 KV heads, head_dim 128), one decode step's attention over all
+// layers, three ways over the SAME K/V bytes:
+//   ragged+map : head groups of H_p heads with their own lengths, splits from the split map
+//   ragged     : the same kernel and tables, every group the uniform plan's splits (no map)
+//   uniform    : the one-group layout, every head at the mean length of the ragged heads
+// Budgets are synthetic with a calibration's spread (each head's ratio uniform in [0.1, 0.6],
+// seeded; heads clustered by budget as --kv-head-budgets does), group g of a layer holds
+// ceil(ratio_g x N) entries for each of its heads. Bytes counted: K and V of every entry read once
+// (plus q and out); the floor is bytes / the measured device-to-device copy bandwidth.
+// Build: cmake target ragged_attention_bench (links origami_cuda).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/paged_attention.h"
+#include "backend/cuda/ragged_heads.h"
+#include "kv/head_grouping.h"
+#include "kv/kv_layout.h"
+
+using namespace origami;
+using namespace origami::cuda;
+
+#define CK(call)                                                                                                \
+  do {                                                                                                          \
+    cudaError_t e_ = (call);                                                                                    \
+    if (e_ != cudaSuccess) {                                                                                    \
+      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #call); \
+      std::exit(1);                                                                                             \
+    }                                                                                                           \
+  } while (0)
+
+namespace {
+
+constexpr int kLayers = 36, kHeads = 8, kQHeads = 32, kD = 128, kBlock = 16;
+
+__global__ void fill_random(__nv_bfloat16* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned x = (unsigned)i * 2654435761u ^ seed;
+    x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
+    p[i] = __float2bfloat16(((x & 0xffff) / 65536.f - 0.5f) * 2.f);
+  }
+}
+
+template <typename F>
+float median_ms(F&& body, int iters) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < iters; ++i) {
+    CK(cudaEventRecord(a));
+    body();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+int32_t* upload(const std::vector<int32_t>& v) {
+  int32_t* d = nullptr;
+  CK(cudaMalloc(&d, std::max<size_t>(v.size(), 1) * 4));
+  CK(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+  return d;
+}
+
+// One layer's step inputs: tables (group-major) over shuffled pages of a pool of `pool_pages`.
+struct LayerInputs {
+  int32_t *page_indptr = nullptr, *pages = nullptr, *kv_len = nullptr;
+};
+LayerInputs make_inputs(const std::vector<int>& lens, int batch, int pool_pages, std::mt19937& rng) {
+  std::vector<int32_t> indptr = {0}, pages, kv_len;
+  std::vector<int32_t> ids(pool_pages - 1);
+  std::iota(ids.begin(), ids.end(), 1);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  size_t used = 0;
+  for (int len : lens)
+    for (int i = 0; i < batch; ++i) {
+      const int n = (len + kBlock - 1) / kBlock;
+      if (used + n > ids.size()) std::abort();
+      pages.insert(pages.end(), ids.begin() + used, ids.begin() + used + n);
+      used += n;
+      indptr.push_back(static_cast<int32_t>(pages.size()));
+      kv_len.push_back(len);
+    }
+  return {upload(indptr), upload(pages), upload(kv_len)};
+}
+
+}  // namespace
+
+int main() {
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, dev));
+  std::printf("device: %s, %d SMs\n", prop.name, sms);
+  double copy_gbs = 0;
+  {
+    const size_t n = size_t(1) << 30;
+    void *src, *dst;
+    CK(cudaMalloc(&src, n));
+    CK(cudaMalloc(&dst, n));
+    CK(cudaMemset(src, 1, n));
+    const float ms = median_ms([&] { CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice)); }, 10);
+    copy_gbs = 2.0 * n / ms / 1e6;
+    std::printf("device-to-device copy: %.0f GB/s (read+write)\n", copy_gbs);
+    CK(cudaFree(src));
+    CK(cudaFree(dst));
+  }
+  // Synthetic calibration: [layer][head] ratios in [0.1, 0.6].
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> ratio(0.1, 0.6);
+  std::vector<std::vector<double>> ratios(kLayers, std::vector<double>(kHeads));
+  for (auto& layer : ratios)
+    for (double& r : layer) r = ratio(rng);
+
+  // One pool for the largest case, shared by every layer's tables (each layer its own shuffle).
+  const size_t pool_bytes = size_t(6) << 30;
+  __nv_bfloat16* pool = nullptr;
+  CK(cudaMalloc(&pool, pool_bytes));
+  fill_random<<<4096, 256>>>(pool, pool_bytes / 2, 1);
+  __nv_bfloat16 *q, *out;
+  const int max_batch = 64;
+  CK(cudaMalloc(&q, size_t(max_batch) * kQHeads * kD * 2));
+  CK(cudaMalloc(&out, size_t(max_batch) * kQHeads * kD * 2));
+  fill_random<<<256, 256>>>(q, size_t(max_batch) * kQHeads * kD, 3);
+  void* ws = nullptr;
+  const size_t ws_cap = size_t(512) << 20;
+  CK(cudaMalloc(&ws, ws_cap));
+
+  std::printf("%3s %5s %6s | %9s %8s | %9s %8s | %9s %8s | %8s %8s %9s\n", "H_p", "batch", "N", "map_us", "GB/s",
+              "nomap_us", "GB/s", "unif_us", "GB/s", "map/unif", "map/nomap", "floor_us");
+  for (int hp : {2, 4})
+    for (int batch : {1, 4, 16, 64})
+      for (int N : {8192, 32768}) {
+        auto grouping = cluster_heads(ratios, hp);
+        if (!grouping) { std::fprintf(stderr, "%s\n", grouping.status().to_string().c_str()); return 1; }
+        const int T = kHeads / hp;
+        const long long page_elems = 2LL * hp * kBlock * kD;
+        const int pool_pages = static_cast<int>(pool_bytes / 2 / page_elems);
+        auto layout = KVLayout::grouped(kLayers, kHeads, kD, kBlock, pool_pages, DType::kBF16, grouping->groups);
+        if (!layout) { std::fprintf(stderr, "%s\n", layout.status().to_string().c_str()); return 1; }
+        for (int l = 0; l < kLayers; ++l)
+          for (int j = 0; j < T; ++j) layout->groups[l * T + j].budget = grouping->group_ratio[l][j];
+        const int max_s = (4 * sms + kHeads - 1) / kHeads;
+        RaggedHeadTables with_map, without_map;
+        if (!with_map.build(*layout, max_s, true).is_ok() || !without_map.build(*layout, max_s, false).is_ok()) return 1;
+        // Per layer: group lengths, ragged inputs, and the uniform layout's mean length.
+        std::vector<LayerInputs> ragged_in, uniform_in;
+        std::vector<int> uniform_len(kLayers);
+        double kv_bytes = 0;
+        int max_len = 0;
+        for (int l = 0; l < kLayers; ++l) {
+          std::vector<int> lens(T);
+          long long entries = 0;  // per sequence, all heads
+          for (int j = 0; j < T; ++j) {
+            lens[j] = grouping->group_token_budget(l, j, N);
+            entries += static_cast<long long>(lens[j]) * hp;
+            max_len = std::max(max_len, lens[j]);
+          }
+          uniform_len[l] = static_cast<int>((entries + kHeads - 1) / kHeads);
+          kv_bytes += 2.0 * entries * kD * 2 * batch;
+          ragged_in.push_back(make_inputs(lens, batch, pool_pages, rng));
+          // The one-group layout's pages are [8 heads, block, D] for K and for V: half a ragged
+          // page per head pair... sized from the same pool as pages of kHeads * kBlock * kD.
+          const int full_pages = static_cast<int>(pool_bytes / 2 / 2 / (size_t(kHeads) * kBlock * kD));
+          uniform_in.push_back(make_inputs({uniform_len[l]}, batch, full_pages, rng));
+        }
+        std::vector<int32_t> q_indptr(batch + 1);
+        std::iota(q_indptr.begin(), q_indptr.end(), 0);
+        int32_t* d_q_indptr = upload(q_indptr);
+        AttentionArgs base;
+        base.shape = {batch, batch, kQHeads, kHeads, kD, kBlock};
+        base.softmax_scale = 0.08838834764f;
+        base.q = q;
+        base.out = out;
+        base.q_indptr = d_q_indptr;
+        const AttentionPlan uniform_plan = plan_paged_attention(base.shape, max_len, sms);
+        const int s = uniform_plan.num_splits;
+        auto ragged_step = [&](const RaggedHeadTables& tables) {
+          for (int l = 0; l < kLayers; ++l) {
+            AttentionArgs a = base;
+            a.k_cache = pool;
+            a.v_cache = pool + size_t(hp) * kBlock * kD;
+            a.page_indptr = ragged_in[l].page_indptr;
+            a.page_indices = ragged_in[l].pages;
+            a.kv_len = ragged_in[l].kv_len;
+            a.ragged = tables.layer(l, s, page_elems);
+            const AttentionPlan plan = ragged_plan(uniform_plan, a.ragged);
+            const size_t bytes = paged_attention_workspace_bytes(plan, a.shape);
+            if (bytes > ws_cap) std::abort();
+            CK(paged_attention(a, plan, ws, bytes, nullptr));
+          }
+        };
+        const int max_uniform = *std::max_element(uniform_len.begin(), uniform_len.end());
+        const AttentionPlan full_plan = plan_paged_attention(base.shape, max_uniform, sms);
+        auto uniform_step = [&] {
+          for (int l = 0; l < kLayers; ++l) {
+            AttentionArgs a = base;
+            a.k_cache = pool;
+            a.v_cache = pool + pool_bytes / 4;  // second half of the pool
+            a.page_indptr = uniform_in[l].page_indptr;
+            a.page_indices = uniform_in[l].pages;
+            a.kv_len = uniform_in[l].kv_len;
+            const size_t bytes = paged_attention_workspace_bytes(full_plan, a.shape);
+            CK(paged_attention(a, full_plan, ws, bytes, nullptr));
+          }
+        };
+        for (int w = 0; w < 3; ++w) { ragged_step(with_map); ragged_step(without_map); uniform_step(); }
+        CK(cudaDeviceSynchronize());
+        const float map_ms = median_ms([&] { ragged_step(with_map); }, 15);
+        const float nomap_ms = median_ms([&] { ragged_step(without_map); }, 15);
+        const float unif_ms = median_ms(uniform_step, 15);
+        const double bytes = kv_bytes + kLayers * 2.0 * batch * kQHeads * kD * 2;
+        auto gbs = [&](float ms) { return bytes / ms / 1e6; };
+        std::printf("%3d %5d %6d | %9.1f %8.0f | %9.1f %8.0f | %9.1f %8.0f | %7.0f%% %8.2fx %9.1f   (s=%d, max splits %d)\n",
+                    hp, batch, N, map_ms * 1e3, gbs(map_ms), nomap_ms * 1e3, gbs(nomap_ms), unif_ms * 1e3, gbs(unif_ms),
+                    100.0 * unif_ms / map_ms, nomap_ms / map_ms, bytes / copy_gbs / 1e3, s, with_map.max_splits(s));
+        for (auto* v : {&ragged_in, &uniform_in})
+          for (LayerInputs& in : *v) {
+            CK(cudaFree(in.page_indptr));
+            CK(cudaFree(in.pages));
+            CK(cudaFree(in.kv_len));
+          }
+        CK(cudaFree(d_q_indptr));
+      }
+  CK(cudaFree(pool));
+  CK(cudaFree(q));
+  CK(cudaFree(out));
+  CK(cudaFree(ws));
+  return 0;
+}
