@@ -187,7 +187,8 @@ int main() {
         base.q = q;
         base.out = out;
         base.q_indptr = d_q_indptr;
-        const AttentionPlan uniform_plan = plan_paged_attention(base.shape, max_len, sms);
+        // The backend's plan: the uniform split count of the mean group length (planning_length).
+        const AttentionPlan uniform_plan = plan_paged_attention(base.shape, with_map.planning_length(max_len), sms);
         const int s = uniform_plan.num_splits;
         auto ragged_step = [&](const RaggedHeadTables& tables) {
           for (int l = 0; l < kLayers; ++l) {

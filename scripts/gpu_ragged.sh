@@ -13,7 +13,8 @@ BUILD=${BUILD:-build-gpu}
 gpu_shared_dir
 gpu_device_info "$OUT/build.log"
 targets=(attention_ragged_test engine_cuda_head_groups_test ragged_attention_bench)
-[ "${1:-}" = all ] && targets=(all ragged_attention_bench)
+# all: every GPU test (tests/gpu/*_test.cpp) too, and the existing decode benchmark.
+[ "${1:-}" = all ] && targets+=($(basename -s .cpp tests/gpu/*_test.cpp) cuda_decode_bench_test)
 gpu_build "$BUILD" "$OUT/build.log" "${targets[@]}" || exit 1
 echo "build rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s)"; grep -E "error" "$OUT/build.log" | head -20
 OMP_NUM_THREADS=16 timeout 120 "$BUILD/tests/attention_ragged_test" > "$OUT/ragged_kernels.log" 2>&1
@@ -23,6 +24,6 @@ echo "engine_cuda_head_groups_test rc=$?"; grep -E "^\[ *(OK|FAILED|PASSED)|Fail
 timeout 200 "$BUILD/ragged_attention_bench" > "$OUT/ragged_bench.log" 2>&1
 echo "ragged_attention_bench rc=$?"; cat "$OUT/ragged_bench.log"
 if [ "${1:-}" = all ]; then
-  (cd "$BUILD" && OMP_NUM_THREADS=16 timeout 420 ctest -L gpu --output-on-failure --timeout 300 -j2) > "$OUT/ctest_gpu.log" 2>&1
+  (cd "$BUILD" && OMP_NUM_THREADS=16 timeout 360 ctest -L gpu --output-on-failure --timeout 300 -j2) > "$OUT/ctest_gpu.log" 2>&1
   echo "ctest -L gpu rc=$?"; grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest_gpu.log" | head -30
 fi

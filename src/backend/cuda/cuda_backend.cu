@@ -732,7 +732,10 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
                                                  stream_));
 
   const AttentionShape shape{run_seqs, run_tokens, c.num_heads, c.num_kv_heads, c.head_dim, bs};
-  const AttentionPlan uniform = plan_paged_attention(shape, use_graph ? graph_max_kv_len_ : max_kv_len, num_sms_);
+  // Head groups: splits sized by the mean group length (RaggedHeadTables::planning_length).
+  const int plan_len = use_graph ? graph_max_kv_len_ : max_kv_len;
+  const AttentionPlan uniform =
+      plan_paged_attention(shape, ragged_.empty() ? plan_len : ragged_.planning_length(plan_len), num_sms_);
   // Head groups: the same CTAs per query tile, shared among the groups by the split map.
   const AttentionPlan plan =
       ragged_.empty() ? uniform : ragged_plan(uniform, ragged_.layer(0, uniform.num_splits, kv_page_elems_));

@@ -2,6 +2,7 @@
 #include "backend/cuda/ragged_heads.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -39,6 +40,10 @@ Status RaggedHeadTables::build(const KVLayout& layout, int max_uniform_splits, b
         return invalid_argument("ragged paging: KV head " + std::to_string(h) + " of layer " + std::to_string(l) +
                                 " is in no group");
   }
+  double sum = 0, largest_budget = 0;
+  for (const auto& layer : weights)
+    for (double w : layer) sum += w, largest_budget = std::max(largest_budget, w);
+  const double mean_fraction = sum / (static_cast<double>(L) * T) / largest_budget;
   std::vector<std::vector<std::vector<int>>> maps;
   std::vector<int> max_splits;
   for (int s = 1; s <= max_uniform_splits; ++s) {
@@ -74,9 +79,15 @@ Status RaggedHeadTables::build(const KVLayout& layout, int max_uniform_splits, b
   num_kv_heads_ = H;
   groups_per_layer_ = T;
   max_s_ = max_uniform_splits;
+  mean_length_fraction_ = mean_fraction;
   maps_ = std::move(maps);
   max_splits_ = std::move(max_splits);
   return Status::ok();
+}
+
+int RaggedHeadTables::planning_length(int max_kv_len) const {
+  if (mean_length_fraction_ >= 1.0) return max_kv_len;
+  return std::max(1, static_cast<int>(std::ceil(max_kv_len * mean_length_fraction_)));
 }
 
 int RaggedHeadTables::clamp_s(int s) const { return std::clamp(s, 1, max_s_); }

@@ -45,6 +45,13 @@ class RaggedHeadTables {
   const int32_t* head_table(int layer) const { return dev_ + layer * num_kv_heads_; }
   const int32_t* head_slot(int layer) const { return dev_ + (num_layers_ + layer) * num_kv_heads_; }
 
+  // The length the attention planner sizes a ragged step by, for a step whose longest group
+  // holds `max_kv_len` entries: the mean group length, max_kv_len x mean budget / largest budget
+  // (group lengths follow their budgets), so the ragged launch has as many CTAs as the one-group
+  // layout would for the same KV bytes; the split map then gives long groups more of them. Uniform
+  // budgets: max_kv_len itself.
+  int planning_length(int max_kv_len) const;
+
   // The host split map for `uniform_splits`: [layer][group of the layer] -> splits (for tests).
   const std::vector<std::vector<int>>& split_map(int uniform_splits) const;
 
@@ -54,6 +61,7 @@ class RaggedHeadTables {
   int num_kv_heads_ = 0;
   int groups_per_layer_ = 0;
   int max_s_ = 0;
+  double mean_length_fraction_ = 1.0;  // mean group budget / largest
   std::vector<std::vector<std::vector<int>>> maps_;  // [s - 1][layer][group]
   std::vector<int> max_splits_;                      // [s - 1]
   // [L][H] table, [L][H] slot, then per s: [L][H] splits, [L][H] first grid row.
