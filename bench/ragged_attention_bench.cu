@@ -140,8 +140,8 @@ int main() {
   const size_t ws_cap = size_t(512) << 20;
   CK(cudaMalloc(&ws, ws_cap));
 
-  std::printf("%3s %5s %6s | %9s %8s | %9s %8s | %9s %8s | %8s %8s %9s\n", "H_p", "batch", "N", "map_us", "GB/s",
-              "nomap_us", "GB/s", "unif_us", "GB/s", "map/unif", "map/nomap", "floor_us");
+  std::printf("%3s %5s %6s | %9s %8s | %9s %8s | %9s %8s | %8s %9s %9s\n", "H_p", "batch", "N", "map_us", "GB/s",
+              "nomap_us", "GB/s", "unif_us", "GB/s", "map/unif", "nomap/map", "floor_us");
   for (int hp : {2, 4})
     for (int batch : {1, 4, 16, 64})
       for (int N : {8192, 32768}) {
@@ -188,8 +188,7 @@ int main() {
         base.out = out;
         base.q_indptr = d_q_indptr;
         // The backend's plan: the uniform split count of the mean group length (planning_length).
-        const AttentionPlan uniform_plan = plan_paged_attention(base.shape, with_map.planning_length(max_len), sms);
-        const int s = uniform_plan.num_splits;
+        AttentionPlan uniform_plan = plan_paged_attention(base.shape, with_map.planning_length(max_len), sms);
         auto ragged_step = [&](const RaggedHeadTables& tables) {
           for (int l = 0; l < kLayers; ++l) {
             AttentionArgs a = base;
@@ -198,7 +197,7 @@ int main() {
             a.page_indptr = ragged_in[l].page_indptr;
             a.page_indices = ragged_in[l].pages;
             a.kv_len = ragged_in[l].kv_len;
-            a.ragged = tables.layer(l, s, page_elems);
+            a.ragged = tables.layer(l, uniform_plan.num_splits, page_elems);
             const AttentionPlan plan = ragged_plan(uniform_plan, a.ragged);
             const size_t bytes = paged_attention_workspace_bytes(plan, a.shape);
             if (bytes > ws_cap) std::abort();
@@ -223,12 +222,23 @@ int main() {
         CK(cudaDeviceSynchronize());
         const float map_ms = median_ms([&] { ragged_step(with_map); }, 15);
         const float nomap_ms = median_ms([&] { ragged_step(without_map); }, 15);
+        // One resident wave instead of two (the planner's 4 CTAs per SM, 2 resident at D 128):
+        // where the makespan is the longest CTA, which the map shortens.
+        const AttentionPlan two_wave = uniform_plan;
+        uniform_plan = plan_paged_attention(base.shape, with_map.planning_length(max_len), std::max(1, sms / 2));
+        const int s_wave = uniform_plan.num_splits;
+        const float map1_ms = median_ms([&] { ragged_step(with_map); }, 15);
+        const float nomap1_ms = median_ms([&] { ragged_step(without_map); }, 15);
+        uniform_plan = two_wave;
         const float unif_ms = median_ms(uniform_step, 15);
         const double bytes = kv_bytes + kLayers * 2.0 * batch * kQHeads * kD * 2;
         auto gbs = [&](float ms) { return bytes / ms / 1e6; };
         std::printf("%3d %5d %6d | %9.1f %8.0f | %9.1f %8.0f | %9.1f %8.0f | %7.0f%% %8.2fx %9.1f   (s=%d, max splits %d)\n",
                     hp, batch, N, map_ms * 1e3, gbs(map_ms), nomap_ms * 1e3, gbs(nomap_ms), unif_ms * 1e3, gbs(unif_ms),
-                    100.0 * unif_ms / map_ms, nomap_ms / map_ms, bytes / copy_gbs / 1e3, s, with_map.max_splits(s));
+                    100.0 * unif_ms / map_ms, nomap_ms / map_ms, bytes / copy_gbs / 1e3, uniform_plan.num_splits,
+                    with_map.max_splits(uniform_plan.num_splits));
+        std::printf("    one wave (s=%d): map %.1f us, no map %.1f us, no map / map %.2fx\n", s_wave, map1_ms * 1e3,
+                    nomap1_ms * 1e3, nomap1_ms / map1_ms);
         for (auto* v : {&ragged_in, &uniform_in})
           for (LayerInputs& in : *v) {
             CK(cudaFree(in.page_indptr));
