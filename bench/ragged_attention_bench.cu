@@ -1,9 +1,12 @@
 // Ragged decode attention (head groups, TANGRAM §4.2-4.3) on the Qwen3-8B attention shape
 // (36 layers, 32 query heads, 8 KV heads, head_dim 128), one decode step's attention over all
 // layers, three ways over the SAME K/V bytes:
-//   ragged+map : head groups of H_p heads with their own lengths, splits from the split map
-//   ragged     : the same kernel and tables, every group the uniform plan's splits (no map)
+//   ragged+map : head groups of H_p heads with their own lengths; s = plan_ragged_attention (one
+//                resident wave over the mean group length), shared among groups by the split map
+//   ragged     : the same kernel, tables and s, every group s splits (no map)
 //   uniform    : the one-group layout, every head at the mean length of the ragged heads
+//                (plan_paged_attention)
+// plus, for reference, both ragged variants under plan_paged_attention's two waves of splits.
 // Budgets are synthetic with a calibration's spread (each head's ratio uniform in [0.1, 0.6],
 // seeded; heads clustered by budget as --kv-head-budgets does), group g of a layer holds
 // ceil(ratio_g x N) entries for each of its heads. Bytes counted: K and V of every entry read once
@@ -22,51 +25,16 @@
 
 #include "backend/cuda/paged_attention.h"
 #include "backend/cuda/ragged_heads.h"
+#include "bench_util.cuh"
 #include "kv/head_grouping.h"
 #include "kv/kv_layout.h"
 
 using namespace origami;
 using namespace origami::cuda;
 
-#define CK(call)                                                                                                \
-  do {                                                                                                          \
-    cudaError_t e_ = (call);                                                                                    \
-    if (e_ != cudaSuccess) {                                                                                    \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #call); \
-      std::exit(1);                                                                                             \
-    }                                                                                                           \
-  } while (0)
-
 namespace {
 
 constexpr int kLayers = 36, kHeads = 8, kQHeads = 32, kD = 128, kBlock = 16;
-
-__global__ void fill_random(__nv_bfloat16* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    unsigned x = (unsigned)i * 2654435761u ^ seed;
-    x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
-    p[i] = __float2bfloat16(((x & 0xffff) / 65536.f - 0.5f) * 2.f);
-  }
-}
-
-template <typename F>
-float median_ms(F&& body, int iters) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int i = 0; i < iters; ++i) {
-    CK(cudaEventRecord(a));
-    body();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 int32_t* upload(const std::vector<int32_t>& v) {
   int32_t* d = nullptr;
@@ -113,7 +81,7 @@ int main() {
     CK(cudaMalloc(&src, n));
     CK(cudaMalloc(&dst, n));
     CK(cudaMemset(src, 1, n));
-    const float ms = median_ms([&] { CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice)); }, 10);
+    const float ms = median_ms([&](int) { CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice)); }, 10);
     copy_gbs = 2.0 * n / ms / 1e6;
     std::printf("device-to-device copy: %.0f GB/s (read+write)\n", copy_gbs);
     CK(cudaFree(src));
@@ -173,8 +141,8 @@ int main() {
           uniform_len[l] = static_cast<int>((entries + kHeads - 1) / kHeads);
           kv_bytes += 2.0 * entries * kD * 2 * batch;
           ragged_in.push_back(make_inputs(lens, batch, pool_pages, rng));
-          // The one-group layout's pages are [8 heads, block, D] for K and for V: half a ragged
-          // page per head pair... sized from the same pool as pages of kHeads * kBlock * kD.
+          // The one-group layout: K in the pool's first half, V in its second, pages of
+          // [8 heads, block, D].
           const int full_pages = static_cast<int>(pool_bytes / 2 / 2 / (size_t(kHeads) * kBlock * kD));
           uniform_in.push_back(make_inputs({uniform_len[l]}, batch, full_pages, rng));
         }
@@ -188,7 +156,8 @@ int main() {
         base.out = out;
         base.q_indptr = d_q_indptr;
         // The backend's plan: the uniform split count of the mean group length (planning_length).
-        AttentionPlan uniform_plan = plan_paged_attention(base.shape, with_map.planning_length(max_len), sms);
+        // The backend's plan for non-uniform budgets: one resident wave over the mean group length.
+        AttentionPlan uniform_plan = plan_ragged_attention(base.shape, with_map.planning_length(max_len), sms);
         auto ragged_step = [&](const RaggedHeadTables& tables) {
           for (int l = 0; l < kLayers; ++l) {
             AttentionArgs a = base;
@@ -220,24 +189,23 @@ int main() {
         };
         for (int w = 0; w < 3; ++w) { ragged_step(with_map); ragged_step(without_map); uniform_step(); }
         CK(cudaDeviceSynchronize());
-        const float map_ms = median_ms([&] { ragged_step(with_map); }, 15);
-        const float nomap_ms = median_ms([&] { ragged_step(without_map); }, 15);
-        // One resident wave instead of two (the planner's 4 CTAs per SM, 2 resident at D 128):
-        // where the makespan is the longest CTA, which the map shortens.
-        const AttentionPlan two_wave = uniform_plan;
-        uniform_plan = plan_paged_attention(base.shape, with_map.planning_length(max_len), std::max(1, sms / 2));
+        const float map_ms = median_ms([&](int) { ragged_step(with_map); }, 15);
+        const float nomap_ms = median_ms([&](int) { ragged_step(without_map); }, 15);
+        // For reference: the one-group planner's two waves of splits (4 CTAs per SM, 2 resident).
+        const AttentionPlan one_wave = uniform_plan;
+        uniform_plan = plan_paged_attention(base.shape, with_map.planning_length(max_len), sms);
         const int s_wave = uniform_plan.num_splits;
-        const float map1_ms = median_ms([&] { ragged_step(with_map); }, 15);
-        const float nomap1_ms = median_ms([&] { ragged_step(without_map); }, 15);
-        uniform_plan = two_wave;
-        const float unif_ms = median_ms(uniform_step, 15);
+        const float map1_ms = median_ms([&](int) { ragged_step(with_map); }, 15);
+        const float nomap1_ms = median_ms([&](int) { ragged_step(without_map); }, 15);
+        uniform_plan = one_wave;
+        const float unif_ms = median_ms([&](int) { uniform_step(); }, 15);
         const double bytes = kv_bytes + kLayers * 2.0 * batch * kQHeads * kD * 2;
         auto gbs = [&](float ms) { return bytes / ms / 1e6; };
         std::printf("%3d %5d %6d | %9.1f %8.0f | %9.1f %8.0f | %9.1f %8.0f | %7.0f%% %8.2fx %9.1f   (s=%d, max splits %d)\n",
                     hp, batch, N, map_ms * 1e3, gbs(map_ms), nomap_ms * 1e3, gbs(nomap_ms), unif_ms * 1e3, gbs(unif_ms),
                     100.0 * unif_ms / map_ms, nomap_ms / map_ms, bytes / copy_gbs / 1e3, uniform_plan.num_splits,
                     with_map.max_splits(uniform_plan.num_splits));
-        std::printf("    one wave (s=%d): map %.1f us, no map %.1f us, no map / map %.2fx\n", s_wave, map1_ms * 1e3,
+        std::printf("    two waves (s=%d): map %.1f us, no map %.1f us, no map / map %.2fx\n", s_wave, map1_ms * 1e3,
                     nomap1_ms * 1e3, nomap1_ms / map1_ms);
         for (auto* v : {&ragged_in, &uniform_in})
           for (LayerInputs& in : *v) {

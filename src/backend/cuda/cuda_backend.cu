@@ -732,10 +732,13 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
                                                  stream_));
 
   const AttentionShape shape{run_seqs, run_tokens, c.num_heads, c.num_kv_heads, c.head_dim, bs};
-  // Head groups: splits sized by the mean group length (RaggedHeadTables::planning_length).
+  // Head groups with non-uniform budgets: splits sized by the mean group length
+  // (RaggedHeadTables::planning_length) within one resident wave, shared out by the split map.
   const int plan_len = use_graph ? graph_max_kv_len_ : max_kv_len;
   const AttentionPlan uniform =
-      plan_paged_attention(shape, ragged_.empty() ? plan_len : ragged_.planning_length(plan_len), num_sms_);
+      ragged_.empty() || ragged_.uniform_budgets()
+          ? plan_paged_attention(shape, plan_len, num_sms_)
+          : plan_ragged_attention(shape, ragged_.planning_length(plan_len), num_sms_);
   // Head groups: the same CTAs per query tile, shared among the groups by the split map.
   const AttentionPlan plan =
       ragged_.empty() ? uniform : ragged_plan(uniform, ragged_.layer(0, uniform.num_splits, kv_page_elems_));

@@ -410,6 +410,49 @@ AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, 
   return plan;
 }
 
+namespace {
+
+// Resident CTAs per SM of the attention kernel (shared memory bounds it), once per head_dim.
+int resident_ctas_per_sm(int head_dim) {
+  static std::atomic<int> cached[2] = {0, 0};
+  std::atomic<int>& slot = cached[head_dim == 64 ? 0 : 1];
+  if (const int v = slot.load(std::memory_order_acquire); v > 0) return v;
+  int n = 0;
+  const cudaError_t err =
+      head_dim == 64
+          ? (ensure_smem_limit<64>() == cudaSuccess
+                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<64>, kThreads,
+                                                                 TileGeom<64>::kSmemBytes)
+                 : cudaErrorInvalidValue)
+          : (ensure_smem_limit<128>() == cudaSuccess
+                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<128>, kThreads,
+                                                                 TileGeom<128>::kSmemBytes)
+                 : cudaErrorInvalidValue);
+  if (err != cudaSuccess || n < 1) {
+    cudaGetLastError();
+    return 2;  // what 87 KB (D 128) per CTA allows on an H100
+  }
+  slot.store(n, std::memory_order_release);
+  return n;
+}
+
+}  // namespace
+
+AttentionPlan plan_ragged_attention(const AttentionShape& shape, int planning_len, int num_sms) {
+  AttentionPlan plan = plan_paged_attention(shape, planning_len, num_sms);
+  if (shape.num_kv_heads <= 0 || shape.num_heads <= 0 || !paged_attention_supported(shape.head_dim)) return plan;
+  const int group = shape.num_heads / shape.num_kv_heads;
+  const long long real_tiles = std::max<long long>(
+      shape.num_seqs, (static_cast<long long>(shape.num_tokens) * group + kTileRows - 1) / kTileRows);
+  const long long units = real_tiles * shape.num_kv_heads;
+  const long long resident = static_cast<long long>(resident_ctas_per_sm(shape.head_dim)) * std::max(num_sms, 1);
+  long long splits = std::max<long long>(1, resident / units);
+  splits = std::min<long long>(splits, (std::max(planning_len, 1) + kMinChunk - 1) / kMinChunk);
+  plan.num_splits = static_cast<int>(std::max<long long>(splits, 1));
+  // The chunk is not used by ragged launches (each group shares out its own length).
+  return plan;
+}
+
 AttentionPlan ragged_plan(const AttentionPlan& uniform, const RaggedHeads& ragged) {
   AttentionPlan plan = uniform;
   plan.num_splits = std::max(ragged.max_splits, 1);

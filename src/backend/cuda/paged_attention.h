@@ -94,6 +94,14 @@ bool paged_attention_supported(int head_dim);
 // device's multiprocessor count.
 AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, int num_sms);
 
+// Splits for a ragged launch whose split map balances the groups (non-uniform budgets): as many
+// as keep the grid within ONE wave of resident CTAs (floor(resident CTAs / (tiles x KV heads)),
+// at least 1, no split shorter than 128 entries of `planning_len`). In one wave every CTA starts
+// at once and the step ends with its longest CTA, which the map shortens; plan_paged_attention's
+// two waves of shorter splits let the hardware scheduler even out unbalanced ones instead, so the
+// map would buy little there. Resident CTAs per SM come from the occupancy API (2 for D 128).
+AttentionPlan plan_ragged_attention(const AttentionShape& shape, int planning_len, int num_sms);
+
 // The plan of a ragged launch: `uniform` (plan_paged_attention's, whose num_splits chose the
 // split map) with the map's grid rows and largest split count.
 AttentionPlan ragged_plan(const AttentionPlan& uniform, const RaggedHeads& ragged);

@@ -51,6 +51,9 @@ class RaggedHeadTables {
   // layout would for the same KV bytes; the split map then gives long groups more of them. Uniform
   // budgets: max_kv_len itself.
   int planning_length(int max_kv_len) const;
+  // Every group has the same budget: the map gives every head the same splits, and the backend
+  // plans ragged steps exactly like one-group ones (so the grouping does not change results).
+  bool uniform_budgets() const { return mean_length_fraction_ >= 1.0; }
 
   // The host split map for `uniform_splits`: [layer][group of the layer] -> splits (for tests).
   const std::vector<std::vector<int>>& split_map(int uniform_splits) const;
