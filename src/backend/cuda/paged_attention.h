@@ -100,6 +100,8 @@ AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, 
 // at once and the step ends with its longest CTA, which the map shortens; plan_paged_attention's
 // two waves of shorter splits let the hardware scheduler even out unbalanced ones instead, so the
 // map would buy little there. Resident CTAs per SM come from the occupancy API (2 for D 128).
+// When one wave would leave fewer than 4 splits per head (large batches) it returns
+// plan_paged_attention's plan: two waves of more splits are faster there.
 AttentionPlan plan_ragged_attention(const AttentionShape& shape, int planning_len, int num_sms);
 
 // The plan of a ragged launch: `uniform` (plan_paged_attention's, whose num_splits chose the
