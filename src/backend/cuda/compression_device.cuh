@@ -132,7 +132,8 @@ __device__ __forceinline__ const bf16* query_row(const GroupArgs& a, const bf16*
   const int slot_row = (jd.q_pos0 + u) % a.max_window;
   if (jd.heads0 >= 0) head = a.pages[jd.heads0 + head];  // head groups: the slot's KV head
   const size_t heads = static_cast<size_t>(a.q_kv_heads > 0 ? a.q_kv_heads : a.num_kv_heads) * a.group_size;
-  return q_layer + ((static_cast<size_t>(jd.query_slot) * a.max_window + slot_row) * heads +
+  return q_layer + static_cast<size_t>(jd.layer) * a.q_layer_pitch +
+         ((static_cast<size_t>(jd.query_slot) * a.max_window + slot_row) * heads +
                     static_cast<size_t>(head) * a.group_size + g) *
                        a.head_dim;
 }

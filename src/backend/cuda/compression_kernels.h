@@ -50,6 +50,8 @@ struct CompressionJobDesc {
   int32_t heads0 = -1;     // head groups: offset in GroupArgs::pages of the job's KV heads, one per
                            // head slot of its pages (the query cache is indexed by KV head);
                            // -1: slot h is KV head h
+  int32_t layer = 0;       // head groups: the job's layer, whose query-cache rows it reads (a
+                           // launch serves groups of several layers); 0 for the full layout
   int64_t score0 = 0;      // offset (elements) of this job's rows in scores/final/redundancy/z:
                            // row r of the job is at score0 + r * n
   int64_t keep0 = 0;       // offset of this job's rows in keep: row r at keep0 + r * num_keep

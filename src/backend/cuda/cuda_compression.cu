@@ -20,11 +20,10 @@ namespace {
 
 constexpr int kChunk = 64;  // entries per chunk of the tile kernels
 
-// The compactions of one launch sequence: their plan, the layer it starts at (head groups: its
-// only layer) and where its descriptors, chunk map and tables lie in the batch's metadata.
+// The compactions of one launch sequence: their plan and where its descriptors, chunk map and
+// tables lie in the batch's metadata.
 struct CompressionPart {
   CompressionPlan plan;
-  int layer = 0;
   size_t descs_at = 0, chunks_at = 0, pages_at = 0;
 };
 
@@ -224,21 +223,25 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   const int stride = std::min(config_.layer_stride, g.num_layers);
   const size_t rows_max = static_cast<size_t>(stride) * g.num_kv_heads;
 
-  // The compactions: one plan over every layer (full layout), or one per layer that has jobs
-  // (head groups: a group is one layer, and one launch serves the groups of a layer).
+  // The compactions: one plan over every layer (full layout), or one per `stride` layers that
+  // have jobs (head groups: a group is one layer, and a launch serves the groups of `stride`
+  // layers, each job reading its own layer's queries; the same scratch as the full layout's).
   const bool grouped = g.heads_per_group > 0;
   std::vector<CompressionPart> parts;
   if (!grouped) {
-    parts.push_back({plan_compression(jobs, bs, static_cast<int>(rows_max), group_size), 0});
+    parts.push_back({plan_compression(jobs, bs, static_cast<int>(rows_max), group_size)});
   } else {
-    std::vector<std::vector<CompressionJob>> by_layer(g.num_layers);
+    std::vector<std::vector<CompressionJob>> by_stride((g.num_layers + stride - 1) / stride);
     for (const CompressionJob& job : jobs)
-      if (job.kind == CompressionKind::kCompact) by_layer[g.group_layer[job.group]].push_back(job);
-    for (int l = 0; l < g.num_layers; ++l)
-      if (!by_layer[l].empty())
-        parts.push_back({plan_compression(by_layer[l], bs, g.heads_per_group, group_size, CompressionKind::kCompact,
-                                          &g.group_heads, g.heads_per_group),
-                         l});
+      if (job.kind == CompressionKind::kCompact) by_stride[g.group_layer[job.group] / stride].push_back(job);
+    for (size_t p = 0; p < by_stride.size(); ++p) {
+      if (by_stride[p].empty()) continue;
+      CompressionPlan plan = plan_compression(by_stride[p], bs, g.heads_per_group, group_size,
+                                              CompressionKind::kCompact, &g.group_heads, g.heads_per_group);
+      for (size_t d = 0; d < plan.descs.size(); ++d)
+        plan.descs[d].layer = g.group_layer[by_stride[p][plan.job_index[d]].group];
+      parts.push_back({std::move(plan)});
+    }
   }
   const CompressionPlan evict_plan =
       plan_compression(jobs, bs, static_cast<int>(rows_max), group_size, CompressionKind::kEvictBlock);
@@ -360,7 +363,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     a.lse = static_cast<float2*>(lse_.ptr);
     a.keep = static_cast<int32_t*>(keep_.ptr);
     if (grouped) {
-      // One layer: its groups' H_p head slots are the rows; pages hold K then V of those slots.
+      // Rows are the H_p head slots of each job's group; pages hold K then V of those slots.
       a.num_group_layers = 1;
       a.num_kv_heads = g.heads_per_group;
       a.kv_page_heads = 2 * g.heads_per_group;
@@ -368,7 +371,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
       a.q_kv_heads = g.num_kv_heads;
       a.k = g.k;
       a.v = g.v;
-      a.q = q_cache_ != nullptr ? q_cache_ + part.layer * a.q_layer_pitch : nullptr;
+      a.q = q_cache_;  // each job adds its own layer (CompressionJobDesc::layer)
       a.f = f_;
       ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_scores(a, stream_));
       ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_select(a, stream_));
