@@ -27,20 +27,7 @@ int main() {
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, sms, prop.l2CacheSize >> 20);
 
   // Copy ceiling: 1 GiB device-to-device, bytes read + written.
-  double copy_gbs = 0;
-  {
-    const size_t n = size_t(1) << 30;
-    void *src, *dst;
-    CK(cudaMalloc(&src, n));
-    CK(cudaMalloc(&dst, n));
-    CK(cudaMemset(src, 1, n));
-    for (int i = 0; i < 3; ++i) CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice));
-    const float ms = median_ms([&](int) { CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice)); }, 20);
-    copy_gbs = 2.0 * n / ms / 1e6;
-    std::printf("device-to-device copy: %.0f GB/s (read+write)\n", copy_gbs);
-    CK(cudaFree(src));
-    CK(cudaFree(dst));
-  }
+  const double copy_gbs = measure_copy_gbs(20);
 
   const int num_heads = 32, num_kv_heads = 8, D = 128;
   // One pool large enough for the largest case (256 x 4K entries: 4.3 GB of K+V).

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers shared by the attention benchmarks (attention_bench.cu, ragged_attention_bench.cu):
-// a CUDA error check that exits, random bf16 fill on the device, and the median of timed runs.
+// a CUDA error check that exits, random bf16 fill on the device, the median of timed runs, and
+// the device-to-device copy bandwidth their results are set against.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -47,4 +48,20 @@ static float median_ms(F&& body, int iters) {
   CK(cudaEventDestroy(b));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// Bandwidth of a 1 GiB device-to-device copy, bytes read + written (GB/s), printed as well.
+static double measure_copy_gbs(int iters) {
+  const size_t n = size_t(1) << 30;
+  void *src, *dst;
+  CK(cudaMalloc(&src, n));
+  CK(cudaMalloc(&dst, n));
+  CK(cudaMemset(src, 1, n));
+  for (int i = 0; i < 3; ++i) CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice));
+  const float ms = median_ms([&](int) { CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice)); }, iters);
+  const double gbs = 2.0 * n / ms / 1e6;
+  std::printf("device-to-device copy: %.0f GB/s (read+write)\n", gbs);
+  CK(cudaFree(src));
+  CK(cudaFree(dst));
+  return gbs;
 }

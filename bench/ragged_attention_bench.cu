@@ -74,19 +74,7 @@ int main() {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, dev));
   std::printf("device: %s, %d SMs\n", prop.name, sms);
-  double copy_gbs = 0;
-  {
-    const size_t n = size_t(1) << 30;
-    void *src, *dst;
-    CK(cudaMalloc(&src, n));
-    CK(cudaMalloc(&dst, n));
-    CK(cudaMemset(src, 1, n));
-    const float ms = median_ms([&](int) { CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice)); }, 10);
-    copy_gbs = 2.0 * n / ms / 1e6;
-    std::printf("device-to-device copy: %.0f GB/s (read+write)\n", copy_gbs);
-    CK(cudaFree(src));
-    CK(cudaFree(dst));
-  }
+  const double copy_gbs = measure_copy_gbs(10);
   // Synthetic calibration: [layer][head] ratios in [0.1, 0.6].
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> ratio(0.1, 0.6);
