@@ -11,7 +11,8 @@
 #   compress  throughput under KV compression: Qwen3-8B shape, 256 x (128 -> 4096), ignore_eos,
 #             block 256; full KV next to each COMPRESS_RUNS entry (policy:budget:async|sync[:groups],
 #             groups = hpN for --heads-per-group N with uniform budgets, or budgets for a synthetic
-#             calibration-like --kv-head-budgets file, scripts/lib/synthetic_head_budgets.py)
+#             --kv-head-budgets file, scripts/make_synthetic_head_budgets.py, ratios uniform in
+#             [0.1, 0.6]; scripts/gpu_head_budgets.sh runs the full comparison)
 #   fidelity  `origami eval` sweeps on origami-tiny-qwen3: scripts/gpu_fidelity.sh (every registered
 #             policy, retrieval prefill / context / stream, perplexity, blocks 16 and 256)
 #   ragged    head groups (TANGRAM ragged paging): the kernel and engine tests of the CUDA head
@@ -178,8 +179,9 @@ if has compress; then
     flags=(--kv-policy "$pol")
     case "${groups:-}" in
       hp*) flags+=(--heads-per-group "${groups#hp}") ;;
-      budgets)  # synthetic: this shape has no real weights to calibrate on
-        python3 scripts/lib/synthetic_head_budgets.py "$SH/configs/qwen3-8b" /tmp/qwen3-8b_synthetic_budgets.json
+      budgets)  # synthetic (dummy weights cannot be calibrated): ratios uniform in [0.1, 0.6]
+        python3 scripts/make_synthetic_head_budgets.py --config "$SH/configs/qwen3-8b/config.json" \
+          --output /tmp/qwen3-8b_synthetic_budgets.json --floor 0.1 --alpha 1 --beta 1 --span 0.5 --seed 7
         flags+=(--kv-head-budgets /tmp/qwen3-8b_synthetic_budgets.json) ;;
     esac
     if [ "$pol" = full ]; then flags+=(--query-slots -1); else flags+=(--kv-budget "$budget"); fi
