@@ -398,6 +398,7 @@ Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   graphs_.clear();
   compressor_.reset();  // sized for the old pool; configure_compression() again
+  ragged_.clear();
   if (grouped) {
     // The most splits the planner can choose: the grid of one sequence's heads filled 4x per SM.
     const int max_s = std::max(1, (4 * std::max(num_sms_, 1) + layout.num_kv_heads - 1) / layout.num_kv_heads);

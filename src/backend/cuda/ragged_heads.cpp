@@ -10,8 +10,15 @@
 
 namespace origami::cuda {
 
-RaggedHeadTables::~RaggedHeadTables() {
+RaggedHeadTables::~RaggedHeadTables() { clear(); }
+
+void RaggedHeadTables::clear() {
   if (dev_ != nullptr) cudaFree(dev_);
+  dev_ = nullptr;
+  num_layers_ = num_kv_heads_ = groups_per_layer_ = max_s_ = 0;
+  mean_length_fraction_ = 1.0;
+  maps_.clear();
+  max_splits_.clear();
 }
 
 Status RaggedHeadTables::build(const KVLayout& layout, int max_uniform_splits, bool use_budgets) {

@@ -34,6 +34,8 @@ class RaggedHeadTables {
   // split map is measured against). Errors name what is wrong with the layout.
   Status build(const KVLayout& layout, int max_uniform_splits, bool use_budgets = true);
   bool empty() const { return num_layers_ == 0; }
+  // Frees the tables (a one-group layout replaced a grouped one).
+  void clear();
 
   int groups_per_layer() const { return groups_per_layer_; }
   int max_uniform_splits() const { return max_s_; }
