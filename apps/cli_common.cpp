@@ -99,7 +99,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_flag("--enable-prefix-caching", c.enable_prefix_caching, "Reuse KV blocks of shared prompt prefixes");
   cmd->add_option("--heads-per-group", c.heads_per_group,
                   "KV heads per head group: each (layer, group of heads) gets its own page table from one shared "
-                  "pool (CPU; default: all heads, one group)")
+                  "pool (CPU and CUDA, one GPU; default: all heads, one group)")
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("--group-budget-ratios", c.group_budget_ratios,
                   "Each head group's share of the KV budget, in (0, 1]: one per group, or one per group of a layer "
@@ -107,7 +107,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
       ->delimiter(',');
   cmd->add_option("--kv-head-budgets", c.kv_head_budgets,
                   "Calibrated per-head budgets (`origami calibrate`): heads grouped by budget, each group keeping its "
-                  "share of --kv-budget (CPU; --heads-per-group default 4)");
+                  "share of --kv-budget (CPU and CUDA; --heads-per-group default 4)");
   // KV compression (`origami policies` lists the policies and their options).
   cmd->add_option("--kv-policy", c.kv_policy, "KV compression policy of requests that name none (see `origami policies`)")
       ->capture_default_str();

@@ -169,6 +169,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
                                              : KVLayout::adjacent_heads(mc.num_layers, mc.num_kv_heads, hp)));
   }
   ORIGAMI_ASSIGN_OR_RETURN(engine->group_ratios_, expand_group_budget_ratios(grouped_config, layout));
+  for (size_t g = 0; g < engine->group_ratios_.size(); ++g) layout.groups[g].budget = engine->group_ratios_[g];
   ORIGAMI_RETURN_IF_ERROR(engine->backend_->allocate_kv_cache(layout));
   CompressionSupport& support = engine->compression_support_;
   support.backend = engine->backend_->name();

@@ -158,15 +158,8 @@ Status CpuBackend::validate(const ForwardBatch& batch) const {
   limits.block_size = kv_.layout().block_size;
   limits.num_blocks = kv_.num_blocks();
   limits.num_query_slots = kv_.compression_configured() ? kv_.compression_config().num_query_slots : -1;
-  ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits));
-  const size_t num_groups = kv_.layout().groups.size();
-  if (num_groups > 1)
-    for (const SequenceInput& seq : batch.sequences)
-      if (seq.kv == nullptr || seq.kv->groups.size() != num_groups)
-        return invalid_argument("batch: request " + std::to_string(seq.request_id) + " gives " +
-                                std::to_string(seq.kv == nullptr ? 1 : seq.kv->groups.size()) +
-                                " head groups' tables; the KV layout has " + std::to_string(num_groups));
-  return Status::ok();
+  limits.num_groups = kv_.layout().num_groups();
+  return validate_forward_batch(batch, limits);
 }
 
 Status CpuBackend::configure_compression(const CompressionConfig& config) {

@@ -32,18 +32,7 @@ Status validate_compression_jobs(const CpuKVCache& kv, const std::vector<Compres
 Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, float scale, ThreadPool* pool,
                        std::vector<int>* evicted_blocks) {
   ORIGAMI_RETURN_IF_ERROR(validate_compression_jobs(kv, jobs));
-  const int num_groups = kv.layout().num_groups();
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    if (jobs[j].group < 0 || jobs[j].group >= num_groups)
-      return invalid_argument("compression job " + std::to_string(j) + " (request " +
-                              std::to_string(jobs[j].request_id) + "): group " + std::to_string(jobs[j].group) +
-                              " outside the layout's " + std::to_string(num_groups) + " head groups");
-    if (jobs[j].kind == CompressionKind::kEvictBlock && num_groups > 1)
-      return Status(ErrorCode::kUnimplemented,
-                    "compression job " + std::to_string(j) + " (request " + std::to_string(jobs[j].request_id) +
-                        "): block eviction averages over every layer and head of one table; it supports the "
-                        "one-group layout only, got " + std::to_string(num_groups) + " head groups");
-  }
+  ORIGAMI_RETURN_IF_ERROR(validate_job_groups(jobs, kv.layout().num_groups()));
   // Block evictions first: they only read, and no job of the batch writes a page they read.
   std::vector<int> evicted(jobs.size(), -1);
   std::vector<int> evict_jobs;
