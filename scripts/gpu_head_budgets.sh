@@ -47,11 +47,7 @@ for run in "${runs[@]}"; do
     --device cuda --block-size 256 --max-num-seqs 512 --max-num-batched-tokens 8192 ${WORKLOAD[$wl]} $flags \
     --quiet --json > "$OUT/bench_${wl}_$name.json" 2> "$OUT/bench_${wl}_$name.err"
   rc=$?
-  RESULT["2_${wl}_$name"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(python3 -c '
-import json,sys
-try: j=json.load(open(sys.argv[1]))
-except Exception as e: print("no json"); sys.exit()
-print("%.0f tok/s, peak running %d, peak KV %.1f%% of the pool, preemptions %d, compressions %d" % (j["output_tokens_per_second"], j["peak_running_requests"], 100.0*j["peak_kv_blocks"]/max(1,j["kv_blocks_total"]), j.get("num_preemptions",-1), j.get("num_compressions",0)))' "$OUT/bench_${wl}_$name.json")"
+  RESULT["2_${wl}_$name"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(gpu_bench_summary "$OUT/bench_${wl}_$name.json")"
   tail -2 "$OUT/bench_${wl}_$name.err"
 done
 gpu_print_summary "head budgets" "$OUT/summary.txt"

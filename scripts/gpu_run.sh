@@ -194,11 +194,7 @@ if has compress; then
       "${flags[@]}" $SCHED --quiet --json > /tmp/compress.json 2> /tmp/compress.err
     rc=$?
     cat /tmp/compress.json /tmp/compress.err >> "$OUT/compress.log"
-    RESULT["8_compress_$run"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(python3 -c '
-import json,sys
-try: j=json.load(open("/tmp/compress.json"))
-except Exception as e: print("no json"); sys.exit()
-print("%.0f tok/s, peak running %d, preemptions %d, compressions %d, compression: engine %.1f%% device %.1f%% of wall" % (j["output_tokens_per_second"], j["peak_running_requests"], j.get("num_preemptions",-1), j.get("num_compressions",0), 100*j.get("compression_time_share",0), 100*j.get("compression_device_time_share",0)))')"
+    RESULT["8_compress_$run"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(gpu_bench_summary /tmp/compress.json)"
   done
   grep -E "^====|error" "$OUT/compress.log"
 fi
