@@ -242,6 +242,7 @@ void CpuBackend::run_layer(int layer_idx, const ForwardBatch& batch, int num_tok
     cpu::apply_rope(k, c.num_kv_heads, d, cos, sin);
   });
   capture_queries(layer_idx, batch);
+  if (layer_observer_) layer_observer_({layer_idx, num_tokens, h, qkv, qkv_width});
 
   // New entries go to slots num_cached_entries.. of each sequence (per KV head: of its head
   // group's table); positions (RoPE) are logical and may run ahead of the slots once a cache has

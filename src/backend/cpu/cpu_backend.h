@@ -38,6 +38,22 @@ class CpuBackend : public Backend {
   // The paged storage, for tests and for CPU twins of cache-editing kernels.
   cpu::CpuKVCache& kv_cache() { return kv_; }
 
+  // One layer's attention inputs as the forward pass computes them, rows in the batch's token
+  // order: the normed hidden state the q/k/v projections read (Fast KVzip's gate input) and the
+  // q|k|v rows after q/k norm and RoPE (the queries and keys attention uses).
+  struct LayerActivations {
+    int layer = 0;
+    int num_tokens = 0;
+    const float* normed_input = nullptr;  // [num_tokens, hidden]
+    const float* qkv = nullptr;           // [num_tokens, q_size + 2 * kv_size]
+    int qkv_width = 0;
+  };
+  // Called for every layer of every step, before the layer's new keys and values are written to
+  // the cache (offline scoring: KVzip targets, gate training); empty = none.
+  void set_layer_observer(std::function<void(const LayerActivations&)> observer) {
+    layer_observer_ = std::move(observer);
+  }
+
  private:
   // A Linear layer in HF layout; several projections that read the same input are stacked
   // row-wise into one weight (q|k|v, gate|up) so they take one GEMM.
@@ -92,6 +108,7 @@ class CpuBackend : public Backend {
   Workspace ws_;
   std::unique_ptr<cpu::CpuCompressor> compressor_;  // null until configure_compression()
   CompressionStepper compressions_;
+  std::function<void(const LayerActivations&)> layer_observer_;
 };
 
 }  // namespace origami
