@@ -61,13 +61,18 @@ Expected<std::vector<CalibrationSample>> read_calibration_samples(const std::str
   if (options.max_tokens < 1 || options.min_tokens < 1 || options.min_tokens > options.max_tokens)
     return invalid_argument("calibration samples: need 1 <= min tokens (" + std::to_string(options.min_tokens) +
                             ") <= max tokens (" + std::to_string(options.max_tokens) + ")");
+  if (options.document_stride < 1 || options.document_offset < 0 || options.document_offset >= options.document_stride)
+    return invalid_argument("samples: need 0 <= document offset (" + std::to_string(options.document_offset) +
+                            ") < document stride (" + std::to_string(options.document_stride) + ")");
+  auto wanted = [&](int d) { return d % options.document_stride == options.document_offset; };
   std::vector<DocumentWindows> docs;
   if (ends_with(path, ".jsonl")) {
     std::ifstream in(path);
     if (!in) return not_found(path + ": cannot open file");
     std::string line;
-    for (int line_no = 1; std::getline(in, line); ++line_no) {
+    for (int line_no = 1, d = 0; std::getline(in, line); ++line_no) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      if (!wanted(d++)) continue;
       const std::string where = path + ":" + std::to_string(line_no);
       nlohmann::json j;
       try {
@@ -87,7 +92,7 @@ Expected<std::vector<CalibrationSample>> read_calibration_samples(const std::str
     for (int d = 0; begin <= text.size(); ++d) {
       const size_t end = std::min(text.find(kSeparator, begin), text.size());
       const std::string doc = text.substr(begin, end - begin);
-      if (doc.find_first_not_of(" \t\r\n") != std::string::npos) {
+      if (wanted(d) && doc.find_first_not_of(" \t\r\n") != std::string::npos) {
         Expected<std::vector<int32_t>> ids = builder.from_text(doc);
         if (!ids) return invalid_argument(path + ": document " + std::to_string(d) + ": " + ids.status().message());
         docs.push_back(cut_document(*ids, path + ": document " + std::to_string(d), true, options));

@@ -41,6 +41,10 @@ struct SampleReadOptions {
   int max_samples = 50;
   int max_tokens = 2048;  // longer documents are cut into windows of this many tokens
   int min_tokens = 256;   // shorter windows (a document's tail, a short line) are skipped
+  // Only documents d with d % document_stride == document_offset are read (a sample spread over a
+  // large corpus, and disjoint samples from one file: gate training and its held-out check).
+  int document_stride = 1;
+  int document_offset = 0;
 };
 
 // Documents from `path`. A ".jsonl" file has one JSON object per line whose "prompt" (text or
