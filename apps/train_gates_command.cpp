@@ -110,14 +110,15 @@ int run_train_gates(const TrainGatesFlags& f) {
     return kExitFailure;
   }
   const gates::GateShape shape = gates::gate_shape_for(*config);
-  Expected<gates::GateTrainingSet> set = eval::collect_gate_training_set(
-      **scorer, *train, shape, [&](size_t i) {
-        if (!f.quiet)
-          std::fprintf(stderr, "train-gates: KVzip targets %zu/%zu (%zu tokens, %s), %.1f s\n", i + 1, train->size(),
-                       (*train)[i].token_ids.size(), (*train)[i].origin.c_str(), seconds_since(t0));
-      });
-  if (!set) {
-    print_error(set.status().message());
+  gates::GateTrainingSet set;
+  set.shape = shape;
+  Expected<std::vector<eval::KVzipResult>> none = eval::score_samples(**scorer, *train, &set, [&](size_t i) {
+    if (!f.quiet)
+      std::fprintf(stderr, "train-gates: KVzip targets %zu/%zu (%zu tokens, %s), %.1f s\n", i + 1, train->size(),
+                   (*train)[i].token_ids.size(), (*train)[i].origin.c_str(), seconds_since(t0));
+  });
+  if (!none) {
+    print_error(none.status().message());
     return kExitFailure;
   }
   if (interrupt_signal() != 0) {
@@ -131,7 +132,7 @@ int run_train_gates(const TrainGatesFlags& f) {
   if (train_options.num_threads <= 0) train_options.num_threads = std::max(1, f.threads);
   const auto t1 = std::chrono::steady_clock::now();
   const gates::GateTrainReport report =
-      gates::train_gates(*set, train_options, &trained, [&](int layer, int epoch, double loss) {
+      gates::train_gates(set, train_options, &trained, [&](int layer, int epoch, double loss) {
         if (!f.quiet)
           std::fprintf(stderr, "train-gates: layer %d epoch %d loss %.5f, %.1f s\n", layer, epoch + 1, loss,
                        seconds_since(t1));
@@ -141,13 +142,13 @@ int run_train_gates(const TrainGatesFlags& f) {
   std::printf("trained gates for %s (%d layers x %d KV heads, G %d, D' %d, %d sinks) on %d tokens from %zu samples: "
               "KVzip targets %.1f s, training %.1f s (%d steps per layer)\n",
               config->model_type.c_str(), shape.num_layers, shape.num_kv_heads, shape.group_size, shape.rank,
-              shape.num_sinks, set->num_tokens, train->size(), targets_s, train_s, report.steps_per_layer);
+              shape.num_sinks, set.num_tokens, train->size(), targets_s, train_s, report.steps_per_layer);
   std::printf("layer  BCE first epoch -> last epoch\n");
   for (int l = 0; l < shape.num_layers; ++l)
     std::printf("%-6d %.5f -> %.5f\n", l, report.epoch_loss[l].front(), report.epoch_loss[l].back());
 
   trained.metadata["model"] = config->model_type;
-  trained.metadata["training_tokens"] = std::to_string(set->num_tokens);
+  trained.metadata["training_tokens"] = std::to_string(set.num_tokens);
   trained.metadata["training_samples"] = std::to_string(train->size());
   trained.metadata["epochs"] = std::to_string(f.train.epochs);
   trained.metadata["learning_rate"] = std::to_string(f.train.learning_rate);
@@ -155,20 +156,25 @@ int run_train_gates(const TrainGatesFlags& f) {
   trained.metadata["batch_size"] = std::to_string(f.train.batch_size);
   if (!heldout.empty()) {
     const auto t2 = std::chrono::steady_clock::now();
-    Expected<std::vector<eval::GateQuality>> q =
-        eval::measure_gate_quality({&trained, &init}, **scorer, heldout, f.keep);
-    if (!q) {
-      print_error("held-out check: " + q.status().message());
+    Expected<std::vector<eval::KVzipResult>> scored = eval::score_samples(**scorer, heldout, nullptr);
+    if (!scored) {
+      print_error("held-out check: " + scored.status().message());
       return kExitFailure;
     }
-    int tokens = 0;
-    for (const auto& s : heldout) tokens += static_cast<int>(s.token_ids.size());
-    std::printf("held-out: %zu samples, %d tokens (%.1f s); mean over layers, then per layer spearman/overlap\n",
-                heldout.size(), tokens, seconds_since(t2));
-    print_quality("trained", (*q)[0]);
-    print_quality("initial", (*q)[1]);
-    trained.metadata["heldout_spearman"] = std::to_string((*q)[0].spearman);
-    trained.metadata["heldout_topk_overlap"] = std::to_string((*q)[0].overlap);
+    gates::GateTrainingSet heldout_set;
+    heldout_set.shape = shape;
+    for (const eval::KVzipResult& r : *scored) eval::append_training_rows(r, &heldout_set);
+    std::printf("held-out: %zu samples, %d tokens (%.1f s)\nlayer  BCE trained (initial)\n", heldout.size(),
+                heldout_set.num_tokens, seconds_since(t2));
+    for (int l = 0; l < shape.num_layers; ++l)
+      std::printf("%-6d %.5f (%.5f)\n", l, gates::gate_layer_loss(heldout_set, trained.layers[l], l),
+                  gates::gate_layer_loss(heldout_set, init.layers[l], l));
+    std::printf("agreement with exact KVzip: mean over layers, then per layer spearman/overlap\n");
+    const eval::GateQuality q = eval::measure_gate_quality(trained, *scored, f.keep, kvzip.num_sinks);
+    print_quality("trained", q);
+    print_quality("initial", eval::measure_gate_quality(init, *scored, f.keep, kvzip.num_sinks));
+    trained.metadata["heldout_spearman"] = std::to_string(q.spearman);
+    trained.metadata["heldout_topk_overlap"] = std::to_string(q.overlap);
   }
   if (Status st = gates::save_gates(f.output_path, trained); !st.is_ok()) {
     print_error(st.message());

@@ -12,17 +12,18 @@
 
 namespace origami::eval {
 
-// Scores every sample with KVzip and appends (attention input, target) rows for every layer.
-// `progress(i)` is called after sample i.
-Expected<gates::GateTrainingSet> collect_gate_training_set(KVzipScorer& scorer,
-                                                           const std::vector<CalibrationSample>& samples,
-                                                           const gates::GateShape& shape,
-                                                           const std::function<void(size_t)>& progress = {});
+// Appends a scored document's (attention input, target) rows for every layer.
+void append_training_rows(const KVzipResult& result, gates::GateTrainingSet* set);
 
-// Spearman and top-k overlap (at `keep`) of each of `gates` against KVzip on the samples (scored
-// once, shared by every gate set: e.g. the trained gates and their initialization).
-Expected<std::vector<GateQuality>> measure_gate_quality(const std::vector<const gates::GateWeights*>& gates,
-                                                        KVzipScorer& scorer,
-                                                        const std::vector<CalibrationSample>& samples, double keep);
+// Scores every sample with KVzip (hidden states kept) and, when `set` is given, appends its rows
+// there instead of keeping the result (training sets are large; held-out ones are kept whole).
+// `progress(i)` is called after sample i.
+Expected<std::vector<KVzipResult>> score_samples(KVzipScorer& scorer, const std::vector<CalibrationSample>& samples,
+                                                 gates::GateTrainingSet* set,
+                                                 const std::function<void(size_t)>& progress = {});
+
+// Spearman and top-k overlap (at `keep`) of `gates` against the exact KVzip scores of `results`.
+GateQuality measure_gate_quality(const gates::GateWeights& gates, const std::vector<KVzipResult>& results,
+                                 double keep, int num_sinks);
 
 }  // namespace origami::eval
