@@ -108,6 +108,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_option("--kv-head-budgets", c.kv_head_budgets,
                   "Calibrated per-head budgets (`origami calibrate`): heads grouped by budget, each group keeping its "
                   "share of --kv-budget (CPU; --heads-per-group default 4)");
+  cmd->add_option("--kv-gates", c.kv_gates,
+                  "Fast KVzip gate weights (`origami train-gates`) for the fastkvzip policy (CPU)");
   // KV compression (`origami policies` lists the policies and their options).
   cmd->add_option("--kv-policy", c.kv_policy, "KV compression policy of requests that name none (see `origami policies`)")
       ->capture_default_str();

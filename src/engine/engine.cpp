@@ -187,6 +187,17 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
     support.max_window = memory.compression_config.max_window;
     support.global_scores = memory.compression_config.global_scores;
   }
+  if (!config.kv_gates.empty()) {
+    if (!support.available || !support.global_scores)
+      return invalid_argument("--kv-gates " + config.kv_gates +
+                              ": gate scores live in the global-score pages, which this engine did not allocate "
+                              "(compression off, or a default policy that needs none: use --kv-policy fastkvzip)");
+    Expected<gates::GateWeights> gate_weights = gates::load_gates(config.kv_gates, mc);
+    if (!gate_weights) return invalid_argument("--kv-gates: " + gate_weights.status().message());
+    Status st = engine->backend_->load_gates(*gate_weights);
+    if (!st.is_ok()) return invalid_argument("--kv-gates " + config.kv_gates + ": " + st.message());
+    support.gate_scores = true;
+  }
   engine->kv_ = std::make_unique<KVCacheManager>(layout, config.enable_prefix_caching);
   engine->metrics_.num_kv_blocks_total = num_blocks - 1;
   engine->metrics_.num_query_slots = support.num_query_slots;

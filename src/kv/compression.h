@@ -78,6 +78,11 @@ struct ScoreRecipe {
   int window_keep = 0;
   int chunk_budget = 0;   // alpha
   int chunk_max_len = 8;  // gamma (>= 3)
+  // Fast KVzip: the backend writes every entry's gate score into F as it writes the entry (a
+  // backend with gates loaded, global-score pages allocated), so every entry of a job counts as
+  // scored (num_scored_entries = num_entries) and, with scorer kZero and global_decay 1 (kMax),
+  // the selection score is the gate's: S = max(F, 0) = F.
+  bool gate_scores = false;
 
   // The lightning group at this block size, and how many trailing entries are protected when a
   // compression keeps `num_keep` entries (0: the ratio-based recent window is left out).

@@ -17,6 +17,7 @@ class RecipePolicy : public KVPolicy {
     n.window_queries = recipe_.needs_queries();
     n.window = n.window_queries ? recipe_.window : 0;
     n.global_scores = recipe_.global_decay > 0.0f;
+    n.gate_scores = recipe_.gate_scores;
     return n;
   }
   const ScoreRecipe& score_recipe() const override { return recipe_; }

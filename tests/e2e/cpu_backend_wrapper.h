@@ -24,6 +24,7 @@ class CpuBackendWrapper : public Backend {
   Status configure_compression(const CompressionConfig& c) override { return inner_->configure_compression(c); }
   size_t query_slot_bytes(int w) const override { return inner_->query_slot_bytes(w); }
   KVCompressor* compressor() override { return inner_->compressor(); }
+  Status load_gates(const gates::GateWeights& g) override { return inner_->load_gates(g); }
 
  protected:
   std::unique_ptr<CpuBackend> inner_;

@@ -32,6 +32,8 @@ class CpuBackend : public Backend {
   Status configure_compression(const CompressionConfig& config) override;
   size_t query_slot_bytes(int max_window) const override;
   KVCompressor* compressor() override { return compressor_.get(); }
+  // Fast KVzip: every KV entry written from now on gets its gate score in F (gates/).
+  Status load_gates(const gates::GateWeights& gates) override;
 
   int num_threads() const { return pool_->num_threads(); }
   const ModelConfig& config() const { return config_; }
@@ -93,6 +95,10 @@ class CpuBackend : public Backend {
   void run_layer(int layer_idx, const ForwardBatch& batch, int num_tokens);
   // Writes the layer's post-RoPE queries of capturing sequences into their query slots.
   void capture_queries(int layer_idx, const ForwardBatch& batch);
+  // Writes the gate score of every new entry of the layer into F, at the entry's slot of its
+  // head's table (gates loaded and global-score pages allocated).
+  void write_gate_scores(int layer_idx, const ForwardBatch& batch, int num_tokens,
+                         const std::vector<std::vector<cpu::HeadTable>>& tables);
   // Runs fn(t) for every token row; on the pool only for long prefills (row work is cheap).
   void for_rows(int num_tokens, const std::function<void(int)>& fn);
 
@@ -109,6 +115,8 @@ class CpuBackend : public Backend {
   std::unique_ptr<cpu::CpuCompressor> compressor_;  // null until configure_compression()
   CompressionStepper compressions_;
   std::function<void(const LayerActivations&)> layer_observer_;
+  std::unique_ptr<gates::GateWeights> gates_;  // null: no gate scores are written
+  std::vector<float> gate_rows_;               // [num_tokens, num_kv_heads] of the current layer
 };
 
 }  // namespace origami

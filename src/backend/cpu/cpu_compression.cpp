@@ -118,15 +118,17 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
         }
       }
       float* f = nullptr;
+      // Gate scores were written with their entries: every entry is scored.
+      const int num_scored = recipe.gate_scores ? n : job.num_scored_entries;
       if (recipe.global_decay > 0.0f) {
         f = new_scores.data() + slot(it, scores_per_layer_head) + score_offset[it.job];
         const HeadPages pages = kv.head(it.layer, it.head);
-        for (int e = 0; e < job.num_scored_entries; ++e)
+        for (int e = 0; e < num_scored; ++e)
           f[e] = pages.f[static_cast<size_t>(src[e / bs]) * pages.f_block_stride + e % bs];
       }
       std::vector<float> scores(n);
       score_head(recipe, keys.data(), n, d, window_q.empty() ? nullptr : window_q.data(), group_size, scale, bs, f,
-                 job.num_scored_entries, job.first_compression, scores.data(), job.num_keep, values.data());
+                 num_scored, job.first_compression, scores.data(), job.num_keep, values.data());
       select_keep(scores.data(), n, job.num_keep, keep.data() + slot(it, keep_per_layer_head) + keep_offset[it.job]);
     });
 
