@@ -1,0 +1,165 @@
+// The `fastkvzip` policy on the CPU backend against a brute force, on origami-tiny-qwen3 with the
+// shipped gates (assets/gates/):
+//   - the score the backend wrote with every entry (F, every layer and KV head) is the gate's
+//     score of the hidden state that produced the entry, recomputed offline: the prompt run
+//     through a separate CPU backend, its layers' attention inputs fed to gates::gate_scores;
+//   - the compression keeps, per (layer, KV head), the brute-force top k of those scores with the
+//     first 4 entries and the last `window` protected, ties to the newer entry, in order, as
+//     bit-exact copies of the source keys;
+// and the errors: a fastkvzip request on an engine without gates, and gates of another shape.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "cpu_backend_wrapper.h"
+#include "engine_test_util.h"
+#include "eval/single_sequence_backend.h"
+#include "gates/sink_attention_gate.h"
+
+namespace origami::testing {
+namespace {
+
+constexpr int kBlock = 16;
+
+// Snapshots every job's source keys and scores before the step and checks the kept set after.
+class GateCheckingBackend : public CpuBackendWrapper {
+ public:
+  GateCheckingBackend() : CpuBackendWrapper("gate-checking-cpu") {}
+
+  struct Snapshot {
+    int num_entries = 0, num_keep = 0;
+    std::vector<BlockId> dst;
+    // [layer][head][entry]
+    std::vector<std::vector<std::vector<float>>> f;
+    std::vector<std::vector<std::vector<std::vector<float>>>> keys;
+  };
+  std::vector<Snapshot> before, after;  // one per compression (after: the kept entries' keys)
+
+  Status execute(const ForwardBatch& batch, StepOutput* out) override {
+    cpu::CpuKVCache& kv = inner_->kv_cache();
+    const KVLayout& layout = kv.layout();
+    std::vector<Snapshot> pending;
+    for (const CompressionJob& j : batch.compressions) {
+      Snapshot s;
+      s.num_entries = j.num_entries;
+      s.num_keep = j.num_keep;
+      s.dst = *j.dst_blocks;
+      read(kv, layout, *j.src_blocks, j.num_entries, &s);
+      pending.push_back(std::move(s));
+    }
+    Status st = inner_->execute(batch, out);
+    for (Snapshot& s : pending) {
+      Snapshot kept;
+      read(kv, layout, s.dst, s.num_keep, &kept);
+      before.push_back(std::move(s));
+      after.push_back(std::move(kept));
+    }
+    return st;
+  }
+
+
+ private:
+  static void read(cpu::CpuKVCache& kv, const KVLayout& layout, const std::vector<BlockId>& blocks, int n, Snapshot* s) {
+    const int L = layout.num_layers, H = layout.num_kv_heads, d = layout.head_dim;
+    s->f.assign(L, std::vector<std::vector<float>>(H, std::vector<float>(n)));
+    s->keys.assign(L, std::vector<std::vector<std::vector<float>>>(H, std::vector<std::vector<float>>(n)));
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h) {
+        const cpu::HeadPages p = kv.head(l, h);
+        for (int e = 0; e < n; ++e) {
+          const BlockId b = blocks[e / kBlock];
+          s->f[l][h][e] = p.f[static_cast<size_t>(b) * p.f_block_stride + e % kBlock];
+          const float* k = kv.key_at(l, b, h, e % kBlock);
+          s->keys[l][h][e].assign(k, k + d);
+        }
+      }
+  }
+};
+
+std::vector<int32_t> prompt_tokens(int n) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>((i * 7919 + 13) % 8000 + 100));
+  return t;
+}
+
+TEST(FastKVzip, WritesGateScoresAndKeepsTheirTopK) {
+  const int n = 100, budget = 64, window = 16, sinks = 4;  // N_max = 5: compressed after prefill to 64
+  EngineConfig c = cpu_config(tiny_qwen3_dir());
+  c.block_size = kBlock;
+  c.kv_policy = "fastkvzip";
+  c.kv_policy_options = {{"window", std::to_string(window)}, {"prefill_chunk_compression", "0"}};
+  c.kv_budget = budget;
+  c.kv_gates = tiny_qwen3_gates();
+  auto backend = std::make_unique<GateCheckingBackend>();
+  GateCheckingBackend* checker = backend.get();
+  auto engine = Engine::create(c, std::move(backend));
+  ASSERT_TRUE(engine.has_value()) << engine.status().to_string();
+  SamplingParams sp;
+  sp.max_tokens = 3;  // the compression runs before the first decode step
+  const std::vector<int32_t> prompt = prompt_tokens(n);
+  ASSERT_TRUE((*engine)->add_request(prompt, sp).has_value());
+  while ((*engine)->has_unfinished())
+    for (const RequestOutput& out : (*engine)->step()) EXPECT_NE(out.finish_reason, FinishReason::kError) << out.error;
+  ASSERT_EQ(checker->before.size(), 1u);
+  const GateCheckingBackend::Snapshot& src = checker->before[0];
+  const GateCheckingBackend::Snapshot& dst = checker->after[0];
+  ASSERT_EQ(src.num_entries, n);
+  ASSERT_EQ(src.num_keep, budget);
+
+  // The gates' scores of the prompt, offline.
+  Expected<ModelConfig> mc = load_model_config(tiny_qwen3_dir());
+  ASSERT_TRUE(mc.has_value());
+  Expected<gates::GateWeights> g = gates::load_gates(tiny_qwen3_gates(), *mc);
+  ASSERT_TRUE(g.has_value()) << g.status().message();
+  auto runner = eval::SingleSequenceBackend::create(tiny_qwen3_dir(), *mc, n, 1);
+  ASSERT_TRUE(runner.has_value());
+  std::vector<std::vector<float>> expected(mc->num_layers, std::vector<float>(static_cast<size_t>(n) * mc->num_kv_heads));
+  (*runner)->backend().set_layer_observer([&](const CpuBackend::LayerActivations& a) {
+    gates::gate_scores(g->shape, g->layers[a.layer], a.normed_input, a.num_tokens, mc->hidden_size,
+                       expected[a.layer].data());
+  });
+  ASSERT_TRUE((*runner)->run(prompt, 0).is_ok());
+
+  for (int l = 0; l < mc->num_layers; ++l)
+    for (int h = 0; h < mc->num_kv_heads; ++h) {
+      std::vector<float> score(n);
+      for (int e = 0; e < n; ++e) {
+        score[e] = expected[l][static_cast<size_t>(e) * mc->num_kv_heads + h];
+        ASSERT_NEAR(src.f[l][h][e], score[e], 1e-5) << "layer " << l << " head " << h << " entry " << e;
+        score[e] = src.f[l][h][e];  // the selection reads the stored float
+        if (e < sinks || e >= n - window) score[e] = std::numeric_limits<float>::infinity();
+      }
+      std::vector<int> order(n);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int a, int b) { return score[a] > score[b] || (score[a] == score[b] && a > b); });
+      order.resize(budget);
+      std::sort(order.begin(), order.end());
+      for (int i = 0; i < budget; ++i)
+        ASSERT_EQ(dst.keys[l][h][i], src.keys[l][h][order[i]]) << "layer " << l << " head " << h << " kept " << i;
+    }
+}
+
+TEST(FastKVzip, RefusedWithoutGatesAndWithGatesOfAnotherShape) {
+  EngineConfig c = cpu_config(tiny_qwen3_dir());
+  auto engine = make_engine(c);
+  ASSERT_NE(engine, nullptr);
+  RequestOptions o;
+  o.kv_policy = "fastkvzip";
+  SamplingParams sp;
+  sp.max_tokens = 1;
+  Expected<RequestId> id = engine->add_request(prompt_tokens(8), sp, o);
+  ASSERT_FALSE(id.has_value());
+  EXPECT_NE(id.status().message().find("--kv-gates"), std::string::npos) << id.status().message();
+
+  EngineConfig s = cpu_config(stories_dir());
+  s.kv_gates = tiny_qwen3_gates();
+  auto wrong = Engine::create(s);
+  ASSERT_FALSE(wrong.has_value());
+  EXPECT_NE(wrong.status().message().find("--kv-gates"), std::string::npos) << wrong.status().message();
+  EXPECT_NE(wrong.status().message().find("layers than the model's 5"), std::string::npos) << wrong.status().message();
+}
+
+}  // namespace
+}  // namespace origami::testing
