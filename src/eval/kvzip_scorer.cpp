@@ -1,5 +1,7 @@
 #include "eval/kvzip_scorer.h"
 
+#include "backend/cpu/kvzip_scores.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -27,7 +29,7 @@ Expected<std::unique_ptr<KVzipScorer>> KVzipScorer::create(const std::string& mo
   s->config_ = config;
   s->options_ = options;
   s->max_context_ = max_context;
-  s->num_threads_ = num_threads;
+  s->pool_ = std::make_unique<cpu::ThreadPool>(num_threads);
   const int longest_prompt =
       static_cast<int>(std::max(options.prompts.first.size(), options.prompts.next.size() + options.previous_tail) +
                        options.prompts.suffix.size());
@@ -58,7 +60,6 @@ Expected<KVzipResult> KVzipScorer::score(const std::vector<int32_t>& context, bo
                             std::to_string(max_context_) + "]");
   const ModelConfig& c = config_;
   const int layers = c.num_layers, heads = c.num_kv_heads, d = c.head_dim, hidden = c.hidden_size;
-  const int group = c.num_heads / heads, q_size = c.q_size();
   KVzipResult result;
   result.scores.assign(layers, std::vector<std::vector<float>>(heads, std::vector<float>(n, 0.0f)));
   CpuBackend& backend = runner_->backend();
@@ -78,7 +79,6 @@ Expected<KVzipResult> KVzipScorer::score(const std::vector<int32_t>& context, bo
   cpu::CpuKVCache& kv = backend.kv_cache();
   const std::vector<BlockId>& table = runner_->block_table();
   const int bs = runner_->block_size();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (int begin = 0; begin < n; begin += options_.chunk_size) {
     const int end = std::min(n, begin + options_.chunk_size);
     const std::vector<int32_t> repeat = reconstruction_tokens(context, begin, end);
@@ -86,40 +86,23 @@ Expected<KVzipResult> KVzipScorer::score(const std::vector<int32_t>& context, bo
     const int sinks = std::min(options_.num_sinks, begin);
     const int num_ctx = sinks + (end - begin);  // context keys in the softmax: sinks, then the chunk
     backend.set_layer_observer([&](const CpuBackend::LayerActivations& a) {
-#pragma omp parallel for schedule(static) num_threads(std::max(1, num_threads_))
-      for (int h = 0; h < heads; ++h) {
-        std::vector<float> keys(static_cast<size_t>(num_ctx + r) * d);
-        for (int i = 0; i < num_ctx; ++i) {
-          const int e = i < sinks ? i : begin + (i - sinks);
-          std::memcpy(&keys[static_cast<size_t>(i) * d], kv.key_at(a.layer, table[e / bs], h, e % bs),
-                      d * sizeof(float));
-        }
-        for (int t = 0; t < r; ++t)
-          std::memcpy(&keys[static_cast<size_t>(num_ctx + t) * d],
-                      a.qkv + static_cast<size_t>(t) * a.qkv_width + q_size + h * d, d * sizeof(float));
-        std::vector<float> logits(num_ctx + r);
-        float* best = result.scores[a.layer][h].data() + begin;
-        for (int j = 0; j < group; ++j) {
-          for (int t = 0; t < r; ++t) {
-            const float* q = a.qkv + static_cast<size_t>(t) * a.qkv_width + static_cast<size_t>(h * group + j) * d;
-            const int len = num_ctx + t + 1;  // causal inside the reconstruction
-            float m = -INFINITY;
-            for (int k = 0; k < len; ++k) {
-              const float* key = &keys[static_cast<size_t>(k) * d];
-              float dot = 0.0f;
-              for (int i = 0; i < d; ++i) dot += q[i] * key[i];
-              logits[k] = dot * scale;
-              m = std::max(m, logits[k]);
-            }
-            double sum = 0.0;
-            for (int k = 0; k < len; ++k) sum += std::exp(static_cast<double>(logits[k] - m));
-            for (int k = sinks; k < num_ctx; ++k) {
-              const float p = static_cast<float>(std::exp(static_cast<double>(logits[k] - m)) / sum);
-              best[k - sinks] = std::max(best[k - sinks], p);
-            }
-          }
-        }
-      }
+      cpu::ReconstructionLayer layer;
+      layer.qkv = a.qkv;
+      layer.qkv_width = a.qkv_width;
+      layer.num_tokens = r;
+      layer.num_heads = c.num_heads;
+      layer.num_kv_heads = heads;
+      layer.head_dim = d;
+      // The sinks, then the chunk.
+      layer.context_key = [&](int h, int i) {
+        const int e = i < sinks ? i : begin + (i - sinks);
+        return static_cast<const float*>(kv.key_at(a.layer, table[e / bs], h, e % bs));
+      };
+      layer.num_context = num_ctx;
+      layer.first_scored = sinks;
+      std::vector<float*> best(heads);
+      for (int h = 0; h < heads; ++h) best[h] = result.scores[a.layer][h].data() + begin;
+      cpu::accumulate_reconstruction_scores(layer, best.data(), pool_.get());
     });
     st = runner_->run(repeat, n);
     backend.set_layer_observer({});

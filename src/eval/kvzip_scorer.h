@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_thread_pool.h"
 #include "core/status.h"
 #include "eval/head_calibration.h"
 #include "eval/single_sequence_backend.h"
@@ -72,7 +73,7 @@ class KVzipScorer {
   ModelConfig config_;
   KVzipOptions options_;
   int max_context_ = 0;
-  int num_threads_ = 1;
+  std::unique_ptr<cpu::ThreadPool> pool_;  // KV heads scored in parallel
   std::unique_ptr<SingleSequenceBackend> runner_;
 };
 
