@@ -67,6 +67,9 @@ class Backend {
   virtual Status load_gates(const gates::GateWeights& gates) {
     return invalid_argument(name() + " backend: Fast KVzip gates are not supported yet (CPU backend only)");
   }
+  // Whether compression jobs whose recipe has reconstruction_scores (KVzip) are run: the backend
+  // runs the model on the job's reconstruction tokens after its entries and selects by the result.
+  virtual bool runs_reconstruction() const { return false; }
 };
 
 // Creates the backend named in options.device ("cpu", or "cuda" when built with ORIGAMI_CUDA).

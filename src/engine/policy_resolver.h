@@ -19,6 +19,7 @@ struct CompressionSupport {
   int max_window = 0;       // rows per query slot
   bool global_scores = false;
   bool gate_scores = false;  // the backend writes Fast KVzip gate scores (--kv-gates)
+  bool reconstruction = false;  // the backend runs KVzip's reconstruction pass
   int block_size = 16;
 };
 

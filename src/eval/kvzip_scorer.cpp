@@ -1,6 +1,7 @@
 #include "eval/kvzip_scorer.h"
 
 #include "backend/cpu/kvzip_scores.h"
+#include "policy/kvzip_prompt.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,10 +11,9 @@ namespace origami::eval {
 
 KVzipPrompts kvzip_prompts(const Tokenizer& tokenizer) {
   KVzipPrompts p;
-  p.first = tokenizer.encode("\n\nRepeat the previous context exactly.", /*add_special_tokens=*/false);
-  p.next = tokenizer.encode("\n\nRepeat the part of the previous context exactly, starting with",
-                            /*add_special_tokens=*/false);
-  p.suffix = tokenizer.encode("\n", /*add_special_tokens=*/false);
+  p.first = tokenizer.encode(kKVzipRepeatPrompt, /*add_special_tokens=*/false);
+  p.next = tokenizer.encode(kKVzipRepeatPartPrompt, /*add_special_tokens=*/false);
+  p.suffix = tokenizer.encode(kKVzipPromptSuffix, /*add_special_tokens=*/false);
   return p;
 }
 

@@ -27,6 +27,7 @@
 #include "eval/head_calibration.h"
 #include "eval/single_sequence_backend.h"
 #include "model/config.h"
+#include "policy/kvzip_prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace origami::eval {
@@ -42,7 +43,7 @@ KVzipPrompts kvzip_prompts(const Tokenizer& tokenizer);
 struct KVzipOptions {
   KVzipPrompts prompts;
   int chunk_size = 2048;  // context tokens reconstructed per pass (the reference's)
-  int num_sinks = 4;      // leading tokens scored 1, and kept in later chunks' softmax
+  int num_sinks = kKVzipSinks;  // leading tokens scored 1, and kept in later chunks' softmax
   int previous_tail = 8;  // tokens of the previous chunk quoted in a later chunk's prompt
 };
 

@@ -18,7 +18,8 @@
   X(rkv_policy)                      \
   X(pagedeviction_policy)            \
   X(kvllm_policy)                    \
-  X(fastkvzip_policy)
+  X(fastkvzip_policy)                \
+  X(kvzip_policy)
 
 namespace origami {
 

@@ -18,6 +18,7 @@ class RecipePolicy : public KVPolicy {
     n.window = n.window_queries ? recipe_.window : 0;
     n.global_scores = recipe_.global_decay > 0.0f;
     n.gate_scores = recipe_.gate_scores;
+    n.reconstruction = recipe_.reconstruction_scores;
     return n;
   }
   const ScoreRecipe& score_recipe() const override { return recipe_; }

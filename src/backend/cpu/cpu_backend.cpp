@@ -339,6 +339,14 @@ void CpuBackend::run_layer(int layer_idx, const ForwardBatch& batch, int num_tok
 
 Status CpuBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   ORIGAMI_RETURN_IF_ERROR(validate(batch));
+  if (compressor_ && !batch.compressions.empty()) {
+    // KVzip jobs: their scores first (a model run of their own), then the shared selection.
+    std::vector<std::vector<float>> scores(batch.compressions.size());
+    for (size_t j = 0; j < batch.compressions.size(); ++j)
+      if (batch.compressions[j].recipe != nullptr && batch.compressions[j].recipe->reconstruction_scores)
+        ORIGAMI_RETURN_IF_ERROR(reconstruction_scores(batch.compressions[j], &scores[j]));
+    compressor_->set_reconstruction_scores(std::move(scores));
+  }
   compressions_.start(compressor_.get(), batch, out);
   out->sampled_tokens.clear();
   out->all_logits.clear();

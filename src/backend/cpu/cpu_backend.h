@@ -34,6 +34,9 @@ class CpuBackend : public Backend {
   KVCompressor* compressor() override { return compressor_.get(); }
   // Fast KVzip: every KV entry written from now on gets its gate score in F (gates/).
   Status load_gates(const gates::GateWeights& gates) override;
+  // KVzip compressions (cpu_reconstruction.cpp): each job's reconstruction runs on a private copy
+  // of its entries before the compressor selects by the scores.
+  bool runs_reconstruction() const override { return true; }
 
   int num_threads() const { return pool_->num_threads(); }
   const ModelConfig& config() const { return config_; }
@@ -99,6 +102,10 @@ class CpuBackend : public Backend {
   // head's table (gates loaded and global-score pages allocated).
   void write_gate_scores(int layer_idx, const ForwardBatch& batch, int num_tokens,
                          const std::vector<std::vector<cpu::HeadTable>>& tables);
+  // KVzip's scores of a job's entries, [layer][KV head][entry] flattened: its entries' K/V copied
+  // into scratch_, the model run there on job.reconstruction_tokens after them, and each entry's
+  // largest attention from those tokens' queries kept (cpu_reconstruction.cpp).
+  Status reconstruction_scores(const CompressionJob& job, std::vector<float>* scores);
   // Runs fn(t) for every token row; on the pool only for long prefills (row work is cheap).
   void for_rows(int num_tokens, const std::function<void(int)>& fn);
 
@@ -117,6 +124,7 @@ class CpuBackend : public Backend {
   std::function<void(const LayerActivations&)> layer_observer_;
   std::unique_ptr<gates::GateWeights> gates_;  // null: no gate scores are written
   std::vector<float> gate_rows_;               // [num_tokens, num_kv_heads] of the current layer
+  cpu::CpuKVCache scratch_;                    // KVzip reconstructions (swapped in for kv_)
 };
 
 }  // namespace origami
