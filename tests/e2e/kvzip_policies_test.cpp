@@ -1,5 +1,5 @@
-// The `fastkvzip` policy on the CPU backend against a brute force, on origami-tiny-qwen3 with the
-// shipped gates (assets/gates/):
+// The `fastkvzip` and `kvzip` policies on the CPU backend against brute forces, on
+// origami-tiny-qwen3. fastkvzip, with the shipped gates (assets/gates/):
 //   - the score the backend wrote with every entry (F, every layer and KV head) is the gate's
 //     score of the hidden state that produced the entry, recomputed offline: the prompt run
 //     through a separate CPU backend, its layers' attention inputs fed to gates::gate_scores;
@@ -7,6 +7,9 @@
 //     first 4 entries and the last `window` protected, ties to the newer entry, in order, as
 //     bit-exact copies of the source keys;
 // and the errors: a fastkvzip request on an engine without gates, and gates of another shape.
+// kvzip: the prefill-end compression keeps, per (layer, KV head), the top k of the KVzip scores
+// the offline scorer (eval/kvzip_scorer.h, tested against its own brute force) computes for the
+// prompt, sinks protected, as bit-exact copies.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,6 +17,7 @@
 
 #include "cpu_backend_wrapper.h"
 #include "engine_test_util.h"
+#include "eval/kvzip_scorer.h"
 #include "eval/single_sequence_backend.h"
 #include "gates/sink_attention_gate.h"
 
@@ -83,6 +87,22 @@ std::vector<int32_t> prompt_tokens(int n) {
   return t;
 }
 
+// The kept entries are the top `keep` of `score` with the first `sinks` and last `window`
+// protected (ties to the newer entry), in order, as copies of the source keys.
+void expect_kept_top_k(std::vector<float> score, int sinks, int window, const std::vector<std::vector<float>>& src,
+                       const std::vector<std::vector<float>>& kept, int keep) {
+  const int n = static_cast<int>(score.size());
+  for (int e = 0; e < n; ++e)
+    if (e < sinks || e >= n - window) score[e] = std::numeric_limits<float>::infinity();
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return score[a] > score[b] || (score[a] == score[b] && a > b); });
+  order.resize(keep);
+  std::sort(order.begin(), order.end());
+  for (int i = 0; i < keep; ++i) ASSERT_EQ(kept[i], src[order[i]]) << "kept entry " << i;
+}
+
 TEST(FastKVzip, WritesGateScoresAndKeepsTheirTopK) {
   const int n = 100, budget = 64, window = 16, sinks = 4;  // N_max = 5: compressed after prefill to 64
   EngineConfig c = cpu_config(tiny_qwen3_dir());
@@ -128,16 +148,49 @@ TEST(FastKVzip, WritesGateScoresAndKeepsTheirTopK) {
         score[e] = expected[l][static_cast<size_t>(e) * mc->num_kv_heads + h];
         ASSERT_NEAR(src.f[l][h][e], score[e], 1e-5) << "layer " << l << " head " << h << " entry " << e;
         score[e] = src.f[l][h][e];  // the selection reads the stored float
-        if (e < sinks || e >= n - window) score[e] = std::numeric_limits<float>::infinity();
       }
-      std::vector<int> order(n);
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(),
-                       [&](int a, int b) { return score[a] > score[b] || (score[a] == score[b] && a > b); });
-      order.resize(budget);
-      std::sort(order.begin(), order.end());
-      for (int i = 0; i < budget; ++i)
-        ASSERT_EQ(dst.keys[l][h][i], src.keys[l][h][order[i]]) << "layer " << l << " head " << h << " kept " << i;
+      expect_kept_top_k(score, sinks, window, src.keys[l][h], dst.keys[l][h], budget);
+    }
+}
+
+TEST(KVzipPolicy, KeepsTheTopKOfTheOfflineKVzipScores) {
+  const int n = 90, budget = 40, sinks = 4;
+  EngineConfig c = cpu_config(tiny_qwen3_dir());
+  c.block_size = kBlock;
+  c.kv_policy = "kvzip";
+  c.kv_budget = budget;
+  auto backend = std::make_unique<GateCheckingBackend>();
+  GateCheckingBackend* checker = backend.get();
+  auto engine = Engine::create(c, std::move(backend));
+  ASSERT_TRUE(engine.has_value()) << engine.status().to_string();
+  SamplingParams sp;
+  sp.max_tokens = 3;
+  const std::vector<int32_t> prompt = prompt_tokens(n);
+  ASSERT_TRUE((*engine)->add_request(prompt, sp).has_value());
+  while ((*engine)->has_unfinished())
+    for (const RequestOutput& out : (*engine)->step()) EXPECT_NE(out.finish_reason, FinishReason::kError) << out.error;
+  ASSERT_EQ(checker->before.size(), 1u);
+  const GateCheckingBackend::Snapshot& src = checker->before[0];
+  const GateCheckingBackend::Snapshot& dst = checker->after[0];
+  ASSERT_EQ(src.num_entries, n);
+  ASSERT_EQ(src.num_keep, budget);
+
+  Expected<ModelConfig> mc = load_model_config(tiny_qwen3_dir());
+  ASSERT_TRUE(mc.has_value());
+  Expected<std::shared_ptr<Tokenizer>> tok = Tokenizer::load(tiny_qwen3_dir());
+  ASSERT_TRUE(tok.has_value());
+  eval::KVzipOptions options;
+  options.prompts = eval::kvzip_prompts(**tok);
+  auto scorer = eval::KVzipScorer::create(tiny_qwen3_dir(), *mc, options, n, 1);
+  ASSERT_TRUE(scorer.has_value());
+  Expected<eval::KVzipResult> offline = (*scorer)->score(prompt, false);
+  ASSERT_TRUE(offline.has_value()) << offline.status().message();
+  for (int l = 0; l < mc->num_layers; ++l)
+    for (int h = 0; h < mc->num_kv_heads; ++h) {
+      SCOPED_TRACE("layer " + std::to_string(l) + " head " + std::to_string(h));
+      expect_kept_top_k(offline->scores[l][h], sinks, 0, src.keys[l][h], dst.keys[l][h], budget);
+      // The scores moved with their entries (F of the kept entries).
+      for (int i = sinks; i < budget; ++i) EXPECT_GT(dst.f[l][h][i], 0.0f);
     }
 }
 
