@@ -13,6 +13,20 @@
 
 namespace origami::cli {
 
+std::optional<ModelFiles> load_model_files(const std::string& model_dir, const std::string& tokenizer_dir) {
+  Expected<ModelConfig> config = load_model_config(model_dir);
+  if (!config) {
+    print_error(config.status().to_string());
+    return std::nullopt;
+  }
+  Expected<std::shared_ptr<Tokenizer>> tokenizer = Tokenizer::load(tokenizer_dir.empty() ? model_dir : tokenizer_dir);
+  if (!tokenizer) {
+    print_error(tokenizer.status().to_string());
+    return std::nullopt;
+  }
+  return ModelFiles{*config, *tokenizer};
+}
+
 std::string default_model_dir() {
   // Looked up relative to the working directory first (the README runs from the checkout), then
   // to the executable's checkout (build/ sits inside it).

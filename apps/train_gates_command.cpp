@@ -63,20 +63,13 @@ int run_train_gates(const TrainGatesFlags& f) {
                 "training documents)");
     return kExitUsage;
   }
-  Expected<ModelConfig> config = load_model_config(f.model_dir);
-  if (!config) {
-    print_error(config.status().to_string());
-    return kExitFailure;
-  }
-  Expected<std::shared_ptr<Tokenizer>> tokenizer =
-      Tokenizer::load(f.tokenizer_dir.empty() ? f.model_dir : f.tokenizer_dir);
-  if (!tokenizer) {
-    print_error(tokenizer.status().to_string());
-    return kExitFailure;
-  }
+  std::optional<ModelFiles> files = load_model_files(f.model_dir, f.tokenizer_dir);
+  if (!files) return kExitFailure;
+  const ModelConfig& config = files->config;
+  const std::shared_ptr<Tokenizer>& tokenizer = files->tokenizer;
   // The reconstruction doubles the sequence: keep the context within half the model's window.
-  const int max_tokens = std::min(f.max_tokens, config->max_position_embeddings / 2);
-  const PromptBuilder builder(*tokenizer);
+  const int max_tokens = std::min(f.max_tokens, config.max_position_embeddings / 2);
+  const PromptBuilder builder(tokenizer);
   eval::SampleReadOptions read;
   read.max_samples = f.samples;
   read.max_tokens = max_tokens;
@@ -101,15 +94,15 @@ int run_train_gates(const TrainGatesFlags& f) {
     heldout = std::move(*h);
   }
   eval::KVzipOptions kvzip;
-  kvzip.prompts = eval::kvzip_prompts(**tokenizer);
+  kvzip.prompts = eval::kvzip_prompts(*tokenizer);
   kvzip.chunk_size = f.chunk_size;
   Expected<std::unique_ptr<eval::KVzipScorer>> scorer =
-      eval::KVzipScorer::create(f.model_dir, *config, kvzip, max_tokens, f.threads);
+      eval::KVzipScorer::create(f.model_dir, config, kvzip, max_tokens, f.threads);
   if (!scorer) {
     print_error(scorer.status().to_string());
     return kExitFailure;
   }
-  const gates::GateShape shape = gates::gate_shape_for(*config);
+  const gates::GateShape shape = gates::gate_shape_for(config);
   gates::GateTrainingSet set;
   set.shape = shape;
   Expected<std::vector<eval::KVzipResult>> none = eval::score_samples(**scorer, *train, &set, [&](size_t i) {
@@ -141,13 +134,13 @@ int run_train_gates(const TrainGatesFlags& f) {
 
   std::printf("trained gates for %s (%d layers x %d KV heads, G %d, D' %d, %d sinks) on %d tokens from %zu samples: "
               "KVzip targets %.1f s, training %.1f s (%d steps per layer)\n",
-              config->model_type.c_str(), shape.num_layers, shape.num_kv_heads, shape.group_size, shape.rank,
+              config.model_type.c_str(), shape.num_layers, shape.num_kv_heads, shape.group_size, shape.rank,
               shape.num_sinks, set.num_tokens, train->size(), targets_s, train_s, report.steps_per_layer);
   std::printf("layer  BCE first epoch -> last epoch\n");
   for (int l = 0; l < shape.num_layers; ++l)
     std::printf("%-6d %.5f -> %.5f\n", l, report.epoch_loss[l].front(), report.epoch_loss[l].back());
 
-  trained.metadata["model"] = config->model_type;
+  trained.metadata["model"] = config.model_type;
   trained.metadata["training_tokens"] = std::to_string(set.num_tokens);
   trained.metadata["training_samples"] = std::to_string(train->size());
   trained.metadata["epochs"] = std::to_string(f.train.epochs);

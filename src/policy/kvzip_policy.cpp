@@ -31,13 +31,8 @@ void register_kvzip_policy(PolicyRegistry* registry) {
       int_option("sinks", kKVzipSinks, 0, 1 << 20, "first entries always kept (score 1)"),
   };
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
-    ScoreRecipe recipe;
-    recipe.scorer = Scorer::kZero;
-    recipe.global_decay = 1.0f;
-    recipe.global_mode = GlobalMode::kMax;
+    ScoreRecipe recipe = provided_score_recipe(options.get_int("window"), options.get_int("sinks"));
     recipe.reconstruction_scores = true;
-    recipe.window = options.get_int("window");
-    recipe.num_sinks = options.get_int("sinks");
     return std::unique_ptr<KVPolicy>(new RecipePolicy(name, options, CompressionTrigger::kPrefillEnd, recipe));
   };
   ORIGAMI_CHECK(registry->add(std::move(info)).is_ok());

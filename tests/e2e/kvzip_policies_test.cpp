@@ -87,6 +87,25 @@ std::vector<int32_t> prompt_tokens(int n) {
   return t;
 }
 
+// Runs one request of `prompt` (3 tokens generated, so that its compression after the prefill
+// runs) through an engine on a GateCheckingBackend; returns the backend, with one compression seen.
+GateCheckingBackend* run_one_request(const EngineConfig& c, const std::vector<int32_t>& prompt,
+                                     std::unique_ptr<Engine>* engine) {
+  auto backend = std::make_unique<GateCheckingBackend>();
+  GateCheckingBackend* checker = backend.get();
+  auto created = Engine::create(c, std::move(backend));
+  EXPECT_TRUE(created.has_value()) << created.status().to_string();
+  if (!created) return nullptr;
+  *engine = std::move(*created);
+  SamplingParams sp;
+  sp.max_tokens = 3;
+  EXPECT_TRUE((*engine)->add_request(prompt, sp).has_value());
+  while ((*engine)->has_unfinished())
+    for (const RequestOutput& out : (*engine)->step()) EXPECT_NE(out.finish_reason, FinishReason::kError) << out.error;
+  EXPECT_EQ(checker->before.size(), 1u);
+  return checker->before.size() == 1 ? checker : nullptr;
+}
+
 // The kept entries are the top `keep` of `score` with the first `sinks` and last `window`
 // protected (ties to the newer entry), in order, as copies of the source keys.
 void expect_kept_top_k(std::vector<float> score, int sinks, int window, const std::vector<std::vector<float>>& src,
@@ -111,17 +130,10 @@ TEST(FastKVzip, WritesGateScoresAndKeepsTheirTopK) {
   c.kv_policy_options = {{"window", std::to_string(window)}, {"prefill_chunk_compression", "0"}};
   c.kv_budget = budget;
   c.kv_gates = tiny_qwen3_gates();
-  auto backend = std::make_unique<GateCheckingBackend>();
-  GateCheckingBackend* checker = backend.get();
-  auto engine = Engine::create(c, std::move(backend));
-  ASSERT_TRUE(engine.has_value()) << engine.status().to_string();
-  SamplingParams sp;
-  sp.max_tokens = 3;  // the compression runs before the first decode step
   const std::vector<int32_t> prompt = prompt_tokens(n);
-  ASSERT_TRUE((*engine)->add_request(prompt, sp).has_value());
-  while ((*engine)->has_unfinished())
-    for (const RequestOutput& out : (*engine)->step()) EXPECT_NE(out.finish_reason, FinishReason::kError) << out.error;
-  ASSERT_EQ(checker->before.size(), 1u);
+  std::unique_ptr<Engine> engine;
+  GateCheckingBackend* checker = run_one_request(c, prompt, &engine);
+  ASSERT_NE(checker, nullptr);
   const GateCheckingBackend::Snapshot& src = checker->before[0];
   const GateCheckingBackend::Snapshot& dst = checker->after[0];
   ASSERT_EQ(src.num_entries, n);
@@ -159,17 +171,10 @@ TEST(KVzipPolicy, KeepsTheTopKOfTheOfflineKVzipScores) {
   c.block_size = kBlock;
   c.kv_policy = "kvzip";
   c.kv_budget = budget;
-  auto backend = std::make_unique<GateCheckingBackend>();
-  GateCheckingBackend* checker = backend.get();
-  auto engine = Engine::create(c, std::move(backend));
-  ASSERT_TRUE(engine.has_value()) << engine.status().to_string();
-  SamplingParams sp;
-  sp.max_tokens = 3;
   const std::vector<int32_t> prompt = prompt_tokens(n);
-  ASSERT_TRUE((*engine)->add_request(prompt, sp).has_value());
-  while ((*engine)->has_unfinished())
-    for (const RequestOutput& out : (*engine)->step()) EXPECT_NE(out.finish_reason, FinishReason::kError) << out.error;
-  ASSERT_EQ(checker->before.size(), 1u);
+  std::unique_ptr<Engine> engine;
+  GateCheckingBackend* checker = run_one_request(c, prompt, &engine);
+  ASSERT_NE(checker, nullptr);
   const GateCheckingBackend::Snapshot& src = checker->before[0];
   const GateCheckingBackend::Snapshot& dst = checker->after[0];
   ASSERT_EQ(src.num_entries, n);
