@@ -88,8 +88,9 @@ std::vector<int32_t> prompt_tokens(int n) {
 }
 
 // Runs one request of `prompt` (3 tokens generated, so that its compression after the prefill
-// runs) through an engine on a GateCheckingBackend; returns the backend, with one compression seen.
-GateCheckingBackend* run_one_request(const EngineConfig& c, const std::vector<int32_t>& prompt,
+// runs) through an engine on a GateCheckingBackend; returns the backend once it saw one
+// compression of the whole prompt down to `keep` entries (null otherwise).
+GateCheckingBackend* run_one_request(const EngineConfig& c, const std::vector<int32_t>& prompt, int keep,
                                      std::unique_ptr<Engine>* engine) {
   auto backend = std::make_unique<GateCheckingBackend>();
   GateCheckingBackend* checker = backend.get();
@@ -103,7 +104,10 @@ GateCheckingBackend* run_one_request(const EngineConfig& c, const std::vector<in
   while ((*engine)->has_unfinished())
     for (const RequestOutput& out : (*engine)->step()) EXPECT_NE(out.finish_reason, FinishReason::kError) << out.error;
   EXPECT_EQ(checker->before.size(), 1u);
-  return checker->before.size() == 1 ? checker : nullptr;
+  if (checker->before.size() != 1) return nullptr;
+  EXPECT_EQ(checker->before[0].num_entries, static_cast<int>(prompt.size()));
+  EXPECT_EQ(checker->before[0].num_keep, keep);
+  return checker->before[0].num_keep == keep ? checker : nullptr;
 }
 
 // The kept entries are the top `keep` of `score` with the first `sinks` and last `window`
@@ -132,12 +136,10 @@ TEST(FastKVzip, WritesGateScoresAndKeepsTheirTopK) {
   c.kv_gates = tiny_qwen3_gates();
   const std::vector<int32_t> prompt = prompt_tokens(n);
   std::unique_ptr<Engine> engine;
-  GateCheckingBackend* checker = run_one_request(c, prompt, &engine);
+  GateCheckingBackend* checker = run_one_request(c, prompt, budget, &engine);
   ASSERT_NE(checker, nullptr);
   const GateCheckingBackend::Snapshot& src = checker->before[0];
   const GateCheckingBackend::Snapshot& dst = checker->after[0];
-  ASSERT_EQ(src.num_entries, n);
-  ASSERT_EQ(src.num_keep, budget);
 
   // The gates' scores of the prompt, offline.
   Expected<ModelConfig> mc = load_model_config(tiny_qwen3_dir());
@@ -173,12 +175,10 @@ TEST(KVzipPolicy, KeepsTheTopKOfTheOfflineKVzipScores) {
   c.kv_budget = budget;
   const std::vector<int32_t> prompt = prompt_tokens(n);
   std::unique_ptr<Engine> engine;
-  GateCheckingBackend* checker = run_one_request(c, prompt, &engine);
+  GateCheckingBackend* checker = run_one_request(c, prompt, budget, &engine);
   ASSERT_NE(checker, nullptr);
   const GateCheckingBackend::Snapshot& src = checker->before[0];
   const GateCheckingBackend::Snapshot& dst = checker->after[0];
-  ASSERT_EQ(src.num_entries, n);
-  ASSERT_EQ(src.num_keep, budget);
 
   Expected<ModelConfig> mc = load_model_config(tiny_qwen3_dir());
   ASSERT_TRUE(mc.has_value());
