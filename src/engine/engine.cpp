@@ -191,7 +191,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
     support.num_query_slots = memory.compression_config.num_query_slots;
     support.max_window = memory.compression_config.max_window;
     support.global_scores = memory.compression_config.global_scores;
-    support.reconstruction = engine->backend_->runs_reconstruction();
+    // The reconstruction reads every layer and head through one table.
+    support.reconstruction = engine->backend_->runs_reconstruction() && layout.num_groups() == 1;
   }
   if (!config.kv_gates.empty()) {
     if (!support.available || !support.global_scores)
