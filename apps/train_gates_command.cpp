@@ -1,7 +1,7 @@
 // `origami train-gates`: Fast KVzip gate training (docs/gates.md; gates/, eval/gate_training.h).
 //
 //   origami train-gates --model DIR --data FILE --output gates.safetensors
-//       [--samples 40 --max-tokens 1000 --document-stride 50 --epochs 5 --lr 0.2 ...]
+//       [--samples 60 --max-tokens 1000 --document-stride 50 --epochs 10 --batch 256 --lr 0.2 ...]
 //
 // Scores sample documents with KVzip's reconstruction pass on the CPU backend (the frozen model),
 // keeps each layer's attention inputs, trains every layer's sink-attention gate on them with BCE
@@ -31,15 +31,23 @@ struct TrainGatesFlags {
   std::string data_path;
   std::string output_path;
   int threads = 0;
-  int samples = 40;
+  // Defaults: the recipe of the shipped tiny-model gates (docs/gates.md).
+  int samples = 60;
   int heldout_samples = 10;
   int max_tokens = 1000;
   int min_tokens = 256;
   int document_stride = 50;
   int chunk_size = 2048;
   double keep = 0.25;
-  gates::GateTrainOptions train;
+  gates::GateTrainOptions train = shipped_recipe();
   bool quiet = false;
+
+  static gates::GateTrainOptions shipped_recipe() {
+    gates::GateTrainOptions o;  // the paper's lr 0.2 and momentum; smaller batches, more epochs
+    o.epochs = 10;
+    o.batch_size = 256;
+    return o;
+  }
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
