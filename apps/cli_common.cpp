@@ -13,6 +13,20 @@
 
 namespace origami::cli {
 
+std::optional<ModelFiles> load_model_files(const std::string& model_dir, const std::string& tokenizer_dir) {
+  Expected<ModelConfig> config = load_model_config(model_dir);
+  if (!config) {
+    print_error(config.status().to_string());
+    return std::nullopt;
+  }
+  Expected<std::shared_ptr<Tokenizer>> tokenizer = Tokenizer::load(tokenizer_dir.empty() ? model_dir : tokenizer_dir);
+  if (!tokenizer) {
+    print_error(tokenizer.status().to_string());
+    return std::nullopt;
+  }
+  return ModelFiles{*config, *tokenizer};
+}
+
 std::string default_model_dir() {
   // Looked up relative to the working directory first (the README runs from the checkout), then
   // to the executable's checkout (build/ sits inside it).
@@ -108,6 +122,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_option("--kv-head-budgets", c.kv_head_budgets,
                   "Calibrated per-head budgets (`origami calibrate`): heads grouped by budget, each group keeping its "
                   "share of --kv-budget (CPU and CUDA; --heads-per-group default 4)");
+  cmd->add_option("--kv-gates", c.kv_gates,
+                  "Fast KVzip gate weights (`origami train-gates`) for the fastkvzip policy (CPU)");
   // KV compression (`origami policies` lists the policies and their options).
   cmd->add_option("--kv-policy", c.kv_policy, "KV compression policy of requests that name none (see `origami policies`)")
       ->capture_default_str();

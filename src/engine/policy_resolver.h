@@ -18,6 +18,8 @@ struct CompressionSupport {
   int num_query_slots = 0;  // M
   int max_window = 0;       // rows per query slot
   bool global_scores = false;
+  bool gate_scores = false;  // the backend writes Fast KVzip gate scores (--kv-gates)
+  bool reconstruction = false;  // the backend runs KVzip's reconstruction pass
   int block_size = 16;
 };
 

@@ -25,7 +25,7 @@ std::string error_of(const std::string& name, const PolicyOptionMap& opts) {
 TEST(PolicyRegistry, ListsBuiltinsInOrder) {
   EXPECT_EQ(reg().names(),
             "full, streaming, snapkv, zipage, zipage-attn, zipage-global, zipage-flash, zipage-lightning, knorm, "
-            "h2o, tova, keydiff, rkv, pagedeviction, kvllm");
+            "h2o, tova, keydiff, rkv, pagedeviction, kvllm, fastkvzip, kvzip");
   for (const PolicyInfo& info : reg().policies()) {
     EXPECT_FALSE(info.summary.empty()) << info.name;
     for (const PolicyOptionSpec& s : info.options) EXPECT_FALSE(s.help.empty()) << info.name << "." << s.name;
@@ -258,14 +258,16 @@ TEST(PolicyRegistry, BuiltinTriggersDecideFromTheTriggerState) {
 // Prefill chunk compression: which policies take the option and their defaults, the threshold
 // each trigger compresses a chunk at, and the chunk rules (policy/triggers.h).
 TEST(PolicyRegistry, PrefillChunkCompressionRules) {
-  // On where the paper evicts while the prompt is processed (KeyDiff), off elsewhere.
+  // On where the paper evicts while the prompt is processed (KeyDiff, Fast KVzip), off elsewhere.
+  // KVzip takes no chunks: its reconstruction scores an uncompressed context.
   for (const PolicyInfo& info : reg().policies()) {
     auto p = make(info.name);
-    const bool budgeted = p->compresses() && p->takes_budget();
+    const bool budgeted = p->compresses() && p->takes_budget() && info.name != "kvzip";
     EXPECT_EQ(p->supports_prefill_chunk_compression(), budgeted) << info.name;
     if (!budgeted) continue;
-    EXPECT_EQ(p->options().get_bool(kPrefillChunkCompressionOption), info.name == "keydiff") << info.name;
-    EXPECT_EQ(p->prefill_chunk_threshold(64, 5, 16), info.name == "keydiff" ? 79 : -1) << info.name;
+    const bool on = info.name == "keydiff" || info.name == "fastkvzip";
+    EXPECT_EQ(p->options().get_bool(kPrefillChunkCompressionOption), on) << info.name;
+    EXPECT_EQ(p->prefill_chunk_threshold(64, 5, 16), on ? 79 : -1) << info.name;
   }
   EXPECT_EQ(make("snapkv", {{"prefill_chunk_compression", "1"}})->prefill_chunk_threshold(64, 0, 16), 64);
   EXPECT_EQ(make("zipage", {{"prefill_chunk_compression", "1"}})->prefill_chunk_threshold(64, 5, 16), 79);
