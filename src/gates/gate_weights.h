@@ -36,7 +36,11 @@ struct GateShape {
 
   int q_rows() const { return num_kv_heads * group_size * rank; }
   int k_rows() const { return num_kv_heads * rank; }
-  bool operator==(const GateShape&) const = default;
+  // Spelled out: nvcc's front end (this header reaches the CUDA backend) rejects a defaulted ==.
+  bool operator==(const GateShape& o) const {
+    return num_layers == o.num_layers && num_kv_heads == o.num_kv_heads && group_size == o.group_size &&
+           hidden_size == o.hidden_size && rank == o.rank && num_sinks == o.num_sinks;
+  }
 };
 
 // The gate shape for a model (H, G, D from its config; R and S as given).
