@@ -2,6 +2,7 @@
 // Turns a request's policy name, options and budget (or the engine's defaults) into the
 // compression state the scheduler runs, checking them against what the backend allocated.
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/engine_config.h"
@@ -19,6 +20,10 @@ struct CompressionSupport {
   int max_window = 0;       // rows per query slot
   bool global_scores = false;
   int block_size = 16;
+  // Head groups: each group's budget ratio (empty: uniform), from --group-budget-ratios or
+  // calibrated head budgets (--kv-head-budgets, or a request's kv_head_budgets).
+  std::vector<float> group_ratios;
+  bool calibrated_head_budgets = false;  // the ratios come from a calibrated budget file
 };
 
 // Policy: the request's, else the engine's default. Options: with a request policy, the
