@@ -60,7 +60,10 @@ else
   POLICIES=$("$CLI" policies --json | python3 -c '
 import json, sys
 keep_aliases = sys.argv[1] != "0"
-print(",".join(p["name"] for p in json.load(sys.stdin) if keep_aliases or "alias_of" not in p))' "${FIDELITY_ALIASES:-1}") \
+# Policies that need calibrated head budgets (tangram) run in their own engine with a budget file:
+# scripts/tangram_fidelity.sh.
+print(",".join(p["name"] for p in json.load(sys.stdin)
+               if (keep_aliases or "alias_of" not in p) and not p.get("needs_head_budgets")))' "${FIDELITY_ALIASES:-1}") \
     || { echo "origami policies --json failed"; exit 1; }
 fi
 BUDGETS=${FIDELITY_BUDGETS:-256,512,1024}

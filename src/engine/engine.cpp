@@ -176,6 +176,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   } else {
     support.unavailable_reason = "compression is turned off (num_query_slots = -1)";
   }
+  if (memory.default_policy != nullptr) ORIGAMI_RETURN_IF_ERROR(check_head_budgets(*memory.default_policy, support));
   if (support.available) {
     support.num_query_slots = memory.compression_config.num_query_slots;
     support.max_window = memory.compression_config.max_window;

@@ -26,6 +26,10 @@ struct CompressionSupport {
   bool calibrated_head_budgets = false;  // the ratios come from a calibrated budget file
 };
 
+// A policy that splits its budget by calibrated head budgets (BudgetSplit::kCalibrated) needs a
+// budget file (the engine's or the request's); the error says where to give one.
+Status check_head_budgets(const KVPolicy& policy, const CompressionSupport& support);
+
 // Policy: the request's, else the engine's default. Options: with a request policy, the
 // request's; else the engine's overridden key by key by the request's. Budget: the request's,
 // else the engine's, else the policy's default. Errors name the policy, option or budget.

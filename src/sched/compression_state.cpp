@@ -27,6 +27,15 @@ int trigger_budget(const RequestCompression& c) {
   return smallest;
 }
 
+double mean_kept_entries(const RequestCompression& c, int num_groups, int block_size, bool paged) {
+  double sum = 0.0;
+  for (int g = 0; g < num_groups; ++g) {
+    const int keep = group_num_keep(c, g);
+    sum += paged ? static_cast<double>((keep + block_size - 1) / block_size * block_size) : keep;
+  }
+  return num_groups > 0 ? sum / num_groups : 0.0;
+}
+
 TriggerState trigger_state(const Request& request, int block_size, int num_entries, long long step,
                            int due_this_step, int num_new_tokens) {
   const RequestCompression& c = request.compression;

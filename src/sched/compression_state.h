@@ -25,6 +25,12 @@ int group_num_keep(const RequestCompression& compression, int group);
 // every group over its keep (those within theirs are left as is, Scheduler::try_start_compression).
 int trigger_budget(const RequestCompression& compression);
 
+// Entries a compression keeps per (layer, KV head), averaged over the `num_groups` head groups:
+// every head of a group keeps its group's count (group_num_keep), so this is what the grouped
+// layout really holds, group padding included; with `paged`, each group's count rounded up to
+// whole blocks of `block_size` (the pages it occupies). For a document longer than every keep.
+double mean_kept_entries(const RequestCompression& compression, int num_groups, int block_size, bool paged);
+
 // Entries the request's cache holds (its lead group's).
 int num_cache_entries(const Request& request);
 
