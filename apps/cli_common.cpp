@@ -107,7 +107,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
       ->delimiter(',');
   cmd->add_option("--kv-head-budgets", c.kv_head_budgets,
                   "Calibrated per-head budgets (`origami calibrate`): heads grouped by budget, each group keeping its "
-                  "share of --kv-budget (CPU; --heads-per-group default 4)");
+                  "share of --kv-budget (the largest group's, or the average per head for --kv-policy tangram; CPU; "
+                  "--heads-per-group default 4)");
   // KV compression (`origami policies` lists the policies and their options).
   cmd->add_option("--kv-policy", c.kv_policy, "KV compression policy of requests that name none (see `origami policies`)")
       ->capture_default_str();
