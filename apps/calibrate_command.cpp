@@ -95,20 +95,13 @@ int run_calibrate(const CalibrateFlags& f) {
     print_error(recipe.status().message());
     return kExitUsage;
   }
-  Expected<ModelConfig> config = load_model_config(f.model_dir);
-  if (!config) {
-    print_error(config.status().to_string());
-    return kExitFailure;
-  }
-  Expected<std::shared_ptr<Tokenizer>> tokenizer =
-      Tokenizer::load(f.tokenizer_dir.empty() ? f.model_dir : f.tokenizer_dir);
-  if (!tokenizer) {
-    print_error(tokenizer.status().to_string());
-    return kExitFailure;
-  }
-  read.max_tokens = std::min(read.max_tokens, config->max_position_embeddings);
+  std::optional<ModelFiles> files = load_model_files(f.model_dir, f.tokenizer_dir);
+  if (!files) return kExitFailure;
+  const ModelConfig& config = files->config;
+  const std::shared_ptr<Tokenizer>& tokenizer = files->tokenizer;
+  read.max_tokens = std::min(read.max_tokens, config.max_position_embeddings);
   read.min_tokens = std::min(read.min_tokens, read.max_tokens);
-  const PromptBuilder builder(*tokenizer);
+  const PromptBuilder builder(tokenizer);
   Expected<std::vector<eval::CalibrationSample>> samples = eval::read_calibration_samples(f.data_path, builder, read);
   if (!samples) {
     print_error(samples.status().message());
@@ -120,7 +113,7 @@ int run_calibrate(const CalibrateFlags& f) {
   int longest = 0;
   for (const auto& s : *samples) longest = std::max(longest, static_cast<int>(s.token_ids.size()));
   Expected<std::unique_ptr<eval::PrefillScorer>> scorer =
-      eval::PrefillScorer::create(f.model_dir, *config, *recipe, longest, f.threads);
+      eval::PrefillScorer::create(f.model_dir, config, *recipe, longest, f.threads);
   if (!scorer) {
     print_error(scorer.status().to_string());
     return kExitFailure;
@@ -146,7 +139,7 @@ int run_calibrate(const CalibrateFlags& f) {
                    s.token_ids.size(), s.origin.c_str(), secs);
     }
   }
-  const HeadBudgets budgets = eval::summarize_retention(retention, f.options, model_identity(*config));
+  const HeadBudgets budgets = eval::summarize_retention(retention, f.options, model_identity(config));
   OutputFile out;
   Status st = out.open("--output", f.output_path);
   if (st.is_ok()) st = out.write(head_budgets_to_json(budgets));
@@ -156,7 +149,7 @@ int run_calibrate(const CalibrateFlags& f) {
     return kExitFailure;
   }
   std::printf("calibrated %s (%d layers x %d KV heads) on %d samples with %s, rho %g, alpha %g -> %s\n",
-              config->model_type.c_str(), budgets.num_layers(), budgets.num_kv_heads(), budgets.samples,
+              config.model_type.c_str(), budgets.num_layers(), budgets.num_kv_heads(), budgets.samples,
               budgets.scorer.c_str(), budgets.rho, budgets.alpha, f.output_path.c_str());
   print_summary(budgets);
   return flush_stdout() ? kExitOk : kExitFailure;

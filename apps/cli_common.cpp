@@ -13,6 +13,20 @@
 
 namespace origami::cli {
 
+std::optional<ModelFiles> load_model_files(const std::string& model_dir, const std::string& tokenizer_dir) {
+  Expected<ModelConfig> config = load_model_config(model_dir);
+  if (!config) {
+    print_error(config.status().to_string());
+    return std::nullopt;
+  }
+  Expected<std::shared_ptr<Tokenizer>> tokenizer = Tokenizer::load(tokenizer_dir.empty() ? model_dir : tokenizer_dir);
+  if (!tokenizer) {
+    print_error(tokenizer.status().to_string());
+    return std::nullopt;
+  }
+  return ModelFiles{*config, *tokenizer};
+}
+
 std::string default_model_dir() {
   // Looked up relative to the working directory first (the README runs from the checkout), then
   // to the executable's checkout (build/ sits inside it).
@@ -99,7 +113,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_flag("--enable-prefix-caching", c.enable_prefix_caching, "Reuse KV blocks of shared prompt prefixes");
   cmd->add_option("--heads-per-group", c.heads_per_group,
                   "KV heads per head group: each (layer, group of heads) gets its own page table from one shared "
-                  "pool (CPU; default: all heads, one group)")
+                  "pool (CPU and CUDA, one GPU; default: all heads, one group)")
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("--group-budget-ratios", c.group_budget_ratios,
                   "Each head group's share of the KV budget, in (0, 1]: one per group, or one per group of a layer "
@@ -107,8 +121,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
       ->delimiter(',');
   cmd->add_option("--kv-head-budgets", c.kv_head_budgets,
                   "Calibrated per-head budgets (`origami calibrate`): heads grouped by budget, each group keeping its "
-                  "share of --kv-budget (the largest group's, or the average per head for --kv-policy tangram; CPU; "
-                  "--heads-per-group default 4)");
+                  "share of --kv-budget (the largest group's, or the average per head for --kv-policy tangram; CPU "
+                  "and CUDA; --heads-per-group default 4)");
+  cmd->add_option("--kv-gates", c.kv_gates,
+                  "Fast KVzip gate weights (`origami train-gates`) for the fastkvzip policy (CPU)");
   // KV compression (`origami policies` lists the policies and their options).
   cmd->add_option("--kv-policy", c.kv_policy, "KV compression policy of requests that name none (see `origami policies`)")
       ->capture_default_str();

@@ -2,6 +2,7 @@
 // Flags shared by every command that stands up an engine, and small CLI helpers.
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,15 @@ bool parse_memory_size(const std::string& text, int64_t* bytes);
 
 // The project's default model: ../shared/models/origami-tiny-qwen3 next to the checkout.
 std::string default_model_dir();
+
+// A model's config and tokenizer (from tokenizer_dir, else the model folder), for the offline
+// commands that run no engine (calibrate, train-gates); on failure the error is printed and the
+// result is empty.
+struct ModelFiles {
+  ModelConfig config;
+  std::shared_ptr<Tokenizer> tokenizer;
+};
+std::optional<ModelFiles> load_model_files(const std::string& model_dir, const std::string& tokenizer_dir);
 
 // Prints "origami: error: <msg>" to stderr.
 void print_error(const std::string& message);

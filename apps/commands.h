@@ -10,6 +10,7 @@ void register_policies_command(CLI::App& app);
 void register_eval_command(CLI::App& app);
 void register_serve_command(CLI::App& app);
 void register_calibrate_command(CLI::App& app);
+void register_train_gates_command(CLI::App& app);
 // `bench serve`, under the `bench` command.
 void register_bench_serve_command(CLI::App& bench);
 

@@ -1,4 +1,4 @@
-// origami: the command-line front end (generate, bench, policies, eval, calibrate, serve).
+// origami: the command-line front end (generate, bench, policies, eval, calibrate, train-gates, serve).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   origami::cli::register_policies_command(app);
   origami::cli::register_eval_command(app);
   origami::cli::register_calibrate_command(app);
+  origami::cli::register_train_gates_command(app);
   origami::cli::install_interrupt_handlers();
   origami::cli::register_serve_command(app);
   origami::cli::register_bench_serve_command(*app.get_subcommand("bench"));

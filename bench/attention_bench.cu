@@ -14,44 +14,9 @@
 #include <vector>
 
 #include "backend/cuda/paged_attention.h"
+#include "bench_util.cuh"
 
 using namespace origami::cuda;
-
-#define CK(call)                                                                               \
-  do {                                                                                         \
-    cudaError_t e_ = (call);                                                                   \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #call); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
-
-static __global__ void fill_random(__nv_bfloat16* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    unsigned x = (unsigned)i * 2654435761u ^ seed;
-    x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
-    p[i] = __float2bfloat16(((x & 0xffff) / 65536.f - 0.5f) * 2.f);
-  }
-}
-
-template <typename F>
-static float median_ms(F&& body, int iters) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int i = 0; i < iters; ++i) {
-    CK(cudaEventRecord(a));
-    body(i);
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 int main() {
   int dev = 0, sms = 0;
@@ -62,20 +27,7 @@ int main() {
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, sms, prop.l2CacheSize >> 20);
 
   // Copy ceiling: 1 GiB device-to-device, bytes read + written.
-  double copy_gbs = 0;
-  {
-    const size_t n = size_t(1) << 30;
-    void *src, *dst;
-    CK(cudaMalloc(&src, n));
-    CK(cudaMalloc(&dst, n));
-    CK(cudaMemset(src, 1, n));
-    for (int i = 0; i < 3; ++i) CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice));
-    const float ms = median_ms([&](int) { CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice)); }, 20);
-    copy_gbs = 2.0 * n / ms / 1e6;
-    std::printf("device-to-device copy: %.0f GB/s (read+write)\n", copy_gbs);
-    CK(cudaFree(src));
-    CK(cudaFree(dst));
-  }
+  const double copy_gbs = measure_copy_gbs(20);
 
   const int num_heads = 32, num_kv_heads = 8, D = 128;
   // One pool large enough for the largest case (256 x 4K entries: 4.3 GB of K+V).

@@ -9,9 +9,14 @@
 #   bench     throughput: `origami bench` (3 workloads x Qwen3-8B, Llama-3.1-8B shapes, dummy
 #             weights) and HF generate() (scripts/hf_generate_bench.py) on the first workload
 #   compress  throughput under KV compression: Qwen3-8B shape, 256 x (128 -> 4096), ignore_eos,
-#             block 256; full KV next to each COMPRESS_RUNS entry (policy:budget:async|sync)
+#             block 256; full KV next to each COMPRESS_RUNS entry (policy:budget:async|sync[:groups],
+#             groups = hpN for --heads-per-group N with uniform budgets, or budgets for a synthetic
+#             --kv-head-budgets file, scripts/make_synthetic_head_budgets.py, ratios uniform in
+#             [0.1, 0.6]; scripts/gpu_head_budgets.sh runs the full comparison)
 #   fidelity  `origami eval` sweeps on origami-tiny-qwen3: scripts/gpu_fidelity.sh (every registered
 #             policy, retrieval prefill / context / stream, perplexity, blocks 16 and 256)
+#   ragged    head groups (TANGRAM ragged paging): the kernel and engine tests of the CUDA head
+#             groups and bench/ragged_attention_bench.cu (split map vs no map vs one group)
 #   tune      stream-mode retrieval of policy variants on a tuning set built from the papers
 #             (scripts/make_retrieval_set.py; never the dev set the results are reported on):
 #             TUNE_VARIANTS="policy[,policy] [key=value ...];..." (see the default below)
@@ -45,8 +50,13 @@ targets=()
 if ! has quick; then  # only what the chosen modes run
   { has roofline || has profile; } && targets+=(cuda_decode_bench_test)
   { has bench || has compress || has fidelity || has tune; } && targets+=(origami_cli)
+  has ragged && targets+=(attention_ragged_test engine_cuda_head_groups_test)
 fi
+has ragged && targets+=(ragged_attention_bench)  # not part of `all`
 # Keep going past targets of modules that do not build, so the GPU tests still run.
+if has quick && has ragged; then  # all, then the benchmark
+  gpu_build "$BUILD" "$OUT/build.log" || exit 1
+fi
 gpu_build "$BUILD" "$OUT/build.log" "${targets[@]}" || exit 1
 RESULT[1_build]="rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s, targets: ${targets[*]:-all})"
 grep -E "error|FAILED" "$OUT/build.log" | head -20
@@ -165,8 +175,15 @@ if has compress; then
   IFS=: read -r -a wl <<< "$W"
   # full KV gets the whole pool (--query-slots -1: no query slots, no global-score pages).
   for run in ${COMPRESS_RUNS:-full:0:async zipage:2048:async zipage:1024:async zipage:2048:sync zipage:1024:sync}; do
-    IFS=: read -r pol budget mode <<< "$run"
+    IFS=: read -r pol budget mode groups <<< "$run"
     flags=(--kv-policy "$pol")
+    case "${groups:-}" in
+      hp*) flags+=(--heads-per-group "${groups#hp}") ;;
+      budgets)  # synthetic (dummy weights cannot be calibrated): ratios uniform in [0.1, 0.6]
+        python3 scripts/make_synthetic_head_budgets.py --config "$SH/configs/qwen3-8b/config.json" \
+          --output /tmp/qwen3-8b_synthetic_budgets.json --floor 0.1 --alpha 1 --beta 1 --span 0.5 --seed 7
+        flags+=(--kv-head-budgets /tmp/qwen3-8b_synthetic_budgets.json) ;;
+    esac
     if [ "$pol" = full ]; then flags+=(--query-slots -1); else flags+=(--kv-budget "$budget"); fi
     [ "$mode" = sync ] && flags+=(--no-async-compression)
     t0=$(date +%s)
@@ -177,11 +194,7 @@ if has compress; then
       "${flags[@]}" $SCHED --quiet --json > /tmp/compress.json 2> /tmp/compress.err
     rc=$?
     cat /tmp/compress.json /tmp/compress.err >> "$OUT/compress.log"
-    RESULT["8_compress_$run"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(python3 -c '
-import json,sys
-try: j=json.load(open("/tmp/compress.json"))
-except Exception as e: print("no json"); sys.exit()
-print("%.0f tok/s, peak running %d, preemptions %d, compressions %d, compression: engine %.1f%% device %.1f%% of wall" % (j["output_tokens_per_second"], j["peak_running_requests"], j.get("num_preemptions",-1), j.get("num_compressions",0), 100*j.get("compression_time_share",0), 100*j.get("compression_device_time_share",0)))')"
+    RESULT["8_compress_$run"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(gpu_bench_summary /tmp/compress.json)"
   done
   grep -E "^====|error" "$OUT/compress.log"
 fi
@@ -193,6 +206,19 @@ if has fidelity; then
   t0=$(date +%s)
   ORIGAMI_BIN=$BUILD/origami OUT=$OUT scripts/gpu_fidelity.sh
   RESULT[9_fidelity]="rc=$? ($(( $(date +%s) - t0 ))s) tables in fidelity_tables.md"
+fi
+
+# ---------------------------------------------------------------- ragged: head groups (TANGRAM)
+if has ragged; then
+  t0=$(date +%s)
+  for t in attention_ragged_test engine_cuda_head_groups_test; do
+    OMP_NUM_THREADS=16 timeout 300 "$BUILD/tests/$t" >> "$OUT/ragged.log" 2>&1
+    RESULT["10_$t"]="rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/ragged.log" | tail -1)"
+  done
+  grep -E "^\[ *(OK|FAILED)|Failure|head groups\]" "$OUT/ragged.log"
+  timeout 300 "$BUILD/ragged_attention_bench" > "$OUT/ragged_bench.log" 2>&1
+  RESULT[10_ragged_bench]="rc=$? ($(( $(date +%s) - t0 ))s)"
+  cat "$OUT/ragged_bench.log"
 fi
 
 # ---------------------------------------------------------------- tune: variants on the tuning set

@@ -40,11 +40,7 @@ bench() {  # name, then bench flags
   timeout 420 "$BUILD/origami" bench --dummy-weights --tokenizer "$SH/tokenizers/qwen3" --device cuda --quiet --json \
     --max-num-seqs 512 --max-num-batched-tokens 8192 "$@" > "$OUT/bench_$name.json" 2> "$OUT/bench_$name.err"
   local rc=$?
-  RESULT["3_bench_$name"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(python3 -c '
-import json,sys
-try: j=json.load(open(sys.argv[1]))
-except Exception as e: print("no json"); sys.exit()
-print("%.0f tok/s, peak running %d, preemptions %d, compressions %d" % (j["output_tokens_per_second"], j["peak_running_requests"], j.get("num_preemptions",-1), j.get("num_compressions",0)))' "$OUT/bench_$name.json")"
+  RESULT["3_bench_$name"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(gpu_bench_summary "$OUT/bench_$name.json")"
   tail -3 "$OUT/bench_$name.err"
 }
 W8="--model $SH/configs/qwen3-8b --num-prompts 256 --input-len 128 --output-len 1024"

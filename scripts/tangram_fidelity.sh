@@ -20,8 +20,8 @@
 #   scripts/tangram_fidelity.sh                                   # CPU, every document
 #   TANGRAM_LIMIT=25 TANGRAM_THREADS=1 scripts/tangram_fidelity.sh  # the CPU subset of docs/fidelity.md
 #
-# Settings (environment): ORIGAMI_BIN (default build/origami), TANGRAM_DEVICE (cpu; head-group
-# layouts are CPU-only until the CUDA backend serves them), TANGRAM_LIMIT (documents, 0 = all),
+# Settings (environment): ORIGAMI_BIN (default build/origami), TANGRAM_DEVICE (cpu, or cuda with a
+# CUDA build: head-group layouts run there too), TANGRAM_LIMIT (documents, 0 = all),
 # TANGRAM_MODES ("prefill context"), TANGRAM_BUDGETS (256,512,1024), TANGRAM_BUDGETS_FILE (a
 # calibrated file to use instead of calibrating), TANGRAM_THREADS (CPU threads, 0 = all),
 # TANGRAM_CHUNK (--max-num-batched-tokens, 512), OUT (/tmp/origami-tangram).

@@ -59,3 +59,21 @@ gpu_build() {
   GPU_BUILD_SECONDS=$(( $(date +%s) - t0 ))
   return 0
 }
+
+# Prints one line from an `origami bench --json` file ($1): throughput, peak running requests,
+# peak KV pool share, preemptions, compressions and their time shares; "no json" when unreadable.
+gpu_bench_summary() {
+  python3 - "$1" <<'PY'
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except Exception:
+    print("no json"); sys.exit()
+print("%.0f tok/s, peak running %d, peak KV %.1f%% of the pool, preemptions %d, compressions %d, "
+      "compression: engine %.1f%% device %.1f%% of wall" % (
+      j["output_tokens_per_second"], j["peak_running_requests"],
+      100.0 * j.get("peak_kv_blocks", 0) / max(1, j.get("kv_blocks_total", 1)), j.get("num_preemptions", -1),
+      j.get("num_compressions", 0), 100 * j.get("compression_time_share", 0),
+      100 * j.get("compression_device_time_share", 0)))
+PY
+}

@@ -8,6 +8,7 @@
 #include "backend/forward_batch.h"
 #include "backend/kv_compressor.h"
 #include "core/status.h"
+#include "gates/gate_weights.h"
 #include "kv/compression.h"
 #include "kv/kv_layout.h"
 #include "model/config.h"
@@ -60,6 +61,15 @@ class Backend {
   // The compressor that runs the jobs of ForwardBatch::compressions (null until
   // configure_compression()). The engine never calls it during a step; tests and tools may.
   virtual KVCompressor* compressor() { return nullptr; }
+  // Fast KVzip gates (checked against the model): from now on every KV entry the backend writes
+  // also gets its gate score in the global-score pages F (configure_compression with
+  // global_scores first), which policies whose recipe has gate_scores select by.
+  virtual Status load_gates(const gates::GateWeights& gates) {
+    return invalid_argument(name() + " backend: Fast KVzip gates are not supported yet (CPU backend only)");
+  }
+  // Whether compression jobs whose recipe has reconstruction_scores (KVzip) are run: the backend
+  // runs the model on the job's reconstruction tokens after its entries and selects by the result.
+  virtual bool runs_reconstruction() const { return false; }
 };
 
 // Creates the backend named in options.device ("cpu", or "cuda" when built with ORIGAMI_CUDA).

@@ -50,6 +50,16 @@ struct SequenceInput {
   // (<= kMaxTopLogprobs), under the raw logits (temperature 1, before any filter): the OpenAI
   // `logprobs` fields. Computed only for the rows that ask.
   int num_top_logprobs = -1;
+
+  // Group g's page table and the entries it held before this step (group 0 without `kv`: the
+  // full layout's block_table and num_cached_entries).
+  const std::vector<BlockId>& group_blocks(int g) const {
+    return g == 0 || kv == nullptr ? *block_table : kv->groups[static_cast<size_t>(g)].blocks;
+  }
+  int group_cached_entries(int g) const {
+    return g == 0 || kv == nullptr ? num_cached_entries
+                                   : kv->groups[static_cast<size_t>(g)].num_entries - num_query_tokens;
+  }
 };
 
 struct ForwardBatch {

@@ -59,6 +59,11 @@ Status validate_forward_batch(const ForwardBatch& batch, const ForwardBatchLimit
                               std::to_string(kMaxTopLogprobs));
     if (!seq.block_table) return invalid_argument(who + ": no block table");
     ORIGAMI_RETURN_IF_ERROR(validate_table(who, *seq.block_table, seq.num_cached_entries, seq.num_query_tokens, limits));
+    if (limits.num_groups > 1 &&
+        (seq.kv == nullptr || seq.kv->groups.size() != static_cast<size_t>(limits.num_groups)))
+      return invalid_argument("batch: request " + std::to_string(seq.request_id) + " gives " +
+                              std::to_string(seq.kv == nullptr ? 1 : seq.kv->groups.size()) +
+                              " head groups' tables; the KV layout has " + std::to_string(limits.num_groups));
     if (seq.kv != nullptr) {
       // Head groups: every group's table covers its own entries.
       if (seq.kv->groups.empty() || &seq.kv->groups[0].blocks != seq.block_table)

@@ -13,6 +13,7 @@ struct ForwardBatchLimits {
   int block_size = 1;
   int num_blocks = 0;       // pages are blocks in [1, num_blocks)
   int num_query_slots = 0;  // query slots of the compressor; < 0 when compression is not configured
+  int num_groups = 1;       // head groups of the KV layout: > 1 needs every sequence's kv with one table each
 };
 
 Status validate_forward_batch(const ForwardBatch& batch, const ForwardBatchLimits& limits);

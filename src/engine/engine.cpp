@@ -11,6 +11,7 @@
 #include "engine/head_budget_loader.h"
 #include "engine/kv_memory_plan.h"
 #include "kv/head_grouping.h"
+#include "policy/kvzip_prompt.h"
 #include "sched/compression_state.h"
 #include "model/weights.h"
 #include "sampling/sampler.h"
@@ -108,6 +109,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   const std::string tokenizer_dir = config.tokenizer_dir.empty() ? config.model_dir : config.tokenizer_dir;
   ORIGAMI_ASSIGN_OR_RETURN(std::shared_ptr<Tokenizer> tokenizer, Tokenizer::load(tokenizer_dir));
   engine->tokenizer_ = std::move(tokenizer);
+  // KVzip's repeat prompt, for the reconstruction of `kvzip` compressions.
+  engine->reconstruction_prompt_ = engine->tokenizer_->encode(kKVzipRepeatPrompt, /*add_special_tokens=*/false);
+  for (int32_t id : engine->tokenizer_->encode(kKVzipPromptSuffix, /*add_special_tokens=*/false))
+    engine->reconstruction_prompt_.push_back(id);
   ORIGAMI_RETURN_IF_ERROR(check_engine_setup(config, mc, *engine->tokenizer_));
 
   BackendOptions backend_options;
@@ -163,6 +168,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   if (calibrated) grouped_config.group_budget_ratios = layout_group_shares(calibrated->budgets.ratios, layout);
   CompressionSupport& support = engine->compression_support_;
   ORIGAMI_ASSIGN_OR_RETURN(support.group_ratios, expand_group_budget_ratios(grouped_config, layout));
+  for (size_t g = 0; g < support.group_ratios.size(); ++g) layout.groups[g].budget = support.group_ratios[g];
   ORIGAMI_RETURN_IF_ERROR(engine->backend_->allocate_kv_cache(layout));
   support.backend = engine->backend_->name();
   support.block_size = config.block_size;
@@ -181,6 +187,19 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
     support.num_query_slots = memory.compression_config.num_query_slots;
     support.max_window = memory.compression_config.max_window;
     support.global_scores = memory.compression_config.global_scores;
+    // The reconstruction reads every layer and head through one table.
+    support.reconstruction = engine->backend_->runs_reconstruction() && layout.num_groups() == 1;
+  }
+  if (!config.kv_gates.empty()) {
+    if (!support.available || !support.global_scores)
+      return invalid_argument("--kv-gates " + config.kv_gates +
+                              ": gate scores live in the global-score pages, which this engine did not allocate "
+                              "(compression off, or a default policy that needs none: use --kv-policy fastkvzip)");
+    Expected<gates::GateWeights> gate_weights = gates::load_gates(config.kv_gates, mc);
+    if (!gate_weights) return invalid_argument("--kv-gates: " + gate_weights.status().message());
+    Status st = engine->backend_->load_gates(*gate_weights);
+    if (!st.is_ok()) return invalid_argument("--kv-gates " + config.kv_gates + ": " + st.message());
+    support.gate_scores = true;
   }
   engine->kv_ = std::make_unique<KVCacheManager>(layout, config.enable_prefix_caching);
   engine->metrics_.num_kv_blocks_total = num_blocks - 1;
@@ -439,6 +458,7 @@ std::vector<RequestOutput> Engine::step() {
     return wanted && index < tracked.forced_tokens.size() ? tracked.forced_tokens[index] : -1;
   };
   batch_options.num_top_logprobs = [this](const Request& r) { return requests_.at(r.id)->logprobs; };
+  batch_options.reconstruction_prompt = &reconstruction_prompt_;
   const ForwardBatch batch = build_forward_batch(plan, batch_options);
 
   StepOutput result;

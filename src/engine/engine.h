@@ -82,6 +82,7 @@ class Engine {
   EngineConfig config_;
   ModelConfig model_config_;
   std::shared_ptr<const Tokenizer> tokenizer_;
+  std::vector<int32_t> reconstruction_prompt_;  // KVzip's repeat prompt (policy/kvzip_prompt.h)
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;

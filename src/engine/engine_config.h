@@ -39,6 +39,9 @@ struct EngineConfig {
   // group's budget ratio is its largest head's ratio over the largest group's, so the request's
   // budget is what the most-retaining group keeps. Excludes group_budget_ratios.
   std::string kv_head_budgets;
+  // Fast KVzip gate weights (`origami train-gates`; gates/gate_weights.h), checked against the
+  // model: the backend scores every KV entry it writes, for the `fastkvzip` policy. CPU only.
+  std::string kv_gates;
 
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;

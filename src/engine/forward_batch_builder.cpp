@@ -88,7 +88,13 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatch
   }
   batch.compressions.reserve(plan.compressions.size());
   for (const Request* r : plan.compressions)
-    for (const CompressionJob& job : compression_jobs(*r)) batch.compressions.push_back(job);
+    for (CompressionJob& job : compression_jobs(*r)) {
+      if (job.recipe->reconstruction_scores && options.reconstruction_prompt != nullptr) {
+        job.reconstruction_tokens = *options.reconstruction_prompt;
+        for (int i = 0; i < job.num_positions; ++i) job.reconstruction_tokens.push_back(r->token_at(i));
+      }
+      batch.compressions.push_back(std::move(job));
+    }
   batch.wait_for_compressions =
       plan.wait_for_compressions || (options.synchronous_compression && !batch.compressions.empty());
   return batch;

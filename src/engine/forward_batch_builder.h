@@ -19,6 +19,9 @@ struct ForwardBatchOptions {
   std::function<int32_t(const Request&)> logprob_token;
   // How many top log-probabilities the sampled row returns with its token's (-1: none).
   std::function<int(const Request&)> num_top_logprobs;
+  // KVzip's repeat prompt and suffix, tokenized (policy/kvzip_prompt.h): jobs whose recipe has
+  // reconstruction_scores get it followed by the request's tokens as reconstruction_tokens.
+  const std::vector<int32_t>* reconstruction_prompt = nullptr;
 };
 
 ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatchOptions& options);

@@ -19,6 +19,8 @@ struct CompressionSupport {
   int num_query_slots = 0;  // M
   int max_window = 0;       // rows per query slot
   bool global_scores = false;
+  bool gate_scores = false;  // the backend writes Fast KVzip gate scores (--kv-gates)
+  bool reconstruction = false;  // the backend runs KVzip's reconstruction pass
   int block_size = 16;
   // Head groups: each group's budget ratio (empty: uniform), from --group-budget-ratios or
   // calibrated head budgets (--kv-head-budgets, or a request's kv_head_budgets).

@@ -11,7 +11,6 @@
 #include "backend/cpu/compression_ops.h"
 #include "core/check.h"
 #include "eval/perplexity_task.h"
-#include "model/weights.h"
 #include "policy/policy_registry.h"
 
 namespace origami::eval {
@@ -62,13 +61,18 @@ Expected<std::vector<CalibrationSample>> read_calibration_samples(const std::str
   if (options.max_tokens < 1 || options.min_tokens < 1 || options.min_tokens > options.max_tokens)
     return invalid_argument("calibration samples: need 1 <= min tokens (" + std::to_string(options.min_tokens) +
                             ") <= max tokens (" + std::to_string(options.max_tokens) + ")");
+  if (options.document_stride < 1 || options.document_offset < 0 || options.document_offset >= options.document_stride)
+    return invalid_argument("samples: need 0 <= document offset (" + std::to_string(options.document_offset) +
+                            ") < document stride (" + std::to_string(options.document_stride) + ")");
+  auto wanted = [&](int d) { return d % options.document_stride == options.document_offset; };
   std::vector<DocumentWindows> docs;
   if (ends_with(path, ".jsonl")) {
     std::ifstream in(path);
     if (!in) return not_found(path + ": cannot open file");
     std::string line;
-    for (int line_no = 1; std::getline(in, line); ++line_no) {
+    for (int line_no = 1, d = 0; std::getline(in, line); ++line_no) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      if (!wanted(d++)) continue;
       const std::string where = path + ":" + std::to_string(line_no);
       nlohmann::json j;
       try {
@@ -88,7 +92,7 @@ Expected<std::vector<CalibrationSample>> read_calibration_samples(const std::str
     for (int d = 0; begin <= text.size(); ++d) {
       const size_t end = std::min(text.find(kSeparator, begin), text.size());
       const std::string doc = text.substr(begin, end - begin);
-      if (doc.find_first_not_of(" \t\r\n") != std::string::npos) {
+      if (wanted(d) && doc.find_first_not_of(" \t\r\n") != std::string::npos) {
         Expected<std::vector<int32_t>> ids = builder.from_text(doc);
         if (!ids) return invalid_argument(path + ": document " + std::to_string(d) + ": " + ids.status().message());
         docs.push_back(cut_document(*ids, path + ": document " + std::to_string(d), true, options));
@@ -125,24 +129,13 @@ Expected<std::unique_ptr<PrefillScorer>> PrefillScorer::create(const std::string
   s->config_ = config;
   s->recipe_ = recipe;
   s->max_tokens_ = max_tokens;
-  BackendOptions options;
-  options.device = "cpu";
-  options.num_threads = num_threads;
-  s->backend_ = std::make_unique<CpuBackend>(options);
-  {
-    ORIGAMI_ASSIGN_OR_RETURN(ModelWeights weights, load_model_weights(model_dir, config));
-    ORIGAMI_RETURN_IF_ERROR(s->backend_->load(config, weights));
-  }  // the backend holds its own fp32 copy
-  const int pages = (max_tokens + s->block_size_ - 1) / s->block_size_;
-  ORIGAMI_RETURN_IF_ERROR(s->backend_->allocate_kv_cache(
-      KVLayout::full(config.num_layers, config.num_kv_heads, config.head_dim, s->block_size_, pages + 1, DType::kF32)));
+  ORIGAMI_ASSIGN_OR_RETURN(s->runner_, SingleSequenceBackend::create(model_dir, config, max_tokens, num_threads));
   // One query slot for the window's queries (scorers that read none leave it unused).
   s->max_window_ = std::max(1, recipe.window);
   CompressionConfig cc;
   cc.num_query_slots = 1;
   cc.max_window = s->max_window_;
-  ORIGAMI_RETURN_IF_ERROR(s->backend_->configure_compression(cc));
-  for (int p = 1; p <= pages; ++p) s->table_.push_back(p);  // block 0 is the null block
+  ORIGAMI_RETURN_IF_ERROR(s->runner_->backend().configure_compression(cc));
   return s;
 }
 
@@ -153,37 +146,24 @@ Expected<HeadScores> PrefillScorer::score(const std::vector<int32_t>& tokens) {
                             std::to_string(max_tokens_) + "]");
   const int w = std::min(recipe_.window, n);
   const bool capture = recipe_.needs_queries();
-  ForwardBatch batch;
-  batch.token_ids = tokens;
-  for (int t = 0; t < n; ++t) batch.positions.push_back(t);
-  SequenceInput seq;
-  seq.request_id = 1;
-  seq.num_query_tokens = n;
-  seq.block_table = &table_;
-  seq.logits_mode = LogitsMode::kNone;
-  if (capture) {
-    seq.query_slot = 0;
-    seq.query_capture_from = n - w;
-  }
-  batch.sequences.push_back(seq);
-  StepOutput out;
-  ORIGAMI_RETURN_IF_ERROR(backend_->execute(batch, &out));
+  ORIGAMI_RETURN_IF_ERROR(runner_->run(tokens, 0, capture ? 0 : -1, n - w));
 
   // The gather and score_head call of cpu::run_compression (cpu_compression.cpp) for a first
   // compression of the whole prompt: keys and values in entry order, the window's queries from
   // the rows keyed by position, no global score.
-  cpu::CpuKVCache& kv = backend_->kv_cache();
+  cpu::CpuKVCache& kv = runner_->backend().kv_cache();
+  const std::vector<BlockId>& table = runner_->block_table();
   const int layers = config_.num_layers, heads = config_.num_kv_heads, d = config_.head_dim;
   const int group_size = config_.num_heads / heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int bs = block_size_;
+  const int bs = runner_->block_size();
   HeadScores scores(layers, std::vector<std::vector<float>>(heads));
   std::vector<float> keys(static_cast<size_t>(n) * d), values(static_cast<size_t>(n) * d), window_q;
   for (int l = 0; l < layers; ++l) {
     for (int h = 0; h < heads; ++h) {
       for (int e = 0; e < n; ++e) {
-        std::memcpy(keys.data() + static_cast<size_t>(e) * d, kv.key_at(l, table_[e / bs], h, e % bs), d * sizeof(float));
-        std::memcpy(values.data() + static_cast<size_t>(e) * d, kv.value_at(l, table_[e / bs], h, e % bs),
+        std::memcpy(keys.data() + static_cast<size_t>(e) * d, kv.key_at(l, table[e / bs], h, e % bs), d * sizeof(float));
+        std::memcpy(values.data() + static_cast<size_t>(e) * d, kv.value_at(l, table[e / bs], h, e % bs),
                     d * sizeof(float));
       }
       window_q.clear();

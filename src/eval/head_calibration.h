@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "eval/single_sequence_backend.h"
 #include "core/status.h"
 #include "engine/prompt_builder.h"
 #include "kv/compression.h"
@@ -40,6 +41,10 @@ struct SampleReadOptions {
   int max_samples = 50;
   int max_tokens = 2048;  // longer documents are cut into windows of this many tokens
   int min_tokens = 256;   // shorter windows (a document's tail, a short line) are skipped
+  // Only documents d with d % document_stride == document_offset are read (a sample spread over a
+  // large corpus, and disjoint samples from one file: gate training and its held-out check).
+  int document_stride = 1;
+  int document_offset = 0;
 };
 
 // Documents from `path`. A ".jsonl" file has one JSON object per line whose "prompt" (text or
@@ -78,9 +83,9 @@ class PrefillScorer {
   // The backend and the document's page table (pages 1 .. ceil(max_tokens / block_size)), for
   // tests that run the backend's own compression on the prefilled cache; query slot 0 holds the
   // window's queries.
-  CpuBackend& backend() { return *backend_; }
-  const std::vector<BlockId>& block_table() const { return table_; }
-  int block_size() const { return block_size_; }
+  CpuBackend& backend() { return runner_->backend(); }
+  const std::vector<BlockId>& block_table() const { return runner_->block_table(); }
+  int block_size() const { return runner_->block_size(); }
 
  private:
   PrefillScorer() = default;
@@ -88,10 +93,8 @@ class PrefillScorer {
   ModelConfig config_;
   ScoreRecipe recipe_;
   int max_tokens_ = 0;
-  int block_size_ = 16;
   int max_window_ = 1;
-  std::unique_ptr<CpuBackend> backend_;
-  std::vector<BlockId> table_;  // pages 1 .. n of the cache, the document's table
+  std::unique_ptr<SingleSequenceBackend> runner_;
 };
 
 // The non-uniform selection's size for one layer: k = ceil(rho * H * N), raised to the number

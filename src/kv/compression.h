@@ -78,6 +78,16 @@ struct ScoreRecipe {
   int window_keep = 0;
   int chunk_budget = 0;   // alpha
   int chunk_max_len = 8;  // gamma (>= 3)
+  // Fast KVzip: the backend writes every entry's gate score into F as it writes the entry (a
+  // backend with gates loaded, global-score pages allocated), so every entry of a job counts as
+  // scored (num_scored_entries = num_entries) and, with scorer kZero and global_decay 1 (kMax),
+  // the selection score is the gate's: S = max(F, 0) = F.
+  bool gate_scores = false;
+  // KVzip: the backend scores the job's entries by a reconstruction pass just before selecting
+  // (CompressionJob::reconstruction_tokens after the entries; each entry's largest attention from
+  // the reconstruction's queries, first 4 entries 1) and, with scorer kZero and global_decay 1
+  // (kMax), selects by those scores: S = max(KVzip, 0).
+  bool reconstruction_scores = false;
 
   // The lightning group at this block size, and how many trailing entries are protected when a
   // compression keeps `num_keep` entries (0: the ratio-based recent window is left out).
@@ -139,6 +149,10 @@ struct CompressionJob {
   // trailing w entries are uncompressed, hence consecutive positions. -1: equal to num_entries.
   int num_positions = -1;
   const ScoreRecipe* recipe = nullptr;
+  // recipe->reconstruction_scores: the tokens the model reads after the job's entries to
+  // reconstruct them (KVzip's repeat prompt, then the entries' own tokens), at positions
+  // num_positions, num_positions + 1, ...
+  std::vector<int32_t> reconstruction_tokens;
 };
 
 // What a backend reports for each compression it finished, or refused: on success the request's

@@ -191,4 +191,19 @@ Status validate_compression_batch(const std::vector<CompressionJob>& jobs, int b
   return Status::ok();
 }
 
+Status validate_job_groups(const std::vector<CompressionJob>& jobs, int num_groups) {
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (jobs[j].group < 0 || jobs[j].group >= num_groups)
+      return invalid_argument("compression job " + std::to_string(j) + " (request " +
+                              std::to_string(jobs[j].request_id) + "): group " + std::to_string(jobs[j].group) +
+                              " outside the layout's " + std::to_string(num_groups) + " head groups");
+    if (jobs[j].kind == CompressionKind::kEvictBlock && num_groups > 1)
+      return Status(ErrorCode::kUnimplemented,
+                    "compression job " + std::to_string(j) + " (request " + std::to_string(jobs[j].request_id) +
+                        "): block eviction averages over every layer and head of one table; it supports the "
+                        "one-group layout only, got " + std::to_string(num_groups) + " head groups");
+  }
+  return Status::ok();
+}
+
 }  // namespace origami

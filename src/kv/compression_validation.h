@@ -26,4 +26,8 @@ Status validate_compression_config(const CompressionConfig& config);
 Status validate_compression_batch(const std::vector<CompressionJob>& jobs, int block_size, int num_blocks,
                                   int num_query_slots, int max_window, bool have_global_scores);
 
+// Head groups: every job names a group of the layout's `num_groups`, and block eviction (which
+// averages over one table's layers and heads) runs on the one-group layout only.
+Status validate_job_groups(const std::vector<CompressionJob>& jobs, int num_groups);
+
 }  // namespace origami

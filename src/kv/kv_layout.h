@@ -24,6 +24,9 @@ struct HeadGroup {
   std::vector<int> layers;    // layers this group covers
   std::vector<int> kv_heads;  // KV heads it covers, in every one of its layers, in slot order
   int num_blocks = 0;         // pages in this group's pool (the shared pool's size when shared)
+  // The group's share of a request's budget (its entries relative to the other groups'; 1 =
+  // uniform). Backends split attention work by it (kv/split_map.h), decided once at layout setup.
+  double budget = 1.0;
 };
 
 // Where one (layer, KV head) lives: its group and its slot (index) among the group's heads.

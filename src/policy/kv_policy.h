@@ -50,6 +50,10 @@ struct PolicyNeeds {
   int window = 0;
   // G-KV global score pages F (allocated by the backend when the engine enables them).
   bool global_scores = false;
+  // Fast KVzip gate scores written into F with every entry (a backend with gates loaded).
+  bool gate_scores = false;
+  // KVzip's reconstruction pass run by the backend at compression time, on the request's tokens.
+  bool reconstruction = false;
 };
 
 // The option that turns prefill chunk compression on (policy/triggers.h, prefill_chunk_due).

@@ -17,7 +17,9 @@
   X(keydiff_policy)                  \
   X(rkv_policy)                      \
   X(pagedeviction_policy)            \
-  X(kvllm_policy)                     \
+  X(kvllm_policy)                    \
+  X(fastkvzip_policy)                \
+  X(kvzip_policy)                    \
   X(tangram_policy)
 
 namespace origami {

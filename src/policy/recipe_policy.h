@@ -19,6 +19,8 @@ class RecipePolicy : public KVPolicy {
     n.window_queries = recipe_.needs_queries();
     n.window = n.window_queries ? recipe_.window : 0;
     n.global_scores = recipe_.global_decay > 0.0f;
+    n.gate_scores = recipe_.gate_scores;
+    n.reconstruction = recipe_.reconstruction_scores;
     return n;
   }
   const ScoreRecipe& score_recipe() const override { return recipe_; }
@@ -28,6 +30,20 @@ class RecipePolicy : public KVPolicy {
   ScoreRecipe recipe_;
   BudgetSplit split_;
 };
+
+// The recipe of policies whose scores the backend provides per entry (Fast KVzip's gate scores
+// written with every entry, KVzip's reconstruction scores computed at compression time): base
+// scorer zero and the global score's max with decay 1, so that S = max(F, 0) = F with every entry
+// scored; `window` newest and `sinks` first entries protected. The caller sets which provider.
+inline ScoreRecipe provided_score_recipe(int window, int sinks) {
+  ScoreRecipe recipe;
+  recipe.scorer = Scorer::kZero;
+  recipe.global_decay = 1.0f;
+  recipe.global_mode = GlobalMode::kMax;
+  recipe.window = window;
+  recipe.num_sinks = sinks;
+  return recipe;
+}
 
 // Option specs shared by several policies.
 inline PolicyOptionSpec int_option(std::string name, int default_value, int min, int max, std::string help) {

@@ -19,7 +19,12 @@ TEST(CliCompression, PoliciesListsEveryPolicyWithOptions) {
   for (const auto& p : list) names.push_back(p["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"full", "streaming", "snapkv", "zipage", "zipage-attn", "zipage-global",
                                              "zipage-flash", "zipage-lightning", "knorm", "h2o", "tova",
-                                             "keydiff", "rkv", "pagedeviction", "kvllm"}));
+                                             "keydiff", "rkv", "pagedeviction", "kvllm", "fastkvzip", "kvzip"}));
+  // The CPU-only needs are reported, so that GPU sweeps can leave those policies out.
+  EXPECT_TRUE(list[15]["needs_gates"].get<bool>());
+  EXPECT_FALSE(list[15]["needs_reconstruction"].get<bool>());
+  EXPECT_TRUE(list[16]["needs_reconstruction"].get<bool>());
+  EXPECT_FALSE(list[3]["needs_gates"].get<bool>());
   const auto& zipage = list[3];
   EXPECT_TRUE(zipage["needs_queries"].get<bool>());
   bool has_window = false;

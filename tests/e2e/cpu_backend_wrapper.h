@@ -24,6 +24,8 @@ class CpuBackendWrapper : public Backend {
   Status configure_compression(const CompressionConfig& c) override { return inner_->configure_compression(c); }
   size_t query_slot_bytes(int w) const override { return inner_->query_slot_bytes(w); }
   KVCompressor* compressor() override { return inner_->compressor(); }
+  Status load_gates(const gates::GateWeights& g) override { return inner_->load_gates(g); }
+  bool runs_reconstruction() const override { return inner_->runs_reconstruction(); }
 
  protected:
   std::unique_ptr<CpuBackend> inner_;

@@ -69,6 +69,10 @@ EngineConfig policy_config(const std::string& policy, int budget, bool prefix_ca
   // A policy that takes no budget (a sliding window's ratio) runs without one.
   auto created = PolicyRegistry::builtin().create(policy);
   c.kv_budget = created && !(*created)->takes_budget() ? 0 : budget;
+  if (created && (*created)->needs().gate_scores) {
+    c.kv_gates = tiny_qwen3_gates();
+    c.kv_policy_options = {{"window", "16"}};  // fastkvzip's 128 exceeds these budgets
+  }
   c.enable_prefix_caching = prefix_caching;
   // A policy that splits its budget by calibrated head budgets (tangram) runs on a budget file.
   if (created && (*created)->budget_split() == BudgetSplit::kCalibrated)

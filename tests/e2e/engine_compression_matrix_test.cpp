@@ -36,6 +36,7 @@ constexpr int kBudget = 64;
 // requests hold up to ~200 tokens).
 PolicyOptionMap matrix_options(const std::string& policy) {
   if (policy == "kvllm") return {{"window", "48"}, {"buffer", "8"}, {"delta", "4"}, {"chunk_budget", "6"}, {"chunk_len", "5"}};
+  if (policy == "fastkvzip") return {{"window", "16"}};  // the default 128 exceeds the matrix's budget
   return {};
 }
 
@@ -206,6 +207,7 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
       EngineConfig c = cpu_config(tiny_qwen3_dir());
       c.block_size = kBlock;
       c.kv_policy = info.name;
+      if ((*policy)->needs().gate_scores) c.kv_gates = tiny_qwen3_gates();
       c.kv_policy_options = options;
       if ((*policy)->takes_budget()) c.kv_budget = kBudget;
       c.enable_prefix_caching = prefix;
@@ -316,6 +318,7 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicySurvivesPreemptionAndAbort) {
         EngineConfig c = cpu_config(tiny_qwen3_dir());
         c.block_size = kBlock;
         c.kv_policy = info.name;
+        if ((*policy)->needs().gate_scores) c.kv_gates = tiny_qwen3_gates();
         c.kv_policy_options = options;
         if ((*policy)->takes_budget()) c.kv_budget = kBudget;
         c.enable_prefix_caching = prefix;

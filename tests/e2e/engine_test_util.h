@@ -19,6 +19,8 @@ inline std::string shared_dir() {
 }
 inline std::string tiny_qwen3_dir() { return shared_dir() + "/models/origami-tiny-qwen3"; }
 inline std::string stories_dir() { return shared_dir() + "/models/stories260k"; }
+// The Fast KVzip gates shipped for origami-tiny-qwen3 (docs/gates.md).
+inline std::string tiny_qwen3_gates() { return std::string(ORIGAMI_SOURCE_DIR) + "/assets/gates/origami-tiny-qwen3.safetensors"; }
 
 inline nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);

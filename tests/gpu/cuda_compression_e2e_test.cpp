@@ -375,6 +375,8 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
     auto policy = PolicyRegistry::builtin().create(info.name);
     ASSERT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
     if (!(*policy)->compresses()) continue;
+    // Not ported to CUDA yet (gate / reconstruction scores): the CUDA engine refuses them.
+    if ((*policy)->needs().gate_scores || (*policy)->needs().reconstruction) continue;
     ScoreRecipe recipe = (*policy)->score_recipe();
     // A sliding window (kara) decides its own kept count (all before the window, a share of it,
     // its buffer), not this test's fixed k, and its window (768) does not fit this query cache:

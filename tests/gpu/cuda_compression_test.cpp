@@ -466,6 +466,9 @@ std::vector<std::pair<std::string, ScoreRecipe>> registered_recipes() {
   for (const PolicyInfo& info : PolicyRegistry::builtin().policies()) {
     auto policy = PolicyRegistry::builtin().create(info.name);
     EXPECT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
+    // Scores the CPU backend provides per entry (Fast KVzip's gates, KVzip's reconstruction) are
+    // not ported to CUDA yet; the CUDA engine refuses those policies (docs/policies.md).
+    if (policy && ((*policy)->needs().gate_scores || (*policy)->needs().reconstruction)) continue;
     if (policy && (*policy)->compresses()) out.emplace_back(info.name, (*policy)->score_recipe());
   }
   return out;

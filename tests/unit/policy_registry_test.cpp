@@ -25,7 +25,7 @@ std::string error_of(const std::string& name, const PolicyOptionMap& opts) {
 TEST(PolicyRegistry, ListsBuiltinsInOrder) {
   EXPECT_EQ(reg().names(),
             "full, streaming, snapkv, zipage, zipage-attn, zipage-global, zipage-flash, zipage-lightning, knorm, "
-            "h2o, tova, keydiff, rkv, pagedeviction, kvllm, tangram");
+            "h2o, tova, keydiff, rkv, pagedeviction, kvllm, fastkvzip, kvzip, tangram");
   for (const PolicyInfo& info : reg().policies()) {
     EXPECT_FALSE(info.summary.empty()) << info.name;
     for (const PolicyOptionSpec& s : info.options) EXPECT_FALSE(s.help.empty()) << info.name << "." << s.name;
@@ -280,16 +280,18 @@ TEST(PolicyRegistry, BuiltinTriggersDecideFromTheTriggerState) {
 // Prefill chunk compression: which policies take the option and their defaults, the threshold
 // each trigger compresses a chunk at, and the chunk rules (policy/triggers.h).
 TEST(PolicyRegistry, PrefillChunkCompressionRules) {
-  // On where the paper evicts while the prompt is processed (KeyDiff; TANGRAM compresses each
-  // prefill chunk as produced), off elsewhere.
+  // On where the paper evicts while the prompt is processed (KeyDiff, Fast KVzip; TANGRAM compresses
+  // each prefill chunk as produced), off elsewhere. KVzip takes no chunks: its reconstruction
+  // scores an uncompressed context.
   for (const PolicyInfo& info : reg().policies()) {
     auto p = make(info.name);
-    const bool budgeted = p->compresses() && p->takes_budget();
+    const bool budgeted = p->compresses() && p->takes_budget() && info.name != "kvzip";
     EXPECT_EQ(p->supports_prefill_chunk_compression(), budgeted) << info.name;
     if (!budgeted) continue;
-    const bool on = info.name == "keydiff" || info.name == "tangram";
+    const bool on = info.name == "keydiff" || info.name == "fastkvzip" || info.name == "tangram";
     EXPECT_EQ(p->options().get_bool(kPrefillChunkCompressionOption), on) << info.name;
-    EXPECT_EQ(p->prefill_chunk_threshold(64, 5, 16), info.name == "keydiff" ? 79 : info.name == "tangram" ? 64 : -1)
+    // Cache-full triggers compress a chunk at N_max * b - 1 = 79, prefill-end ones at the budget.
+    EXPECT_EQ(p->prefill_chunk_threshold(64, 5, 16), on ? (p->trigger() == CompressionTrigger::kCacheFull ? 79 : 64) : -1)
         << info.name;
   }
   EXPECT_EQ(make("snapkv", {{"prefill_chunk_compression", "1"}})->prefill_chunk_threshold(64, 0, 16), 64);

@@ -14,6 +14,7 @@
 #include "backend/forward_batch_validation.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/check.h"
+#include "gates/sink_attention_gate.h"
 #include "sampling/logprob.h"
 #include "sampling/sampler.h"
 
@@ -158,15 +159,8 @@ Status CpuBackend::validate(const ForwardBatch& batch) const {
   limits.block_size = kv_.layout().block_size;
   limits.num_blocks = kv_.num_blocks();
   limits.num_query_slots = kv_.compression_configured() ? kv_.compression_config().num_query_slots : -1;
-  ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits));
-  const size_t num_groups = kv_.layout().groups.size();
-  if (num_groups > 1)
-    for (const SequenceInput& seq : batch.sequences)
-      if (seq.kv == nullptr || seq.kv->groups.size() != num_groups)
-        return invalid_argument("batch: request " + std::to_string(seq.request_id) + " gives " +
-                                std::to_string(seq.kv == nullptr ? 1 : seq.kv->groups.size()) +
-                                " head groups' tables; the KV layout has " + std::to_string(num_groups));
-  return Status::ok();
+  limits.num_groups = kv_.layout().num_groups();
+  return validate_forward_batch(batch, limits);
 }
 
 Status CpuBackend::configure_compression(const CompressionConfig& config) {
@@ -196,6 +190,46 @@ void CpuBackend::capture_queries(int layer_idx, const ForwardBatch& batch) {
       std::memcpy(kv_.query_row(layer_idx, seq.query_slot, (seq.start_position + t) % max_window),
                   ws_.qkv.data() + static_cast<size_t>(seq.query_start + t) * qkv_width,
                   static_cast<size_t>(config_.q_size()) * sizeof(float));
+    }
+  }
+}
+
+Status CpuBackend::load_gates(const gates::GateWeights& g) {
+  if (!loaded_) return invalid_argument("cpu backend: load_gates() before load()");
+  if (!(g.shape == gates::gate_shape_for(config_, g.shape.rank, g.shape.num_sinks)) ||
+      static_cast<int>(g.layers.size()) != config_.num_layers)
+    return invalid_argument("cpu backend: the gates' shape (" + std::to_string(g.shape.num_layers) + " layers, " +
+                            std::to_string(g.shape.num_kv_heads) + " KV heads, group " +
+                            std::to_string(g.shape.group_size) + ", hidden " + std::to_string(g.shape.hidden_size) +
+                            ") does not match the model");
+  if (!kv_.has_global_scores())
+    return invalid_argument("cpu backend: gate scores are written to the global-score pages; configure compression "
+                            "with global scores before load_gates()");
+  gates_ = std::make_unique<gates::GateWeights>(g);
+  return Status::ok();
+}
+
+void CpuBackend::write_gate_scores(int layer_idx, const ForwardBatch& batch, int num_tokens,
+                                   const std::vector<std::vector<cpu::HeadTable>>& tables) {
+  const int heads = config_.num_kv_heads, hidden = config_.hidden_size, bs = kv_.layout().block_size;
+  gate_rows_.resize(static_cast<size_t>(num_tokens) * heads);
+  // Rows are independent, so the pool splits them (the gate is ~3% of a layer's work).
+  constexpr int kRowsPerItem = 16;
+  cpu::parallel_for(pool_.get(), (num_tokens + kRowsPerItem - 1) / kRowsPerItem, [&](int item) {
+    const int t0 = item * kRowsPerItem, rows = std::min(kRowsPerItem, num_tokens - t0);
+    gates::gate_scores(gates_->shape, gates_->layers[layer_idx], ws_.h.data() + static_cast<size_t>(t0) * hidden,
+                       rows, hidden, gate_rows_.data() + static_cast<size_t>(t0) * heads);
+  });
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const SequenceInput& seq = batch.sequences[s];
+    for (int g = 0; g < heads; ++g) {
+      const cpu::HeadTable& table = tables[s][static_cast<size_t>(g)];
+      const cpu::HeadPages pages = kv_.head(layer_idx, g);
+      for (int t = 0; t < seq.num_query_tokens; ++t) {
+        const int slot = table.num_cached_entries + t;
+        pages.f[static_cast<size_t>(table.block_table[slot / bs]) * pages.f_block_stride + slot % bs] =
+            gate_rows_[static_cast<size_t>(seq.query_start + t) * heads + g];
+      }
     }
   }
 }
@@ -242,6 +276,7 @@ void CpuBackend::run_layer(int layer_idx, const ForwardBatch& batch, int num_tok
     cpu::apply_rope(k, c.num_kv_heads, d, cos, sin);
   });
   capture_queries(layer_idx, batch);
+  if (layer_observer_) layer_observer_({layer_idx, num_tokens, h, qkv, qkv_width});
 
   // New entries go to slots num_cached_entries.. of each sequence (per KV head: of its head
   // group's table); positions (RoPE) are logical and may run ahead of the slots once a cache has
@@ -275,6 +310,7 @@ void CpuBackend::run_layer(int layer_idx, const ForwardBatch& batch, int num_tok
     att_seqs.push_back({seq.query_start, seq.num_query_tokens, seq.num_cached_entries, seq.block_table->data(),
                         seq_tables.data()});
   }
+  if (gates_ && kv_.has_global_scores()) write_gate_scores(layer_idx, batch, num_tokens, tables);
   cpu::AttentionShape shape{c.num_heads, c.num_kv_heads, d, bs, 1.0f / std::sqrt(static_cast<float>(d))};
   cpu::paged_attention(shape, att_seqs, qkv, qkv_width, heads, ws_.attn.data(), q_size, pool_.get());
   linear(layer.o, num_tokens, ws_.attn.data(), h);
@@ -296,6 +332,14 @@ void CpuBackend::run_layer(int layer_idx, const ForwardBatch& batch, int num_tok
 
 Status CpuBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   ORIGAMI_RETURN_IF_ERROR(validate(batch));
+  if (compressor_ && !batch.compressions.empty()) {
+    // KVzip jobs: their scores first (a model run of their own), then the shared selection.
+    std::vector<std::vector<float>> scores(batch.compressions.size());
+    for (size_t j = 0; j < batch.compressions.size(); ++j)
+      if (batch.compressions[j].recipe != nullptr && batch.compressions[j].recipe->reconstruction_scores)
+        ORIGAMI_RETURN_IF_ERROR(reconstruction_scores(batch.compressions[j], &scores[j]));
+    compressor_->set_reconstruction_scores(std::move(scores));
+  }
   compressions_.start(compressor_.get(), batch, out);
   out->sampled_tokens.clear();
   out->all_logits.clear();

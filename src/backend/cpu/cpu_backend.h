@@ -32,11 +32,32 @@ class CpuBackend : public Backend {
   Status configure_compression(const CompressionConfig& config) override;
   size_t query_slot_bytes(int max_window) const override;
   KVCompressor* compressor() override { return compressor_.get(); }
+  // Fast KVzip: every KV entry written from now on gets its gate score in F (gates/).
+  Status load_gates(const gates::GateWeights& gates) override;
+  // KVzip compressions (cpu_reconstruction.cpp): each job's reconstruction runs on a private copy
+  // of its entries before the compressor selects by the scores.
+  bool runs_reconstruction() const override { return true; }
 
   int num_threads() const { return pool_->num_threads(); }
   const ModelConfig& config() const { return config_; }
   // The paged storage, for tests and for CPU twins of cache-editing kernels.
   cpu::CpuKVCache& kv_cache() { return kv_; }
+
+  // One layer's attention inputs as the forward pass computes them, rows in the batch's token
+  // order: the normed hidden state the q/k/v projections read (Fast KVzip's gate input) and the
+  // q|k|v rows after q/k norm and RoPE (the queries and keys attention uses).
+  struct LayerActivations {
+    int layer = 0;
+    int num_tokens = 0;
+    const float* normed_input = nullptr;  // [num_tokens, hidden]
+    const float* qkv = nullptr;           // [num_tokens, q_size + 2 * kv_size]
+    int qkv_width = 0;
+  };
+  // Called for every layer of every step, before the layer's new keys and values are written to
+  // the cache (offline scoring: KVzip targets, gate training); empty = none.
+  void set_layer_observer(std::function<void(const LayerActivations&)> observer) {
+    layer_observer_ = std::move(observer);
+  }
 
  private:
   // A Linear layer in HF layout; several projections that read the same input are stacked
@@ -77,6 +98,14 @@ class CpuBackend : public Backend {
   void run_layer(int layer_idx, const ForwardBatch& batch, int num_tokens);
   // Writes the layer's post-RoPE queries of capturing sequences into their query slots.
   void capture_queries(int layer_idx, const ForwardBatch& batch);
+  // Writes the gate score of every new entry of the layer into F, at the entry's slot of its
+  // head's table (gates loaded and global-score pages allocated).
+  void write_gate_scores(int layer_idx, const ForwardBatch& batch, int num_tokens,
+                         const std::vector<std::vector<cpu::HeadTable>>& tables);
+  // KVzip's scores of a job's entries, [layer][KV head][entry] flattened: its entries' K/V copied
+  // into scratch_, the model run there on job.reconstruction_tokens after them, and each entry's
+  // largest attention from those tokens' queries kept (cpu_reconstruction.cpp).
+  Status reconstruction_scores(const CompressionJob& job, std::vector<float>* scores);
   // Runs fn(t) for every token row; on the pool only for long prefills (row work is cheap).
   void for_rows(int num_tokens, const std::function<void(int)>& fn);
 
@@ -92,6 +121,10 @@ class CpuBackend : public Backend {
   Workspace ws_;
   std::unique_ptr<cpu::CpuCompressor> compressor_;  // null until configure_compression()
   CompressionStepper compressions_;
+  std::function<void(const LayerActivations&)> layer_observer_;
+  std::unique_ptr<gates::GateWeights> gates_;  // null: no gate scores are written
+  std::vector<float> gate_rows_;               // [num_tokens, num_kv_heads] of the current layer
+  cpu::CpuKVCache scratch_;                    // KVzip reconstructions (swapped in for kv_)
 };
 
 }  // namespace origami

@@ -30,19 +30,16 @@ Status validate_compression_jobs(const CpuKVCache& kv, const std::vector<Compres
 }
 
 Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, float scale, ThreadPool* pool,
-                       std::vector<int>* evicted_blocks) {
+                       std::vector<int>* evicted_blocks,
+                       const std::vector<std::vector<float>>* reconstruction_scores) {
   ORIGAMI_RETURN_IF_ERROR(validate_compression_jobs(kv, jobs));
-  const int num_groups = kv.layout().num_groups();
+  ORIGAMI_RETURN_IF_ERROR(validate_job_groups(jobs, kv.layout().num_groups()));
   for (size_t j = 0; j < jobs.size(); ++j) {
-    if (jobs[j].group < 0 || jobs[j].group >= num_groups)
-      return invalid_argument("compression job " + std::to_string(j) + " (request " +
-                              std::to_string(jobs[j].request_id) + "): group " + std::to_string(jobs[j].group) +
-                              " outside the layout's " + std::to_string(num_groups) + " head groups");
-    if (jobs[j].kind == CompressionKind::kEvictBlock && num_groups > 1)
-      return Status(ErrorCode::kUnimplemented,
-                    "compression job " + std::to_string(j) + " (request " + std::to_string(jobs[j].request_id) +
-                        "): block eviction averages over every layer and head of one table; it supports the "
-                        "one-group layout only, got " + std::to_string(num_groups) + " head groups");
+    if (jobs[j].kind != CompressionKind::kCompact || !jobs[j].recipe->reconstruction_scores) continue;
+    const size_t expected = static_cast<size_t>(kv.layout().num_layers) * kv.layout().num_kv_heads * jobs[j].num_entries;
+    if (reconstruction_scores == nullptr || reconstruction_scores->size() <= j || (*reconstruction_scores)[j].size() != expected)
+      return invalid_argument("compression job " + std::to_string(j) + " (request " + std::to_string(jobs[j].request_id) +
+                              "): its recipe selects by KVzip reconstruction scores, which were not computed");
   }
   // Block evictions first: they only read, and no job of the batch writes a page they read.
   std::vector<int> evicted(jobs.size(), -1);
@@ -118,15 +115,24 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
         }
       }
       float* f = nullptr;
+      // Gate scores were written with their entries, KVzip's computed for all of them: every
+      // entry is scored.
+      const int num_scored = recipe.gate_scores || recipe.reconstruction_scores ? n : job.num_scored_entries;
       if (recipe.global_decay > 0.0f) {
         f = new_scores.data() + slot(it, scores_per_layer_head) + score_offset[it.job];
         const HeadPages pages = kv.head(it.layer, it.head);
-        for (int e = 0; e < job.num_scored_entries; ++e)
-          f[e] = pages.f[static_cast<size_t>(src[e / bs]) * pages.f_block_stride + e % bs];
+        if (recipe.reconstruction_scores) {
+          const float* given = (*reconstruction_scores)[static_cast<size_t>(it.job)].data() +
+                               (static_cast<size_t>(it.layer) * num_heads + it.head) * n;
+          std::copy(given, given + n, f);
+        } else {
+          for (int e = 0; e < num_scored; ++e)
+            f[e] = pages.f[static_cast<size_t>(src[e / bs]) * pages.f_block_stride + e % bs];
+        }
       }
       std::vector<float> scores(n);
       score_head(recipe, keys.data(), n, d, window_q.empty() ? nullptr : window_q.data(), group_size, scale, bs, f,
-                 job.num_scored_entries, job.first_compression, scores.data(), job.num_keep, values.data());
+                 num_scored, job.first_compression, scores.data(), job.num_keep, values.data());
       select_keep(scores.data(), n, job.num_keep, keep.data() + slot(it, keep_per_layer_head) + keep_offset[it.job]);
     });
 
@@ -154,7 +160,8 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
 Status CpuCompressor::begin(const std::vector<CompressionJob>& jobs) {
   const auto t0 = std::chrono::steady_clock::now();
   evicted_blocks_.clear();
-  status_ = run_compression(*kv_, jobs, scale_, pool_, &evicted_blocks_);
+  status_ = run_compression(*kv_, jobs, scale_, pool_, &evicted_blocks_, &reconstruction_scores_);
+  reconstruction_scores_.clear();
   device_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return status_;
 }

@@ -30,8 +30,11 @@ Status validate_compression_jobs(const CpuKVCache& kv, const std::vector<Compres
 // Validates, then runs `jobs` to completion. `scale` is the attention scale (1 / sqrt(head_dim)).
 // kEvictBlock jobs (block_eviction.h) write nothing; the block each chose goes to `evicted_blocks`
 // (per job, -1 for compactions) when it is not null.
+// Jobs whose recipe has reconstruction_scores select by reconstruction_scores[job] ([layer][KV
+// head][entry] of the job's entries, from the backend's KVzip pass); a missing one is an error.
 Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, float scale, ThreadPool* pool,
-                       std::vector<int>* evicted_blocks = nullptr);
+                       std::vector<int>* evicted_blocks = nullptr,
+                       const std::vector<std::vector<float>>* reconstruction_scores = nullptr);
 
 // The CPU backend's KVCompressor: begin() runs the batch to completion (run_compression), so
 // done() is always true and wait() returns the batch's status.
@@ -43,6 +46,8 @@ class CpuCompressor : public KVCompressor {
   Status wait() override { return status_; }
   double device_seconds() const override { return device_seconds_; }
   bool synchronous() const override { return true; }
+  // The KVzip scores of the next begin()'s jobs (one per job, empty for the others).
+  void set_reconstruction_scores(std::vector<std::vector<float>> scores) { reconstruction_scores_ = std::move(scores); }
 
  private:
   CpuKVCache* kv_;
@@ -50,6 +55,7 @@ class CpuCompressor : public KVCompressor {
   ThreadPool* pool_;
   Status status_;
   double device_seconds_ = 0.0;
+  std::vector<std::vector<float>> reconstruction_scores_;
 };
 
 }  // namespace origami::cpu

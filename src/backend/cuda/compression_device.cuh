@@ -106,15 +106,23 @@ __device__ __forceinline__ RowInfo row_info(const GroupArgs& a, int job, int lh)
   return RowInfo{job, lh, lh / a.num_kv_heads, lh % a.num_kv_heads};
 }
 
-// Offset (elements) of entry `offset` of `page` for KV head `head` in one layer's array whose
-// rows are `row` elements wide (head_dim for K/V, 1 for F).
-__device__ __forceinline__ size_t slot_offset(const GroupArgs& a, int page, int head, int offset, int row) {
-  return ((static_cast<size_t>(page) * a.num_kv_heads + head) * a.block_size + offset) * row;
+// Offset (elements) of entry `offset` of `page` for KV head (slot) `head` in one layer's array
+// whose rows are `row` elements wide and whose pages are `page_heads` head rows apart.
+__device__ __forceinline__ size_t slot_offset(const GroupArgs& a, int page, int head, int offset, int row,
+                                              int page_heads) {
+  return ((static_cast<size_t>(page) * page_heads + head) * a.block_size + offset) * row;
+}
+// K/V (head_dim wide) and F (one float) entries (GroupArgs::kv_page_heads, f_page_heads).
+__device__ __forceinline__ size_t kv_offset(const GroupArgs& a, int page, int head, int offset) {
+  return slot_offset(a, page, head, offset, a.head_dim, a.kv_page_heads > 0 ? a.kv_page_heads : a.num_kv_heads);
+}
+__device__ __forceinline__ size_t f_offset(const GroupArgs& a, int page, int head, int offset) {
+  return slot_offset(a, page, head, offset, 1, a.f_page_heads > 0 ? a.f_page_heads : a.num_kv_heads);
 }
 
 __device__ __forceinline__ const bf16* key_row(const GroupArgs& a, const bf16* k_layer, const int32_t* table, int e,
                                                int head) {
-  return k_layer + slot_offset(a, table[e / a.block_size], head, e % a.block_size, a.head_dim);
+  return k_layer + kv_offset(a, table[e / a.block_size], head, e % a.block_size);
 }
 
 // Query row pointer of window query `qr` (= u * group_size + g) of a job's KV head.
@@ -122,8 +130,10 @@ __device__ __forceinline__ const bf16* query_row(const GroupArgs& a, const bf16*
                                                  int head, int qr) {
   const int u = qr / a.group_size, g = qr % a.group_size;
   const int slot_row = (jd.q_pos0 + u) % a.max_window;
-  const size_t heads = static_cast<size_t>(a.num_kv_heads) * a.group_size;
-  return q_layer + ((static_cast<size_t>(jd.query_slot) * a.max_window + slot_row) * heads +
+  if (jd.heads0 >= 0) head = a.pages[jd.heads0 + head];  // head groups: the slot's KV head
+  const size_t heads = static_cast<size_t>(a.q_kv_heads > 0 ? a.q_kv_heads : a.num_kv_heads) * a.group_size;
+  return q_layer + static_cast<size_t>(jd.layer) * a.q_layer_pitch +
+         ((static_cast<size_t>(jd.query_slot) * a.max_window + slot_row) * heads +
                     static_cast<size_t>(head) * a.group_size + g) *
                        a.head_dim;
 }

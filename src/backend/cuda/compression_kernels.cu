@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(kRowThreads) finalize_kernel(const GroupArgs a
   for (int e = threadIdx.x; e < n; e += blockDim.x) {
     float s = S[e];
     if (jd.global_decay > 0.0f && e < jd.num_scored) {
-      const float prev = f_layer[slot_offset(a, table[e / bs], ri.head, e % bs, 1)];
+      const float prev = f_layer[f_offset(a, table[e / bs], ri.head, e % bs)];
       // Rounded as the CPU's two statements (no fused multiply-add).
       const float decayed = __fmul_rn(jd.global_decay, prev);
       s = jd.global_sum ? __fadd_rn(decayed, s) : (decayed < s ? s : decayed);  // sum, or std::max(decayed, s)
@@ -483,8 +483,8 @@ __global__ void __launch_bounds__(kThreads) compact_kernel(const GroupArgs a) {
       const int idx = it * kThreads + t, r = idx / pieces, pc = idx % pieces, i = i0 + r;
       if (i >= k) continue;
       const int e = keep[i];
-      const size_t from = slot_offset(a, src[e / bs], ri.head, e % bs, d) + pc * 8;
-      to[it] = slot_offset(a, dst[i / bs], ri.head, i % bs, d) + pc * 8;
+      const size_t from = kv_offset(a, src[e / bs], ri.head, e % bs) + pc * 8;
+      to[it] = kv_offset(a, dst[i / bs], ri.head, i % bs) + pc * 8;
       if (from == to[it]) continue;
       moves[it] = true;
       kb[it] = *reinterpret_cast<const uint4*>(k_layer + from);
@@ -496,7 +496,7 @@ __global__ void __launch_bounds__(kThreads) compact_kernel(const GroupArgs a) {
     if (f_move) {
       const int i = i0 + t;
       fv = new_f[keep[i]];
-      f_to = slot_offset(a, dst[i / bs], ri.head, i % bs, 1);
+      f_to = f_offset(a, dst[i / bs], ri.head, i % bs);
     }
     __syncthreads();
 #pragma unroll

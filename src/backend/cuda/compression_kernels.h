@@ -47,6 +47,11 @@ struct CompressionJobDesc {
   int32_t src_page0 = 0;   // offset of the source table in GroupArgs::pages
   int32_t dst_page0 = 0;   // offset of the destination table in GroupArgs::pages
   int32_t chunk0 = 0;      // first 64-entry chunk of this job in the group's chunk list
+  int32_t heads0 = -1;     // head groups: offset in GroupArgs::pages of the job's KV heads, one per
+                           // head slot of its pages (the query cache is indexed by KV head);
+                           // -1: slot h is KV head h
+  int32_t layer = 0;       // head groups: the job's layer, whose query-cache rows it reads (a
+                           // launch serves groups of several layers); 0 for the full layout
   int64_t score0 = 0;      // offset (elements) of this job's rows in scores/final/redundancy/z:
                            // row r of the job is at score0 + r * n
   int64_t keep0 = 0;       // offset of this job's rows in keep: row r at keep0 + r * num_keep
@@ -93,6 +98,14 @@ struct GroupArgs {
 
   // Paged storage, each pointer at the group's first layer; `*_layer_pitch` elements separate
   // consecutive layers. K/V: [num_blocks, num_kv_heads, block_size, head_dim] bf16.
+  // Head groups (KVLayout::grouped): a job's rows are the H_p head slots of its group's pages
+  // (num_kv_heads = H_p, one layer per launch), a page holds K then V of those slots, so K/V pages
+  // are kv_page_heads = 2 H_p head rows apart (v = k + H_p head rows) and F pages
+  // f_page_heads = H_p; q_kv_heads is the model's KV-head count that the query cache is laid out
+  // with. 0 for any of them: num_kv_heads.
+  int kv_page_heads = 0;
+  int f_page_heads = 0;
+  int q_kv_heads = 0;
   __nv_bfloat16* k = nullptr;
   __nv_bfloat16* v = nullptr;
   size_t kv_layer_pitch = 0;

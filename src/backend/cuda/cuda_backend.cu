@@ -272,11 +272,11 @@ CudaBackend::InputLayout CudaBackend::input_layout(const Capacity& cap) const {
   };
   l.tokens = take(cap.tokens);
   l.positions = take(cap.tokens);
-  l.slots = take(cap.tokens);
+  l.slots = take(static_cast<size_t>(cap.tokens) * num_groups_);  // [group][token]
   l.query_rows = take(cap.tokens);
   l.q_indptr = take(cap.seqs + 1);
-  l.page_indptr = take(cap.seqs + 1);
-  l.kv_len = take(cap.seqs);
+  l.page_indptr = take(static_cast<size_t>(cap.seqs) * num_groups_ + 1);  // [group][seq]
+  l.kv_len = take(static_cast<size_t>(cap.seqs) * num_groups_);
   l.sample_rows = take(cap.seqs);
   l.page_indices = take(cap.pages);  // last, so a step copies only the pages it uses
   l.total = off;
@@ -381,25 +381,37 @@ size_t CudaBackend::available_kv_bytes(size_t requested_bytes) const {
 
 Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
   if (!loaded_) return invalid_argument("CUDA backend: allocate_kv_cache before load");
-  if (layout.groups.size() != 1)
-    return Status(ErrorCode::kUnimplemented,
-                  "CUDA backend: only the full KV layout (one head group) is supported; head groups are CPU-only for now");
+  if (layout.groups.empty()) return invalid_argument("CUDA backend: KV layout has no head group");
   if (layout.dtype != DType::kBF16)
     return invalid_argument(std::string("CUDA backend: KV dtype must be bf16, layout has ") + dtype_name(layout.dtype));
   if (layout.num_layers != config_.num_layers || layout.num_kv_heads != config_.num_kv_heads ||
       layout.head_dim != config_.head_dim)
     return invalid_argument("CUDA backend: KV layout does not match the model (layers/kv heads/head_dim)");
   const HeadGroup& g = layout.groups[0];
-  if (static_cast<int>(g.layers.size()) != layout.num_layers || static_cast<int>(g.kv_heads.size()) != layout.num_kv_heads)
+  const bool grouped = layout.groups.size() > 1 || layout.shared_pool;
+  if (grouped && tp_.size > 1)
+    return Status(ErrorCode::kUnimplemented, "CUDA backend: head groups with tensor parallelism are not supported");
+  if (!grouped && (static_cast<int>(g.layers.size()) != layout.num_layers ||
+                   static_cast<int>(g.kv_heads.size()) != layout.num_kv_heads))
     return Status(ErrorCode::kUnimplemented, "CUDA backend: the head group must cover every layer and KV head");
   if (g.num_blocks < 2 || layout.block_size < 1) return invalid_argument("CUDA backend: KV pool needs >= 2 blocks");
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   graphs_.clear();
   compressor_.reset();  // sized for the old pool; configure_compression() again
+  ragged_.clear();
+  if (grouped) {
+    // The most splits the planner can choose: the grid of one sequence's heads filled 4x per SM.
+    const int max_s = std::max(1, (4 * std::max(num_sms_, 1) + layout.num_kv_heads - 1) / layout.num_kv_heads);
+    ORIGAMI_RETURN_IF_ERROR(ragged_.build(layout, max_s));
+  }
   if (kv_pool_ != nullptr) cudaFree(kv_pool_);
   kv_pool_ = nullptr;
-  kv_layer_bytes_ = static_cast<size_t>(g.num_blocks) * layout.num_kv_heads * layout.block_size * layout.head_dim * 2;
-  const size_t total = 2 * kv_layer_bytes_ * layout.num_layers;
+  const size_t head_page = static_cast<size_t>(layout.block_size) * layout.head_dim;  // one head's page, elements
+  const int hp = grouped ? layout.heads_per_group() : layout.num_kv_heads;
+  kv_page_elems_ = static_cast<long long>(2 * hp * head_page);
+  kv_layer_bytes_ = grouped ? 0 : static_cast<size_t>(g.num_blocks) * layout.num_kv_heads * head_page * 2;
+  const size_t total = grouped ? static_cast<size_t>(g.num_blocks) * kv_page_elems_ * 2
+                               : 2 * kv_layer_bytes_ * layout.num_layers;
   if (cudaMalloc(&kv_pool_, total) != cudaSuccess) {
     cudaGetLastError();
     return Status(ErrorCode::kResourceExhausted,
@@ -410,10 +422,17 @@ Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
   k_cache_.resize(layout.num_layers);
   v_cache_.resize(layout.num_layers);
   for (int l = 0; l < layout.num_layers; ++l) {
-    k_cache_[l] = reinterpret_cast<bf16*>(static_cast<char*>(kv_pool_) + (2 * l) * kv_layer_bytes_);
-    v_cache_[l] = reinterpret_cast<bf16*>(static_cast<char*>(kv_pool_) + (2 * l + 1) * kv_layer_bytes_);
+    if (grouped) {  // every layer's groups share the pool; V follows K inside each page
+      k_cache_[l] = static_cast<bf16*>(kv_pool_);
+      v_cache_[l] = k_cache_[l] + static_cast<size_t>(hp) * head_page;
+    } else {
+      k_cache_[l] = reinterpret_cast<bf16*>(static_cast<char*>(kv_pool_) + (2 * l) * kv_layer_bytes_);
+      v_cache_[l] = reinterpret_cast<bf16*>(static_cast<char*>(kv_pool_) + (2 * l + 1) * kv_layer_bytes_);
+    }
   }
   kv_layout_ = layout;
+  num_groups_ = layout.num_groups();
+  cap_ = Capacity{};  // the step inputs' layout depends on the number of groups
   // Graphs are captured with an attention plan for the longest possible sequence.
   graph_max_kv_len_ = std::max(1, std::min(config_.max_position_embeddings > 0 ? config_.max_position_embeddings : 1 << 20,
                                            g.num_blocks * layout.block_size));
@@ -422,7 +441,14 @@ Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
 }
 
 void CudaBackend::copy_block(int group, BlockId src, BlockId dst) {
-  ORIGAMI_CHECK(group == 0 && kv_pool_ != nullptr);
+  ORIGAMI_CHECK(group >= 0 && group < num_groups_ && kv_pool_ != nullptr);
+  if (kv_layout_.shared_pool) {  // a group page is one contiguous [2, H_p, block_size, head_dim]
+    const size_t page = static_cast<size_t>(kv_page_elems_) * sizeof(bf16);
+    char* b = static_cast<char*>(kv_pool_);
+    ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(b + dst * page, b + src * page, page, cudaMemcpyDeviceToDevice, stream_));
+    if (compressor_ != nullptr) compressor_->copy_scores(src, dst, stream_);
+    return;
+  }
   const size_t page = kv_layer_bytes_ / kv_layout_.groups[0].num_blocks;
   for (int l = 0; l < kv_layout_.num_layers; ++l) {
     for (bf16* base : {k_cache_[l], v_cache_[l]}) {
@@ -434,7 +460,7 @@ void CudaBackend::copy_block(int group, BlockId src, BlockId dst) {
 }
 
 void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan,
-                              bool capture_queries) {
+                              int uniform_splits, bool capture_queries) {
   const ModelConfig& c = config_;
   const InputLayout in = input_layout(cap_);
   const int32_t* d_tokens = dev_inputs_ + in.tokens;
@@ -482,6 +508,14 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     wa.num_kv_heads = c.num_kv_heads;
     wa.head_dim = c.head_dim;
     wa.block_size = kv_layout_.block_size;
+    // Head groups: this layer's groups are tables li * T .. li * T + T - 1 of the step inputs.
+    const size_t first_table = ragged_.empty() ? 0 : static_cast<size_t>(li) * ragged_.groups_per_layer();
+    if (!ragged_.empty()) {
+      wa.slot_mapping += first_table * num_tokens;
+      wa.head_table = ragged_.head_table(li);
+      wa.head_slot = ragged_.head_slot(li);
+      wa.page_stride = kv_page_elems_;
+    }
     ORIGAMI_CUDA_CHECK(write_kv_cache(wa, stream_));
     AttentionArgs aa;
     aa.shape = AttentionShape{num_seqs, num_tokens, c.num_heads, c.num_kv_heads, c.head_dim, kv_layout_.block_size};
@@ -494,6 +528,11 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     aa.page_indptr = dev_inputs_ + in.page_indptr;
     aa.page_indices = dev_inputs_ + in.page_indices;
     aa.kv_len = dev_inputs_ + in.kv_len;
+    if (!ragged_.empty()) {
+      aa.page_indptr += first_table * num_seqs;
+      aa.kv_len += first_table * num_seqs;
+      aa.ragged = ragged_.layer(li, uniform_splits, kv_page_elems_);
+    }
     ORIGAMI_CUDA_CHECK(paged_attention(aa, plan, attn_workspace_, attn_workspace_bytes_, stream_));
     gemm_->linear(attn_out_, num_tokens, c.q_size(), l.o, h, delta_, false);
     all_reduce(delta_, static_cast<size_t>(num_tokens) * h, NcclDataType::kBFloat16);
@@ -562,6 +601,7 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   limits.block_size = kv_layout_.block_size;
   limits.num_blocks = kv_layout_.groups[0].num_blocks;
   limits.num_query_slots = compressor_ != nullptr ? compressor_->config().num_query_slots : -1;
+  limits.num_groups = num_groups_;
   ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits));
   compressions_.start(compressor_.get(), batch, out);
   const Status st = forward(batch, out);
@@ -583,6 +623,7 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
 
   // Decode steps replay a graph of their bucket; padding rows are inert.
   bool use_graph = options_.enable_cuda_graphs && batch.is_decode_only() && graphs_.bucket_for(num_seqs) > 0;
+  const int G = num_groups_;
   int total_pages = 0, max_kv_len = 0;
   bool any_logprobs = false, any_top = false;
   for (const SequenceInput& s : batch.sequences) {
@@ -590,10 +631,11 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
     const bool samples = s.logits_mode != LogitsMode::kNone;
     any_top = any_top || (s.num_top_logprobs >= 0 && samples);
     any_logprobs = any_logprobs || (s.logprob_token >= 0 && samples) || (s.num_top_logprobs >= 0 && samples);
-    const int kv_len = s.num_cached_entries + s.num_query_tokens;
-    const int pages = (kv_len + bs - 1) / bs;
-    total_pages += pages;
-    max_kv_len = std::max(max_kv_len, kv_len);
+    for (int g = 0; g < G; ++g) {
+      const int kv_len = s.group_cached_entries(g) + s.num_query_tokens;
+      total_pages += (kv_len + bs - 1) / bs;
+      max_kv_len = std::max(max_kv_len, kv_len);
+    }
   }
   if (max_kv_len > graph_max_kv_len_) use_graph = false;
   // Query capture (compression); validate_forward_batch checked the slots.
@@ -604,7 +646,7 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
   const bool capture_queries = num_slots > 0 && (use_graph || any_capture);
   const int run_seqs = use_graph ? graphs_.bucket_for(num_seqs) : num_seqs;
   const int run_tokens = use_graph ? run_seqs : num_tokens;
-  ORIGAMI_RETURN_IF_ERROR(ensure_capacity(run_tokens, run_seqs, total_pages + run_seqs));
+  ORIGAMI_RETURN_IF_ERROR(ensure_capacity(run_tokens, run_seqs, total_pages + G * run_seqs));
 
   // Fill the pinned staging buffer.
   const InputLayout in = input_layout(cap_);
@@ -614,25 +656,45 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
   int page_count = 0, num_sample_rows = 0;
   hi[in.q_indptr] = 0;
   hi[in.page_indptr] = 0;
+  // Page tables, lengths and slots per (group, sequence), group-major; a graph's padding rows read
+  // one entry of the null block and write nothing.
+  for (int g = 0; g < G; ++g) {
+    int32_t* slots = hi + in.slots + static_cast<size_t>(g) * run_tokens;
+    for (int i = 0; i < run_seqs; ++i) {
+      const size_t row = static_cast<size_t>(g) * run_seqs + i;
+      if (i >= num_seqs) {
+        slots[i] = -1;
+        pages_out[page_count++] = kNullBlock;
+        hi[in.page_indptr + row + 1] = page_count;
+        hi[in.kv_len + row] = 1;
+        continue;
+      }
+      const SequenceInput& s = batch.sequences[i];
+      const std::vector<BlockId>& table = s.group_blocks(g);
+      const int cached = s.group_cached_entries(g);
+      const int kv_len = cached + s.num_query_tokens;
+      const int pages = (kv_len + bs - 1) / bs;
+      for (int p = 0; p < pages; ++p) pages_out[page_count++] = table[p];
+      for (int j = 0; j < s.num_query_tokens; ++j) {
+        const int e = cached + j;
+        slots[s.query_start + j] = table[e / bs] * bs + e % bs;
+      }
+      hi[in.page_indptr + row + 1] = page_count;
+      hi[in.kv_len + row] = kv_len;
+    }
+  }
   for (int i = 0; i < num_seqs; ++i) {
     const SequenceInput& s = batch.sequences[i];
-    const std::vector<BlockId>& table = *s.block_table;
-    const int kv_len = s.num_cached_entries + s.num_query_tokens;
-    const int pages = (kv_len + bs - 1) / bs;
-    for (int p = 0; p < pages; ++p) pages_out[page_count++] = table[p];
     for (int j = 0; j < s.num_query_tokens; ++j) {
       const int t = s.query_start + j;
       const int e = s.num_cached_entries + j;
       hi[in.tokens + t] = batch.token_ids[t];
       hi[in.positions + t] = batch.positions[t];
-      hi[in.slots + t] = table[e / bs] * bs + e % bs;
       hi[in.query_rows + t] = s.query_slot >= 0 && e >= s.query_capture_from
                                   ? s.query_slot * max_window + batch.positions[t] % max_window
                                   : -1;
     }
     hi[in.q_indptr + i + 1] = s.query_start + s.num_query_tokens;
-    hi[in.page_indptr + i + 1] = page_count;
-    hi[in.kv_len + i] = kv_len;
     if (use_graph || s.logits_mode != LogitsMode::kNone) {
       RowSamplingParams& rp = host_params_[num_sample_rows];
       const SamplingParams* sp = s.sampling;
@@ -655,12 +717,8 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
     for (int i = num_seqs; i < run_seqs; ++i) {
       hi[in.tokens + i] = 0;
       hi[in.positions + i] = 0;
-      hi[in.slots + i] = -1;
       hi[in.query_rows + i] = -1;
       hi[in.q_indptr + i + 1] = i + 1;
-      pages_out[page_count++] = kNullBlock;
-      hi[in.page_indptr + i + 1] = page_count;
-      hi[in.kv_len + i] = 1;
       host_params_[num_sample_rows] = RowSamplingParams{};
       hi[in.sample_rows + num_sample_rows] = i;
       ++num_sample_rows;
@@ -675,14 +733,25 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
                                                  stream_));
 
   const AttentionShape shape{run_seqs, run_tokens, c.num_heads, c.num_kv_heads, c.head_dim, bs};
-  const AttentionPlan plan = plan_paged_attention(shape, use_graph ? graph_max_kv_len_ : max_kv_len, num_sms_);
+  // Head groups with non-uniform budgets: splits sized by the mean group length
+  // (RaggedHeadTables::planning_length) within one resident wave, shared out by the split map.
+  const int plan_len = use_graph ? graph_max_kv_len_ : max_kv_len;
+  const AttentionPlan uniform =
+      ragged_.empty() || ragged_.uniform_budgets()
+          ? plan_paged_attention(shape, plan_len, num_sms_)
+          : plan_ragged_attention(shape, ragged_.planning_length(plan_len), num_sms_);
+  // Head groups: the same CTAs per query tile, shared among the groups by the split map.
+  const AttentionPlan plan =
+      ragged_.empty() ? uniform : ragged_plan(uniform, ragged_.layer(0, uniform.num_splits, kv_page_elems_));
   ORIGAMI_RETURN_IF_ERROR(ensure_attention_workspace(paged_attention_workspace_bytes(plan, shape)));
+  const int uniform_splits = uniform.num_splits;
   if (use_graph) {
-    graphs_.run(run_seqs, stream_,
-                [&] { record_step(run_tokens, run_seqs, num_sample_rows, plan, capture_queries); });
+    graphs_.run(run_seqs, stream_, [&] {
+      record_step(run_tokens, run_seqs, num_sample_rows, plan, uniform_splits, capture_queries);
+    });
     ++num_graph_steps_;
   } else {
-    record_step(run_tokens, run_seqs, num_sample_rows, plan, capture_queries);
+    record_step(run_tokens, run_seqs, num_sample_rows, plan, uniform_splits, capture_queries);
   }
   if (num_sample_rows > 0)
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_, dev_tokens_, num_sample_rows * sizeof(int32_t),
@@ -730,6 +799,13 @@ Status CudaBackend::configure_compression(const CompressionConfig& config) {
   g.k = k_cache_[0];
   g.v = v_cache_[0];
   g.kv_layer_pitch = 2 * kv_layer_bytes_ / sizeof(bf16);
+  if (!ragged_.empty()) {  // head groups: the pool's pages, each group's layer and heads
+    g.heads_per_group = kv_layout_.heads_per_group();
+    for (const HeadGroup& hg : kv_layout_.groups) {
+      g.group_layer.push_back(hg.layers[0]);
+      g.group_heads.insert(g.group_heads.end(), hg.kv_heads.begin(), hg.kv_heads.end());
+    }
+  }
   const Status st = compressor_->configure(config, g);
   if (!st.is_ok()) compressor_.reset();
   return st;

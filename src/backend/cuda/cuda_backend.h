@@ -16,6 +16,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/nccl_library.h"
 #include "backend/cuda/paged_attention.h"
+#include "backend/cuda/ragged_heads.h"
 #include "backend/cuda/sampling_kernels.h"
 
 namespace origami::cuda {
@@ -55,7 +56,8 @@ class CudaBackend : public Backend {
   size_t query_slot_bytes(int max_window) const override;
   KVCompressor* compressor() override { return compressor_.get(); }
 
-  // Device storage, for tests: one layer's K or V [num_blocks, num_kv_heads, block_size, head_dim],
+  // Device storage, for tests: one layer's K or V [num_blocks, num_kv_heads, block_size, head_dim]
+  // (head groups: the pool's K / V of page 0, pages [2, H_p, block_size, head_dim] apart),
   // the query cache [L, M, max_window, h_q, d] and the global scores [L, num_blocks, h_kv, block_size].
   const __nv_bfloat16* k_cache(int layer) const { return k_cache_[layer]; }
   const __nv_bfloat16* v_cache(int layer) const { return v_cache_[layer]; }
@@ -102,7 +104,8 @@ class CudaBackend : public Backend {
   // capture_queries: copy each layer's queries into the query cache rows of the step input
   // query_rows (set whenever compression is configured and a graph is captured, since the graph
   // must serve steps that capture).
-  void record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan,
+  // uniform_splits: the uniform plan's split count, which picks the head groups' split map.
+  void record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan, int uniform_splits,
                    bool capture_queries);
   Status compute_all_logits(const ForwardBatch& batch, StepOutput* out);
   // LM head over `rows` hidden states (bf16 [rows, hidden]): fp32 logits of the whole vocabulary
@@ -134,7 +137,13 @@ class CudaBackend : public Backend {
   KVLayout kv_layout_;
   void* kv_pool_ = nullptr;
   std::vector<bf16*> k_cache_, v_cache_;  // per layer [num_blocks, num_kv_heads, block_size, head_dim]
-  size_t kv_layer_bytes_ = 0;
+  size_t kv_layer_bytes_ = 0;             // full layout: one layer's K (or V); head groups: 0
+  // Head groups (KVLayout::grouped): every group has its own table and length per request, so the
+  // step inputs carry num_groups_ tables per sequence (group-major) and a slot per (group, token);
+  // pages [2, H_p, block_size, head_dim] of one shared pool, kv_page_elems_ elements each.
+  int num_groups_ = 1;
+  long long kv_page_elems_ = 0;
+  RaggedHeadTables ragged_;
 
   // Activations, [capacity.tokens, ...].
   Capacity cap_;

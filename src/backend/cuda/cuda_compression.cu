@@ -20,13 +20,20 @@ namespace {
 
 constexpr int kChunk = 64;  // entries per chunk of the tile kernels
 
+// The compactions of one launch sequence: their plan and where its descriptors, chunk map and
+// tables lie in the batch's metadata.
+struct CompressionPart {
+  CompressionPlan plan;
+  size_t descs_at = 0, chunks_at = 0, pages_at = 0;
+};
+
 int pages_for(int entries, int block_size) { return (entries + block_size - 1) / block_size; }
 size_t align16(size_t x) { return (x + 15) / 16 * 16; }
 
 }  // namespace
 
 CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs, int rows_per_job, int group_size,
-                                 CompressionKind kind) {
+                                 CompressionKind kind, const std::vector<int>* group_heads, int heads_per_group) {
   CompressionPlan plan;
   const size_t rows = static_cast<size_t>(rows_per_job);
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -64,6 +71,11 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
     d.dst_page0 = static_cast<int32_t>(plan.pages.size());
     if (!evict)
       plan.pages.insert(plan.pages.end(), job.dst_blocks->begin(), job.dst_blocks->begin() + pages_for(d.num_keep, bs));
+    if (group_heads != nullptr) {
+      d.heads0 = static_cast<int32_t>(plan.pages.size());
+      const auto first = group_heads->begin() + static_cast<ptrdiff_t>(job.group) * heads_per_group;
+      plan.pages.insert(plan.pages.end(), first, first + heads_per_group);
+    }
     d.chunk0 = static_cast<int32_t>(plan.chunk_job.size());
     plan.chunk_job.insert(plan.chunk_job.end(), (d.n + kChunk - 1) / kChunk, static_cast<int32_t>(plan.descs.size()));
     d.score0 = static_cast<int64_t>(plan.score_elems);
@@ -126,7 +138,8 @@ size_t CudaCompressor::query_layer_pitch() const {
 }
 
 size_t CudaCompressor::score_layer_pitch() const {
-  return static_cast<size_t>(geom_.num_blocks) * geom_.num_kv_heads * geom_.block_size;
+  const int page_heads = geom_.heads_per_group > 0 ? geom_.heads_per_group : geom_.num_kv_heads;
+  return static_cast<size_t>(geom_.num_blocks) * page_heads * geom_.block_size;
 }
 
 Status CudaCompressor::configure(const CompressionConfig& config, const Geometry& g) {
@@ -154,7 +167,8 @@ Status CudaCompressor::configure(const CompressionConfig& config, const Geometry
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(q_cache_, 0, q_bytes, stream_));
   }
   if (config.global_scores) {
-    const size_t f_bytes = score_layer_pitch() * g.num_layers * sizeof(float);
+    // Head groups: a page belongs to one layer's group, so F is one array over the pool.
+    const size_t f_bytes = score_layer_pitch() * (g.heads_per_group > 0 ? 1 : g.num_layers) * sizeof(float);
     if (cudaMalloc(reinterpret_cast<void**>(&f_), f_bytes) != cudaSuccess) {
       cudaGetLastError();
       f_ = nullptr;
@@ -171,6 +185,8 @@ Status CudaCompressor::configure(const CompressionConfig& config, const Geometry
 }
 
 Status CudaCompressor::validate(const std::vector<CompressionJob>& jobs) const {
+  ORIGAMI_RETURN_IF_ERROR(
+      validate_job_groups(jobs, geom_.heads_per_group > 0 ? static_cast<int>(geom_.group_layer.size()) : 1));
   return validate_compression_batch(jobs, geom_.block_size, geom_.num_blocks, config_.num_query_slots,
                                     config_.max_window, f_ != nullptr);
 }
@@ -207,20 +223,44 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   const int stride = std::min(config_.layer_stride, g.num_layers);
   const size_t rows_max = static_cast<size_t>(stride) * g.num_kv_heads;
 
-  const CompressionPlan plan = plan_compression(jobs, bs, static_cast<int>(rows_max), group_size);
+  // The compactions: one plan over every layer (full layout), or one per `stride` layers that
+  // have jobs (head groups: a group is one layer, and a launch serves the groups of `stride`
+  // layers, each job reading its own layer's queries; the same scratch as the full layout's).
+  const bool grouped = g.heads_per_group > 0;
+  std::vector<CompressionPart> parts;
+  if (!grouped) {
+    parts.push_back({plan_compression(jobs, bs, static_cast<int>(rows_max), group_size)});
+  } else {
+    std::vector<std::vector<CompressionJob>> by_stride((g.num_layers + stride - 1) / stride);
+    for (const CompressionJob& job : jobs)
+      if (job.kind == CompressionKind::kCompact) by_stride[g.group_layer[job.group] / stride].push_back(job);
+    for (size_t p = 0; p < by_stride.size(); ++p) {
+      if (by_stride[p].empty()) continue;
+      CompressionPlan plan = plan_compression(by_stride[p], bs, g.heads_per_group, group_size,
+                                              CompressionKind::kCompact, &g.group_heads, g.heads_per_group);
+      for (size_t d = 0; d < plan.descs.size(); ++d)
+        plan.descs[d].layer = g.group_layer[by_stride[p][plan.job_index[d]].group];
+      parts.push_back({std::move(plan)});
+    }
+  }
   const CompressionPlan evict_plan =
       plan_compression(jobs, bs, static_cast<int>(rows_max), group_size, CompressionKind::kEvictBlock);
   evicted_blocks_.assign(jobs.size(), -1);
-  const std::vector<CompressionJobDesc>& descs = plan.descs;
-  const std::vector<int32_t>& chunk_job = plan.chunk_job;
-  const std::vector<int32_t>& pages = plan.pages;
-  const size_t score_elems = plan.score_elems, keep_elems = plan.keep_elems, lse_elems = plan.lse_elems;
-  const bool any_redundancy = plan.any_redundancy;
 
-  // Host staging and device metadata (one copy).
-  const size_t desc_bytes = align16(descs.size() * sizeof(CompressionJobDesc));
-  const size_t chunk_bytes = align16(chunk_job.size() * sizeof(int32_t));
-  const size_t meta_bytes = desc_bytes + chunk_bytes + align16(pages.size() * sizeof(int32_t));
+  // Host staging and device metadata of every part (one copy).
+  size_t meta_bytes = 0, score_elems = 0, keep_elems = 0, lse_elems = 0;
+  bool any_redundancy = false;
+  for (CompressionPart& part : parts) {
+    const CompressionPlan& pl = part.plan;
+    part.descs_at = meta_bytes;
+    part.chunks_at = part.descs_at + align16(pl.descs.size() * sizeof(CompressionJobDesc));
+    part.pages_at = part.chunks_at + align16(pl.chunk_job.size() * sizeof(int32_t));
+    meta_bytes = part.pages_at + align16(pl.pages.size() * sizeof(int32_t));
+    score_elems = std::max(score_elems, pl.score_elems);
+    keep_elems = std::max(keep_elems, pl.keep_elems);
+    lse_elems = std::max(lse_elems, pl.lse_elems);
+    any_redundancy = any_redundancy || pl.any_redundancy;
+  }
   if (meta_bytes > host_meta_bytes_) {
     if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
     host_meta_ = nullptr;
@@ -231,11 +271,14 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   }
   ORIGAMI_RETURN_IF_ERROR(ensure_device(&dev_meta_, &dev_meta_bytes_, std::max<size_t>(meta_bytes, 16)));
   char* h = static_cast<char*>(host_meta_);
-  if (!descs.empty()) std::memcpy(h, descs.data(), descs.size() * sizeof(CompressionJobDesc));
-  if (!chunk_job.empty()) std::memcpy(h + desc_bytes, chunk_job.data(), chunk_job.size() * sizeof(int32_t));
-  if (!pages.empty()) std::memcpy(h + desc_bytes + chunk_bytes, pages.data(), pages.size() * sizeof(int32_t));
+  for (const CompressionPart& part : parts) {
+    const CompressionPlan& pl = part.plan;
+    if (!pl.descs.empty()) std::memcpy(h + part.descs_at, pl.descs.data(), pl.descs.size() * sizeof(CompressionJobDesc));
+    if (!pl.chunk_job.empty()) std::memcpy(h + part.chunks_at, pl.chunk_job.data(), pl.chunk_job.size() * sizeof(int32_t));
+    if (!pl.pages.empty()) std::memcpy(h + part.pages_at, pl.pages.data(), pl.pages.size() * sizeof(int32_t));
+  }
 
-  // Scratch of one layer group.
+  // Scratch of one layer group (every part runs after the previous one on the same stream).
   auto need = [&](Scratch& s, size_t bytes) { return ensure_device(&s.ptr, &s.bytes, std::max<size_t>(bytes, 16)); };
   // Block evictions reuse the scores after the compactions (same stream).
   ORIGAMI_RETURN_IF_ERROR(need(scores_, std::max(score_elems, evict_plan.score_elems) * sizeof(float)));
@@ -288,18 +331,21 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_, main_stream_));
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, ready_, 0));
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(started_, stream_));
-  if (!descs.empty()) {
+  if (meta_bytes > 0)
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_meta_, host_meta_, meta_bytes, cudaMemcpyHostToDevice, stream_));
+  for (const CompressionPart& part : parts) {
+    const CompressionPlan& pl = part.plan;
+    if (pl.descs.empty()) continue;
     char* dm = static_cast<char*>(dev_meta_);
     GroupArgs a;
-    a.jobs = reinterpret_cast<const CompressionJobDesc*>(dm);
-    a.num_jobs = static_cast<int>(descs.size());
-    a.chunk_job = reinterpret_cast<const int32_t*>(dm + desc_bytes);
-    a.num_chunks = static_cast<int>(chunk_job.size());
-    a.pages = reinterpret_cast<const int32_t*>(dm + desc_bytes + chunk_bytes);
-    a.max_window_group = plan.max_window_group;
-    a.any_redundancy = any_redundancy;
-    a.scorers = plan.scorers;
+    a.jobs = reinterpret_cast<const CompressionJobDesc*>(dm + part.descs_at);
+    a.num_jobs = static_cast<int>(pl.descs.size());
+    a.chunk_job = reinterpret_cast<const int32_t*>(dm + part.chunks_at);
+    a.num_chunks = static_cast<int>(pl.chunk_job.size());
+    a.pages = reinterpret_cast<const int32_t*>(dm + part.pages_at);
+    a.max_window_group = pl.max_window_group;
+    a.any_redundancy = pl.any_redundancy;
+    a.scorers = pl.scorers;
     a.num_kv_heads = g.num_kv_heads;
     a.group_size = group_size;
     a.head_dim = g.head_dim;
@@ -316,6 +362,22 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     a.z = static_cast<int2*>(z_.ptr);
     a.lse = static_cast<float2*>(lse_.ptr);
     a.keep = static_cast<int32_t*>(keep_.ptr);
+    if (grouped) {
+      // Rows are the H_p head slots of each job's group; pages hold K then V of those slots.
+      a.num_group_layers = 1;
+      a.num_kv_heads = g.heads_per_group;
+      a.kv_page_heads = 2 * g.heads_per_group;
+      a.f_page_heads = g.heads_per_group;
+      a.q_kv_heads = g.num_kv_heads;
+      a.k = g.k;
+      a.v = g.v;
+      a.q = q_cache_;  // each job adds its own layer (CompressionJobDesc::layer)
+      a.f = f_;
+      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_scores(a, stream_));
+      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_select(a, stream_));
+      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_compact(a, stream_));
+      continue;
+    }
     for (int l0 = 0; l0 < g.num_layers; l0 += stride) {
       a.num_group_layers = std::min(stride, g.num_layers - l0);
       a.k = g.k + l0 * g.kv_layer_pitch;
@@ -408,8 +470,9 @@ void CudaCompressor::account_finished_batch() {
 
 void CudaCompressor::copy_scores(BlockId src, BlockId dst, cudaStream_t stream) {
   if (f_ == nullptr) return;
-  const size_t page = static_cast<size_t>(geom_.num_kv_heads) * geom_.block_size;
-  for (int l = 0; l < geom_.num_layers; ++l) {
+  const bool grouped = geom_.heads_per_group > 0;
+  const size_t page = static_cast<size_t>(grouped ? geom_.heads_per_group : geom_.num_kv_heads) * geom_.block_size;
+  for (int l = 0; l < (grouped ? 1 : geom_.num_layers); ++l) {
     float* base = f_ + l * score_layer_pitch();
     ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(base + dst * page, base + src * page, page * sizeof(float),
                                        cudaMemcpyDeviceToDevice, stream));

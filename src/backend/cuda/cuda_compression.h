@@ -47,10 +47,12 @@ struct CompressionPlan {
 };
 // The jobs of one kind: kCompact (score, select, compact) or kEvictBlock (base scores summed per
 // block, block_eviction.h; no destination pages, num_keep 0). rows_per_job: layers of the largest
-// group (min(layer_stride, L)) times KV heads. The jobs must be valid (CudaCompressor::begin
-// validates them first).
+// group (min(layer_stride, L)) times KV heads (head groups: H_p). group_heads (head groups):
+// [group * heads_per_group + slot] -> KV head; each job's heads are appended to `pages`
+// (CompressionJobDesc::heads0). The jobs must be valid (CudaCompressor::begin validates them first).
 CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int block_size, int rows_per_job,
-                                 int group_size, CompressionKind kind = CompressionKind::kCompact);
+                                 int group_size, CompressionKind kind = CompressionKind::kCompact,
+                                 const std::vector<int>* group_heads = nullptr, int heads_per_group = 0);
 
 class CudaCompressor : public KVCompressor {
  public:
@@ -65,6 +67,12 @@ class CudaCompressor : public KVCompressor {
     __nv_bfloat16* k = nullptr;
     __nv_bfloat16* v = nullptr;
     size_t kv_layer_pitch = 0;
+    // Head groups (KVLayout::grouped; 0 = the full layout): H_p heads per page, each group's layer
+    // and KV heads ([group * H_p + slot]). k / v are page 0's K and V in the shared pool (pages
+    // [2, H_p, block_size, head_dim]; kv_layer_pitch 0); F is [num_blocks, H_p, block_size].
+    int heads_per_group = 0;
+    std::vector<int> group_layer;
+    std::vector<int> group_heads;
   };
 
   // Batches run after the work already queued on `main_stream` (the backend's stream) when begin()
@@ -98,7 +106,7 @@ class CudaCompressor : public KVCompressor {
   // waited for the main stream) to its done_ event. Decode kernels overlapping it count too.
   double device_seconds() const override { return device_seconds_; }
 
-  // Copy-on-write of one page's global scores (every layer), enqueued on `stream`.
+  // Copy-on-write of one page's global scores (every layer; a group page's own), enqueued on `stream`.
   void copy_scores(BlockId src, BlockId dst, cudaStream_t stream);
 
  private:

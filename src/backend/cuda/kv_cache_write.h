@@ -3,7 +3,8 @@
 // The caller computes slot_mapping on the host from each sequence's page table:
 // the new token at logical cache entry e of its sequence goes to
 //   slot = page_table[e / block_size] * block_size + e % block_size,
-// and a negative slot skips the token (padding rows of a captured graph).
+// and a negative slot skips the token (padding rows of a captured graph). With head groups
+// (KVWriteArgs::head_table) every group has its own slot per token.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -21,6 +22,12 @@ struct KVWriteArgs {
   int num_kv_heads = 0;
   int head_dim = 0;    // a multiple of 8 (16-byte rows); 8 and up
   int block_size = 0;
+  // Ragged paging (head groups, paged_attention.h RaggedHeads): each head writes through its
+  // group's slot, slot_mapping[head_table[h] * num_tokens + token], at slot head_slot[h] of a page
+  // page_stride elements long. Null head_table: one slot per token, pages of num_kv_heads heads.
+  const int32_t* head_table = nullptr;  // [num_kv_heads] device
+  const int32_t* head_slot = nullptr;   // [num_kv_heads] device
+  long long page_stride = 0;
 };
 
 // Enqueues the scatter on `stream`. cudaErrorInvalidValue for bad sizes (head_dim not a multiple

@@ -1,6 +1,7 @@
 // Paged attention (decode, prefill, mixed) on the tensor cores; see paged_attention.h.
 //
-// Grid: x = query-tile slot, y = KV head, z = KV split. A CTA of 4 warps owns 64 packed query
+// Grid: x = query-tile slot, y = KV head, z = KV split; with ragged paging (head groups),
+// y = (KV head, split) from the split map and z = 1 (paged_attention.h RaggedHeads). A CTA of 4 warps owns 64 packed query
 // rows (row r of a sequence's head group = new token r / G, query head kv_head * G + r % G) and
 // one KV range; each warp owns 16 rows. Tile slots are laid out without a host-side work list:
 // sequence i owns slots from floor(q_indptr[i] * G / 64) + i on, which leaves every sequence at
@@ -14,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <climits>
 #include <cstdint>
 
 #include "backend/cuda/paged_attention.h"
@@ -34,6 +36,7 @@ constexpr int kTileRows = 64;   // packed query rows per CTA
 constexpr int kTileKV = 64;     // KV entries per shared-memory tile
 constexpr int kThreads = 128;   // 4 warps x 16 rows
 constexpr int kMinChunk = 128;  // shortest KV split worth a CTA
+constexpr int kMinOneWaveSplits = 4;  // plan_ragged_attention: fewer, and two waves win
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D>
@@ -64,9 +67,21 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   constexpr int kChunksPerRow = D / 8;  // 16-byte pieces of a row
   const AttentionArgs& a = p.a;
   const int slot = blockIdx.x;
-  const int kv_head = blockIdx.y;
-  const int split = blockIdx.z;
   const int group = p.group;
+  const RaggedHeads& rg = a.ragged;
+  const bool ragged = rg.num_tables > 0;
+  // This CTA's KV head, split and the head's split count; its table and slot in the page.
+  int kv_head = blockIdx.y, split = blockIdx.z, num_splits = p.num_splits, table = 0;
+  long long head_off = kv_head;  // head slot within a page
+  if (ragged) {
+    kv_head = 0;
+    for (int h = 1; h < a.shape.num_kv_heads; ++h)
+      if (rg.head_split0[h] <= static_cast<int>(blockIdx.y)) kv_head = h;
+    split = blockIdx.y - rg.head_split0[kv_head];
+    num_splits = rg.head_splits[kv_head];
+    table = rg.head_table[kv_head];
+    head_off = rg.head_slot[kv_head];
+  }
 
   // Sequence owning this slot: the last one whose first slot is <= slot.
   int lo = 0, hi = a.shape.num_seqs - 1;
@@ -82,20 +97,21 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   const int row0 = tile * kTileRows;
   if (row0 >= rows_total) return;  // a spare slot
 
-  const int kv_len = a.kv_len[seq];
+  const int kv_len = a.kv_len[table * a.shape.num_seqs + seq];
   // This sequence's split length: the planned chunk, or an even share of kv_len (whole 64-entry
   // tiles, at least kMinChunk) when that is shorter. A graph captured with a plan for the model's
   // longest context then still spreads a short sequence over its splits instead of leaving all
   // of it to the first one. Any chunk >= ceil(kv_len / num_splits) covers every entry.
-  int chunk = p.kv_chunk;
-  if (p.num_splits > 1) {
-    const int share = (kv_len + p.num_splits - 1) / p.num_splits;
+  // Ragged heads have no batch-wide chunk: each (sequence, group) shares its own length out.
+  int chunk = ragged ? INT_MAX : p.kv_chunk;
+  if (num_splits > 1) {
+    const int share = (kv_len + num_splits - 1) / num_splits;
     chunk = min(chunk, max(kMinChunk, (share + kTileKV - 1) / kTileKV * kTileKV));
   }
   const int kv_begin = split * chunk;
   // The last split also takes anything beyond the planned length, so an under-estimated
   // max_kv_len costs speed, not correctness.
-  const int split_end = (split == p.num_splits - 1) ? kv_len : min(kv_len, kv_begin + chunk);
+  const int split_end = (split == num_splits - 1) ? kv_len : min(kv_len, kv_begin + chunk);
   const int last_row = min(row0 + kTileRows, rows_total) - 1;
   const int causal_end = kv_len - q_len + last_row / group + 1;  // exclusive, for the tile's last row
   const int tile_kv_end = min(split_end, causal_end);
@@ -113,7 +129,11 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   const int num_heads = a.shape.num_heads;
   const int num_kv_heads = a.shape.num_kv_heads;
   const int block_size = a.shape.block_size;
-  const int32_t* pages = a.page_indices + a.page_indptr[seq];
+  const int32_t* pages = a.page_indices + a.page_indptr[table * a.shape.num_seqs + seq];
+  // Elements from one page to the next, and from a page's start to this head's first entry.
+  const long long page_stride =
+      ragged ? rg.page_stride : static_cast<long long>(num_kv_heads) * block_size * D;
+  const long long head_base = head_off * block_size * D;
 
   // Q tile: rows past the sequence's rows are zero.
   for (int c = tid; c < kTileRows * kChunksPerRow; c += kThreads) {
@@ -139,7 +159,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
       const __nv_bfloat16* v_src = a.v_cache;
       if (valid) {
         const long long page = pages[e / block_size];
-        const long long off = ((page * num_kv_heads + kv_head) * block_size + e % block_size) * D + col;
+        const long long off = page * page_stride + head_base + static_cast<long long>(e % block_size) * D + col;
         k_src += off;
         v_src += off;
       }
@@ -279,12 +299,16 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
 }
 
 // One warp per (token, head) row: out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max lse).
+// head_splits (ragged paging): the splits of each KV head, which its query heads (num_heads per
+// token, `group` per KV head) merge; null: num_splits for every row.
 template <int D>
 __global__ void __launch_bounds__(256) merge_splits_kernel(const float* part_o, const float* part_lse, int num_splits,
-                                                           long long num_rows, __nv_bfloat16* out) {
+                                                           long long num_rows, __nv_bfloat16* out,
+                                                           const int32_t* head_splits, int num_heads, int group) {
   const long long row = static_cast<long long>(blockIdx.x) * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= num_rows) return;
+  if (head_splits != nullptr) num_splits = head_splits[static_cast<int>(row % num_heads) / group];
   float max_lse = -INFINITY;
   for (int s = 0; s < num_splits; ++s) max_lse = fmaxf(max_lse, part_lse[s * num_rows + row]);
   constexpr int kPer = D / 32;  // 2 or 4 floats per lane
@@ -350,12 +374,15 @@ cudaError_t launch(const AttentionArgs& args, const AttentionPlan& plan, void* w
   const long long num_rows = static_cast<long long>(s.num_tokens) * s.num_heads;
   p.part_o = static_cast<float*>(workspace);
   p.part_lse = p.part_o ? p.part_o + plan.num_splits * num_rows * D : nullptr;
-  const dim3 grid(plan.num_tile_slots, s.num_kv_heads, plan.num_splits);
+  const bool ragged = args.ragged.num_tables > 0;
+  const dim3 grid(plan.num_tile_slots, ragged ? args.ragged.num_work : s.num_kv_heads, ragged ? 1 : plan.num_splits);
   paged_attention_kernel<D><<<grid, kThreads, TileGeom<D>::kSmemBytes, stream>>>(p);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || plan.num_splits == 1) return err;
   const unsigned merge_blocks = static_cast<unsigned>((num_rows + 7) / 8);
-  merge_splits_kernel<D><<<merge_blocks, 256, 0, stream>>>(p.part_o, p.part_lse, plan.num_splits, num_rows, args.out);
+  merge_splits_kernel<D><<<merge_blocks, 256, 0, stream>>>(p.part_o, p.part_lse, plan.num_splits, num_rows, args.out,
+                                                            ragged ? args.ragged.head_splits : nullptr, s.num_heads,
+                                                            p.group);
   return cudaGetLastError();
 }
 
@@ -384,6 +411,59 @@ AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, 
   return plan;
 }
 
+namespace {
+
+// Resident CTAs per SM of the attention kernel (shared memory bounds it), once per head_dim.
+int resident_ctas_per_sm(int head_dim) {
+  static std::atomic<int> cached[2] = {0, 0};
+  std::atomic<int>& slot = cached[head_dim == 64 ? 0 : 1];
+  if (const int v = slot.load(std::memory_order_acquire); v > 0) return v;
+  int n = 0;
+  const cudaError_t err =
+      head_dim == 64
+          ? (ensure_smem_limit<64>() == cudaSuccess
+                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<64>, kThreads,
+                                                                 TileGeom<64>::kSmemBytes)
+                 : cudaErrorInvalidValue)
+          : (ensure_smem_limit<128>() == cudaSuccess
+                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<128>, kThreads,
+                                                                 TileGeom<128>::kSmemBytes)
+                 : cudaErrorInvalidValue);
+  if (err != cudaSuccess || n < 1) {
+    cudaGetLastError();
+    return 2;  // what 87 KB (D 128) per CTA allows on an H100
+  }
+  slot.store(n, std::memory_order_release);
+  return n;
+}
+
+}  // namespace
+
+AttentionPlan plan_ragged_attention(const AttentionShape& shape, int planning_len, int num_sms) {
+  AttentionPlan plan = plan_paged_attention(shape, planning_len, num_sms);
+  if (shape.num_kv_heads <= 0 || shape.num_heads <= 0 || !paged_attention_supported(shape.head_dim)) return plan;
+  const int group = shape.num_heads / shape.num_kv_heads;
+  const long long real_tiles = std::max<long long>(
+      shape.num_seqs, (static_cast<long long>(shape.num_tokens) * group + kTileRows - 1) / kTileRows);
+  const long long units = real_tiles * shape.num_kv_heads;
+  const long long resident = static_cast<long long>(resident_ctas_per_sm(shape.head_dim)) * std::max(num_sms, 1);
+  long long splits = resident / units;
+  // Few splits per head in one wave lose to two waves of more splits (H100, Qwen3-8B shape, 36
+  // layers: batch 16, 2 vs 5 splits, 14.8 vs 13.9 ms; batch 64, 1 vs 2, 56.1 vs 48.0 ms), and
+  // there the hardware scheduler already evens the groups out: keep the one-group plan.
+  if (splits < kMinOneWaveSplits) return plan;
+  splits = std::min<long long>(splits, (std::max(planning_len, 1) + kMinChunk - 1) / kMinChunk);
+  plan.num_splits = static_cast<int>(std::max<long long>(splits, 1));
+  // The chunk is not used by ragged launches (each group shares out its own length).
+  return plan;
+}
+
+AttentionPlan ragged_plan(const AttentionPlan& uniform, const RaggedHeads& ragged) {
+  AttentionPlan plan = uniform;
+  plan.num_splits = std::max(ragged.max_splits, 1);
+  return plan;
+}
+
 size_t paged_attention_workspace_bytes(const AttentionPlan& plan, const AttentionShape& shape) {
   if (plan.num_splits <= 1) return 0;
   return static_cast<size_t>(plan.num_splits) * shape.num_tokens * shape.num_heads * (shape.head_dim + 1) *
@@ -398,6 +478,11 @@ cudaError_t paged_attention(const AttentionArgs& args, const AttentionPlan& plan
   if (plan.num_splits > 1 && (workspace == nullptr || workspace_bytes < paged_attention_workspace_bytes(plan, s)))
     return cudaErrorInvalidValue;
   if (plan.num_splits > 65535) return cudaErrorInvalidValue;
+  const RaggedHeads& rg = args.ragged;
+  if (rg.num_tables > 0 && (rg.head_table == nullptr || rg.head_slot == nullptr || rg.head_splits == nullptr ||
+                            rg.head_split0 == nullptr || rg.page_stride <= 0 || rg.num_work < s.num_kv_heads ||
+                            rg.num_work > 65535 || rg.max_splits != plan.num_splits))
+    return cudaErrorInvalidValue;
   if (s.head_dim == 64) return launch<64>(args, plan, plan.num_splits > 1 ? workspace : nullptr, stream);
   return launch<128>(args, plan, plan.num_splits > 1 ? workspace : nullptr, stream);
 }

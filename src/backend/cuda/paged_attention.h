@@ -36,6 +36,25 @@ struct AttentionShape {
   int block_size = 0;    // KV entries per page (any positive value; 1, 16, 32, 256 tested)
 };
 
+// Ragged paging (TANGRAM §4.2, KVLayout::grouped): the KV heads of a layer are cut into head
+// groups, each with its own page table and length per sequence; a group's page holds K and V of
+// its heads ([2, heads, block_size, head_dim]), so K of head slot s of page p starts at
+// k_cache + p * page_stride + s * block_size * head_dim. Heads of a group need not be adjacent.
+// The split map (§4.3) gives every head its own number of KV splits: grid row y of a query tile
+// is (KV head h, split y - head_split0[h]) with head_split0 the prefix sum of head_splits, so a
+// group with a larger budget gets more CTAs and each CTA reads about as many entries. Device
+// arrays, fixed per layer (a CUDA graph replays them as they are).
+struct RaggedHeads {
+  int num_tables = 0;                  // tables (head groups) per sequence in this layer; 0 = off
+  long long page_stride = 0;           // elements from one page to the next in k_cache / v_cache
+  const int32_t* head_table = nullptr;   // [num_kv_heads] the table (group of the layer) of each head
+  const int32_t* head_slot = nullptr;    // [num_kv_heads] its slot in the group's pages
+  const int32_t* head_splits = nullptr;  // [num_kv_heads] KV splits of each head (>= 1)
+  const int32_t* head_split0 = nullptr;  // [num_kv_heads] first grid row of each head (prefix sum)
+  int num_work = 0;    // sum of head_splits: grid rows per query tile
+  int max_splits = 0;  // max of head_splits: partial slots in the workspace
+};
+
 struct AttentionArgs {
   AttentionShape shape;
   float softmax_scale = 0.f;                // usually 1/sqrt(head_dim)
@@ -52,10 +71,15 @@ struct AttentionArgs {
   const int32_t* page_indptr = nullptr;   // [num_seqs + 1]
   const int32_t* page_indices = nullptr;  // [page_indptr[num_seqs]]
   const int32_t* kv_len = nullptr;        // [num_seqs]
+  // Ragged paging (ragged.num_tables > 0): table t of sequence i is page_indptr / kv_len index
+  // t * num_seqs + i (page_indptr [num_tables * num_seqs + 1], kv_len [num_tables * num_seqs]);
+  // every table of a sequence ends with the same q_len new entries.
+  RaggedHeads ragged;
 };
 
 struct AttentionPlan {
-  int num_splits = 1;       // KV splits per (query tile, KV head); 1 = no merge pass
+  int num_splits = 1;       // KV splits per (query tile, KV head); 1 = no merge pass. Ragged: the
+                            // uniform count the split map was chosen for (ragged_plan)
   int kv_chunk_size = 0;    // most KV entries per split (a multiple of the 64-entry tile)
   int num_tile_slots = 0;   // CTAs along the query dimension (an upper bound; extras exit at once)
 };
@@ -69,6 +93,20 @@ bool paged_attention_supported(int head_dim);
 // upper bound of it, e.g. the model's context length when capturing a graph). num_sms: the
 // device's multiprocessor count.
 AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, int num_sms);
+
+// Splits for a ragged launch whose split map balances the groups (non-uniform budgets): as many
+// as keep the grid within ONE wave of resident CTAs (floor(resident CTAs / (tiles x KV heads)),
+// at least 1, no split shorter than 128 entries of `planning_len`). In one wave every CTA starts
+// at once and the step ends with its longest CTA, which the map shortens; plan_paged_attention's
+// two waves of shorter splits let the hardware scheduler even out unbalanced ones instead, so the
+// map would buy little there. Resident CTAs per SM come from the occupancy API (2 for D 128).
+// When one wave would leave fewer than 4 splits per head (large batches) it returns
+// plan_paged_attention's plan: two waves of more splits are faster there.
+AttentionPlan plan_ragged_attention(const AttentionShape& shape, int planning_len, int num_sms);
+
+// The plan of a ragged launch: `uniform` (plan_paged_attention's, whose num_splits chose the
+// split map) with the map's grid rows and largest split count.
+AttentionPlan ragged_plan(const AttentionPlan& uniform, const RaggedHeads& ragged);
 
 // Workspace for the split-K partials: num_splits * num_tokens * num_heads * (head_dim + 1) floats
 // (0 when num_splits == 1).

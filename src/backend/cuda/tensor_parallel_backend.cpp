@@ -155,8 +155,8 @@ size_t TensorParallelBackend::available_kv_bytes(size_t requested_bytes) const {
 Status TensorParallelBackend::allocate_kv_cache(const KVLayout& layout) {
   if (layout.groups.size() != 1)
     return Status(ErrorCode::kUnimplemented,
-                  "tensor parallelism: only the full KV layout (one head group) is supported; head groups are CPU-only "
-                  "for now");
+                  "tensor parallelism: only the full KV layout (one head group) is supported; head groups run on one "
+                  "GPU");
   if (layout.num_kv_heads % size() != 0)
     return invalid_argument("tensor parallelism: " + std::to_string(layout.num_kv_heads) + " KV heads over " +
                             std::to_string(size()) + " ranks");

@@ -1,0 +1,43 @@
+// `fastkvzip` (Fast KVzip; Kim, Han, Yun 2026, "Fast KVzip: gated KV eviction"): every KV entry is
+// scored by a small per-layer gate from the hidden state that produced it, as it is written
+// (a sink-attention over low-rank projections, trained offline on KVzip's reconstruction scores:
+// `origami train-gates`, docs/gates.md), and the lowest-scoring entries are evicted. No queries,
+// no query slots, no scoring pass at compression time: the scores are already in the cache.
+//
+// The backend (with --kv-gates) writes each entry's gate score into the global-score page F as it
+// writes the entry's K and V; the recipe selects by F (scorer zero, global max with decay 1, every
+// entry scored: ScoreRecipe::gate_scores), and F moves with its entry on compaction.
+// Defaults, from the paper's inference setting (App. A.4):
+//  - sinks = 4: the first 4 tokens score 1 (always kept);
+//  - window = 128: the most recent entries are always kept (the paper keeps the last 128 tokens at
+//    every decode eviction, and the last 2% of a short prompt / 4K of a long one after each
+//    prefill chunk; one window serves both here);
+//  - cache-full trigger: at N_max full blocks the cache is evicted back to (N_max - 1) blocks, so
+//    decoding evicts every block of new tokens (the paper: every 128 tokens, its gate batch);
+//  - prefill_chunk_compression on: the paper evicts after every prefill chunk.
+// Budgets are uniform per (layer, KV head) (every head keeps the same count, the framework's
+// one-table layout), not the paper's single global threshold over all heads.
+#include "core/check.h"
+#include "policy/policy_registry.h"
+#include "policy/recipe_policy.h"
+
+namespace origami {
+
+void register_fastkvzip_policy(PolicyRegistry* registry) {
+  PolicyInfo info;
+  info.name = "fastkvzip";
+  info.summary = "Fast KVzip: evict by learned gate scores written with every entry (needs --kv-gates; CPU)";
+  info.options = {
+      prefill_chunk_option(true),
+      int_option("window", 128, 0, 1 << 20, "the most recent entries always kept"),
+      int_option("sinks", 4, 0, 1 << 20, "first entries always kept (score 1)"),
+  };
+  info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
+    ScoreRecipe recipe = provided_score_recipe(options.get_int("window"), options.get_int("sinks"));
+    recipe.gate_scores = true;
+    return std::unique_ptr<KVPolicy>(new RecipePolicy(name, options, CompressionTrigger::kCacheFull, recipe));
+  };
+  ORIGAMI_CHECK(registry->add(std::move(info)).is_ok());
+}
+
+}  // namespace origami
