@@ -121,7 +121,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
       ->delimiter(',');
   cmd->add_option("--kv-head-budgets", c.kv_head_budgets,
                   "Calibrated per-head budgets (`origami calibrate`): heads grouped by budget, each group keeping its "
-                  "share of --kv-budget (CPU and CUDA; --heads-per-group default 4)");
+                  "share of --kv-budget (the largest group's, or the average per head for --kv-policy tangram; CPU "
+                  "and CUDA; --heads-per-group default 4)");
   cmd->add_option("--kv-gates", c.kv_gates,
                   "Fast KVzip gate weights (`origami train-gates`) for the fastkvzip policy (CPU)");
   // KV compression (`origami policies` lists the policies and their options).

@@ -34,6 +34,7 @@
 #include "output_file.h"
 #include "policy/policy_registry.h"
 #include "progress_bar.h"
+#include "sched/compression_state.h"
 
 namespace origami::cli {
 namespace {
@@ -321,7 +322,12 @@ int run_eval(EvalFlags& f, EvalTask task) {
   Engine& engine = *created;
   // Every point's policy, options and budget as the engine will resolve them: a point the engine
   // would reject fails here, before anything runs.
-  for (const PlannedPoint& p : planned) {
+  // What each budgeted point's compressions keep per (layer, KV head), as the layout holds it
+  // (head groups padded to their largest member; pages rounded up): how a calibrated non-uniform
+  // point is matched with a uniform one at the same KV bytes.
+  std::vector<nlohmann::json> kept_per_point(planned.size());
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const PlannedPoint& p = planned[i];
     RequestOptions ro;
     ro.kv_policy = p.point.policy;
     ro.kv_budget = p.point.budget;
@@ -330,6 +336,12 @@ int run_eval(EvalFlags& f, EvalTask task) {
     if (!c) {
       print_error(eval::point_label(p.point) + ": " + c.status().message());
       return kExitUsage;
+    }
+    if (c->enabled() && c->policy->takes_budget()) {
+      const int groups = std::max<int>(1, static_cast<int>(c->group_ratios.size()));
+      const int block = engine.config().block_size;
+      kept_per_point[i] = {{"kv_kept_entries", mean_kept_entries(*c, groups, block, false)},
+                           {"kv_kept_paged_entries", mean_kept_entries(*c, groups, block, true)}};
     }
   }
 
@@ -479,6 +491,9 @@ int run_eval(EvalFlags& f, EvalTask task) {
       }
       nlohmann::json extra = run_info;
       extra["kv_policy_options"] = p.options;
+      const size_t index = static_cast<size_t>(&p - planned.data());
+      if (kept_per_point[index].is_object())
+        for (const auto& [key, value] : kept_per_point[index].items()) extra[key] = value;
       group.push_back(std::move(r));
       const PointResult* reference = group.front().point.reference ? &group.front() : nullptr;
       json_lines.push_back(eval::point_json(group.back(), reference, extra));

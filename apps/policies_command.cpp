@@ -43,6 +43,9 @@ int run_policies(bool json) {
     j["needs_gates"] = p.needs().gate_scores;                // --kv-gates, CPU only
     j["needs_reconstruction"] = p.needs().reconstruction;    // CPU only
     j["default_budget"] = p.takes_budget() ? p.default_budget() : 0;  // 0: takes no budget
+    j["budget_split"] = budget_split_name(p.budget_split());
+    // Runs only with calibrated head budgets (--kv-head-budgets or a request's kv_head_budgets).
+    j["needs_head_budgets"] = p.budget_split() == BudgetSplit::kCalibrated;
     nlohmann::json opts = nlohmann::json::array();
     for (const PolicyOptionSpec& s : info.options)
       opts.push_back({{"name", s.name}, {"type", kind_name(s.kind)}, {"default", s.default_value},
@@ -60,6 +63,7 @@ int run_policies(bool json) {
     if (j.contains("alias_of")) std::printf(" (= %s with other defaults)", j["alias_of"].get<std::string>().c_str());
     std::printf("\n  %s\n", j["summary"].get<std::string>().c_str());
     std::printf("  trigger: %s", j["trigger"].get<std::string>().c_str());
+    if (j["needs_head_budgets"].get<bool>()) std::printf("; needs --kv-head-budgets FILE");
     if (j.contains("scorer")) std::printf("; scorer %s", j["scorer"].get<std::string>().c_str());
     if (j["default_budget"].get<int>() > 0) std::printf("; default budget %d tokens", j["default_budget"].get<int>());
     if (j["needs_queries"].get<bool>()) std::printf("; uses query slots");

@@ -61,8 +61,11 @@ else
 import json, sys
 keep_aliases = sys.argv[1] != "0"
 # Fast KVzip (gates) and KVzip (reconstruction) run on the CPU backend only so far: not swept here.
+# Policies that need calibrated head budgets (tangram) run in their own engine with a budget file:
+# scripts/tangram_fidelity.sh.
 print(",".join(p["name"] for p in json.load(sys.stdin)
-               if (keep_aliases or "alias_of" not in p) and not p.get("needs_gates") and not p.get("needs_reconstruction")))' "${FIDELITY_ALIASES:-1}") \
+               if (keep_aliases or "alias_of" not in p) and not p.get("needs_gates") and not p.get("needs_reconstruction")
+               and not p.get("needs_head_budgets")))' "${FIDELITY_ALIASES:-1}") \
     || { echo "origami policies --json failed"; exit 1; }
 fi
 BUDGETS=${FIDELITY_BUDGETS:-256,512,1024}

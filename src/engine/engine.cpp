@@ -69,7 +69,11 @@ Expected<std::vector<float>> expand_group_budget_ratios(const EngineConfig& conf
 }
 
 // --kv-head-budgets: the file checked against the model, and its heads clustered by budget.
-Expected<HeadGrouping> calibrated_head_groups(const EngineConfig& config, const ModelConfig& mc) {
+struct CalibratedGroups {
+  HeadBudgets budgets;
+  HeadGrouping grouping;
+};
+Expected<CalibratedGroups> calibrated_head_groups(const EngineConfig& config, const ModelConfig& mc) {
   if (!config.group_budget_ratios.empty())
     return invalid_argument("--kv-head-budgets and --group-budget-ratios both set the groups' budgets: give one");
   ORIGAMI_ASSIGN_OR_RETURN(HeadBudgets budgets, load_head_budgets_for_model(config.kv_head_budgets, mc));
@@ -81,19 +85,7 @@ Expected<HeadGrouping> calibrated_head_groups(const EngineConfig& config, const 
                             " KV heads");
   auto grouping = cluster_heads(budgets.ratios, hp);
   if (!grouping) return invalid_argument("--kv-head-budgets " + config.kv_head_budgets + ": " + grouping.status().to_string());
-  return std::move(grouping).value();
-}
-
-// Each group's share of the request's budget: its ratio over the largest group's, so the largest
-// keeps the budget and no group more (the scheduler reserves for the group with most entries).
-std::vector<float> calibrated_group_ratios(const HeadGrouping& g) {
-  double largest = 0.0;
-  for (const auto& layer : g.group_ratio)
-    for (double r : layer) largest = std::max(largest, r);
-  std::vector<float> ratios;
-  for (const auto& layer : g.group_ratio)
-    for (double r : layer) ratios.push_back(static_cast<float>(std::min(1.0, r / largest)));
-  return ratios;
+  return CalibratedGroups{std::move(budgets), std::move(grouping).value()};
 }
 
 }  // namespace
@@ -152,11 +144,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   layout.groups[0].num_blocks = num_blocks;
   // Calibrated head budgets: clustered groups and their ratios (below) replace the adjacent ones.
   EngineConfig grouped_config = config;
-  std::optional<HeadGrouping> calibrated;
+  std::optional<CalibratedGroups> calibrated;
   if (!config.kv_head_budgets.empty()) {
     ORIGAMI_ASSIGN_OR_RETURN(calibrated, calibrated_head_groups(config, mc));
-    grouped_config.heads_per_group = calibrated->heads_per_group;
-    grouped_config.group_budget_ratios = calibrated_group_ratios(*calibrated);
+    grouped_config.heads_per_group = calibrated->grouping.heads_per_group;
   }
   if (grouped_config.heads_per_group > 0 && grouped_config.heads_per_group < mc.num_kv_heads) {
     // Head groups: the same memory, cut into group pages (one shared pool).
@@ -170,15 +161,18 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
     ORIGAMI_ASSIGN_OR_RETURN(
         layout, KVLayout::grouped(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.block_size, num_blocks,
                                   layout.dtype,
-                                  calibrated ? calibrated->groups
+                                  calibrated ? calibrated->grouping.groups
                                              : KVLayout::adjacent_heads(mc.num_layers, mc.num_kv_heads, hp)));
   }
-  ORIGAMI_ASSIGN_OR_RETURN(engine->group_ratios_, expand_group_budget_ratios(grouped_config, layout));
-  for (size_t g = 0; g < engine->group_ratios_.size(); ++g) layout.groups[g].budget = engine->group_ratios_[g];
-  ORIGAMI_RETURN_IF_ERROR(engine->backend_->allocate_kv_cache(layout));
+  // Each group's share of the request's budget: its largest head's ratio over the largest group's.
+  if (calibrated) grouped_config.group_budget_ratios = layout_group_shares(calibrated->budgets.ratios, layout);
   CompressionSupport& support = engine->compression_support_;
+  ORIGAMI_ASSIGN_OR_RETURN(support.group_ratios, expand_group_budget_ratios(grouped_config, layout));
+  for (size_t g = 0; g < support.group_ratios.size(); ++g) layout.groups[g].budget = support.group_ratios[g];
+  ORIGAMI_RETURN_IF_ERROR(engine->backend_->allocate_kv_cache(layout));
   support.backend = engine->backend_->name();
   support.block_size = config.block_size;
+  support.calibrated_head_budgets = calibrated.has_value();
   if (memory.compression) {
     Status st = engine->backend_->configure_compression(memory.compression_config);
     if (!st.is_ok() && memory.default_policy->compresses())
@@ -188,6 +182,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   } else {
     support.unavailable_reason = "compression is turned off (num_query_slots = -1)";
   }
+  if (memory.default_policy != nullptr) ORIGAMI_RETURN_IF_ERROR(check_head_budgets(*memory.default_policy, support));
   if (support.available) {
     support.num_query_slots = memory.compression_config.num_query_slots;
     support.max_window = memory.compression_config.max_window;
@@ -265,8 +260,17 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
       return invalid_argument("forced_output_tokens[" + std::to_string(i) + "] has id " + std::to_string(t) +
                               ", outside the vocabulary [0, " + std::to_string(vocab) + ")");
   }
-  ORIGAMI_ASSIGN_OR_RETURN(RequestCompression compression,
-                           resolve_request_compression(config_, compression_support_, options));
+  // A request's own head budgets replace the engine's shares of the same (fixed) head groups.
+  CompressionSupport request_support;
+  if (!options.kv_head_budgets.empty()) {
+    request_support = compression_support_;
+    ORIGAMI_ASSIGN_OR_RETURN(request_support.group_ratios, request_group_shares(options.kv_head_budgets));
+    request_support.calibrated_head_budgets = true;
+  }
+  ORIGAMI_ASSIGN_OR_RETURN(
+      RequestCompression compression,
+      resolve_request_compression(config_, options.kv_head_budgets.empty() ? compression_support_ : request_support,
+                                  options));
   // Under prefill chunk compression a prompt holds at most its threshold plus one chunk.
   const int blocks_needed = kv_->blocks_needed(max_prefill_entries(
       compression, static_cast<int>(prompt_token_ids.size()) + 1, scheduler_->config().max_num_batched_tokens));
@@ -280,7 +284,6 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   tracked->logprobs = options.logprobs;
   Request& r = tracked->request;
   r.compression = std::move(compression);
-  r.compression.group_ratios = group_ratios_;
   r.id = next_request_id_++;
   r.prompt_token_ids = std::move(prompt_token_ids);
   r.sampling = params;
@@ -291,6 +294,24 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   scheduler_->add_request(&tracked->request);
   requests_.emplace(id, std::move(tracked));
   return id;
+}
+
+Expected<std::vector<float>> Engine::request_group_shares(const std::string& path) {
+  auto cached = request_group_shares_.find(path);
+  if (cached != request_group_shares_.end()) return cached->second;
+  const KVLayout& layout = kv_->layout();
+  if (!layout.shared_pool)
+    return invalid_argument("kv_head_budgets " + path +
+                            ": the engine has no head groups (pages belong to groups fixed at start); start it with "
+                            "--kv-head-budgets FILE or --heads-per-group below the model's " +
+                            std::to_string(model_config_.num_kv_heads) + " KV heads");
+  Expected<HeadBudgets> budgets = load_head_budgets_for_model(path, model_config_);
+  if (!budgets) return invalid_argument("kv_head_budgets: " + budgets.status().message());
+  // The engine's groups stay; each takes its heads' largest ratio from this file.
+  std::vector<float> shares = layout_group_shares(budgets->ratios, layout);
+  if (std::all_of(shares.begin(), shares.end(), [](float r) { return r == 1.0f; })) shares.clear();
+  request_group_shares_.emplace(path, shares);
+  return shares;
 }
 
 void Engine::abort_request(RequestId id) {

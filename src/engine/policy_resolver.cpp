@@ -5,6 +5,13 @@
 
 namespace origami {
 
+Status check_head_budgets(const KVPolicy& policy, const CompressionSupport& support) {
+  if (policy.budget_split() != BudgetSplit::kCalibrated || support.calibrated_head_budgets) return Status::ok();
+  return invalid_argument("KV policy " + policy.name() +
+                          " needs calibrated per-head budgets: start the engine with --kv-head-budgets FILE (written "
+                          "by `origami calibrate`), or give the request kv_head_budgets");
+}
+
 Expected<RequestCompression> resolve_request_compression(const EngineConfig& config, const CompressionSupport& support,
                                                          const RequestOptions& options) {
   if (options.kv_budget < 0)
@@ -31,6 +38,12 @@ Expected<RequestCompression> resolve_request_compression(const EngineConfig& con
                             " takes no budget (its compressions keep a ratio of a sliding window; see its options)");
   c.budget = resolve_kv_budget(options.kv_budget, config.kv_budget, c.policy->default_budget());
   ORIGAMI_RETURN_IF_ERROR(c.policy->check_budget(c.budget, support.block_size));
+  c.group_ratios = support.group_ratios;
+  if (c.policy->budget_split() == BudgetSplit::kCalibrated) {
+    ORIGAMI_RETURN_IF_ERROR(check_head_budgets(*c.policy, support));
+    // Its budget is the average over every (layer, KV head): the group keeping most keeps more.
+    c.budget = lead_budget_for_average(c.budget, c.group_ratios);
+  }
   if (!support.available)
     return invalid_argument("KV policy " + name + " compresses the KV cache, which this engine cannot do on the " +
                             support.backend + " backend" +

@@ -2,6 +2,7 @@
 // Turns a request's policy name, options and budget (or the engine's defaults) into the
 // compression state the scheduler runs, checking them against what the backend allocated.
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/engine_config.h"
@@ -21,7 +22,15 @@ struct CompressionSupport {
   bool gate_scores = false;  // the backend writes Fast KVzip gate scores (--kv-gates)
   bool reconstruction = false;  // the backend runs KVzip's reconstruction pass
   int block_size = 16;
+  // Head groups: each group's budget ratio (empty: uniform), from --group-budget-ratios or
+  // calibrated head budgets (--kv-head-budgets, or a request's kv_head_budgets).
+  std::vector<float> group_ratios;
+  bool calibrated_head_budgets = false;  // the ratios come from a calibrated budget file
 };
+
+// A policy that splits its budget by calibrated head budgets (BudgetSplit::kCalibrated) needs a
+// budget file (the engine's or the request's); the error says where to give one.
+Status check_head_budgets(const KVPolicy& policy, const CompressionSupport& support);
 
 // Policy: the request's, else the engine's default. Options: with a request policy, the
 // request's; else the engine's overridden key by key by the request's. Budget: the request's,

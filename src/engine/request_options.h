@@ -14,6 +14,12 @@ struct RequestOptions {
   std::string kv_policy;
   int kv_budget = 0;
   std::map<std::string, std::string> kv_policy_options;
+  // A calibrated head budget file (`origami calibrate`) for this request instead of the engine's
+  // --kv-head-budgets; empty = the engine's. Checked against the model; the engine's head groups
+  // are fixed at start, so each group takes its heads' largest ratio from this file
+  // (Engine::add_request; docs/policies.md, "Per-request head budgets"). Read once per engine
+  // and path.
+  std::string kv_head_budgets;
   // Teacher forcing: the first outputs are these tokens instead of sampled ones, one per decode
   // step, so decode-time compression runs through them (stream-mode evaluation, perplexity).
   // Stop conditions do not apply to forced tokens; max_tokens counts them.

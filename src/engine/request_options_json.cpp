@@ -16,7 +16,8 @@ bool present(const nlohmann::json& obj, const char* field) { return obj.contains
 }  // namespace
 
 const std::vector<std::string>& request_options_json_fields() {
-  static const std::vector<std::string> kFields = {"kv_policy", "kv_budget", "kv_policy_options", "forced_output_tokens",
+  static const std::vector<std::string> kFields = {"kv_policy",           "kv_budget",           "kv_policy_options",
+                                                   "kv_head_budgets",     "forced_output_tokens",
                                                    "return_forced_logprobs"};
   return kFields;
 }
@@ -34,6 +35,11 @@ Expected<RequestOptions> request_options_from_json(const nlohmann::json& obj, co
         (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())))
       return type_error("kv_budget", "a non-negative integer (tokens)", v);
     o.kv_budget = static_cast<int>(v.get<int64_t>());
+  }
+  if (present(obj, "kv_head_budgets")) {
+    if (!obj["kv_head_budgets"].is_string() || obj["kv_head_budgets"].get<std::string>().empty())
+      return type_error("kv_head_budgets", "the path of a head budget file (origami calibrate)", obj["kv_head_budgets"]);
+    o.kv_head_budgets = obj["kv_head_budgets"].get<std::string>();
   }
   if (present(obj, "kv_policy_options")) {
     const auto& v = obj["kv_policy_options"];

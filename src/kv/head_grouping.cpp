@@ -11,6 +11,21 @@ const char* grouping_mode_name(GroupingMode mode) {
   return mode == GroupingMode::kClustered ? "clustered" : "adjacent";
 }
 
+std::vector<float> layout_group_shares(const std::vector<std::vector<double>>& ratios, const KVLayout& layout) {
+  std::vector<double> group_ratio;
+  double largest = 0.0;
+  for (const HeadGroup& group : layout.groups) {
+    double r = 0.0;
+    for (int layer : group.layers)
+      for (int head : group.kv_heads) r = std::max(r, ratios.at(static_cast<size_t>(layer)).at(static_cast<size_t>(head)));
+    group_ratio.push_back(r);
+    largest = std::max(largest, r);
+  }
+  std::vector<float> shares;
+  for (double r : group_ratio) shares.push_back(static_cast<float>(largest > 0.0 ? std::min(1.0, r / largest) : 1.0));
+  return shares;
+}
+
 std::vector<int> valid_heads_per_group(int num_kv_heads) {
   std::vector<int> out;
   for (int p = 1; p <= num_kv_heads; ++p)

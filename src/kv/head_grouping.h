@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "kv/head_budgets.h"
+#include "kv/kv_layout.h"
 
 namespace origami {
 
@@ -65,6 +66,14 @@ inline Expected<HeadGrouping> group_heads(const HeadBudgets& budgets, int heads_
 // The KV memory a grouping needs as a share of full KV, for long documents (ignoring page
 // rounding): sum over layers and groups of H_p * group_ratio / (L * H). 1 = no saving.
 double grouping_memory_fraction(const HeadGrouping& grouping);
+
+// Each head group of a grouped `layout` holds as many entries as its largest budget asks: its
+// heads' largest ratio in the [layer][head] matrix `ratios` (which must match the layout's
+// shape). Returned over the largest group's, in the layout's group order, so the group that
+// retains most has share 1 and group g keeps ceil(share_g x lead) entries per head. Works for any
+// grouping of the heads: clustered by these very budgets, or fixed by other ones (a request's own
+// budget file under the engine's groups).
+std::vector<float> layout_group_shares(const std::vector<std::vector<double>>& ratios, const KVLayout& layout);
 
 // The H_p in [1, H] that divide H, ascending.
 std::vector<int> valid_heads_per_group(int num_kv_heads);

@@ -1,6 +1,8 @@
 #include "policy/kv_budget.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "core/check.h"
 
@@ -18,6 +20,17 @@ int max_blocks_for_budget(int budget, int block_size) {
 
 int entries_kept_for_budget(int budget, int block_size) {
   return (max_blocks_for_budget(budget, block_size) - 1) * block_size;
+}
+
+int lead_budget_for_average(int average, const std::vector<float>& group_ratios) {
+  if (group_ratios.empty()) return average;
+  double sum = 0.0;
+  for (float r : group_ratios) sum += r;
+  ORIGAMI_CHECK(sum > 0.0);
+  // Within float rounding of an integer (the ratios are floats) is that integer.
+  const double exact = static_cast<double>(average) * static_cast<double>(group_ratios.size()) / sum;
+  const double lead = std::ceil(exact - 1e-6 * exact - 1e-9);
+  return static_cast<int>(std::min(lead, static_cast<double>(std::numeric_limits<int>::max())));
 }
 
 QuerySlotSizing size_query_slots(int64_t available_bytes, int64_t block_bytes, int64_t score_page_bytes,

@@ -4,6 +4,7 @@
 // (layer, KV head) and leaves block N_max for new tokens. The number of query slots M follows
 // the paper's eq. 1 (eq. 2 with global scores).
 #include <cstdint>
+#include <vector>
 
 namespace origami {
 
@@ -15,6 +16,12 @@ int resolve_kv_budget(int request_budget, int engine_budget, int policy_default)
 int max_blocks_for_budget(int budget, int block_size);
 // k = (N_max - 1) * b: entries kept per (layer, KV head) by a cache-full compression.
 int entries_kept_for_budget(int budget, int block_size);
+
+// Calibrated per-head budgets (`tangram`): the budget is the average entries kept per (layer,
+// KV head), and head group g keeps ceil(ratio_g x lead) with ratio_g <= 1 its share of the group
+// keeping most. Returns that lead count, ceil(average x G / sum of ratios), so that the groups keep
+// `average` entries on average (at least: each group rounds up). Empty ratios: uniform, `average`.
+int lead_budget_for_average(int average, const std::vector<float>& group_ratios);
 
 struct QuerySlotSizing {
   int num_query_slots = 0;  // M

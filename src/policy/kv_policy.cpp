@@ -14,6 +14,14 @@ const char* trigger_name(CompressionTrigger trigger) {
   return "unknown";
 }
 
+const char* budget_split_name(BudgetSplit split) {
+  switch (split) {
+    case BudgetSplit::kUniform: return "uniform";
+    case BudgetSplit::kCalibrated: return "calibrated per-head budgets (average = the budget)";
+  }
+  return "unknown";
+}
+
 TriggerDecision KVPolicy::compression_due(const TriggerState& state) const {
   switch (trigger()) {
     case CompressionTrigger::kNever: return {};

@@ -31,9 +31,17 @@ enum class CompressionTrigger {
 };
 const char* trigger_name(CompressionTrigger trigger);
 
-// How the per-request budget is split over (layer, KV head). Only uniform exists: every head
-// keeps as many entries, so one block table serves them all.
-enum class BudgetSplit { kUniform };
+// How the per-request budget is split over (layer, KV head).
+enum class BudgetSplit {
+  // Every head keeps as many entries (with head groups: each group its --group-budget-ratios or
+  // --kv-head-budgets share, the largest group keeping the budget).
+  kUniform,
+  // TANGRAM: calibrated per-head budgets are required (the engine's --kv-head-budgets, or the
+  // request's kv_head_budgets); the budget is the *average* entries kept per (layer, KV head), each
+  // head group keeping in proportion to its calibrated ratio (docs/policies.md, `tangram`).
+  kCalibrated,
+};
+const char* budget_split_name(BudgetSplit split);
 
 // What a policy's score needs from the engine and backend.
 struct PolicyNeeds {

@@ -19,7 +19,8 @@
   X(pagedeviction_policy)            \
   X(kvllm_policy)                    \
   X(fastkvzip_policy)                \
-  X(kvzip_policy)
+  X(kvzip_policy)                    \
+  X(tangram_policy)
 
 namespace origami {
 

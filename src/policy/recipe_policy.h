@@ -7,10 +7,12 @@ namespace origami {
 
 class RecipePolicy : public KVPolicy {
  public:
-  RecipePolicy(std::string name, PolicyOptions options, CompressionTrigger trigger, ScoreRecipe recipe)
-      : KVPolicy(std::move(name), std::move(options)), trigger_(trigger), recipe_(recipe) {}
+  RecipePolicy(std::string name, PolicyOptions options, CompressionTrigger trigger, ScoreRecipe recipe,
+               BudgetSplit split = BudgetSplit::kUniform)
+      : KVPolicy(std::move(name), std::move(options)), trigger_(trigger), recipe_(recipe), split_(split) {}
 
   CompressionTrigger trigger() const override { return trigger_; }
+  BudgetSplit budget_split() const override { return split_; }
   PolicyNeeds needs() const override {
     PolicyNeeds n;
     if (trigger_ == CompressionTrigger::kNever) return n;
@@ -26,6 +28,7 @@ class RecipePolicy : public KVPolicy {
  private:
   CompressionTrigger trigger_;
   ScoreRecipe recipe_;
+  BudgetSplit split_;
 };
 
 // The recipe of policies whose scores the backend provides per entry (Fast KVzip's gate scores

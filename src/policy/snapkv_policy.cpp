@@ -6,29 +6,39 @@
 #include "core/check.h"
 #include "policy/policy_registry.h"
 #include "policy/recipe_policy.h"
+#include "policy/snapkv_recipe.h"
 
 namespace origami {
 
-void register_snapkv_policy(PolicyRegistry* registry) {
-  PolicyInfo info;
-  info.name = "snapkv";
-  info.summary = "SnapKV: compress the prompt once at the end of prefill (window attention + pooling)";
-  info.options = {
-      prefill_chunk_option(false),
+std::vector<PolicyOptionSpec> snapkv_option_specs(bool chunk_default) {
+  return {
+      prefill_chunk_option(chunk_default),
       int_option("window", 32, 1, 1024, "observation window: the last prompt tokens whose queries score the rest (always kept)"),
       int_option("kernel", 7, 1, 63, "pooling kernel along the sequence (odd; 1 = no pooling)"),
       enum_option("pool_type", "max", {"max", "avg"}, "pooling: max or average"),
       int_option("sinks", 0, 0, 1 << 20, "first entries always kept"),
   };
+}
+
+Expected<ScoreRecipe> snapkv_recipe(const std::string& policy, const PolicyOptions& options) {
+  ORIGAMI_RETURN_IF_ERROR(check_pool_kernel(policy, options.get_int("kernel")));
+  ScoreRecipe recipe;
+  recipe.scorer = Scorer::kAttention;
+  recipe.window = options.get_int("window");
+  recipe.pool_kernel = options.get_int("kernel");
+  recipe.pool_type = options.get("pool_type") == "avg" ? PoolType::kAvg : PoolType::kMax;
+  recipe.pool_first_only = true;  // it compresses once anyway
+  recipe.num_sinks = options.get_int("sinks");
+  return recipe;
+}
+
+void register_snapkv_policy(PolicyRegistry* registry) {
+  PolicyInfo info;
+  info.name = "snapkv";
+  info.summary = "SnapKV: compress the prompt once at the end of prefill (window attention + pooling)";
+  info.options = snapkv_option_specs(/*chunk_default=*/false);
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
-    ORIGAMI_RETURN_IF_ERROR(check_pool_kernel(name, options.get_int("kernel")));
-    ScoreRecipe recipe;
-    recipe.scorer = Scorer::kAttention;
-    recipe.window = options.get_int("window");
-    recipe.pool_kernel = options.get_int("kernel");
-    recipe.pool_type = options.get("pool_type") == "avg" ? PoolType::kAvg : PoolType::kMax;
-    recipe.pool_first_only = true;  // it compresses once anyway
-    recipe.num_sinks = options.get_int("sinks");
+    ORIGAMI_ASSIGN_OR_RETURN(ScoreRecipe recipe, snapkv_recipe(name, options));
     return std::unique_ptr<KVPolicy>(new RecipePolicy(name, options, CompressionTrigger::kPrefillEnd, recipe));
   };
   ORIGAMI_CHECK(registry->add(std::move(info)).is_ok());

@@ -20,6 +20,22 @@ int entries_after_known_tokens(const Request& request) {
   return num_cache_entries(request) + (request.num_tokens() - request.num_computed_tokens);
 }
 
+int trigger_budget(const RequestCompression& c) {
+  if (c.trigger != CompressionTrigger::kPrefillEnd || c.group_ratios.empty()) return c.budget;
+  int smallest = c.num_keep;
+  for (size_t g = 0; g < c.group_ratios.size(); ++g) smallest = std::min(smallest, group_num_keep(c, static_cast<int>(g)));
+  return smallest;
+}
+
+double mean_kept_entries(const RequestCompression& c, int num_groups, int block_size, bool paged) {
+  double sum = 0.0;
+  for (int g = 0; g < num_groups; ++g) {
+    const int keep = group_num_keep(c, g);
+    sum += paged ? static_cast<double>((keep + block_size - 1) / block_size * block_size) : keep;
+  }
+  return num_groups > 0 ? sum / num_groups : 0.0;
+}
+
 TriggerState trigger_state(const Request& request, int block_size, int num_entries, long long step,
                            int due_this_step, int num_new_tokens) {
   const RequestCompression& c = request.compression;
@@ -28,7 +44,7 @@ TriggerState trigger_state(const Request& request, int block_size, int num_entri
   s.entries = num_entries;
   s.entries_after_known = num_entries + pending;
   s.tokens_pending = pending > 0;
-  s.budget = c.budget;
+  s.budget = trigger_budget(c);
   s.max_blocks = c.max_blocks;
   s.block_size = block_size;
   s.window = c.window;
@@ -36,7 +52,8 @@ TriggerState trigger_state(const Request& request, int block_size, int num_entri
   s.tail_from = c.tail_from;
   s.step = step;
   s.due_this_step = due_this_step;
-  s.chunk_threshold = c.chunk_threshold;
+  // A prefill-end policy's chunk threshold is its budget (KVPolicy::prefill_chunk_threshold).
+  s.chunk_threshold = c.chunk_threshold >= 0 && c.trigger == CompressionTrigger::kPrefillEnd ? s.budget : c.chunk_threshold;
   s.chunk_end = num_new_tokens >= 0 ? num_entries + num_new_tokens : -1;
   s.computed_from = c.compressed() ? 0 : request.num_cached_prefix_tokens;
   return s;

@@ -17,6 +17,20 @@ int lead_group(const Request& request);
 // ceil(group_ratios[group] x num_keep), at least 1 (num_keep itself with uniform budgets).
 int group_num_keep(const RequestCompression& compression, int group);
 
+// The budget the request's trigger compares its lead group's entries with: the budget, except
+// for a prefill-end policy under non-uniform group budgets, where it is the smallest group's keep.
+// Groups with smaller keeps never hold more entries than groups with larger ones (all grow by the
+// same tokens, and a compression cuts each to its own keep), so the lead holding more than the
+// smallest keep means exactly that some group holds more than its own keep: the trigger compresses
+// every group over its keep (those within theirs are left as is, Scheduler::try_start_compression).
+int trigger_budget(const RequestCompression& compression);
+
+// Entries a compression keeps per (layer, KV head), averaged over the `num_groups` head groups:
+// every head of a group keeps its group's count (group_num_keep), so this is what the grouped
+// layout really holds, group padding included; with `paged`, each group's count rounded up to
+// whole blocks of `block_size` (the pages it occupies). For a document longer than every keep.
+double mean_kept_entries(const RequestCompression& compression, int num_groups, int block_size, bool paged);
+
 // Entries the request's cache holds (its lead group's).
 int num_cache_entries(const Request& request);
 

@@ -80,6 +80,10 @@ struct RequestCompression {
   // Head groups: one entry per group of a grouped layout (empty in the one-group layout, where the
   // fields above are group 0's and its num_keep is num_keep).
   std::vector<GroupCompaction> groups;
+  // Budget reservation: the blocks each head group was reserved at admission
+  // (Scheduler::group_peak_blocks; empty when the request's peak is not reserved). Its tables
+  // never hold more.
+  std::vector<int> reserved_blocks;
   int jobs_in_flight = 0;  // the compression's per-group jobs not yet reported
   bool job_failed = false;  // one of them failed
 

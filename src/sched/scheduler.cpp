@@ -31,6 +31,14 @@ bool may_preempt(const Request& request) {
   return !request.compression.in_flight && !request.compression.switched_early && !request.memory_bounded();
 }
 
+// Whether the scheduler knows the request's peak blocks (budget reservation).
+bool reserves_peak(const RequestCompression& c) {
+  if (c.trigger == CompressionTrigger::kCacheFull) return c.max_blocks > 0;
+  // Prefill-end compression applied chunk by chunk (TANGRAM): every group holds at most its keep
+  // plus a chunk while the prompt is prefilled, then grows only by the outputs.
+  return c.trigger == CompressionTrigger::kPrefillEnd && c.chunk_threshold >= 0;
+}
+
 // Waits for its compression (pending or in flight) before it computes anything else.
 bool blocked_on_compression(const Request& request) {
   return request.compression.pending || request.compression.in_flight;
@@ -263,6 +271,10 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
       running_.push_back(request);
       out.sequences.push_back({request, num_new});
       budget -= num_new;
+      request->compression.reserved_blocks.clear();
+      if (peak >= 0)
+        for (int g = 0; g < kv_->num_groups(); ++g)
+          request->compression.reserved_blocks.push_back(group_peak_blocks(*request, g));
       if (peak >= 0) reserved += std::max(0, peak - kv_->num_held_blocks(*request));
       reserved += newly_shared;
     }
@@ -347,17 +359,44 @@ bool Scheduler::preempt_to_make_progress(std::vector<Request*>* preempted) {
   return true;
 }
 
+int Scheduler::group_peak_blocks(const Request& request, int group) const {
+  const RequestCompression& c = request.compression;
+  if (!reserves_peak(c)) return -1;
+  // Compressed under a cache-full policy with its prompt done: its tables never grow again.
+  if (request.memory_bounded() && static_cast<size_t>(group) < request.kv.groups.size())
+    return static_cast<int>(request.kv.groups[static_cast<size_t>(group)].blocks.size());
+  const int chunk = config_.max_num_batched_tokens;
+  const int num_tokens = request.num_tokens();  // a recomputed request prefills its outputs too
+  const int final_blocks = kv_->blocks_needed(request.num_prompt_tokens() + request.sampling.max_tokens);
+  if (c.trigger == CompressionTrigger::kCacheFull) {
+    // The lead group's count triggers a compression, so until the first one every group grows with
+    // it to N_max blocks (or the prompt's blocks while a longer prompt is prefilled); afterwards a
+    // group holds its own ceil(keep / b) + 1 blocks (memory_bounded, above).
+    const int prefill_blocks = kv_->blocks_needed(max_prefill_entries(c, num_tokens, chunk));
+    return std::min(final_blocks, std::max(c.max_blocks, prefill_blocks));
+  }
+  // Prefill-end, chunk by chunk: the end of every chunk that leaves a group above its keep
+  // compresses it (the smallest group's keep triggers, compression_state.h), unless the window
+  // would reach into prefix-cache hits; so before each chunk a group holds at most
+  // max(keep, cached prefix + window) entries. After the prompt's compression it holds at most
+  // min(prompt, keep) and grows by the outputs (a recomputed request's prompt includes outputs
+  // already generated, which only lowers that bound).
+  const int keep = group_num_keep(c, group);
+  const int cached = c.compressed() ? 0 : request.num_cached_prefix_tokens;
+  const int prefill = std::min(num_tokens, std::max(keep, cached + c.window) + chunk);
+  const int decode = std::min(request.num_prompt_tokens(), keep) + request.sampling.max_tokens;
+  return std::min(final_blocks, kv_->blocks_needed(std::max(prefill, decode)));
+}
+
 int Scheduler::peak_blocks(const Request& request) const {
   const RequestCompression& c = request.compression;
-  if (c.trigger != CompressionTrigger::kCacheFull || c.max_blocks <= 0) return -1;
-  // A recomputed request prefills its prompt and outputs so far; it is compressed right after.
-  const int prefill_blocks = kv_->blocks_needed(
-      max_prefill_entries(c, request.num_tokens(), config_.max_num_batched_tokens));
-  const int final_blocks = kv_->blocks_needed(request.num_prompt_tokens() + request.sampling.max_tokens);
-  const int own = std::min(final_blocks, std::max(c.max_blocks, prefill_blocks));
-  // While the shared blocks are still held, compaction writes their entries to fresh blocks.
-  // Every head group holds at most as much as the lead group (budget ratios <= 1 keep less).
-  return kv_->num_groups() * own + (final_blocks >= c.max_blocks ? fresh_targets_ahead(request) : 0);
+  if (!reserves_peak(c)) return -1;
+  int total = 0;
+  for (int g = 0; g < kv_->num_groups(); ++g) total += group_peak_blocks(request, g);
+  // While shared prefix blocks are still held, compaction writes their entries to fresh blocks.
+  const bool compresses_ahead = c.trigger != CompressionTrigger::kCacheFull ||
+                                kv_->blocks_needed(request.num_prompt_tokens() + request.sampling.max_tokens) >= c.max_blocks;
+  return total + (compresses_ahead ? fresh_targets_ahead(request) : 0);
 }
 
 int Scheduler::newly_shared_blocks(const Request& request) const {
@@ -375,7 +414,12 @@ int Scheduler::fresh_targets_ahead(const Request& request) const {
   int shared = 0;
   for (size_t g = 0; g < request.kv.groups.size(); ++g) {
     const std::vector<BlockId>& blocks = request.kv.groups[g].blocks;
-    const int n = std::min(static_cast<int>(blocks.size()), c.max_blocks);
+    // The destination places: N_max blocks (cache-full: the kept ones and the spare), or the
+    // blocks the group's kept entries fill.
+    const int dst = c.trigger == CompressionTrigger::kCacheFull
+                        ? c.max_blocks
+                        : kv_->blocks_needed(group_num_keep(c, static_cast<int>(g)));
+    const int n = std::min(static_cast<int>(blocks.size()), dst);
     for (int i = 0; i < n; ++i)
       shared += kv_->ref_count(blocks[static_cast<size_t>(i)], static_cast<int>(g)) > 1 ? 1 : 0;
   }

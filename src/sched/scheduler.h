@@ -38,9 +38,10 @@ struct SchedulerConfig {
   bool enable_chunked_prefill = true; // false: a prompt is prefilled in one step or waits
   int max_model_len = 4096;           // prompt + output at most
   int num_query_slots = 0;            // M: query slots of the backend's query cache
-  // Budget reservation (TANGRAM): a request whose memory is bounded (cache-full compression)
-  // is admitted only if the free blocks cover its peak and the growth still ahead of every
-  // running bounded request, so bounded requests are never preempted for lack of blocks.
+  // Budget reservation (TANGRAM §4.1): a request whose peak is known (cache-full compression, or
+  // prefill-end compression chunk by chunk) is admitted only if the free blocks cover its peak,
+  // every head group at its own budget, and the growth still ahead of every running reserved
+  // request, so reserved requests are never preempted for lack of blocks.
   // Requests without a bound (full KV) are admitted as before, but never into reserved blocks.
   bool reserve_bounded_kv = false;
   // The backend finishes a step's compressions before that step's forward pass (synchronous
@@ -162,10 +163,16 @@ class Scheduler {
   void release_slot(Request* request);
   // Why the request can never be scheduled, or empty if it can.
   std::string never_fits(const Request& request, int num_entries_after) const;
-  // Blocks a bounded request holds at most until it finishes (its N_max, or its prompt's blocks
-  // while a longer prompt is prefilled, or fewer if it finishes sooner, plus the fresh target
-  // blocks of its first compression); -1 if unbounded.
+  // Blocks a request with a known peak holds at most until it finishes, summed over its head
+  // groups (group_peak_blocks), plus the fresh target blocks of its first compression; -1 if
+  // its memory has no bound the scheduler can know (full KV, SnapKV without chunk compression).
   int peak_blocks(const Request& request) const;
+  // One head group's share of peak_blocks() without fresh targets: cache-full, N_max (or the
+  // prompt's blocks while a longer prompt is prefilled, or fewer if it finishes sooner), and once
+  // compressed the group's own blocks; prefill-end compressed chunk by chunk (TANGRAM), the
+  // group's own keep plus one chunk while prefilling, then its keep plus the outputs. -1 if
+  // unbounded.
+  int group_peak_blocks(const Request& request, int group) const;
   // Fresh target blocks the request's next compression takes: one per block among its first
   // N_max that another request shares (compaction never writes a shared block, Figure 3).
   int fresh_targets_ahead(const Request& request) const;

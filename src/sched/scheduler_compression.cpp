@@ -103,8 +103,18 @@ struct GroupPlan {
 int group_num_keep(const RequestCompression& c, int group) {
   if (static_cast<size_t>(group) >= c.group_ratios.size()) return c.num_keep;  // uniform
   const float ratio = c.group_ratios[static_cast<size_t>(group)];
-  const int keep = static_cast<int>(std::ceil(static_cast<double>(ratio) * c.num_keep - 1e-9));
-  return std::clamp(keep, 1, c.num_keep);
+  // Ratios are floats (1/3 is 0.33333334f): a product within float rounding of an integer is it.
+  const double exact = static_cast<double>(ratio) * c.num_keep;
+  const int keep = static_cast<int>(std::ceil(exact - 1e-6 * exact - 1e-9));
+  // A group keeps at least what the recipe always protects (window, sinks), as calibration raises
+  // its top-k to them: a smaller share would cut into the window itself.
+  int floor = 1;
+  if (c.policy != nullptr) {
+    const ScoreRecipe& recipe = c.policy->score_recipe();
+    const int tail = recipe.scorer == Scorer::kRecency ? 0 : recipe.protected_tail(keep);  // as check_budget
+    floor = std::max(1, tail + recipe.num_sinks);
+  }
+  return std::clamp(keep, std::min(floor, c.num_keep), c.num_keep);
 }
 
 bool Scheduler::try_start_compression(Request* request) {
@@ -113,7 +123,9 @@ bool Scheduler::try_start_compression(Request* request) {
   c.src_kind = CompressionKind::kCompact;
   const int block_size = kv_->layout().block_size;
   const int num_groups = kv_->num_groups();
-  ORIGAMI_CHECK(c.num_keep < num_cache_entries(*request));
+  // With non-uniform group budgets the lead group may be within its keep while a smaller group is
+  // not (trigger_budget); some group is always over its keep.
+  ORIGAMI_CHECK(std::min(c.num_keep, trigger_budget(c)) < num_cache_entries(*request));
   // Blocks dropped by the groups are released together: one pool (shared, or the only group).
   ORIGAMI_CHECK(num_groups == 1 || kv_->layout().shared_pool);
   if (num_groups > 1 && static_cast<int>(c.groups.size()) != num_groups) c.groups.assign(static_cast<size_t>(num_groups), {});

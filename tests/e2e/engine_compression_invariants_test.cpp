@@ -12,6 +12,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine_test_util.h"
+#include "head_budgets_test_util.h"
 #include "policy/policy_registry.h"
 
 namespace origami::testing {
@@ -73,6 +74,9 @@ EngineConfig policy_config(const std::string& policy, int budget, bool prefix_ca
     c.kv_policy_options = {{"window", "16"}};  // fastkvzip's 128 exceeds these budgets
   }
   c.enable_prefix_caching = prefix_caching;
+  // A policy that splits its budget by calibrated head budgets (tangram) runs on a budget file.
+  if (created && (*created)->budget_split() == BudgetSplit::kCalibrated)
+    c.kv_head_budgets = write_head_budgets("invariants_budgets.json");
   return c;
 }
 

@@ -19,6 +19,7 @@
 #include "cpu_backend_wrapper.h"
 #include "engine/head_budget_loader.h"
 #include "engine_test_util.h"
+#include "head_budgets_test_util.h"
 #include "kv/head_budgets.h"
 #include "model/config.h"
 
@@ -262,25 +263,6 @@ TEST(HeadGroupsNonUniform, EachGroupKeepsItsOwnTopK) {
   EXPECT_EQ(uniform.mismatches, 0);
   // Smaller budgets free memory for real: fewer pages at the peak.
   EXPECT_LT(ragged.peak_pages, uniform.peak_pages);
-}
-
-// A calibrated budget file for the tiny model (4 KV heads per layer): heads 0 and 2 retain little
-// (0.2, 0.3), heads 1 and 3 much (0.9, 0.8).
-std::string write_head_budgets(const std::string& name) {
-  auto mc = load_model_config(tiny_qwen3_dir());
-  EXPECT_TRUE(mc.has_value());
-  HeadBudgets b;
-  b.model = model_identity(*mc);
-  b.scorer = "knorm";
-  b.samples = 2;
-  b.sample_tokens = {100, 100};
-  const std::vector<double> layer = {0.2, 0.9, 0.3, 0.8};
-  b.ratios.assign(mc->num_layers, layer);
-  b.mean = b.ratios;
-  b.stddev.assign(mc->num_layers, std::vector<double>(layer.size(), 0.0));
-  const std::string path = ::testing::TempDir() + name;
-  EXPECT_TRUE(save_head_budgets(b, path).is_ok());
-  return path;
 }
 
 // --kv-head-budgets: heads are clustered by budget ({0, 2} and {1, 3}, where adjacent groups

@@ -89,9 +89,20 @@ TEST_F(JsonlRequests, UnknownFieldsAreErrorsWithASuggestion) {
   EXPECT_EQ(error_of(R"({"id": 7, "prompt": "x", "temperature": 0.5, "top_p": 0.9, "top_k": 5, "min_p": 0.1,)"
                      R"( "max_tokens": 4, "ignore_eos": true, "seed": 3, "stop": ["a"], "stop_token_ids": [2],)"
                      R"( "include_stop_str_in_output": false, "kv_policy": "streaming", "kv_budget": 64,)"
-                     R"( "kv_policy_options": {"sinks": 4}, "forced_output_tokens": [1], "return_forced_logprobs": true})"),
+                     R"( "kv_policy_options": {"sinks": 4}, "kv_head_budgets": "b.json", "forced_output_tokens": [1],)"
+                     R"( "return_forced_logprobs": true})"),
             "");
   EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {}})"), "");
+}
+
+TEST_F(JsonlRequests, HeadBudgetsAreAPath) {
+  std::vector<JsonlRequest> r = read(R"({"prompt": "x", "kv_policy": "tangram", "kv_head_budgets": "b.json"})" "\n");
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].item.options.kv_head_budgets, "b.json");
+  for (const char* bad : {R"({"prompt": "x", "kv_head_budgets": 3})", R"({"prompt": "x", "kv_head_budgets": ""})"}) {
+    const std::string e = error_of(bad);
+    EXPECT_NE(e.find("field 'kv_head_budgets' must be the path of a head budget file"), std::string::npos) << e;
+  }
 }
 
 TEST_F(JsonlRequests, NegativeSeedIsAnError) {

@@ -153,3 +153,49 @@ TEST(HeadGrouping, ClusteredNeverNeedsMoreMemoryThanAnyGrouping) {
 
 }  // namespace
 }  // namespace origami
+
+namespace origami {
+namespace {
+
+// A layout's group shares are each group's largest member ratio over the largest group's: under
+// the clustering of the same budgets they equal the grouping's own group_ratio (normalized); under
+// a grouping fixed by other budgets (a request's file on the engine's groups) they follow the
+// layout's head lists, checked against a brute force over the heads.
+TEST(HeadGrouping, LayoutGroupSharesFollowTheLayoutsHeads) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> ratio(0.05, 1.0);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int layers = 3, heads = 8, hp = trial % 2 == 0 ? 2 : 4;
+    std::vector<std::vector<double>> a(layers, std::vector<double>(heads)), b = a;
+    for (auto& row : a) for (double& r : row) r = ratio(rng);
+    for (auto& row : b) for (double& r : row) r = ratio(rng);
+    auto grouping = cluster_heads(a, hp);
+    ASSERT_TRUE(grouping.has_value());
+    auto layout = KVLayout::grouped(layers, heads, 4, 16, 10, DType::kF32, grouping->groups);
+    ASSERT_TRUE(layout.has_value()) << layout.status().to_string();
+    double largest = 0.0;
+    for (const auto& row : grouping->group_ratio) for (double r : row) largest = std::max(largest, r);
+    const std::vector<float> own = layout_group_shares(a, *layout);
+    ASSERT_EQ(static_cast<int>(own.size()), layout->num_groups());
+    const int per_layer = heads / hp;
+    for (int g = 0; g < layout->num_groups(); ++g)
+      EXPECT_FLOAT_EQ(own[static_cast<size_t>(g)], static_cast<float>(grouping->group_ratio[g / per_layer][g % per_layer] / largest));
+    // Other budgets on the same groups: brute force over each group's (layer, head) pairs.
+    const std::vector<float> other = layout_group_shares(b, *layout);
+    double other_largest = 0.0;
+    std::vector<double> group_max;
+    for (const HeadGroup& group : layout->groups) {
+      double m = 0.0;
+      for (int l = 0; l < layers; ++l)
+        for (int h = 0; h < heads; ++h)
+          if (layout->group_of(l, h).group == static_cast<int>(&group - layout->groups.data())) m = std::max(m, b[l][h]);
+      group_max.push_back(m);
+      other_largest = std::max(other_largest, m);
+    }
+    for (size_t g = 0; g < other.size(); ++g) EXPECT_FLOAT_EQ(other[g], static_cast<float>(group_max[g] / other_largest));
+    EXPECT_FLOAT_EQ(*std::max_element(other.begin(), other.end()), 1.0f);
+  }
+}
+
+}  // namespace
+}  // namespace origami

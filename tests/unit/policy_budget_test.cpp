@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <vector>
+
 namespace origami {
 namespace {
 
@@ -18,6 +21,25 @@ TEST(KVBudget, MaxBlocksAndKeep) {
   EXPECT_EQ(entries_kept_for_budget(100, 16), 96);
   EXPECT_EQ(max_blocks_for_budget(5, 16), 1);
   EXPECT_EQ(entries_kept_for_budget(5, 16), 0);
+}
+
+// Calibrated budgets: the lead group's count makes the groups keep the average on average.
+TEST(KVBudget, LeadBudgetForAnAverage) {
+  EXPECT_EQ(lead_budget_for_average(64, {}), 64);
+  EXPECT_EQ(lead_budget_for_average(64, {1.0f, 1.0f}), 64);
+  // Shares 1/3 and 1: ceil(64 x 2 / (4/3)) = 96; the groups keep 32 and 96, average 64.
+  EXPECT_EQ(lead_budget_for_average(64, {1.0f / 3.0f, 1.0f}), 96);
+  // Shares 1/4, 1, 1/4, 1: 40 x 4 / 2.5 = 64 exactly.
+  EXPECT_EQ(lead_budget_for_average(40, {0.25f, 1.0f, 0.25f, 1.0f}), 64);
+  // Rounding up: the average kept is never below the budget.
+  for (int avg = 1; avg < 300; avg += 7) {
+    const std::vector<float> shares = {0.14f, 0.37f, 1.0f, 0.55f};
+    const int lead = lead_budget_for_average(avg, shares);
+    double kept = 0.0;
+    for (float r : shares) kept += std::ceil(static_cast<double>(r) * lead - 1e-9);
+    EXPECT_GE(kept / 4.0, avg) << avg;
+    EXPECT_LT(kept / 4.0, avg + 1.0 + 1.0 / 0.14 / 4.0 * 4.0) << avg;
+  }
 }
 
 TEST(KVBudget, PaperExampleSizes) {

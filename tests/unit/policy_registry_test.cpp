@@ -25,7 +25,7 @@ std::string error_of(const std::string& name, const PolicyOptionMap& opts) {
 TEST(PolicyRegistry, ListsBuiltinsInOrder) {
   EXPECT_EQ(reg().names(),
             "full, streaming, snapkv, zipage, zipage-attn, zipage-global, zipage-flash, zipage-lightning, knorm, "
-            "h2o, tova, keydiff, rkv, pagedeviction, kvllm, fastkvzip, kvzip");
+            "h2o, tova, keydiff, rkv, pagedeviction, kvllm, fastkvzip, kvzip, tangram");
   for (const PolicyInfo& info : reg().policies()) {
     EXPECT_FALSE(info.summary.empty()) << info.name;
     for (const PolicyOptionSpec& s : info.options) EXPECT_FALSE(s.help.empty()) << info.name << "." << s.name;
@@ -125,6 +125,28 @@ TEST(PolicyRegistry, StreamingAndSnapKVDefaults) {
   EXPECT_EQ(k->score_recipe().pool_kernel, 7);
   EXPECT_TRUE(k->needs().window_queries);
   EXPECT_FALSE(k->needs().global_scores);
+}
+
+// TANGRAM runs SnapKV's score (window 32, max pooling 7) unchanged; only the budget split
+// (calibrated per-head budgets) and the prefill chunk compression default differ.
+TEST(PolicyRegistry, TangramIsSnapKVUnderCalibratedBudgets) {
+  auto t = make("tangram");
+  auto s = make("snapkv");
+  EXPECT_EQ(t->trigger(), CompressionTrigger::kPrefillEnd);
+  EXPECT_EQ(t->budget_split(), BudgetSplit::kCalibrated);
+  EXPECT_EQ(s->budget_split(), BudgetSplit::kUniform);
+  const ScoreRecipe& a = t->score_recipe();
+  const ScoreRecipe& b = s->score_recipe();
+  EXPECT_EQ(a.scorer, b.scorer);
+  EXPECT_EQ(a.window, 32);
+  EXPECT_EQ(a.window, b.window);
+  EXPECT_EQ(a.pool_kernel, 7);
+  EXPECT_EQ(a.pool_kernel, b.pool_kernel);
+  EXPECT_EQ(a.pool_type, b.pool_type);
+  EXPECT_EQ(a.pool_first_only, b.pool_first_only);
+  EXPECT_EQ(a.num_sinks, b.num_sinks);
+  EXPECT_TRUE(t->options().get_bool(kPrefillChunkCompressionOption));
+  EXPECT_NE(error_of("tangram", {{"kernel", "4"}}).find("policy tangram"), std::string::npos);
 }
 
 TEST(PolicyRegistry, OptionErrorsNameOptionAndAcceptedValues) {
@@ -258,16 +280,19 @@ TEST(PolicyRegistry, BuiltinTriggersDecideFromTheTriggerState) {
 // Prefill chunk compression: which policies take the option and their defaults, the threshold
 // each trigger compresses a chunk at, and the chunk rules (policy/triggers.h).
 TEST(PolicyRegistry, PrefillChunkCompressionRules) {
-  // On where the paper evicts while the prompt is processed (KeyDiff, Fast KVzip), off elsewhere.
-  // KVzip takes no chunks: its reconstruction scores an uncompressed context.
+  // On where the paper evicts while the prompt is processed (KeyDiff, Fast KVzip; TANGRAM compresses
+  // each prefill chunk as produced), off elsewhere. KVzip takes no chunks: its reconstruction
+  // scores an uncompressed context.
   for (const PolicyInfo& info : reg().policies()) {
     auto p = make(info.name);
     const bool budgeted = p->compresses() && p->takes_budget() && info.name != "kvzip";
     EXPECT_EQ(p->supports_prefill_chunk_compression(), budgeted) << info.name;
     if (!budgeted) continue;
-    const bool on = info.name == "keydiff" || info.name == "fastkvzip";
+    const bool on = info.name == "keydiff" || info.name == "fastkvzip" || info.name == "tangram";
     EXPECT_EQ(p->options().get_bool(kPrefillChunkCompressionOption), on) << info.name;
-    EXPECT_EQ(p->prefill_chunk_threshold(64, 5, 16), on ? 79 : -1) << info.name;
+    // Cache-full triggers compress a chunk at N_max * b - 1 = 79, prefill-end ones at the budget.
+    EXPECT_EQ(p->prefill_chunk_threshold(64, 5, 16), on ? (p->trigger() == CompressionTrigger::kCacheFull ? 79 : 64) : -1)
+        << info.name;
   }
   EXPECT_EQ(make("snapkv", {{"prefill_chunk_compression", "1"}})->prefill_chunk_threshold(64, 0, 16), 64);
   EXPECT_EQ(make("zipage", {{"prefill_chunk_compression", "1"}})->prefill_chunk_threshold(64, 5, 16), 79);

@@ -1,0 +1,17 @@
+#pragma once
+// SnapKV's score and options, shared by `snapkv` and `tangram` (TANGRAM runs SnapKV's scorer
+// under calibrated per-head budgets: window 32, max pooling with kernel 7).
+#include <vector>
+
+#include "kv/compression.h"
+#include "policy/policy_options.h"
+
+namespace origami {
+
+// window, kernel, pool_type, sinks and prefill_chunk_compression (default `chunk_default`).
+std::vector<PolicyOptionSpec> snapkv_option_specs(bool chunk_default);
+// Window attention, pooled along the sequence at the (one) prompt compression. Errors: an even
+// pooling kernel, named with `policy`.
+Expected<ScoreRecipe> snapkv_recipe(const std::string& policy, const PolicyOptions& options);
+
+}  // namespace origami
