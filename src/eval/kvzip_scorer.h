@@ -6,16 +6,17 @@
 // attention it receives from any reconstruction query (every query head of the KV head's GQA
 // group, every token of the reconstruction input).
 //
-// Contexts are reconstructed chunk by chunk (CpuBackend::kvzip_reconstruction): chunk [s, e)
-// is repeated as "\n\nRepeat the previous context exactly." + suffix + context[s, e) in a pass
-// that sees the first 4 tokens (the sinks; the first chunk holds them itself) and the chunk, at
-// the positions right after the chunk (the sinks re-rotated to sit just before it), so that no
-// query-key distance exceeds sinks + chunk + reconstruction: the tiny model's 2048-token trained
-// context holds a 512-token chunk and its copy with room to spare, where one pass after a
-// 2000-token context would attend at positions 2000-4000. Each chunk's scores are the model's
-// exact attention in that pass. A chunk size >= the context's length is one pass after the
-// whole context (the reference's for contexts up to its 2048-token chunks). The first 4 tokens
-// score 1 (always kept).
+// A context of at most chunk_size tokens is reconstructed in one pass after it: the model's
+// exact attention. A longer one is reconstructed in ceil(n / chunk_size) equal chunks
+// (CpuBackend::kvzip_reconstruction): chunk [s, e) is repeated as "\n\nRepeat the previous
+// context exactly." + suffix + context[s, e) in a pass that sees the first 4 tokens (the sinks;
+// the first chunk holds them itself) and the chunk, at the positions right after the chunk (the
+// sinks re-rotated to sit just before it), so that no query-key distance exceeds sinks + 2 chunk
+// + prompt: inside the model's trained context for chunks up to a third of it, where one pass
+// after a 2000-token context attends from positions 2000-4000 (the tiny model's is 2048). Each
+// chunk's scores are the model's exact attention in its pass. (The reference places its chunks'
+// reconstructions after the whole context and quotes the 8 tokens before a later chunk in its
+// prompt.) The first 4 tokens score 1 (always kept).
 // Runs on the CPU backend in fp32; the hidden states the gates read (the layers' attention
 // inputs over the context) come from the same prefill.
 #include <cstdint>
@@ -41,7 +42,7 @@ KVzipPrompts kvzip_prompts(const Tokenizer& tokenizer);
 
 struct KVzipOptions {
   KVzipPrompts prompts;
-  int chunk_size = kKVzipChunk;  // context tokens reconstructed per pass
+  int chunk_size = 2048;  // most context tokens per reconstruction pass (the reference's chunk)
   int num_sinks = kKVzipSinks;    // leading tokens scored 1, and kept in later chunks' passes
 };
 

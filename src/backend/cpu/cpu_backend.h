@@ -60,8 +60,8 @@ class CpuBackend : public Backend {
   }
 
   // KVzip's reconstruction of a sequence's first num_entries cached entries (block_table in this
-  // backend's cache), whose tokens are context_tokens: chunk by chunk, each chunk of chunk_size
-  // entries (0: the whole context in one pass) reconstructed in a private cache that holds the
+  // backend's cache), whose tokens are context_tokens: in ceil(num_entries / chunk_size) chunks of
+  // equal length (chunk_size 0: the whole context in one pass), each reconstructed in a private cache that holds the
   // first num_sinks entries (re-rotated to the positions just before the chunk) and the chunk,
   // the model reading `prompt` then the chunk's tokens at the positions right after the chunk.
   // Every query-key distance thus stays within sinks + chunk + reconstruction, whatever the

@@ -13,6 +13,7 @@
 // the scratch cache is swapped in for the pass so that the forward pass itself is the one every
 // step runs.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
@@ -68,8 +69,12 @@ Status CpuBackend::kvzip_reconstruction(const KVzipReconstruction& rec, float* s
 
   auto observer = std::move(layer_observer_);
   Status st = Status::ok();
-  for (int begin = 0; begin < n && st.is_ok(); begin += chunk) {
-    const int end = std::min(n, begin + chunk), len = end - begin;
+  // ceil(n / chunk) chunks of equal length (within one): a pass's attention spreads over its
+  // chunk, so a short last chunk would score its entries higher than the rest for no reason.
+  const int num_chunks = (n + chunk - 1) / chunk;
+  for (int k = 0; k < num_chunks && st.is_ok(); ++k) {
+    const int begin = static_cast<int>(static_cast<int64_t>(k) * n / num_chunks);
+    const int end = static_cast<int>(static_cast<int64_t>(k + 1) * n / num_chunks), len = end - begin;
     const int sinks = std::min(rec.num_sinks, begin);  // the first chunk holds its own
     const int num_ctx = sinks + len;
     // Scratch slot i holds entry `sinks ? i : begin + i - sinks`; sinks rotated from position i
