@@ -60,12 +60,12 @@ class CpuBackend : public Backend {
   }
 
   // KVzip's reconstruction of a sequence's first num_entries cached entries (block_table in this
-  // backend's cache), whose tokens are context_tokens: in ceil(num_entries / chunk_size) chunks of
-  // equal length (chunk_size 0: the whole context in one pass), each reconstructed in a private cache that holds the
-  // first num_sinks entries (re-rotated to the positions just before the chunk) and the chunk,
-  // the model reading `prompt` then the chunk's tokens at the positions right after the chunk.
-  // Every query-key distance thus stays within sinks + chunk + reconstruction, whatever the
-  // context's length (cpu_reconstruction.cpp).
+  // backend's cache), whose tokens are context_tokens: one pass after them (chunk_size 0, or at
+  // least num_entries), or ceil(num_entries / chunk_size) chunks of equal length, each in a
+  // private cache holding the first num_sinks entries (re-rotated to the positions just before
+  // the chunk) and the chunk, the model reading `prompt` then the chunk's tokens at the positions
+  // right after the chunk, so that every query-key distance stays within sinks + 2 chunk +
+  // prompt however long the context (cpu_reconstruction.cpp).
   struct KVzipReconstruction {
     const std::vector<BlockId>* block_table = nullptr;
     int num_entries = 0;

@@ -1,17 +1,16 @@
 // KVzip's reconstruction passes on the CPU backend (the `kvzip` policy's compression and the
-// offline scorer, eval/kvzip_scorer.h): a sequence's context is reconstructed chunk by chunk, each
-// chunk in a private cache (scratch_) that holds the sinks and the chunk, with the reconstruction
-// input (the repeat prompt, then the chunk's own tokens) at the positions right after the chunk.
-// Cached keys are post-RoPE at their own positions and RoPE attention depends only on position
-// differences, so every query-key distance of a pass stays within sinks + chunk + reconstruction:
-// a 2000-token context reconstructed in chunks of 512 never attends past ~1050 positions, where
-// one pass would run its queries at 2000-4000, twice the tiny model's trained context. The sinks
-// are re-rotated to the positions just before the chunk (exact: a rotation by the offset). The
-// pass's attention is the model's exact attention over sinks + chunk + reconstruction, and every
-// chunk entry keeps the largest probability any reconstruction query gives it
-// (cpu/kvzip_scores.h). The source pages are only read: shared prefix pages stay untouched, and
-// the scratch cache is swapped in for the pass so that the forward pass itself is the one every
-// step runs.
+// offline scorer, eval/kvzip_scorer.h). Each pass runs in a private cache (scratch_) holding
+// context entries, the model reading the repeat prompt and their tokens after them, and every
+// entry keeps the largest attention any reconstruction query gives it (cpu/kvzip_scores.h).
+// One pass after the whole context, or equal chunks, each pass holding the sinks and its chunk
+// with its input at the positions right after the chunk: cached keys are post-RoPE at their own
+// positions and RoPE attention depends only on position differences, so every query-key distance
+// stays within sinks + 2 chunk + prompt (a 2000-token context in chunks of 1024: ~2060; one pass
+// runs its queries at 2000-4000, twice the tiny model's trained context). The sinks are
+// re-rotated to the positions just before the chunk (exact: a rotation by the offset). A pass's
+// scores are the model's exact attention over sinks + chunk + reconstruction. The source pages
+// are only read: shared prefix pages stay untouched, and the scratch cache is swapped in for the
+// pass so that the forward pass itself is the one every step runs.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -77,8 +76,8 @@ Status CpuBackend::kvzip_reconstruction(const KVzipReconstruction& rec, float* s
     const int end = static_cast<int>(static_cast<int64_t>(k + 1) * n / num_chunks), len = end - begin;
     const int sinks = std::min(rec.num_sinks, begin);  // the first chunk holds its own
     const int num_ctx = sinks + len;
-    // Scratch slot i holds entry `sinks ? i : begin + i - sinks`; sinks rotated from position i
-    // to begin - sinks + i, so that they sit right before the chunk.
+    // Scratch slot i holds entry `i < sinks ? i : begin + i - sinks`; the sinks rotated from
+    // position i to begin - sinks + i, so that they sit right before the chunk.
     cpu::rope_cos_sin(begin - sinks, inv_freq_.data(), half, cos.data(), sin.data());
     for (int l = 0; l < c.num_layers; ++l)
       for (int h = 0; h < c.num_kv_heads; ++h)
