@@ -214,7 +214,9 @@ void register_train_gates_command(CLI::App& app) {
                   "Train on documents d % stride == 0, hold out d % stride == stride / 2")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
-  cmd->add_option("--chunk-size", f->chunk_size, "KVzip reconstruction chunk (context tokens per pass)")
+  cmd->add_option("--chunk-size", f->chunk_size,
+                  "Most context tokens per KVzip reconstruction pass (longer contexts: equal chunks, each "
+                  "reconstructed right after itself)")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
   cmd->add_option("--keep", f->keep, "Kept share for the top-k overlap check")

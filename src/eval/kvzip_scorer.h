@@ -6,15 +6,17 @@
 // attention it receives from any reconstruction query (every query head of the KV head's GQA
 // group, every token of the reconstruction input).
 //
-// Long contexts are reconstructed chunk by chunk, as the reference implementation does: chunk c
-// = tokens [s, e) is repeated after the whole context with
-//   first chunk:  "\n\nRepeat the previous context exactly." + suffix + context[s, e)
-//   later chunks: "\n\nRepeat the part of the previous context exactly, starting with"
-//                 + context[s - 8, s) + suffix + context[s, e)
-// and its scores are the softmax over the chunk's keys, the first 4 keys (the sinks; none for the
-// first chunk, which starts there) and the reconstruction's own keys (causal); each chunk's
-// reconstruction replaces the previous one in the cache. A context of one chunk is scored with
-// the model's exact attention. The first 4 tokens score 1 (always kept).
+// A context of at most chunk_size tokens is reconstructed in one pass after it: the model's
+// exact attention. A longer one is reconstructed in ceil(n / chunk_size) equal chunks
+// (CpuBackend::kvzip_reconstruction): chunk [s, e) is repeated as "\n\nRepeat the previous
+// context exactly." + suffix + context[s, e) in a pass that sees the first 4 tokens (the sinks;
+// the first chunk holds them itself) and the chunk, at the positions right after the chunk (the
+// sinks re-rotated to sit just before it), so that no query-key distance exceeds sinks + 2 chunk
+// + prompt: inside the model's trained context for chunks up to a third of it, where one pass
+// after a 2000-token context attends from positions 2000-4000 (the tiny model's is 2048). Each
+// chunk's scores are the model's exact attention in its pass. (The reference places its chunks'
+// reconstructions after the whole context and quotes the 8 tokens before a later chunk in its
+// prompt.) The first 4 tokens score 1 (always kept).
 // Runs on the CPU backend in fp32; the hidden states the gates read (the layers' attention
 // inputs over the context) come from the same prefill.
 #include <cstdint>
@@ -22,7 +24,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_thread_pool.h"
 #include "core/status.h"
 #include "eval/head_calibration.h"
 #include "eval/single_sequence_backend.h"
@@ -33,8 +34,7 @@
 namespace origami::eval {
 
 struct KVzipPrompts {
-  std::vector<int32_t> first;   // before the first chunk's copy
-  std::vector<int32_t> next;    // before a later chunk's copy (then the previous 8 tokens)
+  std::vector<int32_t> first;   // before a chunk's copy
   std::vector<int32_t> suffix;  // between the prompt and the copy (a newline: no chat template)
 };
 // The reference's prompts, tokenized without special tokens.
@@ -42,9 +42,8 @@ KVzipPrompts kvzip_prompts(const Tokenizer& tokenizer);
 
 struct KVzipOptions {
   KVzipPrompts prompts;
-  int chunk_size = 2048;  // context tokens reconstructed per pass (the reference's)
-  int num_sinks = kKVzipSinks;  // leading tokens scored 1, and kept in later chunks' softmax
-  int previous_tail = 8;  // tokens of the previous chunk quoted in a later chunk's prompt
+  int chunk_size = 2048;  // most context tokens per reconstruction pass (the reference's chunk)
+  int num_sinks = kKVzipSinks;    // leading tokens scored 1, and kept in later chunks' passes
 };
 
 struct KVzipResult {
@@ -54,7 +53,7 @@ struct KVzipResult {
 
 class KVzipScorer {
  public:
-  // A CPU backend for contexts of up to max_context tokens (plus one chunk's reconstruction).
+  // A CPU backend for contexts of up to max_context tokens.
   static Expected<std::unique_ptr<KVzipScorer>> create(const std::string& model_dir, const ModelConfig& config,
                                                        const KVzipOptions& options, int max_context,
                                                        int num_threads);
@@ -63,7 +62,7 @@ class KVzipScorer {
   // over the context are returned too.
   Expected<KVzipResult> score(const std::vector<int32_t>& context, bool keep_hidden);
 
-  // The reconstruction input of chunk [begin, end) of `context` (tests rebuild it).
+  // The reconstruction input of chunk [begin, end) of `context`: prompt, suffix, the chunk.
   std::vector<int32_t> reconstruction_tokens(const std::vector<int32_t>& context, int begin, int end) const;
   const KVzipOptions& options() const { return options_; }
   const ModelConfig& config() const { return config_; }
@@ -74,7 +73,6 @@ class KVzipScorer {
   ModelConfig config_;
   KVzipOptions options_;
   int max_context_ = 0;
-  std::unique_ptr<cpu::ThreadPool> pool_;  // KV heads scored in parallel
   std::unique_ptr<SingleSequenceBackend> runner_;
 };
 

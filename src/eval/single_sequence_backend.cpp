@@ -25,19 +25,21 @@ Expected<std::unique_ptr<SingleSequenceBackend>> SingleSequenceBackend::create(c
   return s;
 }
 
-Status SingleSequenceBackend::run(const std::vector<int32_t>& tokens, int start, int query_slot, int capture_from) {
+Status SingleSequenceBackend::run(const std::vector<int32_t>& tokens, int start, int query_slot, int capture_from,
+                                  int first_position) {
   const int n = static_cast<int>(tokens.size());
   if (n < 1 || start < 0 || start + n > max_tokens_)
     return invalid_argument("a step of " + std::to_string(n) + " tokens after " + std::to_string(start) +
                             " cached ones exceeds the " + std::to_string(max_tokens_) + " tokens this backend holds");
   ForwardBatch batch;
   batch.token_ids = tokens;
-  for (int t = 0; t < n; ++t) batch.positions.push_back(start + t);
+  const int position = first_position >= 0 ? first_position : start;
+  for (int t = 0; t < n; ++t) batch.positions.push_back(position + t);
   SequenceInput seq;
   seq.request_id = 1;
   seq.num_query_tokens = n;
   seq.num_cached_entries = start;
-  seq.start_position = start;
+  seq.start_position = position;
   seq.block_table = &table_;
   seq.logits_mode = LogitsMode::kNone;
   if (query_slot >= 0) {

@@ -26,7 +26,10 @@ class SingleSequenceBackend {
   // One step computing `tokens` at positions start .. start + size - 1 over the sequence's first
   // `start` cached entries (entries from `start` on are overwritten). With query_slot >= 0 the
   // queries of entries >= capture_from are captured into that slot (configure_compression first).
-  Status run(const std::vector<int32_t>& tokens, int start, int query_slot = -1, int capture_from = 0);
+  // first_position >= 0 places the tokens at positions first_position.. instead (RoPE only: they
+  // still go to slots start.. and attend to the first `start` entries).
+  Status run(const std::vector<int32_t>& tokens, int start, int query_slot = -1, int capture_from = 0,
+             int first_position = -1);
 
   CpuBackend& backend() { return *backend_; }
   const std::vector<BlockId>& block_table() const { return table_; }

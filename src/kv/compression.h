@@ -84,10 +84,15 @@ struct ScoreRecipe {
   // the selection score is the gate's: S = max(F, 0) = F.
   bool gate_scores = false;
   // KVzip: the backend scores the job's entries by a reconstruction pass just before selecting
-  // (CompressionJob::reconstruction_tokens after the entries; each entry's largest attention from
-  // the reconstruction's queries, first 4 entries 1) and, with scorer kZero and global_decay 1
+  // (CompressionJob::reconstruction_tokens: the repeat prompt, then the entries' own tokens; each
+  // entry's largest attention from the reconstruction's queries) and, with scorer kZero and global_decay 1
   // (kMax), selects by those scores: S = max(KVzip, 0).
   bool reconstruction_scores = false;
+  // Context entries reconstructed per pass (0: all in one pass), each pass over the first
+  // reconstruction_sinks entries and its chunk, its queries placed right after the chunk so that
+  // attention stays within the model's trained context (backend/cpu/cpu_reconstruction.cpp).
+  int reconstruction_chunk = 0;
+  int reconstruction_sinks = 4;
 
   // The lightning group at this block size, and how many trailing entries are protected when a
   // compression keeps `num_keep` entries (0: the ratio-based recent window is left out).
@@ -150,8 +155,8 @@ struct CompressionJob {
   int num_positions = -1;
   const ScoreRecipe* recipe = nullptr;
   // recipe->reconstruction_scores: the tokens the model reads after the job's entries to
-  // reconstruct them (KVzip's repeat prompt, then the entries' own tokens), at positions
-  // num_positions, num_positions + 1, ...
+  // reconstruct them: KVzip's repeat prompt, then the entries' own tokens (the backend splits them
+  // into chunks of recipe->reconstruction_chunk, each chunk's input placed right after it).
   std::vector<int32_t> reconstruction_tokens;
 };
 

@@ -11,10 +11,14 @@
 // with decay 1, ScoreRecipe::reconstruction_scores). Trigger: end of prefill, once (SnapKV's):
 // KVzip compresses a context, and decoding then grows the cache uncompressed.
 // Defaults: sinks = 4 (KVzip scores the first 4 tokens 1); no recent window (KVzip has none).
-// Differences from the reference: one reconstruction pass over the whole prompt (the reference
-// reconstructs contexts of more than 2048 tokens chunk by chunk, with a softmax over the chunk,
-// the sinks and the reconstruction only: eval/kvzip_scorer.h does that for gate training);
-// uniform per-head budgets (top-k per (layer, KV head)) instead of one global threshold.
+// One reconstruction pass after the whole prompt by default; option `chunk` reconstructs it in
+// equal chunks of at most `chunk` tokens, each over the sinks and itself with its reconstruction
+// placed right after it, so that attention stays inside the model's trained context
+// (backend/cpu/cpu_reconstruction.cpp; measured in docs/policies.md: not better on the tiny model).
+// Differences from the reference: the reference reconstructs contexts of more than 2048 tokens in
+// chunks placed after the whole context (`chunk` places them after themselves and gives every
+// chunk the same prompt); uniform per-head budgets (top-k per (layer, KV head)) instead of one
+// global threshold.
 #include "core/check.h"
 #include "policy/kvzip_prompt.h"
 #include "policy/policy_registry.h"
@@ -29,10 +33,15 @@ void register_kvzip_policy(PolicyRegistry* registry) {
   info.options = {
       int_option("window", 0, 0, 1 << 20, "the most recent entries always kept (KVzip: none)"),
       int_option("sinks", kKVzipSinks, 0, 1 << 20, "first entries always kept (score 1)"),
+      int_option("chunk", 0, 0, 1 << 20,
+                 "prompt tokens per reconstruction pass, each placed right after its chunk (0: one pass after the "
+                 "whole prompt)"),
   };
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ScoreRecipe recipe = provided_score_recipe(options.get_int("window"), options.get_int("sinks"));
     recipe.reconstruction_scores = true;
+    recipe.reconstruction_chunk = options.get_int("chunk");
+    recipe.reconstruction_sinks = kKVzipSinks;
     return std::unique_ptr<KVPolicy>(new RecipePolicy(name, options, CompressionTrigger::kPrefillEnd, recipe));
   };
   ORIGAMI_CHECK(registry->add(std::move(info)).is_ok());

@@ -1,10 +1,12 @@
-// KVzip's reconstruction scores (eval/kvzip_scorer.h) against a brute force on the real tiny
-// models: the context and its reconstruction input are prefilled in one step with every
-// reconstruction query captured into a query slot, and each (layer, KV head, token) score is
-// recomputed from the cache's keys and the captured queries with an explicit softmax in double,
-// max over the GQA group's query heads and the reconstruction's tokens. With one chunk the key
-// set is the whole causal prefix (the model's exact attention); with several, the sinks, the
-// chunk and the reconstruction (the reference's subsampled softmax).
+// KVzip's reconstruction scores (eval/kvzip_scorer.h, CpuBackend::kvzip_reconstruction) against
+// a brute force on the real tiny models. Chunk [b, e) of the context is rebuilt independently: a
+// fresh backend computes the 4 sink tokens themselves at positions b - 4 .. b - 1 (right before
+// the chunk), takes the chunk's K/V from a prefill of the whole context, and runs the
+// reconstruction input at positions e, e + 1, ... with every query captured into a query slot;
+// each (layer, KV head, token) score is then recomputed from that cache's keys and the captured
+// queries with an explicit softmax in double (sinks + chunk + the reconstruction so far), max over
+// the GQA group's query heads and the reconstruction's tokens. With one chunk this is the model's
+// exact attention after the whole context.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,48 +30,59 @@ struct BruteForceCase {
 
 class KVzipScorerBruteForce : public ::testing::TestWithParam<BruteForceCase> {};
 
-// The scores of chunk [begin, end) recomputed from a fresh backend.
+// The scores of chunk [begin, end) recomputed from a fresh backend; `full` holds the context's
+// prefill.
 void brute_force_chunk(const std::string& model_dir, const ModelConfig& config, const KVzipScorer& scorer,
-                       const std::vector<int32_t>& context, int begin, int end, eval::HeadScores* out) {
-  const int n = static_cast<int>(context.size());
-  std::vector<int32_t> tokens = context;
+                       eval::SingleSequenceBackend& full, const std::vector<int32_t>& context, int begin, int end,
+                       eval::HeadScores* out) {
   const std::vector<int32_t> repeat = scorer.reconstruction_tokens(context, begin, end);
-  tokens.insert(tokens.end(), repeat.begin(), repeat.end());
-  const int r = static_cast<int>(repeat.size());
-  auto runner = eval::SingleSequenceBackend::create(model_dir, config, n + r, 1);
+  const int r = static_cast<int>(repeat.size()), len = end - begin;
+  const int sinks = std::min(scorer.options().num_sinks, begin);
+  const int num_ctx = sinks + len;
+  auto runner = eval::SingleSequenceBackend::create(model_dir, config, num_ctx + r, 1);
   ASSERT_TRUE(runner.has_value()) << runner.status().message();
   CompressionConfig cc;
   cc.num_query_slots = 1;
-  cc.max_window = n + r;
+  cc.max_window = end + r;
   ASSERT_TRUE((*runner)->backend().configure_compression(cc).is_ok());
-  ASSERT_TRUE((*runner)->run(tokens, 0, 0, n).is_ok());
+  // The sinks, computed by the model at the positions right before the chunk.
+  if (sinks > 0) {
+    ASSERT_TRUE((*runner)->run({context.begin(), context.begin() + sinks}, 0, -1, 0, begin - sinks).is_ok());
+  }
+  // The chunk's K/V as the context's prefill has them.
   cpu::CpuKVCache& kv = (*runner)->backend().kv_cache();
+  cpu::CpuKVCache& src = full.backend().kv_cache();
   const std::vector<BlockId>& table = (*runner)->block_table();
+  const std::vector<BlockId>& src_table = full.block_table();
   const int bs = (*runner)->block_size(), d = config.head_dim, group = config.num_heads / config.num_kv_heads;
-  const int sinks = std::min(scorer.options().num_sinks, begin);
+  for (int l = 0; l < config.num_layers; ++l)
+    for (int h = 0; h < config.num_kv_heads; ++h)
+      for (int i = sinks; i < num_ctx; ++i) {
+        const int e = begin + i - sinks;
+        std::memcpy(kv.key_at(l, table[i / bs], h, i % bs), src.key_at(l, src_table[e / bs], h, e % bs),
+                    d * sizeof(float));
+        std::memcpy(kv.value_at(l, table[i / bs], h, i % bs), src.value_at(l, src_table[e / bs], h, e % bs),
+                    d * sizeof(float));
+      }
+  // The reconstruction right after the chunk.
+  ASSERT_TRUE((*runner)->run(repeat, num_ctx, 0, num_ctx, end).is_ok());
   for (int l = 0; l < config.num_layers; ++l)
     for (int h = 0; h < config.num_kv_heads; ++h)
       for (int j = 0; j < group; ++j)
         for (int t = 0; t < r; ++t) {
-          const float* q = kv.query_row(l, 0, (n + t) % cc.max_window) + static_cast<size_t>(h * group + j) * d;
-          std::vector<int> key_entries;
-          for (int e = 0; e < sinks; ++e) key_entries.push_back(e);
-          for (int e = begin; e < end; ++e) key_entries.push_back(e);
-          for (int e = n; e <= n + t; ++e) key_entries.push_back(e);
+          const float* q = kv.query_row(l, 0, (end + t) % cc.max_window) + static_cast<size_t>(h * group + j) * d;
           std::vector<double> logits;
-          for (int e : key_entries) {
-            const float* k = kv.key_at(l, table[e / bs], h, e % bs);
+          for (int i = 0; i <= num_ctx + t; ++i) {
+            const float* k = kv.key_at(l, table[i / bs], h, i % bs);
             double dot = 0.0;
-            for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * k[i];
+            for (int x = 0; x < d; ++x) dot += static_cast<double>(q[x]) * k[x];
             logits.push_back(dot / std::sqrt(static_cast<double>(d)));
           }
           const double m = *std::max_element(logits.begin(), logits.end());
           double sum = 0.0;
           for (double x : logits) sum += std::exp(x - m);
-          for (size_t i = 0; i < key_entries.size(); ++i) {
-            const int e = key_entries[i];
-            if (e < begin || e >= end) continue;
-            float& best = (*out)[l][h][e];
+          for (int i = sinks; i < num_ctx; ++i) {
+            float& best = (*out)[l][h][begin + i - sinks];
             best = std::max(best, static_cast<float>(std::exp(logits[i] - m) / sum));
           }
         }
@@ -100,10 +113,14 @@ TEST_P(KVzipScorerBruteForce, MatchesExplicitSoftmaxOverCapturedQueries) {
   const int n = c.context_tokens;
   eval::HeadScores expected(config->num_layers,
                             std::vector<std::vector<float>>(config->num_kv_heads, std::vector<float>(n, 0.0f)));
-  int chunks = 0;
-  for (int begin = 0; begin < n; begin += c.chunk_size, ++chunks)
-    brute_force_chunk(c.model_dir, *config, **scorer, context, begin, std::min(n, begin + c.chunk_size), &expected);
-  EXPECT_EQ(chunks, (n + c.chunk_size - 1) / c.chunk_size);
+  auto full = eval::SingleSequenceBackend::create(c.model_dir, *config, n, 1);
+  ASSERT_TRUE(full.has_value());
+  ASSERT_TRUE((*full)->run(context, 0).is_ok());
+  // ceil(n / chunk) chunks of equal length (within one token).
+  const int chunks = (n + c.chunk_size - 1) / c.chunk_size;
+  for (int k = 0; k < chunks; ++k)
+    brute_force_chunk(c.model_dir, *config, **scorer, **full, context, k * n / chunks, (k + 1) * n / chunks,
+                      &expected);
   double max_err = 0.0;
   for (int l = 0; l < config->num_layers; ++l)
     for (int h = 0; h < config->num_kv_heads; ++h)

@@ -167,12 +167,17 @@ TEST(FastKVzip, WritesGateScoresAndKeepsTheirTopK) {
     }
 }
 
-TEST(KVzipPolicy, KeepsTheTopKOfTheOfflineKVzipScores) {
-  const int n = 90, budget = 40, sinks = 4;
+// One pass after the whole prompt (chunk 0), and three chunks of 32, each reconstructed right
+// after itself: the policy keeps the top-k of the offline scorer's scores at the same chunk size.
+class KVzipPolicyChunks : public ::testing::TestWithParam<int> {};
+
+TEST_P(KVzipPolicyChunks, KeepsTheTopKOfTheOfflineKVzipScores) {
+  const int n = 90, budget = 40, sinks = 4, chunk = GetParam();
   EngineConfig c = cpu_config(tiny_qwen3_dir());
   c.block_size = kBlock;
   c.kv_policy = "kvzip";
   c.kv_budget = budget;
+  c.kv_policy_options = {{"chunk", std::to_string(chunk)}};
   const std::vector<int32_t> prompt = prompt_tokens(n);
   std::unique_ptr<Engine> engine;
   GateCheckingBackend* checker = run_one_request(c, prompt, budget, &engine);
@@ -186,6 +191,7 @@ TEST(KVzipPolicy, KeepsTheTopKOfTheOfflineKVzipScores) {
   ASSERT_TRUE(tok.has_value());
   eval::KVzipOptions options;
   options.prompts = eval::kvzip_prompts(**tok);
+  options.chunk_size = chunk > 0 ? chunk : n;
   auto scorer = eval::KVzipScorer::create(tiny_qwen3_dir(), *mc, options, n, 1);
   ASSERT_TRUE(scorer.has_value());
   Expected<eval::KVzipResult> offline = (*scorer)->score(prompt, false);
@@ -198,6 +204,8 @@ TEST(KVzipPolicy, KeepsTheTopKOfTheOfflineKVzipScores) {
       for (int i = sinks; i < budget; ++i) EXPECT_GT(dst.f[l][h][i], 0.0f);
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(OnePassAndChunked, KVzipPolicyChunks, ::testing::Values(0, 32));
 
 TEST(FastKVzip, RefusedWithoutGatesAndWithGatesOfAnotherShape) {
   EngineConfig c = cpu_config(tiny_qwen3_dir());

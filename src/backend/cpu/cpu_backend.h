@@ -59,6 +59,26 @@ class CpuBackend : public Backend {
     layer_observer_ = std::move(observer);
   }
 
+  // KVzip's reconstruction of a sequence's first num_entries cached entries (block_table in this
+  // backend's cache), whose tokens are context_tokens: one pass after them (chunk_size 0, or at
+  // least num_entries), or ceil(num_entries / chunk_size) chunks of equal length, each in a
+  // private cache holding the first num_sinks entries (re-rotated to the positions just before
+  // the chunk) and the chunk, the model reading `prompt` then the chunk's tokens at the positions
+  // right after the chunk, so that every query-key distance stays within sinks + 2 chunk +
+  // prompt however long the context (cpu_reconstruction.cpp).
+  struct KVzipReconstruction {
+    const std::vector<BlockId>* block_table = nullptr;
+    int num_entries = 0;
+    const int32_t* context_tokens = nullptr;  // num_entries tokens
+    std::vector<int32_t> prompt;              // the repeat prompt and its suffix
+    int chunk_size = 0;
+    int num_sinks = 4;
+  };
+  // scores: [layer][KV head][entry] flattened, num_entries per head, zeroed by the caller; each
+  // chunk entry gets the largest attention probability any reconstruction query (any query head
+  // of its GQA group) gives it over sinks + chunk + reconstruction. The source pages are only read.
+  Status kvzip_reconstruction(const KVzipReconstruction& reconstruction, float* scores);
+
  private:
   // A Linear layer in HF layout; several projections that read the same input are stacked
   // row-wise into one weight (q|k|v, gate|up) so they take one GEMM.
@@ -102,9 +122,8 @@ class CpuBackend : public Backend {
   // head's table (gates loaded and global-score pages allocated).
   void write_gate_scores(int layer_idx, const ForwardBatch& batch, int num_tokens,
                          const std::vector<std::vector<cpu::HeadTable>>& tables);
-  // KVzip's scores of a job's entries, [layer][KV head][entry] flattened: its entries' K/V copied
-  // into scratch_, the model run there on job.reconstruction_tokens after them, and each entry's
-  // largest attention from those tokens' queries kept (cpu_reconstruction.cpp).
+  // KVzip's scores of a job's entries, [layer][KV head][entry] flattened: kvzip_reconstruction()
+  // of its entries, in chunks of recipe->reconstruction_chunk (cpu_reconstruction.cpp).
   Status reconstruction_scores(const CompressionJob& job, std::vector<float>* scores);
   // Runs fn(t) for every token row; on the pool only for long prefills (row work is cheap).
   void for_rows(int num_tokens, const std::function<void(int)>& fn);
