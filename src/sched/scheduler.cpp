@@ -204,8 +204,11 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
   // Waiting requests, FCFS. After a preemption the cache is tight: admitting now would only
   // take blocks the preempted requests need to come back.
   if (out.preempted.size() == preempted_before) {
-    int reserved = config_.reserve_bounded_kv ? reserved_growth() : 0;
+    // Computed at the first waiting request that may be admitted: it walks every running
+    // request's groups, and most steps (everything admitted, or no room) admit nothing.
+    int reserved = -1;
     while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
+      if (reserved < 0) reserved = config_.reserve_bounded_kv ? reserved_growth() : 0;
       Request* request = waiting_.front();
       const int num_tokens = request->num_tokens();
       // Under prefill chunk compression the prompt never holds more than its threshold plus a chunk.
@@ -400,6 +403,7 @@ int Scheduler::peak_blocks(const Request& request) const {
 }
 
 int Scheduler::newly_shared_blocks(const Request& request) const {
+  if (!kv_->blocks_may_be_shared()) return 0;
   int n = 0;
   for (size_t g = 0; g < request.kv.groups.size(); ++g)
     for (BlockId block : request.kv.groups[g].blocks) n += kv_->ref_count(block, static_cast<int>(g)) == 2 ? 1 : 0;
@@ -411,6 +415,7 @@ int Scheduler::fresh_targets_ahead(const Request& request) const {
   // After its first compaction a request's table is its own (never registered in the prefix
   // cache again, so nobody shares it) and this counts 0. Block eviction moves nothing: shared
   // prefix blocks stay in the table, and dropping one needs a fresh block for the next tokens.
+  if (!kv_->blocks_may_be_shared()) return 0;  // reserved_growth() asks for every running request
   int shared = 0;
   for (size_t g = 0; g < request.kv.groups.size(); ++g) {
     const std::vector<BlockId>& blocks = request.kv.groups[g].blocks;
