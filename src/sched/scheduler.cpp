@@ -39,6 +39,12 @@ bool reserves_peak(const RequestCompression& c) {
   return c.trigger == CompressionTrigger::kPrefillEnd && c.chunk_threshold >= 0;
 }
 
+// Prefill-end compression: the end-of-prefill decision is taken and nothing it decided is still
+// pending or in flight, so no prompt chunk will ever be held again (until a preemption resets it).
+bool prompt_behind(const RequestCompression& c) {
+  return c.trigger == CompressionTrigger::kPrefillEnd && c.prefill_checked && !c.pending && !c.in_flight;
+}
+
 // Waits for its compression (pending or in flight) before it computes anything else.
 bool blocked_on_compression(const Request& request) {
   return request.compression.pending || request.compression.in_flight;
@@ -204,6 +210,8 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
   // Waiting requests, FCFS. After a preemption the cache is tight: admitting now would only
   // take blocks the preempted requests need to come back.
   if (out.preempted.size() == preempted_before) {
+    // Compressions started this step may have put prompts behind their requests.
+    for (Request* r : running_) shrink_reservation(r);
     // Computed at the first waiting request that may be admitted: it walks every running
     // request's groups, and most steps (everything admitted, or no room) admit nothing.
     int reserved = -1;
@@ -304,6 +312,7 @@ SchedulerUpdate Scheduler::update_from_output(const SchedulerOutput& output,
       update.num_evicted_entries += block ? kv_->layout().block_size : evicted_entries(*request);
       ++update.num_compressions;
       complete_compression(request, result.evicted_block);
+      shrink_reservation(request);
     } else {
       abort_compression(request);
       update.failed_compressions.push_back(request);
@@ -329,6 +338,7 @@ void Scheduler::advance(const SchedulerOutput& output) {
       request->compression.pending = true;
       ++due_now;
     }
+    shrink_reservation(request);
   }
 }
 
@@ -385,10 +395,24 @@ int Scheduler::group_peak_blocks(const Request& request, int group) const {
   // min(prompt, keep) and grows by the outputs (a recomputed request's prompt includes outputs
   // already generated, which only lowers that bound).
   const int keep = group_num_keep(c, group);
+  const int decode = std::min(request.num_prompt_tokens(), keep) + request.sampling.max_tokens;
+  if (prompt_behind(c)) {
+    // The prompt's chunks are behind it: it holds at most its keep and grows by the outputs. Its
+    // own blocks cover a group that never needed compressing.
+    const int held = static_cast<size_t>(group) < request.kv.groups.size()
+                         ? static_cast<int>(request.kv.groups[static_cast<size_t>(group)].blocks.size())
+                         : 0;
+    return std::max(held, std::min(final_blocks, kv_->blocks_needed(decode)));
+  }
   const int cached = c.compressed() ? 0 : request.num_cached_prefix_tokens;
   const int prefill = std::min(num_tokens, std::max(keep, cached + c.window) + chunk);
-  const int decode = std::min(request.num_prompt_tokens(), keep) + request.sampling.max_tokens;
   return std::min(final_blocks, kv_->blocks_needed(std::max(prefill, decode)));
+}
+
+void Scheduler::shrink_reservation(Request* request) const {
+  std::vector<int>& reserved = request->compression.reserved_blocks;
+  for (size_t g = 0; g < reserved.size(); ++g)
+    reserved[g] = std::min(reserved[g], group_peak_blocks(*request, static_cast<int>(g)));
 }
 
 int Scheduler::peak_blocks(const Request& request) const {

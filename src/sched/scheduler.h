@@ -170,9 +170,13 @@ class Scheduler {
   // One head group's share of peak_blocks() without fresh targets: cache-full, N_max (or the
   // prompt's blocks while a longer prompt is prefilled, or fewer if it finishes sooner), and once
   // compressed the group's own blocks; prefill-end compressed chunk by chunk (TANGRAM), the
-  // group's own keep plus one chunk while prefilling, then its keep plus the outputs. -1 if
-  // unbounded.
+  // group's own keep plus one chunk while prefilling, then (once the end-of-prefill decision is
+  // behind it) its keep plus the outputs. -1 if unbounded.
   int group_peak_blocks(const Request& request, int group) const;
+  // Lowers the request's recorded reservation to its peak from now on: a prompt compressed chunk
+  // by chunk needs its chunk's room only while the prompt is prefilled, and keeping that room
+  // reserved through decoding would cap the requests running at once for nothing.
+  void shrink_reservation(Request* request) const;
   // Fresh target blocks the request's next compression takes: one per block among its first
   // N_max that another request shares (compaction never writes a shared block, Figure 3).
   int fresh_targets_ahead(const Request& request) const;

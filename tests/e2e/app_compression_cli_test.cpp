@@ -19,7 +19,10 @@ TEST(CliCompression, PoliciesListsEveryPolicyWithOptions) {
   for (const auto& p : list) names.push_back(p["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"full", "streaming", "snapkv", "zipage", "zipage-attn", "zipage-global",
                                              "zipage-flash", "zipage-lightning", "knorm", "h2o", "tova",
-                                             "keydiff", "rkv", "pagedeviction", "kvllm", "fastkvzip", "kvzip"}));
+                                             "keydiff", "rkv", "pagedeviction", "kvllm", "fastkvzip", "kvzip",
+                                             "tangram"}));
+  EXPECT_TRUE(list[17]["needs_head_budgets"].get<bool>());
+  EXPECT_FALSE(list[3]["needs_head_budgets"].get<bool>());
   // The CPU-only needs are reported, so that GPU sweeps can leave those policies out.
   EXPECT_TRUE(list[15]["needs_gates"].get<bool>());
   EXPECT_FALSE(list[15]["needs_reconstruction"].get<bool>());

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "e2e/head_budgets_test_util.h"
 #include "engine_run_util.h"
 #include "engine/engine.h"
 #include "engine/head_budget_loader.h"
@@ -86,24 +87,6 @@ TEST(CudaHeadGroups, UniformBudgetsGiveTheOneGroupTokens) {
   }
 }
 
-// Heads 0 and 2 retain little (0.2, 0.3), heads 1 and 3 much (0.9, 0.8): clustered into the
-// non-adjacent groups {0, 2} (ratio 0.3 / 0.9) and {1, 3}.
-std::string write_head_budgets() {
-  auto mc = load_model_config(tiny_dir());
-  EXPECT_TRUE(mc.has_value());
-  HeadBudgets b;
-  b.model = model_identity(*mc);
-  b.scorer = "knorm";
-  b.samples = 1;
-  b.sample_tokens = {100};
-  b.ratios.assign(mc->num_layers, {0.2, 0.9, 0.3, 0.8});
-  b.mean = b.ratios;
-  b.stddev.assign(mc->num_layers, std::vector<double>(4, 0.0));
-  const std::string path = ::testing::TempDir() + "cuda_tiny_budgets.json";
-  EXPECT_TRUE(save_head_budgets(b, path).is_ok());
-  return path;
-}
-
 double mean_abs_diff(const RunResult& a, const RunResult& b) {
   double sum = 0;
   size_t n = 0;
@@ -152,7 +135,7 @@ void check_non_uniform(const std::vector<float>& ratios, const std::string& budg
 
 TEST(CudaHeadGroups, NonUniformRatiosMatchCpu) { check_non_uniform({0.25f, 1.0f}, ""); }
 
-TEST(CudaHeadGroups, CalibratedBudgetsWithNonAdjacentGroupsMatchCpu) { check_non_uniform({}, write_head_budgets()); }
+TEST(CudaHeadGroups, CalibratedBudgetsWithNonAdjacentGroupsMatchCpu) { check_non_uniform({}, testing::write_head_budgets("cuda_tiny_budgets.json")); }
 
 }  // namespace
 }  // namespace origami

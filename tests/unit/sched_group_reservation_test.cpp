@@ -203,6 +203,38 @@ TEST(SchedGroupReservation, AdmitsByEachGroupsOwnBudget) {
   for (Request* r : rs) EXPECT_EQ(r->output_token_ids.size(), 40u) << r->id;
 }
 
+// A long prompt with few outputs needs a chunk's room only while it is prefilled: prompt 80,
+// chunk 64, 4 outputs, keeps 16 and 64. Admission reserves per group blocks(min(80, 16 + 64)) =
+// 20 and blocks(min(80, 64 + 64)) = 20, 80 pages a request; once the prompt is compressed the
+// request needs blocks(16 + 4) = 5 and blocks(64 + 4) = 17, 44 pages, and the reservation shrinks
+// to that. With 130 usable pages a second request is admitted while the first decodes (86 free),
+// where holding the prefill reservation through decoding would run them one at a time (50 free).
+TEST(SchedGroupReservation, ReservationShrinksOnceThePromptIsCompressed) {
+  const std::vector<float> shares = {0.25f, 1.0f, 0.25f, 1.0f};
+  for (const bool async : {false, true}) {
+    GroupHarness h(131, config(8, 64));
+    h.async = async;
+    h.sched.set_compress_before_forward(!async);
+    std::vector<Request*> rs;
+    for (int i = 0; i < 4; ++i) rs.push_back(h.add(tokens(80, i), 4, tangram(40, shares, 4)));
+    h.step();
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    EXPECT_EQ(rs[0]->compression.reserved_blocks, (std::vector<int>{20, 20, 20, 20}));
+    bool shrunk = false;
+    while (h.sched.has_unfinished() && h.num_steps < 500) {
+      h.step();
+      ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "async " << async;
+      shrunk = shrunk || rs[0]->compression.reserved_blocks == std::vector<int>{5, 17, 5, 17};
+    }
+    h.run_to_completion();
+    ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "async " << async;
+    EXPECT_TRUE(shrunk) << "async " << async;
+    EXPECT_EQ(h.peak_running, 2u) << "async " << async;
+    EXPECT_EQ(h.num_preemptions, 0) << "async " << async;
+    for (Request* r : rs) EXPECT_EQ(r->output_token_ids.size(), 4u) << r->id;
+  }
+}
+
 // Randomized tiny pools: shares, prompts, outputs, chunk sizes, sync and async compression, with
 // and without prefix caching. No group ever exceeds its reservation, nothing is over-committed or
 // preempted, everything drains and every block returns; reservations equal the bound above
