@@ -122,14 +122,12 @@ int KVCacheManager::acquire_cached_prefix(KVSequence& request, int max_cached_to
 
 bool KVCacheManager::allocate_slots(KVSequence& request, int num_entries_after) {
   ensure_tables(request);
-  return grow_tables(request, std::vector<int>(request.kv.groups.size(), num_entries_after));
+  return grow_tables(request, num_entries_after, /*add=*/false);
 }
 
 bool KVCacheManager::append_slots(KVSequence& request, int num_new_entries) {
   ensure_tables(request);
-  std::vector<int> after;
-  for (const BlockTable& t : request.kv.groups) after.push_back(t.num_entries + num_new_entries);
-  return grow_tables(request, after);
+  return grow_tables(request, num_new_entries, /*add=*/true);
 }
 
 int KVCacheManager::blocks_to_append(const KVSequence& request, int num_new_entries) const {
@@ -146,24 +144,27 @@ int KVCacheManager::num_held_blocks(const KVSequence& request) const {
   return n;
 }
 
-bool KVCacheManager::grow_tables(KVSequence& request, const std::vector<int>& entries_after) {
-  ORIGAMI_CHECK(entries_after.size() == request.kv.groups.size());
+bool KVCacheManager::grow_tables(KVSequence& request, int num_entries, bool add) {
+  auto entries_after = [&](const BlockTable& table) { return add ? table.num_entries + num_entries : num_entries; };
   // Prepare: every group must be able to grow (groups sharing a pool together), or nothing changes.
-  std::vector<int> extra_per_pool(pools_.size(), 0);
+  // Every running request calls this each step, over all its groups: no allocation here.
+  extra_per_pool_.assign(pools_.size(), 0);
   for (size_t g = 0; g < request.kv.groups.size(); ++g) {
     const BlockTable& table = request.kv.groups[g];
-    ORIGAMI_CHECK(entries_after[g] >= table.num_entries);
-    const int extra = blocks_needed(entries_after[g]) - static_cast<int>(table.blocks.size());
-    extra_per_pool[static_cast<size_t>(pool_index(static_cast<int>(g)))] += std::max(extra, 0);
+    const int after = entries_after(table);
+    ORIGAMI_CHECK(after >= table.num_entries);
+    const int extra = blocks_needed(after) - static_cast<int>(table.blocks.size());
+    extra_per_pool_[static_cast<size_t>(pool_index(static_cast<int>(g)))] += std::max(extra, 0);
   }
   for (size_t p = 0; p < pools_.size(); ++p)
-    if (extra_per_pool[p] > pools_[p]->num_free_blocks()) return false;
+    if (extra_per_pool_[p] > pools_[p]->num_free_blocks()) return false;
   for (size_t g = 0; g < request.kv.groups.size(); ++g) {
     BlockTable& table = request.kv.groups[g];
-    const int extra = blocks_needed(entries_after[g]) - static_cast<int>(table.blocks.size());
+    const int after = entries_after(table);
+    const int extra = blocks_needed(after) - static_cast<int>(table.blocks.size());
     if (extra > 0) ORIGAMI_CHECK(pools_[pool_index(static_cast<int>(g))]->allocate(extra, &table.blocks));
     // The step being planned writes these entries; the backend reads the table as holding them.
-    table.num_entries = entries_after[g];
+    table.num_entries = after;
   }
   return true;
 }

@@ -71,6 +71,10 @@ class KVCacheManager {
   const KVLayout& layout() const { return layout_; }
   BlockPool& pool(int group = 0) { return *pools_[pool_index(group)]; }
   bool prefix_caching_enabled() const { return enable_prefix_caching_; }
+  // Whether a block can be in more than one table (ref_count > 1): only a prefix-cache hit takes a
+  // second reference (BlockPool::touch), so without prefix caching every block has one holder and
+  // counts of shared blocks are 0 without looking at any table.
+  bool blocks_may_be_shared() const { return enable_prefix_caching_; }
   // Blocks one group's table needs to hold `num_entries` entries.
   int blocks_needed(int num_entries) const;
   // Blocks that can be handed out at most to one group of a request (the pool minus the null
@@ -90,8 +94,11 @@ class KVCacheManager {
 
   int pool_index(int group) const { return layout_.shared_pool ? 0 : group; }
   void ensure_tables(KVSequence& request) const;
-  // Grows each group g's table to entries_after[g] entries; all-or-nothing.
-  bool grow_tables(KVSequence& request, const std::vector<int>& entries_after);
+  // Grows every group's table to `num_entries` entries, or with `add` by `num_entries` from its own
+  // count; all-or-nothing.
+  bool grow_tables(KVSequence& request, int num_entries, bool add);
+  // grow_tables' blocks per pool, kept to spare an allocation per request and step.
+  std::vector<int> extra_per_pool_;
   // The hash chain of group g starts from its own root, so each group's blocks are keyed apart
   // in a shared pool (group 0's root is the usual kRootBlockHash / entry 0).
   static BlockKey group_root(int group);

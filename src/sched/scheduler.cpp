@@ -210,10 +210,16 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
   // Waiting requests, FCFS. After a preemption the cache is tight: admitting now would only
   // take blocks the preempted requests need to come back.
   if (out.preempted.size() == preempted_before) {
-    // Compressions started this step may have put prompts behind their requests.
-    for (Request* r : running_) shrink_reservation(r);
-    int reserved = config_.reserve_bounded_kv ? reserved_growth() : 0;
+    // Compressions started this step may have put prompts behind their requests (those that
+    // switched to their compacted tables at once; the others do when they complete). Only they:
+    // shrink_reservation walks every head group, and no other running request's peak moved.
+    for (Request* r : out.compressions)
+      if (r->status == RequestStatus::kRunning) shrink_reservation(r);
+    // Computed at the first waiting request that may be admitted: it walks every running
+    // request's groups, and most steps (everything admitted, or no room) admit nothing.
+    int reserved = -1;
     while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
+      if (reserved < 0) reserved = config_.reserve_bounded_kv ? reserved_growth() : 0;
       Request* request = waiting_.front();
       const int num_tokens = request->num_tokens();
       // Under prefill chunk compression the prompt never holds more than its threshold plus a chunk.
@@ -326,6 +332,8 @@ void Scheduler::advance(const SchedulerOutput& output) {
   for (const ScheduledSequence& s : output.sequences) {
     Request* request = s.request;
     if (request->status != RequestStatus::kRunning) continue;  // finished or aborted meanwhile
+    const bool was_prefilling = request->is_prefilling();
+    const bool was_checked = request->compression.prefill_checked;
     request->num_computed_tokens += s.num_new_tokens;
     ORIGAMI_CHECK(request->num_computed_tokens <= request->num_tokens());
     kv_->cache_full_blocks(*request, request->num_computed_tokens);
@@ -335,7 +343,12 @@ void Scheduler::advance(const SchedulerOutput& output) {
       request->compression.pending = true;
       ++due_now;
     }
-    shrink_reservation(request);
+    // A request's peak drops only when its prompt ends or its trigger decides (a keep, a prompt
+    // left behind); otherwise it only grows with its tokens, and the walk over every head group
+    // (72 x 256 requests for the Qwen3-8B shape) would change nothing.
+    if (request->is_prefilling() != was_prefilling || request->compression.prefill_checked != was_checked ||
+        request->compression.pending)
+      shrink_reservation(request);
   }
 }
 
@@ -424,6 +437,7 @@ int Scheduler::peak_blocks(const Request& request) const {
 }
 
 int Scheduler::newly_shared_blocks(const Request& request) const {
+  if (!kv_->blocks_may_be_shared()) return 0;
   int n = 0;
   for (size_t g = 0; g < request.kv.groups.size(); ++g)
     for (BlockId block : request.kv.groups[g].blocks) n += kv_->ref_count(block, static_cast<int>(g)) == 2 ? 1 : 0;
@@ -435,6 +449,7 @@ int Scheduler::fresh_targets_ahead(const Request& request) const {
   // After its first compaction a request's table is its own (never registered in the prefix
   // cache again, so nobody shares it) and this counts 0. Block eviction moves nothing: shared
   // prefix blocks stay in the table, and dropping one needs a fresh block for the next tokens.
+  if (!kv_->blocks_may_be_shared()) return 0;  // reserved_growth() asks for every running request
   int shared = 0;
   for (size_t g = 0; g < request.kv.groups.size(); ++g) {
     const std::vector<BlockId>& blocks = request.kv.groups[g].blocks;

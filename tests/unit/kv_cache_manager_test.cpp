@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <vector>
 
@@ -227,6 +228,58 @@ TEST(KVCacheManager, AllGroupsGrowOrNone) {
   EXPECT_EQ(kv.acquire_cached_prefix(b), 12);
   EXPECT_EQ(b.kv.groups[0].blocks.size(), 3u);
   EXPECT_EQ(b.kv.groups[1].blocks.size(), 3u);
+}
+
+TEST(KVCacheManager, AppendGrowsEachGroupFromItsOwnLengthOrNone) {
+  KVLayout layout = small_layout(0);
+  layout.groups.clear();
+  layout.groups.push_back({{0}, {0, 1}, 9});
+  layout.groups.push_back({{1}, {0, 1}, 9});
+  layout.shared_pool = true;  // one pool of 8 usable pages for both groups
+  KVCacheManager kv(layout, false);
+  KVSequence a = make_request(1, iota_tokens(12, 0));
+  ASSERT_TRUE(kv.allocate_slots(a, 8));
+  // Non-uniform budgets: group 1 was compacted to 3 entries in one block (the manager's view).
+  const BlockId dropped = a.kv.groups[1].blocks.back();
+  a.kv.groups[1].blocks.pop_back();
+  a.kv.groups[1].num_entries = 3;
+  kv.release_blocks(std::vector<BlockId>{dropped});
+  ASSERT_TRUE(kv.append_slots(a, 2));
+  EXPECT_EQ(a.kv.groups[0].num_entries, 10);
+  EXPECT_EQ(a.kv.groups[1].num_entries, 5);
+  EXPECT_EQ(a.kv.groups[0].blocks.size(), 3u);
+  EXPECT_EQ(a.kv.groups[1].blocks.size(), 2u);
+  EXPECT_EQ(kv.blocks_to_append(a, 7), 2 + 1);
+  EXPECT_EQ(kv.num_free_blocks(), 3);
+  // 7 more: group 0 needs 2 blocks, group 1 needs 1; 3 are free.
+  ASSERT_TRUE(kv.append_slots(a, 7));
+  EXPECT_EQ(a.kv.groups[0].num_entries, 17);
+  EXPECT_EQ(a.kv.groups[1].num_entries, 12);
+  EXPECT_EQ(kv.num_free_blocks(), 0);
+  // Out of pages: nothing changes in any group.
+  EXPECT_FALSE(kv.append_slots(a, 4));
+  EXPECT_EQ(a.kv.groups[0].num_entries, 17);
+  EXPECT_EQ(a.kv.groups[1].num_entries, 12);
+  EXPECT_EQ(a.kv.groups[0].blocks.size(), 5u);
+  EXPECT_EQ(a.kv.groups[1].blocks.size(), 3u);
+}
+
+// The scheduler skips counting shared blocks when blocks_may_be_shared() is false: without prefix
+// caching, the same prompt twice must give every held block exactly one reference.
+TEST(KVCacheManager, OnlyPrefixHitsShareBlocks) {
+  for (const bool prefix_caching : {false, true}) {
+    KVCacheManager kv(small_layout(12), prefix_caching);
+    EXPECT_EQ(kv.blocks_may_be_shared(), prefix_caching);
+    KVSequence a = make_request(1, iota_tokens(10, 100));
+    KVSequence b = make_request(2, iota_tokens(10, 100));
+    admit_and_prefill(kv, a);
+    admit_and_prefill(kv, b);
+    ASSERT_TRUE(kv.append_slots(b, 3));
+    int max_refs = 0;
+    for (const KVSequence* r : {&a, &b})
+      for (BlockId block : blocks(*r)) max_refs = std::max(max_refs, kv.ref_count(block));
+    EXPECT_EQ(max_refs, prefix_caching ? 2 : 1) << "prefix caching " << prefix_caching;
+  }
 }
 
 TEST(KVCacheManager, AbandonedAdmissionIsUndone) {
