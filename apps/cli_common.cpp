@@ -124,7 +124,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
                   "share of --kv-budget (the largest group's, or the average per head for --kv-policy tangram; CPU "
                   "and CUDA; --heads-per-group default 4)");
   cmd->add_option("--kv-gates", c.kv_gates,
-                  "Fast KVzip gate weights (`origami train-gates`) for the fastkvzip policy (CPU)");
+                  "Fast KVzip gate weights (`origami train-gates`) for the fastkvzip policy (CPU and CUDA); "
+                  "`random` with --dummy-weights: random gates of the model's shape (benchmarks)");
   // KV compression (`origami policies` lists the policies and their options).
   cmd->add_option("--kv-policy", c.kv_policy, "KV compression policy of requests that name none (see `origami policies`)")
       ->capture_default_str();

@@ -65,7 +65,7 @@ class Backend {
   // also gets its gate score in the global-score pages F (configure_compression with
   // global_scores first), which policies whose recipe has gate_scores select by.
   virtual Status load_gates(const gates::GateWeights& gates) {
-    return invalid_argument(name() + " backend: Fast KVzip gates are not supported yet (CPU backend only)");
+    return invalid_argument(name() + " backend: Fast KVzip gates are not supported by this backend");
   }
   // Whether compression jobs whose recipe has reconstruction_scores (KVzip) are run: the backend
   // runs the model on the job's reconstruction tokens after its entries and selects by the result.

@@ -195,7 +195,15 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
       return invalid_argument("--kv-gates " + config.kv_gates +
                               ": gate scores live in the global-score pages, which this engine did not allocate "
                               "(compression off, or a default policy that needs none: use --kv-policy fastkvzip)");
-    Expected<gates::GateWeights> gate_weights = gates::load_gates(config.kv_gates, mc);
+    // "random": the reference initialization (gates::init_gates), seeded like the dummy weights,
+    // so that benchmarks of model shapes without trained gates measure the gate's cost.
+    const bool random_gates = config.kv_gates == kRandomKvGates;
+    if (random_gates && !config.dummy_weights)
+      return invalid_argument("--kv-gates random goes with --dummy-weights only (benchmarks); give a gates file "
+                              "(`origami train-gates`)");
+    Expected<gates::GateWeights> gate_weights =
+        random_gates ? Expected<gates::GateWeights>(gates::init_gates(gates::gate_shape_for(mc), config.seed + 2))
+                     : gates::load_gates(config.kv_gates, mc);
     if (!gate_weights) return invalid_argument("--kv-gates: " + gate_weights.status().message());
     Status st = engine->backend_->load_gates(*gate_weights);
     if (!st.is_ok()) return invalid_argument("--kv-gates " + config.kv_gates + ": " + st.message());

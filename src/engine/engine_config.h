@@ -9,6 +9,9 @@
 
 namespace origami {
 
+// EngineConfig::kv_gates value for random gates (with dummy_weights only).
+inline constexpr const char* kRandomKvGates = "random";
+
 struct EngineConfig {
   std::string model_dir;
   std::string tokenizer_dir;  // defaults to model_dir
@@ -40,7 +43,8 @@ struct EngineConfig {
   // budget is what the most-retaining group keeps. Excludes group_budget_ratios.
   std::string kv_head_budgets;
   // Fast KVzip gate weights (`origami train-gates`; gates/gate_weights.h), checked against the
-  // model: the backend scores every KV entry it writes, for the `fastkvzip` policy. CPU only.
+  // model: the backend scores every KV entry it writes, for the `fastkvzip` policy (CPU and CUDA
+  // backends). kRandomKvGates with dummy_weights: random gates of the model's shape (benchmarks).
   std::string kv_gates;
 
   int max_num_seqs = 256;

@@ -64,7 +64,7 @@ Expected<RequestCompression> resolve_request_compression(const EngineConfig& con
                             "does not run (" + support.backend + " backend; it needs the CPU backend and one head group)");
   if (needs.gate_scores && !support.gate_scores)
     return invalid_argument("KV policy " + name + " scores entries with Fast KVzip gates, which this engine has not "
-                            "loaded: start it with --kv-gates FILE (`origami train-gates`; CPU backend only for now)");
+                            "loaded: start it with --kv-gates FILE (`origami train-gates`)");
   c.window = needs.window_queries ? needs.window : 0;
   if (c.trigger == CompressionTrigger::kCacheFull) {
     c.max_blocks = max_blocks_for_budget(c.budget, support.block_size);

@@ -36,6 +36,16 @@ GateShape gate_shape_for(const ModelConfig& config, int rank, int num_sinks) {
   return s;
 }
 
+Status check_gate_shape(const GateWeights& g, const ModelConfig& config) {
+  if (g.shape == gate_shape_for(config, g.shape.rank, g.shape.num_sinks) &&
+      static_cast<int>(g.layers.size()) == config.num_layers)
+    return Status::ok();
+  return invalid_argument("the gates' shape (" + std::to_string(g.shape.num_layers) + " layers, " +
+                          std::to_string(g.shape.num_kv_heads) + " KV heads, group " +
+                          std::to_string(g.shape.group_size) + ", hidden " + std::to_string(g.shape.hidden_size) +
+                          ") does not match the model");
+}
+
 // One list for the mutable and the const view, so that the names and order exist once.
 template <class Layer, class Vec>
 std::vector<std::pair<const char*, Vec*>> layer_tensors(Layer& l) {

@@ -64,6 +64,10 @@ struct GateWeights {
 // The shape of each tensor of a layer, by name.
 std::vector<int64_t> gate_tensor_shape(const GateShape& shape, const std::string& name);
 
+// Whether `gates` fit `config` (layers, KV heads, group, hidden size; one layer of weights per
+// model layer), as every backend's load_gates checks; the error spells out the gates' shape.
+Status check_gate_shape(const GateWeights& gates, const ModelConfig& config);
+
 // A layer of zeros of the right sizes.
 GateLayer zero_gate_layer(const GateShape& shape);
 // The reference initialization: projections uniform in +-1/sqrt(D) (torch's Linear default),

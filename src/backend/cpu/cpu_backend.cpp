@@ -196,12 +196,8 @@ void CpuBackend::capture_queries(int layer_idx, const ForwardBatch& batch) {
 
 Status CpuBackend::load_gates(const gates::GateWeights& g) {
   if (!loaded_) return invalid_argument("cpu backend: load_gates() before load()");
-  if (!(g.shape == gates::gate_shape_for(config_, g.shape.rank, g.shape.num_sinks)) ||
-      static_cast<int>(g.layers.size()) != config_.num_layers)
-    return invalid_argument("cpu backend: the gates' shape (" + std::to_string(g.shape.num_layers) + " layers, " +
-                            std::to_string(g.shape.num_kv_heads) + " KV heads, group " +
-                            std::to_string(g.shape.group_size) + ", hidden " + std::to_string(g.shape.hidden_size) +
-                            ") does not match the model");
+  if (Status st = gates::check_gate_shape(g, config_); !st.is_ok())
+    return invalid_argument("cpu backend: " + st.message());
   if (!kv_.has_global_scores())
     return invalid_argument("cpu backend: gate scores are written to the global-score pages; configure compression "
                             "with global scores before load_gates()");

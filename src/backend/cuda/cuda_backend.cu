@@ -348,6 +348,7 @@ Status CudaBackend::ensure_capacity(int tokens, int seqs, int pages) {
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&delta_, t * h * 2));
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&gate_up_, t * 2 * c.intermediate_size * 2));
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&act_, t * c.intermediate_size * 2));
+    if (gates_.loaded()) ORIGAMI_RETURN_IF_ERROR(gates_.reserve(next.tokens));
   }
   if (logits_ == nullptr) {
     const size_t shard = static_cast<size_t>(kLogitRows) * vocab_shard_ * sizeof(float);
@@ -544,6 +545,18 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
       wa.page_stride = kv_page_elems_;
     }
     ORIGAMI_CUDA_CHECK(write_kv_cache(wa, stream_));
+    if (gates_.loaded() && compressor_ != nullptr && compressor_->global_scores() != nullptr) {
+      // Each new entry's gate score, from the attention input, into F beside its K and V (the
+      // same slot tables as the KV write; head groups: one F page per group page).
+      GateScoreDestination gd;
+      gd.f = compressor_->global_scores() + (ragged_.empty() ? li * compressor_->score_layer_pitch() : 0);
+      gd.slot_mapping = wa.slot_mapping;
+      gd.head_table = wa.head_table;
+      gd.head_slot = wa.head_slot;
+      gd.page_heads = ragged_.empty() ? c.num_kv_heads : kv_layout_.heads_per_group();
+      gd.block_size = kv_layout_.block_size;
+      gates_.enqueue(li, normed_, num_tokens, gd, *gemm_, stream_);
+    }
     AttentionArgs aa;
     aa.shape = AttentionShape{num_seqs, num_tokens, c.num_heads, c.num_kv_heads, c.head_dim, kv_layout_.block_size};
     aa.softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
@@ -849,6 +862,21 @@ Status CudaBackend::configure_compression(const CompressionConfig& config) {
   const Status st = compressor_->configure(config, g);
   if (!st.is_ok()) compressor_.reset();
   return st;
+}
+
+Status CudaBackend::load_gates(const gates::GateWeights& g) {
+  if (!loaded_ || kv_pool_ == nullptr) return invalid_argument("cuda backend: load_gates() before load()");
+  if (tp_.size > 1)
+    return Status(ErrorCode::kUnimplemented, "cuda backend: Fast KVzip gates with tensor parallelism are not supported");
+  if (Status st = gates::check_gate_shape(g, config_); !st.is_ok())
+    return invalid_argument("cuda backend: " + st.message());
+  if (compressor_ == nullptr || compressor_->global_scores() == nullptr)
+    return invalid_argument("cuda backend: gate scores are written to the global-score pages; configure compression "
+                            "with global scores before load_gates()");
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  graphs_.clear();  // captured graphs have no gate launches
+  ORIGAMI_RETURN_IF_ERROR(gates_.load(g));
+  return gates_.reserve(cap_.tokens);
 }
 
 size_t CudaBackend::query_slot_bytes(int max_window) const {

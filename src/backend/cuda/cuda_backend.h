@@ -18,6 +18,7 @@
 #include "backend/cuda/paged_attention.h"
 #include "backend/cuda/ragged_heads.h"
 #include "backend/cuda/sampling_kernels.h"
+#include "backend/cuda/sink_gate.h"
 
 namespace origami::cuda {
 
@@ -55,6 +56,9 @@ class CudaBackend : public Backend {
   Status configure_compression(const CompressionConfig& config) override;
   size_t query_slot_bytes(int max_window) const override;
   KVCompressor* compressor() override { return compressor_.get(); }
+  // Fast KVzip (sink_gate.h): from now on every layer's forward also writes each new entry's gate
+  // score into F (checked like the CPU backend's; compression with global scores configured first).
+  Status load_gates(const gates::GateWeights& gates) override;
 
   // Device storage, for tests: one layer's K or V [num_blocks, num_kv_heads, block_size, head_dim]
   // (head groups: the pool's K / V of page 0, pages [2, H_p, block_size, head_dim] apart),
@@ -178,6 +182,7 @@ class CudaBackend : public Backend {
   TopLogprob* dev_top_ = nullptr;
 
   std::unique_ptr<CudaCompressor> compressor_;  // null until configure_compression()
+  DeviceSinkGates gates_;                       // not loaded: no gate scores are written
   CompressionStepper compressions_;
 
   CudaGraphRunner graphs_;

@@ -44,7 +44,8 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
     CompressionJobDesc d;
     d.n = job.num_entries;
     d.num_keep = evict ? 0 : job.num_keep;  // a block eviction moves nothing
-    d.num_scored = job.num_scored_entries;
+    // Gate scores are written with every entry: all of a job's entries count as scored.
+    d.num_scored = r.gate_scores ? d.n : job.num_scored_entries;
     d.scorer = r.scorer;
     d.window = r.needs_queries() ? std::min(r.window, d.n) : 0;
     d.query_slot = r.needs_queries() ? job.query_slot : 0;

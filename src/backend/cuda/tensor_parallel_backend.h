@@ -66,6 +66,10 @@ class TensorParallelBackend : public Backend {
   Status configure_compression(const CompressionConfig& config) override;
   size_t query_slot_bytes(int max_window) const override;
   KVCompressor* compressor() override;
+  // Each rank would need its KV heads' share of the gates: not done.
+  Status load_gates(const gates::GateWeights&) override {
+    return Status(ErrorCode::kUnimplemented, "cuda backend: Fast KVzip gates with tensor parallelism are not supported");
+  }
 
   int size() const { return static_cast<int>(ranks_.size()); }
   CudaBackend& rank(int r) { return *ranks_[r]; }
