@@ -40,7 +40,7 @@ int run_policies(bool json) {
     if (p.compresses()) j["scorer"] = scorer_name(p.score_recipe().scorer);
     j["needs_queries"] = p.needs().window_queries;
     j["needs_global_scores"] = p.needs().global_scores;
-    j["needs_gates"] = p.needs().gate_scores;                // --kv-gates, CPU only
+    j["needs_gates"] = p.needs().gate_scores;                // --kv-gates (CPU and CUDA)
     j["needs_reconstruction"] = p.needs().reconstruction;    // CPU only
     j["default_budget"] = p.takes_budget() ? p.default_budget() : 0;  // 0: takes no budget
     j["budget_split"] = budget_split_name(p.budget_split());
@@ -68,7 +68,7 @@ int run_policies(bool json) {
     if (j["default_budget"].get<int>() > 0) std::printf("; default budget %d tokens", j["default_budget"].get<int>());
     if (j["needs_queries"].get<bool>()) std::printf("; uses query slots");
     if (j["needs_global_scores"].get<bool>()) std::printf("; uses global scores");
-    if (j["needs_gates"].get<bool>()) std::printf("; needs --kv-gates (CPU)");
+    if (j["needs_gates"].get<bool>()) std::printf("; needs --kv-gates");
     if (j["needs_reconstruction"].get<bool>()) std::printf("; runs a reconstruction pass (CPU)");
     std::printf("\n");
     for (const nlohmann::json& o : j["options"])
