@@ -12,7 +12,10 @@
 #             block 256; full KV next to each COMPRESS_RUNS entry (policy:budget:async|sync[:groups],
 #             groups = hpN for --heads-per-group N with uniform budgets, or budgets for a synthetic
 #             --kv-head-budgets file, scripts/make_synthetic_head_budgets.py, ratios uniform in
-#             [0.1, 0.6]; scripts/gpu_head_budgets.sh runs the full comparison)
+#             [0.1, 0.6]; scripts/gpu_head_budgets.sh runs the full comparison); fastkvzip runs
+#             with --kv-gates random (dummy weights have no trained gates)
+#   gates     the cost of Fast KVzip's gates at the Qwen3-8B shape (cuda_gate_bench_test: the gates
+#             alone, decode steps and prefill chunks with and without them)
 #   fidelity  `origami eval` sweeps on origami-tiny-qwen3: scripts/gpu_fidelity.sh (every registered
 #             policy, retrieval prefill / context / stream, perplexity, blocks 16 and 256)
 #   ragged    head groups (TANGRAM ragged paging): the kernel and engine tests of the CUDA head
@@ -49,6 +52,7 @@ RESULT[0_device]="$GPU_DEVICE"
 targets=()
 if ! has quick; then  # only what the chosen modes run
   { has roofline || has profile; } && targets+=(cuda_decode_bench_test)
+  has gates && targets+=(cuda_gate_bench_test)
   { has bench || has compress || has fidelity || has tune; } && targets+=(origami_cli)
   has ragged && targets+=(attention_ragged_test engine_cuda_head_groups_test)
 fi
@@ -185,6 +189,7 @@ if has compress; then
         flags+=(--kv-head-budgets /tmp/qwen3-8b_synthetic_budgets.json) ;;
     esac
     if [ "$pol" = full ]; then flags+=(--query-slots -1); else flags+=(--kv-budget "$budget"); fi
+    [ "$pol" = fastkvzip ] && flags+=(--kv-gates random)
     [ "$mode" = sync ] && flags+=(--no-async-compression)
     t0=$(date +%s)
     echo "==== qwen3-8b prompts=${wl[0]} in=${wl[1]} out=${wl[2]} block=256 $run" >> "$OUT/compress.log"
@@ -197,6 +202,14 @@ if has compress; then
     RESULT["8_compress_$run"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(gpu_bench_summary /tmp/compress.json)"
   done
   grep -E "^====|error" "$OUT/compress.log"
+fi
+
+# ---------------------------------------------------------------- gates: Fast KVzip gate cost
+if has gates; then
+  t0=$(date +%s)
+  ORIGAMI_CUDA_BENCH=1 timeout 300 "$BUILD/tests/cuda_gate_bench_test" > "$OUT/gates.log" 2>&1
+  RESULT[8_gates]="rc=$? ($(( $(date +%s) - t0 ))s)"
+  grep -E "^GATE|Failure|error" "$OUT/gates.log"
 fi
 
 # ---------------------------------------------------------------- fidelity: eval sweeps, tiny model

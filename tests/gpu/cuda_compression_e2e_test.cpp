@@ -22,6 +22,7 @@
 #include "cuda_test_util.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "gates/gate_weights.h"
 #include "policy/policy_registry.h"
 
 namespace origami::cuda {
@@ -115,8 +116,9 @@ std::vector<int> kept_from_copies(const std::vector<float>& before, const std::v
 
 // The oracle for one (layer l, KV head h) of `job` on the tiny model's cache: the CPU pipeline
 // (compression_ops.h) run on the GPU's snapshot before compression (keys gk_l, values gv_l of
-// layer l, query cache gq), then whether the GPU's compaction (got_k, got_v of layer l; F of
-// every layer in gf) moved exactly the entries it keeps. Only meaningful when `decided`: the
+// layer l, query cache gq; F of every layer before it, f_before, which gate recipes select by),
+// then whether the GPU's compaction (got_k, got_v of layer l; F of every layer in gf) moved
+// exactly the entries it keeps. Only meaningful when `decided`: the
 // CPU's k-th and (k+1)-th scores are further apart than rounding could move them.
 struct OracleRow {
   bool decided = false;
@@ -126,7 +128,7 @@ struct OracleRow {
 OracleRow check_row_against_oracle(const ModelConfig& mc, const std::vector<float>& gk_l, const std::vector<float>& gv_l,
                                    const std::vector<float>& gq, const std::vector<float>& got_k,
                                    const std::vector<float>& got_v, const std::vector<float>& gf,
-                                   const CompressionJob& job, int l, int h) {
+                                   const std::vector<float>& f_before, const CompressionJob& job, int l, int h) {
   const int H = mc.num_kv_heads, Hq = mc.num_heads, d = mc.head_dim, G = Hq / H;
   const size_t block_stride = static_cast<size_t>(H) * kBlockSize * d;
   const ScoreRecipe& recipe = *job.recipe;
@@ -149,8 +151,12 @@ OracleRow check_row_against_oracle(const ModelConfig& mc, const std::vector<floa
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> scores(n), f(n, 0.0f);
-  cpu::score_head(recipe, keys.data(), n, d, wq.empty() ? nullptr : wq.data(), G, scale, kBlockSize, f.data(), 0, true,
-                  scores.data(), k, values.data());
+  // Gate recipes: the backend wrote every entry's F (as the CPU compressor, all count as scored).
+  const int num_scored = recipe.gate_scores ? n : 0;
+  for (int e = 0; e < num_scored; ++e)
+    f[e] = f_before[((static_cast<size_t>(l) * kNumBlocks + src[e / kBlockSize]) * H + h) * kBlockSize + e % kBlockSize];
+  cpu::score_head(recipe, keys.data(), n, d, wq.empty() ? nullptr : wq.data(), G, scale, kBlockSize, f.data(),
+                  num_scored, true, scores.data(), k, values.data());
   std::vector<int32_t> keep(k);
   cpu::select_keep(scores.data(), n, k, keep.data());
   // Decided cut?
@@ -175,6 +181,42 @@ OracleRow check_row_against_oracle(const ModelConfig& mc, const std::vector<floa
     }
   }
   return out;
+}
+
+// The shipped origami-tiny-qwen3 gates into both backends (compression configured first).
+void load_tiny_gates(const ModelConfig& mc, CudaBackend& gpu, CpuBackend& cpu) {
+  auto gates = gates::load_gates(std::string(ORIGAMI_SOURCE_DIR) + "/assets/gates/origami-tiny-qwen3.safetensors", mc);
+  ASSERT_TRUE(gates.has_value()) << gates.status().to_string();
+  Status st = gpu.load_gates(*gates);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  ASSERT_TRUE(cpu.load_gates(*gates).is_ok());
+}
+
+// The gate scores the GPU wrote into F (gf: every layer, [L, kNumBlocks, H, kBlockSize]) for every
+// entry of `seqs` (prefill eager, decode from graphs) against the CPU backend's, which ran the
+// same steps in fp32: within the bf16 model's noise (2e-2 for its queries).
+void expect_gate_scores_match_cpu(const ModelConfig& mc, const std::vector<float>& gf, CpuBackend& cpu,
+                                  const std::vector<const Seq*>& seqs) {
+  const int L = mc.num_layers, H = mc.num_kv_heads;
+  std::vector<float> got, want;
+  double max_diff = 0.0;
+  for (const Seq* s : seqs)
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h) {
+        const cpu::HeadPages pages = cpu.kv_cache().head(l, h);
+        ASSERT_NE(pages.f, nullptr);
+        for (int e = 0; e < s->num_entries; ++e) {
+          const BlockId b = s->blocks[e / kBlockSize];
+          got.push_back(gf[((static_cast<size_t>(l) * kNumBlocks + b) * H + h) * kBlockSize + e % kBlockSize]);
+          want.push_back(pages.f[static_cast<size_t>(b) * pages.f_block_stride + e % kBlockSize]);
+          max_diff = std::max(max_diff, std::fabs(static_cast<double>(got.back()) - want.back()));
+        }
+      }
+  const double err = rel_err(got, want);
+  std::printf("[tiny-qwen3] gate scores in F, GPU vs CPU backend: %zu entries, rel err %.3e, max |diff| %.3e\n",
+              got.size(), err, max_diff);
+  EXPECT_LT(err, 5e-2);
+  EXPECT_LT(max_diff, 0.1);
 }
 
 TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
@@ -202,6 +244,8 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
   Status st = gpu.configure_compression(cc);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   ASSERT_TRUE(cpu.configure_compression(cc).is_ok());
+  // Fast KVzip gates on both: every entry written gets its gate score in F (fastkvzip below).
+  load_tiny_gates(mc, gpu, cpu);
   EXPECT_EQ(gpu.query_slot_bytes(kWindow), static_cast<size_t>(L) * kWindow * Hq * d * 2);
   {
     // A query slot outside the configured ones is the caller's error, named.
@@ -267,6 +311,9 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
     gv[l] = download_bf16(gpu.v_cache(l), layer_elems);
     ck[l].assign(cpu.kv_cache().keys(l), cpu.kv_cache().keys(l) + layer_elems);
   }
+  std::vector<float> gf0(static_cast<size_t>(L) * kNumBlocks * H * kBlockSize);
+  ORIGAMI_CUDA_CHECK(cudaMemcpy(gf0.data(), gpu.global_scores(), gf0.size() * 4, cudaMemcpyDeviceToHost));
+  expect_gate_scores_match_cpu(mc, gf0, cpu, {&seqs[0], &seqs[1], &seqs[2]});
 
   // Jobs: keep 64 of each request's entries in its first 4 pages, the first replaced by a fresh
   // page (as for a shared prefix page).
@@ -327,7 +374,7 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
     for (int i = 0; i < 2; ++i) {
       const int n = seqs[i].num_entries;
       for (int h = 0; h < H; ++h) {
-        const OracleRow row = check_row_against_oracle(mc, gk[l], gv[l], gq, got_k, got_v, gf, jobs[i], l, h);
+        const OracleRow row = check_row_against_oracle(mc, gk[l], gv[l], gq, got_k, got_v, gf, gf0, jobs[i], l, h);
         const std::vector<int> gpu_kept = kept_from_copies(gk[l], got_k, n, k, src[i], dst[i], block_stride, h, d);
         const std::vector<int> cpu_kept = kept_from_copies(ck[l], cpu_k_after, n, k, src[i], dst[i], block_stride, h, d);
         int common = 0;
@@ -375,9 +422,12 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
     auto policy = PolicyRegistry::builtin().create(info.name);
     ASSERT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
     if (!(*policy)->compresses()) continue;
-    // Not ported to CUDA yet (gate / reconstruction scores): the CUDA engine refuses them.
-    if ((*policy)->needs().gate_scores || (*policy)->needs().reconstruction) continue;
+    // KVzip's reconstruction scores are not ported to CUDA: the CUDA engine refuses kvzip.
+    if ((*policy)->needs().reconstruction) continue;
     ScoreRecipe recipe = (*policy)->score_recipe();
+    // fastkvzip selects by the gate scores in F (the snapshot's); its protected window (128) would
+    // keep every entry of these short requests, so it is cut like the query windows.
+    if (recipe.gate_scores) recipe.window = std::min(recipe.window, kWindow);
     // A sliding window (kara) decides its own kept count (all before the window, a share of it,
     // its buffer), not this test's fixed k, and its window (768) does not fit this query cache:
     // cuda_compression_test (EveryRegisteredPolicyMatchesCpu) covers it with its own count.
@@ -389,6 +439,8 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
       ORIGAMI_CUDA_CHECK(cudaMemcpy(const_cast<__nv_bfloat16*>(gpu.v_cache(l)), to_device_bf16(gv[l]).data(),
                                     layer_elems * 2, cudaMemcpyHostToDevice));
     }
+    ORIGAMI_CUDA_CHECK(
+        cudaMemcpy(const_cast<float*>(gpu.global_scores()), gf0.data(), gf0.size() * 4, cudaMemcpyHostToDevice));
     std::vector<CompressionJob> policy_jobs = jobs;  // the same entries, tables and slots
     for (CompressionJob& j : policy_jobs) j.recipe = &recipe;
     st = gpu.compressor()->begin(policy_jobs);
@@ -403,7 +455,7 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
       const std::vector<float> got_v = download_bf16(gpu.v_cache(l), layer_elems);
       for (int i = 0; i < 2; ++i)
         for (int h = 0; h < H; ++h) {
-          const OracleRow row = check_row_against_oracle(mc, gk[l], gv[l], gq, got_k, got_v, gf, policy_jobs[i], l, h);
+          const OracleRow row = check_row_against_oracle(mc, gk[l], gv[l], gq, got_k, got_v, gf, gf0, policy_jobs[i], l, h);
           if (!row.decided) {
             ++policy_undecided;
             continue;
@@ -420,6 +472,110 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
     EXPECT_GE(policy_compared, rows / 6) << info.name;
     EXPECT_LT(policy_f_err, 1e-2) << info.name;
   }
+}
+
+// fastkvzip end to end on the tiny model: both backends run the shipped gates as they write the
+// entries (prefill eager, decode from graphs), then compress two requests to 64 entries with the
+// policy's recipe; the GPU keeps the CPU backend's (fp32 model, fp32 gates) entries but for
+// near-ties of the bf16 model's gate scores at the cut.
+TEST(CudaCompressionE2E, FastKVzipKeepsTheCpuBackendsEntries) {
+  const std::string dir = shared_dir() + "/models/origami-tiny-qwen3";
+  auto config = load_model_config(dir);
+  ASSERT_TRUE(config.has_value()) << config.status().to_string();
+  auto weights = load_model_weights(dir, *config);
+  ASSERT_TRUE(weights.has_value()) << weights.status().to_string();
+  const ModelConfig& mc = *config;
+  const int L = mc.num_layers, H = mc.num_kv_heads, d = mc.head_dim;
+  BackendOptions opt;
+  CudaBackend gpu(opt);
+  CpuBackend cpu(opt);
+  ASSERT_TRUE(gpu.load(mc, *weights).is_ok());
+  ASSERT_TRUE(cpu.load(mc, *weights).is_ok());
+  ASSERT_TRUE(gpu.allocate_kv_cache(KVLayout::full(L, H, d, kBlockSize, kNumBlocks, DType::kBF16)).is_ok());
+  ASSERT_TRUE(cpu.allocate_kv_cache(KVLayout::full(L, H, d, kBlockSize, kNumBlocks, DType::kF32)).is_ok());
+  CompressionConfig cc;
+  cc.num_query_slots = kSlots;
+  cc.max_window = kWindow;
+  cc.global_scores = true;
+  ASSERT_TRUE(gpu.configure_compression(cc).is_ok());
+  ASSERT_TRUE(cpu.configure_compression(cc).is_ok());
+  {
+    // Gates of another shape are refused with the CPU backend's message.
+    ModelConfig other = mc;
+    other.num_layers = mc.num_layers + 1;
+    const Status e = gpu.load_gates(gates::init_gates(gates::gate_shape_for(other), 1));
+    EXPECT_NE(e.message().find("does not match the model"), std::string::npos) << e.to_string();
+  }
+  load_tiny_gates(mc, gpu, cpu);
+
+  std::mt19937 rng(5);
+  std::vector<Seq> seqs(2);
+  const int prompt_len[] = {170, 120};
+  BlockId next = 1;
+  for (int i = 0; i < 2; ++i) {
+    for (int t = 0; t < prompt_len[i]; ++t) seqs[i].tokens.push_back(static_cast<int32_t>(rng() % mc.vocab_size));
+    for (int p = 0; p < (prompt_len[i] + 24 + kBlockSize - 1) / kBlockSize; ++p) seqs[i].blocks.push_back(next++);
+  }
+  step(gpu, cpu, {&seqs[0], &seqs[1]});
+  for (int s = 0; s < 12; ++s) step(gpu, cpu, {&seqs[0], &seqs[1]});
+  EXPECT_GT(gpu.num_graph_steps(), 0);
+  std::vector<float> gf(static_cast<size_t>(L) * kNumBlocks * H * kBlockSize);
+  ORIGAMI_CUDA_CHECK(cudaMemcpy(gf.data(), gpu.global_scores(), gf.size() * 4, cudaMemcpyDeviceToHost));
+  expect_gate_scores_match_cpu(mc, gf, cpu, {&seqs[0], &seqs[1]});
+
+  auto policy = PolicyRegistry::builtin().create("fastkvzip", {{"window", "16"}});
+  ASSERT_TRUE(policy.has_value()) << policy.status().to_string();
+  const ScoreRecipe recipe = (*policy)->score_recipe();
+  const int k = 64;
+  const size_t block_stride = static_cast<size_t>(H) * kBlockSize * d, layer_elems = block_stride * kNumBlocks;
+  std::vector<std::vector<float>> gk(L), ck(L);
+  for (int l = 0; l < L; ++l) {
+    gk[l] = download_bf16(gpu.k_cache(l), layer_elems);
+    ck[l].assign(cpu.kv_cache().keys(l), cpu.kv_cache().keys(l) + layer_elems);
+  }
+  std::vector<std::vector<BlockId>> src(2), dst(2);
+  std::vector<CompressionJob> jobs(2);
+  for (int i = 0; i < 2; ++i) {
+    const int n = seqs[i].num_entries;
+    src[i].assign(seqs[i].blocks.begin(), seqs[i].blocks.begin() + (n + kBlockSize - 1) / kBlockSize);
+    dst[i].assign(src[i].begin(), src[i].begin() + k / kBlockSize);
+    jobs[i].request_id = i;
+    jobs[i].src_blocks = &src[i];
+    jobs[i].dst_blocks = &dst[i];
+    jobs[i].num_entries = n;
+    jobs[i].num_keep = k;
+    jobs[i].num_scored_entries = 0;  // the gate recipe counts every entry as scored regardless
+    jobs[i].first_compression = true;
+    jobs[i].recipe = &recipe;
+  }
+  Status st = gpu.compressor()->begin(jobs);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  ASSERT_TRUE(gpu.compressor()->wait().is_ok());
+  st = cpu.compressor()->begin(jobs);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  ASSERT_TRUE(cpu.compressor()->wait().is_ok());
+  double overlap_sum = 0.0, worst = 1.0;
+  int rows = 0;
+  for (int l = 0; l < L; ++l) {
+    const std::vector<float> got_k = download_bf16(gpu.k_cache(l), layer_elems);
+    const std::vector<float> cpu_k(cpu.kv_cache().keys(l), cpu.kv_cache().keys(l) + layer_elems);
+    for (int i = 0; i < 2; ++i)
+      for (int h = 0; h < H; ++h) {
+        const int n = seqs[i].num_entries;
+        const std::vector<int> g = kept_from_copies(gk[l], got_k, n, k, src[i], dst[i], block_stride, h, d);
+        const std::vector<int> c = kept_from_copies(ck[l], cpu_k, n, k, src[i], dst[i], block_stride, h, d);
+        int common = 0;
+        for (int x : g) common += x >= 0 && std::find(c.begin(), c.end(), x) != c.end();
+        const double overlap = static_cast<double>(common) / k;
+        overlap_sum += overlap;
+        worst = std::min(worst, overlap);
+        ++rows;
+      }
+  }
+  std::printf("[tiny-qwen3] fastkvzip kept sets, GPU vs CPU backend: mean overlap %.3f, worst row %.3f (%d rows)\n",
+              overlap_sum / rows, worst, rows);
+  EXPECT_GE(overlap_sum / rows, 0.9);
+  EXPECT_GE(worst, 0.75);
 }
 
 }  // namespace

@@ -182,10 +182,12 @@ CpuRow cpu_score_row(const HostCache& c, const CompressionJob& job, int l, int h
   }
   CpuRow out;
   out.new_f.assign(n, 0.0f);
-  for (int e = 0; e < job.num_scored_entries; ++e) out.new_f[e] = c.f[c.f_at(l, src[e / bs], h, e % bs)];
+  // Gate scores (fastkvzip) are written with every entry: the CPU compressor counts all as scored.
+  const int num_scored = r.gate_scores ? n : job.num_scored_entries;
+  for (int e = 0; e < num_scored; ++e) out.new_f[e] = c.f[c.f_at(l, src[e / bs], h, e % bs)];
   out.final_scores.resize(n);
   cpu::score_head(r, keys.data(), n, d, wq.empty() ? nullptr : wq.data(), c.G, 1.0f / std::sqrt(static_cast<float>(d)),
-                  bs, r.global_decay > 0.0f ? out.new_f.data() : nullptr, job.num_scored_entries,
+                  bs, r.global_decay > 0.0f ? out.new_f.data() : nullptr, num_scored,
                   job.first_compression, out.final_scores.data(), job.num_keep, values.data());
   return out;
 }
@@ -466,9 +468,9 @@ std::vector<std::pair<std::string, ScoreRecipe>> registered_recipes() {
   for (const PolicyInfo& info : PolicyRegistry::builtin().policies()) {
     auto policy = PolicyRegistry::builtin().create(info.name);
     EXPECT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
-    // Scores the CPU backend provides per entry (Fast KVzip's gates, KVzip's reconstruction) are
-    // not ported to CUDA yet; the CUDA engine refuses those policies (docs/policies.md).
-    if (policy && ((*policy)->needs().gate_scores || (*policy)->needs().reconstruction)) continue;
+    // KVzip's reconstruction scores are not ported to CUDA; the CUDA engine refuses kvzip
+    // (docs/policies.md). fastkvzip selects by F, which make_cache fills with random scores.
+    if (policy && (*policy)->needs().reconstruction) continue;
     if (policy && (*policy)->compresses()) out.emplace_back(info.name, (*policy)->score_recipe());
   }
   return out;

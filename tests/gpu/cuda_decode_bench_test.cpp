@@ -32,6 +32,9 @@
 namespace origami::cuda {
 namespace {
 
+using testing::graph_ms;
+using testing::median_ms;
+
 std::vector<int> env_list(const char* name, std::vector<int> fallback) {
   const char* v = std::getenv(name);
   if (v == nullptr || v[0] == '\0') return fallback;
@@ -40,44 +43,6 @@ std::vector<int> env_list(const char* name, std::vector<int> fallback) {
   std::string item;
   while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
   return out;
-}
-
-// Median over `iters` runs of `body`, timed with events on `stream` (ms).
-template <typename F>
-float median_ms(cudaStream_t stream, int iters, F&& body) {
-  cudaEvent_t a, b;
-  ORIGAMI_CUDA_CHECK(cudaEventCreate(&a));
-  ORIGAMI_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int i = 0; i < iters; ++i) {
-    ORIGAMI_CUDA_CHECK(cudaEventRecord(a, stream));
-    body(i);
-    ORIGAMI_CUDA_CHECK(cudaEventRecord(b, stream));
-    ORIGAMI_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    ORIGAMI_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-// Captures `record` (work on `stream`) once and returns the median replay time (ms).
-template <typename F>
-float graph_ms(cudaStream_t stream, int iters, F&& record) {
-  cudaGraph_t graph;
-  ORIGAMI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  record();
-  ORIGAMI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  ORIGAMI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 2; ++i) ORIGAMI_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  const float ms = median_ms(stream, iters, [&](int) { ORIGAMI_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return ms;
 }
 
 // Device-to-device copy bandwidth, bytes read + written (GB/s).

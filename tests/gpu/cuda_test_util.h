@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +33,44 @@ inline bool small_test_sizes() {
 }
 inline std::vector<int> test_sizes(std::initializer_list<int> full, std::initializer_list<int> small) {
   return small_test_sizes() ? std::vector<int>(small) : std::vector<int>(full);
+}
+
+// Median over `iters` runs of `body`, timed with events on `stream` (ms).
+template <typename F>
+float median_ms(cudaStream_t stream, int iters, F&& body) {
+  cudaEvent_t a, b;
+  ORIGAMI_CUDA_CHECK(cudaEventCreate(&a));
+  ORIGAMI_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < iters; ++i) {
+    ORIGAMI_CUDA_CHECK(cudaEventRecord(a, stream));
+    body(i);
+    ORIGAMI_CUDA_CHECK(cudaEventRecord(b, stream));
+    ORIGAMI_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    ORIGAMI_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Captures `record` (work on `stream`) once and returns the median replay time (ms).
+template <typename F>
+float graph_ms(cudaStream_t stream, int iters, F&& record) {
+  cudaGraph_t graph;
+  ORIGAMI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  record();
+  ORIGAMI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  ORIGAMI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) ORIGAMI_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  const float ms = median_ms(stream, iters, [&](int) { ORIGAMI_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return ms;
 }
 
 template <typename T>
