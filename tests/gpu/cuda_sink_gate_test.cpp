@@ -159,14 +159,12 @@ TEST(CudaSinkGate, ScoresLandInTheirSlots) {
     // Grouped: 2 tables of 2 heads each, heads {0, 2} and {1, 3} (non-adjacent), pages of 2 heads.
     const int tables = grouped ? 2 : 1, page_heads = grouped ? 2 : H;
     const std::vector<int32_t> head_table = {0, 1, 0, 1}, head_slot = {0, 0, 1, 1};
-    // Distinct slots per table (a shuffled range), every 5th token skipped.
+    // Distinct slots over all tables (the groups' pages are their own), every 5th token skipped.
+    std::vector<int32_t> all(num_blocks * bs);
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
+    std::shuffle(all.begin(), all.end(), rng);
     std::vector<int32_t> slots(static_cast<size_t>(tables) * rows);
-    for (int tb = 0; tb < tables; ++tb) {
-      std::vector<int32_t> all(num_blocks * bs);
-      for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
-      std::shuffle(all.begin(), all.end(), rng);
-      for (int t = 0; t < rows; ++t) slots[static_cast<size_t>(tb) * rows + t] = t % 5 == 4 ? -1 : all[t];
-    }
+    for (size_t i = 0; i < slots.size(); ++i) slots[i] = i % 5 == 4 ? -1 : all[i];
     DeviceBuffer<int32_t> d_slots(slots), d_table(head_table), d_slot(head_slot);
     DeviceBuffer<float> d_f(static_cast<size_t>(num_blocks) * page_heads * bs);
     d_f.poison();
@@ -190,8 +188,9 @@ TEST(CudaSinkGate, ScoresLandInTheirSlots) {
         EXPECT_EQ(f[at], scores[static_cast<size_t>(t) * H + h]) << "token " << t << " head " << h;
         written[at] = 1;
       }
-    for (size_t i = 0; i < f.size(); ++i)
+    for (size_t i = 0; i < f.size(); ++i) {
       if (!written[i]) EXPECT_TRUE(std::isnan(f[i])) << "F[" << i << "] written though no entry maps there";
+    }
   }
 }
 

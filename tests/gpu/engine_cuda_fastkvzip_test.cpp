@@ -95,10 +95,12 @@ TEST(CudaFastKVzip, KeepsTheCpuBackendsEntries) {
   EngineConfig streaming = fastkvzip_config("cuda", true);
   streaming.kv_policy = "streaming";
   streaming.kv_policy_options.clear();
+  streaming.kv_gates.clear();  // no global-score pages without a policy that needs them
   const RunResult gpu_streaming = run(streaming, &cpu.tokens);
   EXPECT_EQ(gpu_forced.compressions, cpu_forced.compressions);
   const double err = mean_abs_diff(gpu_forced, cpu_forced);
   const double other = mean_abs_diff(gpu_streaming, cpu_forced);
+  ASSERT_GT(gpu_streaming.compressions, 0);
   const RunResult gpu = run(fastkvzip_config("cuda", true));
   int agree = 0;
   while (agree < kTokens && gpu.tokens[0][agree] == cpu.tokens[0][agree]) ++agree;

@@ -20,46 +20,65 @@ struct GateKernelArgs {
   GateScoreDestination dst;
 };
 
-// RMSNorm of r values with weight w, in place.
-__device__ __forceinline__ void weighted_rms_norm(float* x, const float* w, int r, float eps) {
-  float ss = 0.0f;
-  for (int i = 0; i < r; ++i) ss = fmaf(x[i], x[i], ss);
-  const float inv = 1.0f / sqrtf(ss / r + eps);
-  for (int i = 0; i < r; ++i) x[i] = x[i] * inv * w[i];
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarpsPerBlock = 8;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
 }
 
-// One thread per (token, KV head): gates::gate_scores' formula in fp32, the softmax over the
-// token's own logit, the sinks' and the bias accumulated online (running max).
-__global__ void sink_gate_scores_kernel(const GateKernelArgs a) {
-  const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<long long>(a.num_tokens) * a.num_kv_heads) return;
-  const int h = static_cast<int>(idx % a.num_kv_heads);
-  const long long t = idx / a.num_kv_heads;
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// x (lane i holds element i < r, 0 elsewhere) -> x / rms(x) * w, in the same lanes.
+__device__ __forceinline__ float weighted_rms_norm(float x, const float* w, int r, float eps, int lane) {
+  const float ss = warp_sum(x * x);
+  return lane < r ? x * (1.0f / sqrtf(ss / r + eps)) * w[lane] : 0.0f;
+}
+
+// One warp per (token, KV head): gates::gate_scores' formula in fp32. Lane i holds element i of
+// the key and of the current query (rank <= 32); each lane scores sinks lane, lane + 32, ... and
+// keeps their running max and exp-sum, which the warp then merges with the token's own logit
+// and the bias. A thread per (token, head) doing it all serially was latency-bound (~50 us per
+// layer at any token count on an H100).
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) sink_gate_scores_kernel(const GateKernelArgs a) {
+  const int lane = threadIdx.x & 31;
+  const long long w = static_cast<long long>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (w >= static_cast<long long>(a.num_tokens) * a.num_kv_heads) return;  // whole warps leave
+  const int h = static_cast<int>(w % a.num_kv_heads);
+  const long long t = w / a.num_kv_heads;
   const int R = a.rank, S = a.num_sinks, G = a.group_size, H = a.num_kv_heads;
   const int q_rows = H * G * R;
   const float* q_bias = a.params;
   const float* q_norm = q_bias + q_rows;
   const float* k_norm = q_norm + R;
-  const float* all_sinks = k_norm + R;                               // [H, S, R]
-  const float* sinks = all_sinks + static_cast<size_t>(h) * S * R;    // this head's [S, R]
+  const float* all_sinks = k_norm + R;                                     // [H, S, R]
+  const float* sinks = all_sinks + static_cast<size_t>(h) * S * R;         // this head's [S, R]
   const float* bias = all_sinks + static_cast<size_t>(H) * S * R + h * G;  // this head's [G]
   const float* row = a.proj + t * (q_rows + H * R);
 
-  float k[kMaxDeviceGateRank], q[kMaxDeviceGateRank];
-  for (int i = 0; i < R; ++i) k[i] = row[q_rows + h * R + i];
-  weighted_rms_norm(k, k_norm, R, a.eps);
+  const float k = weighted_rms_norm(lane < R ? row[q_rows + h * R + lane] : 0.0f, k_norm, R, a.eps, lane);
   float mean = 0.0f;
   for (int j = 0; j < G; ++j) {
     const int hj = h * G + j;
-    for (int i = 0; i < R; ++i) q[i] = row[hj * R + i] + q_bias[hj * R + i];
-    weighted_rms_norm(q, q_norm, R, a.eps);
-    float self = 0.0f;
-    for (int i = 0; i < R; ++i) self = fmaf(q[i], k[i], self);
-    self *= a.scale;
-    float m = self, z = 1.0f;  // z = sum exp(logit - m) so far
-    for (int r = 0; r < S; ++r) {
+    const float q = weighted_rms_norm(lane < R ? row[hj * R + lane] + q_bias[hj * R + lane] : 0.0f, q_norm, R,
+                                      a.eps, lane);
+    const float self = warp_sum(q * k) * a.scale;
+    float qv[kMaxDeviceGateRank];  // the whole query in every lane (constant indices: registers)
+#pragma unroll
+    for (int i = 0; i < kMaxDeviceGateRank; ++i) qv[i] = __shfl_sync(kFullMask, q, i);
+    float m = -INFINITY, z = 0.0f;  // this lane's sinks: max logit, sum of exp(logit - m)
+    for (int r = lane; r < S; r += 32) {
+      const float* sk = sinks + static_cast<size_t>(r) * R;
       float l = 0.0f;
-      for (int i = 0; i < R; ++i) l = fmaf(q[i], sinks[r * R + i], l);
+#pragma unroll
+      for (int i = 0; i < kMaxDeviceGateRank; ++i)
+        if (i < R) l = fmaf(qv[i], sk[i], l);
       l *= a.scale;
       if (l > m) {
         z = z * expf(m - l) + 1.0f;
@@ -68,10 +87,13 @@ __global__ void sink_gate_scores_kernel(const GateKernelArgs a) {
         z += expf(l - m);
       }
     }
+    const float mx = fmaxf(self, warp_max(m));
+    float zsum = warp_sum(z > 0.0f ? z * expf(m - mx) : 0.0f) + expf(self - mx);
     // b exp(-m) as exp(log b - m): no 0 * inf for a zero bias, no overflow for a very negative m.
-    if (bias[j] > 0.0f) z += expf(logf(bias[j]) - m);
-    mean += expf(self - m) / z;
+    if (bias[j] > 0.0f) zsum += expf(logf(bias[j]) - mx);
+    mean += expf(self - mx) / zsum;
   }
+  if (lane != 0) return;
   const float s = mean / G;
   if (a.dst.token_scores != nullptr) a.dst.token_scores[t * H + h] = s;
   if (a.dst.f != nullptr) {
@@ -168,9 +190,9 @@ void DeviceSinkGates::enqueue(int layer, const __nv_bfloat16* hidden, int num_to
   a.eps = static_cast<float>(gates::kGateNormEps);
   a.scale = 1.0f / std::sqrt(static_cast<float>(s.rank));
   a.dst = dst;
-  const long long threads = static_cast<long long>(num_tokens) * s.num_kv_heads;
-  constexpr int kThreads = 128;
-  sink_gate_scores_kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(a);
+  const long long warps = static_cast<long long>(num_tokens) * s.num_kv_heads;
+  sink_gate_scores_kernel<<<static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock), kWarpsPerBlock * 32, 0,
+                            stream>>>(a);
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 
