@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sink_gate_scores_kernel(c
     const float self = warp_sum(q * k) * a.scale;
     float qv[kMaxDeviceGateRank];  // the whole query in every lane (constant indices: registers)
 #pragma unroll
-    for (int i = 0; i < kMaxDeviceGateRank; ++i) qv[i] = __shfl_sync(kFullMask, q, i);
+    for (int i = 0; i < kMaxDeviceGateRank; ++i) qv[i] = i < R ? __shfl_sync(kFullMask, q, i) : 0.0f;
     float m = -INFINITY, z = 0.0f;  // this lane's sinks: max logit, sum of exp(logit - m)
     for (int r = lane; r < S; r += 32) {
       const float* sk = sinks + static_cast<size_t>(r) * R;
