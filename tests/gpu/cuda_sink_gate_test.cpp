@@ -138,6 +138,15 @@ TEST(CudaSinkGate, RandomGatesMatchCpuReference) {
   big.group_size = 4;
   big.hidden_size = 4096;
   expect_close(check_gates(random_gates(big, 9), 130, 3), "random gates, Qwen3-8B shape");
+  // A group that is no power of two (padding lanes of the kernel), another rank and sink count.
+  gates::GateShape odd;
+  odd.num_layers = 1;
+  odd.num_kv_heads = 3;
+  odd.group_size = 3;
+  odd.hidden_size = 512;
+  odd.rank = 8;
+  odd.num_sinks = 5;
+  expect_close(check_gates(random_gates(odd, 13), 77, 4), "random gates, G 3, D' 8, 5 sinks");
 }
 
 // F destinations: per (table, token) slots, head tables of head groups, -1 skipped.

@@ -21,64 +21,74 @@ struct GateKernelArgs {
 };
 
 constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kWarpsPerBlock = 8;
+constexpr size_t kMaxSinkBytes = 48 * 1024;  // every head's sink keys, in shared memory
+constexpr int kThreads = 256;
 
-__device__ __forceinline__ float warp_sum(float v) {
+// x[0..r) -> x / rms(x) * w, in registers (loops unrolled to the largest rank, so x stays in
+// registers whatever r is).
+__device__ __forceinline__ void weighted_rms_norm(float (&x)[kMaxDeviceGateRank], const float* w, int r, float eps) {
+  float ss = 0.0f;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
+  for (int i = 0; i < kMaxDeviceGateRank; ++i)
+    if (i < r) ss = fmaf(x[i], x[i], ss);
+  const float inv = 1.0f / sqrtf(ss / r + eps);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
-  return v;
+  for (int i = 0; i < kMaxDeviceGateRank; ++i)
+    if (i < r) x[i] = x[i] * inv * w[i];
 }
 
-// x (lane i holds element i < r, 0 elsewhere) -> x / rms(x) * w, in the same lanes.
-__device__ __forceinline__ float weighted_rms_norm(float x, const float* w, int r, float eps, int lane) {
-  const float ss = warp_sum(x * x);
-  return lane < r ? x * (1.0f / sqrtf(ss / r + eps)) * w[lane] : 0.0f;
-}
-
-// One warp per (token, KV head): gates::gate_scores' formula in fp32. Lane i holds element i of
-// the key and of the current query (rank <= 32); each lane scores sinks lane, lane + 32, ... and
-// keeps their running max and exp-sum, which the warp then merges with the token's own logit
-// and the bias. A thread per (token, head) doing it all serially was latency-bound (~50 us per
-// layer at any token count on an H100).
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) sink_gate_scores_kernel(const GateKernelArgs a) {
-  const int lane = threadIdx.x & 31;
-  const long long w = static_cast<long long>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (w >= static_cast<long long>(a.num_tokens) * a.num_kv_heads) return;  // whole warps leave
-  const int h = static_cast<int>(w % a.num_kv_heads);
-  const long long t = w / a.num_kv_heads;
+// One thread per (token, query head): gates::gate_scores' formula in fp32. The G threads of a KV
+// head are consecutive lanes (G padded to a power of two, group_pow2), and the head's score, the
+// mean of their shares, is summed by shuffles within them. The query and the key live in
+// registers; every head's sink keys are staged in shared memory. (A thread per (token, KV head)
+// doing its G queries in turn, with the vectors in local memory, took ~50 us a layer at any token
+// count on an H100; a warp per (token, KV head) with a lane per vector element spent its time in
+// shuffles at prefill sizes.)
+__global__ void __launch_bounds__(kThreads) sink_gate_scores_kernel(const GateKernelArgs a, int group_pow2) {
+  extern __shared__ float sink_smem[];  // [H, S * R + 1]: +1 so that the heads of a warp read distinct banks
   const int R = a.rank, S = a.num_sinks, G = a.group_size, H = a.num_kv_heads;
   const int q_rows = H * G * R;
   const float* q_bias = a.params;
   const float* q_norm = q_bias + q_rows;
   const float* k_norm = q_norm + R;
-  const float* all_sinks = k_norm + R;                                     // [H, S, R]
-  const float* sinks = all_sinks + static_cast<size_t>(h) * S * R;         // this head's [S, R]
-  const float* bias = all_sinks + static_cast<size_t>(H) * S * R + h * G;  // this head's [G]
-  const float* row = a.proj + t * (q_rows + H * R);
+  const float* all_sinks = k_norm + R;
+  const float* biases = all_sinks + static_cast<size_t>(H) * S * R;  // [H, G]
+  const int head_stride = S * R + 1;
+  for (int i = threadIdx.x; i < H * S * R; i += blockDim.x) sink_smem[i / (S * R) * head_stride + i % (S * R)] = all_sinks[i];
+  __syncthreads();
 
-  const float k = weighted_rms_norm(lane < R ? row[q_rows + h * R + lane] : 0.0f, k_norm, R, a.eps, lane);
-  float mean = 0.0f;
-  for (int j = 0; j < G; ++j) {
+  const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int j = static_cast<int>(idx % group_pow2);
+  const long long th = idx / group_pow2;  // token * H + head
+  const int h = static_cast<int>(th % H);
+  const long long t = th / H;
+  // Threads past the end and padding queries take part in the shuffles with a share of 0.
+  const bool active = t < a.num_tokens && j < G;
+  float share = 0.0f;
+  if (active) {
     const int hj = h * G + j;
-    const float q = weighted_rms_norm(lane < R ? row[hj * R + lane] + q_bias[hj * R + lane] : 0.0f, q_norm, R,
-                                      a.eps, lane);
-    const float self = warp_sum(q * k) * a.scale;
-    float qv[kMaxDeviceGateRank];  // the whole query in every lane (constant indices: registers)
+    const float* row = a.proj + t * (q_rows + H * R);
+    float k[kMaxDeviceGateRank], q[kMaxDeviceGateRank];
 #pragma unroll
-    for (int i = 0; i < kMaxDeviceGateRank; ++i) qv[i] = i < R ? __shfl_sync(kFullMask, q, i) : 0.0f;
-    float m = -INFINITY, z = 0.0f;  // this lane's sinks: max logit, sum of exp(logit - m)
-    for (int r = lane; r < S; r += 32) {
-      const float* sk = sinks + static_cast<size_t>(r) * R;
+    for (int i = 0; i < kMaxDeviceGateRank; ++i) {
+      k[i] = i < R ? row[q_rows + h * R + i] : 0.0f;
+      q[i] = i < R ? row[hj * R + i] + q_bias[hj * R + i] : 0.0f;
+    }
+    weighted_rms_norm(k, k_norm, R, a.eps);
+    weighted_rms_norm(q, q_norm, R, a.eps);
+    float self = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxDeviceGateRank; ++i)
+      if (i < R) self = fmaf(q[i], k[i], self);
+    self *= a.scale;
+    // Softmax over the token's own logit, the sinks' and the bias, with a running max.
+    float m = self, z = 1.0f;
+    const float* sinks = sink_smem + static_cast<size_t>(h) * head_stride;
+    for (int r = 0; r < S; ++r) {
       float l = 0.0f;
 #pragma unroll
       for (int i = 0; i < kMaxDeviceGateRank; ++i)
-        if (i < R) l = fmaf(qv[i], sk[i], l);
+        if (i < R) l = fmaf(q[i], sinks[r * R + i], l);
       l *= a.scale;
       if (l > m) {
         z = z * expf(m - l) + 1.0f;
@@ -87,14 +97,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) sink_gate_scores_kernel(c
         z += expf(l - m);
       }
     }
-    const float mx = fmaxf(self, warp_max(m));
-    float zsum = warp_sum(z > 0.0f ? z * expf(m - mx) : 0.0f) + expf(self - mx);
     // b exp(-m) as exp(log b - m): no 0 * inf for a zero bias, no overflow for a very negative m.
-    if (bias[j] > 0.0f) zsum += expf(logf(bias[j]) - mx);
-    mean += expf(self - mx) / zsum;
+    const float b = biases[hj];
+    if (b > 0.0f) z += expf(logf(b) - m);
+    share = expf(self - m) / z;
   }
-  if (lane != 0) return;
-  const float s = mean / G;
+  for (int o = group_pow2 / 2; o > 0; o >>= 1) share += __shfl_xor_sync(kFullMask, share, o, group_pow2);
+  if (!active || j != 0) return;
+  const float s = share / G;
   if (a.dst.token_scores != nullptr) a.dst.token_scores[t * H + h] = s;
   if (a.dst.f != nullptr) {
     const bool ragged = a.dst.head_table != nullptr;
@@ -129,6 +139,13 @@ Status DeviceSinkGates::load(const gates::GateWeights& g) {
                                                  std::to_string(kMaxDeviceGateRank) + " is)");
   if (s.num_sinks < 0 || s.group_size < 1 || static_cast<int>(g.layers.size()) != s.num_layers)
     return invalid_argument("CUDA gates: malformed gate weights (sinks, group size or layer count)");
+  if (s.group_size > 32)
+    return Status(ErrorCode::kUnimplemented, "CUDA gates: " + std::to_string(s.group_size) +
+                                                 " query heads per KV head (at most 32 are supported)");
+  if (static_cast<size_t>(s.num_kv_heads) * (s.num_sinks * s.rank + 1) * sizeof(float) > kMaxSinkBytes)
+    return Status(ErrorCode::kUnimplemented, "CUDA gates: the sink keys (" + std::to_string(s.num_kv_heads) + " x " +
+                                                 std::to_string(s.num_sinks) + " x " + std::to_string(s.rank) +
+                                                 ") do not fit the kernel's 48 KB of shared memory");
   release();
   shape_ = s;
   const size_t proj_rows = static_cast<size_t>(s.q_rows()) + s.k_rows();
@@ -190,9 +207,12 @@ void DeviceSinkGates::enqueue(int layer, const __nv_bfloat16* hidden, int num_to
   a.eps = static_cast<float>(gates::kGateNormEps);
   a.scale = 1.0f / std::sqrt(static_cast<float>(s.rank));
   a.dst = dst;
-  const long long warps = static_cast<long long>(num_tokens) * s.num_kv_heads;
-  sink_gate_scores_kernel<<<static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock), kWarpsPerBlock * 32, 0,
-                            stream>>>(a);
+  int group_pow2 = 1;
+  while (group_pow2 < s.group_size) group_pow2 *= 2;
+  const long long threads = static_cast<long long>(num_tokens) * s.num_kv_heads * group_pow2;
+  const size_t smem = static_cast<size_t>(s.num_kv_heads) * (s.num_sinks * s.rank + 1) * sizeof(float);
+  sink_gate_scores_kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, smem, stream>>>(
+      a, group_pow2);
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 

@@ -5,7 +5,7 @@
 //
 //   1. one cuBLAS GEMM: [W_q; W_k] h (bf16 operands, fp32 accumulation and output), the q and k
 //      projections of every KV head stacked so that both take one launch;
-//   2. one kernel, a warp per (token, KV head), in fp32: + b_q, the two weighted RMSNorms, the
+//   2. one kernel, a thread per (token, query head), in fp32: + b_q, the two weighted RMSNorms, the
 //      query-key logit and the 16 sink logits of each of the head's G queries, the softmax share
 //      of the token's own logit beside the sinks and the bias, averaged over the G queries; written
 //      to the entry's global-score slot F (per-(table, token) slot tables, as the KV write) and/or
@@ -24,7 +24,7 @@
 
 namespace origami::cuda {
 
-// The kernel holds a head's key and query one element per lane of a warp: rank (D') up to this.
+// The kernel keeps a query and a key in registers: rank (D') up to this.
 inline constexpr int kMaxDeviceGateRank = 32;
 
 // Where a layer's gate scores go.
