@@ -1,7 +1,8 @@
 // The CUDA gate (src/backend/cuda/sink_gate.h) against the CPU reference gates::gate_scores
 // (double internals, fp32 weights) on random hidden states (bf16-exact, as the backend's normed
-// rows are), for the shipped origami-tiny-qwen3 gates and for random gates of the tiny and the
-// Qwen3-8B shapes (sink keys, biases and norm weights drawn too, so that every term counts):
+// rows are), for the shipped origami-tiny-qwen3 gates and for random gates of the tiny shape, the
+// Qwen3-8B shape and an odd one (G 3, D' 8, 5 sinks); sink keys, biases and norm weights are drawn
+// too, so that every term counts:
 //   - against the reference run on the projection weights rounded to bf16 (the GPU's GEMM
 //     operands): max |diff| < 2e-4 (what is left is fp32 against double and the GEMM's summation
 //     order);
