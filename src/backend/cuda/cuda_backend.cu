@@ -501,10 +501,26 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
   } else {
     launch_embedding_gather(embed_, d_tokens, num_tokens, h, residual_, stream_);
   }
+  const bool gate_scores = gates_.loaded() && compressor_ != nullptr && compressor_->global_scores() != nullptr;
   for (int li = 0; li < c.num_layers; ++li) {
     const Layer& l = layers_[li];
     launch_add_rmsnorm(residual_, li == 0 ? nullptr : delta_, l.input_norm, c.rms_norm_eps, num_tokens, h, normed_,
                        stream_);
+    // Head groups: this layer's groups are tables li * T .. li * T + T - 1 of the step inputs.
+    const size_t first_table = ragged_.empty() ? 0 : static_cast<size_t>(li) * ragged_.groups_per_layer();
+    if (gate_scores) {
+      // Each new entry's gate score, from the attention input, into F beside its K and V (the
+      // KV write's slot tables; head groups: one F page per group page), on the gates' side
+      // stream beside the layer's attention; joined before the post-attention norm rewrites normed_.
+      GateScoreDestination gd;
+      gd.f = compressor_->global_scores() + (ragged_.empty() ? li * compressor_->score_layer_pitch() : 0);
+      gd.slot_mapping = dev_inputs_ + in.slots + first_table * num_tokens;
+      gd.head_table = ragged_.empty() ? nullptr : ragged_.head_table(li);
+      gd.head_slot = ragged_.empty() ? nullptr : ragged_.head_slot(li);
+      gd.page_heads = ragged_.empty() ? c.num_kv_heads : kv_layout_.heads_per_group();
+      gd.block_size = kv_layout_.block_size;
+      gates_.fork(li, normed_, num_tokens, gd, stream_);
+    }
     gemm_->linear(normed_, num_tokens, h, l.qkv, qkv_cols, qkv_, false);
     if (l.qkv_bias != nullptr) launch_bias_add(qkv_, l.qkv_bias, num_tokens, qkv_cols, stream_);
     RopeArgs ra;
@@ -536,8 +552,6 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     wa.num_kv_heads = c.num_kv_heads;
     wa.head_dim = c.head_dim;
     wa.block_size = kv_layout_.block_size;
-    // Head groups: this layer's groups are tables li * T .. li * T + T - 1 of the step inputs.
-    const size_t first_table = ragged_.empty() ? 0 : static_cast<size_t>(li) * ragged_.groups_per_layer();
     if (!ragged_.empty()) {
       wa.slot_mapping += first_table * num_tokens;
       wa.head_table = ragged_.head_table(li);
@@ -545,18 +559,6 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
       wa.page_stride = kv_page_elems_;
     }
     ORIGAMI_CUDA_CHECK(write_kv_cache(wa, stream_));
-    if (gates_.loaded() && compressor_ != nullptr && compressor_->global_scores() != nullptr) {
-      // Each new entry's gate score, from the attention input, into F beside its K and V (the
-      // same slot tables as the KV write; head groups: one F page per group page).
-      GateScoreDestination gd;
-      gd.f = compressor_->global_scores() + (ragged_.empty() ? li * compressor_->score_layer_pitch() : 0);
-      gd.slot_mapping = wa.slot_mapping;
-      gd.head_table = wa.head_table;
-      gd.head_slot = wa.head_slot;
-      gd.page_heads = ragged_.empty() ? c.num_kv_heads : kv_layout_.heads_per_group();
-      gd.block_size = kv_layout_.block_size;
-      gates_.enqueue(li, normed_, num_tokens, gd, *gemm_, stream_);
-    }
     AttentionArgs aa;
     aa.shape = AttentionShape{num_seqs, num_tokens, c.num_heads, c.num_kv_heads, c.head_dim, kv_layout_.block_size};
     aa.softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
@@ -576,6 +578,7 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     ORIGAMI_CUDA_CHECK(paged_attention(aa, plan, attn_workspace_, attn_workspace_bytes_, stream_));
     gemm_->linear(attn_out_, num_tokens, c.q_size(), l.o, h, delta_, false);
     all_reduce(delta_, static_cast<size_t>(num_tokens) * h, NcclDataType::kBFloat16);
+    if (gate_scores) gates_.join(stream_);
     launch_add_rmsnorm(residual_, delta_, l.post_attn_norm, c.rms_norm_eps, num_tokens, h, normed_, stream_);
     gemm_->linear(normed_, num_tokens, h, l.gate_up, 2 * c.intermediate_size, gate_up_, false);
     launch_silu_and_mul(gate_up_, num_tokens, c.intermediate_size, act_, stream_);

@@ -118,7 +118,14 @@ __global__ void __launch_bounds__(kThreads) sink_gate_scores_kernel(const GateKe
 
 }  // namespace
 
-DeviceSinkGates::~DeviceSinkGates() { release(); }
+DeviceSinkGates::~DeviceSinkGates() {
+  if (side_ != nullptr) cudaStreamSynchronize(side_);
+  release();
+  side_gemm_.reset();
+  if (forked_ != nullptr) cudaEventDestroy(forked_);
+  if (joined_ != nullptr) cudaEventDestroy(joined_);
+  if (side_ != nullptr) cudaStreamDestroy(side_);
+}
 
 void DeviceSinkGates::release() {
   for (Layer& l : layers_) {
@@ -146,6 +153,14 @@ Status DeviceSinkGates::load(const gates::GateWeights& g) {
     return Status(ErrorCode::kUnimplemented, "CUDA gates: the sink keys (" + std::to_string(s.num_kv_heads) + " x " +
                                                  std::to_string(s.num_sinks) + " x " + std::to_string(s.rank) +
                                                  ") do not fit the kernel's 48 KB of shared memory");
+  if (side_ == nullptr) {
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming));
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming));
+    side_gemm_ = std::make_unique<Gemm>();
+    side_gemm_->set_stream(side_);
+  }
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(side_));
   release();
   shape_ = s;
   const size_t proj_rows = static_cast<size_t>(s.q_rows()) + s.k_rows();
@@ -215,5 +230,15 @@ void DeviceSinkGates::enqueue(int layer, const __nv_bfloat16* hidden, int num_to
       a, group_pow2);
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
+
+void DeviceSinkGates::fork(int layer, const __nv_bfloat16* hidden, int num_tokens, const GateScoreDestination& dst,
+                           cudaStream_t main) {
+  ORIGAMI_CUDA_CHECK(cudaEventRecord(forked_, main));
+  ORIGAMI_CUDA_CHECK(cudaStreamWaitEvent(side_, forked_, 0));
+  enqueue(layer, hidden, num_tokens, dst, *side_gemm_, side_);
+  ORIGAMI_CUDA_CHECK(cudaEventRecord(joined_, side_));
+}
+
+void DeviceSinkGates::join(cudaStream_t main) { ORIGAMI_CUDA_CHECK(cudaStreamWaitEvent(main, joined_, 0)); }
 
 }  // namespace origami::cuda

@@ -11,11 +11,16 @@
 //      to the entry's global-score slot F (per-(table, token) slot tables, as the KV write) and/or
 //      to a plain [tokens, H] array.
 //
-// Both are plain launches on the caller's stream, so a decode step's graph captures them.
+// Both are plain launches on a stream, so a decode step's graph captures them. In the backend's
+// forward they run on a side stream of their own (fork() / join()), beside the layer's attention:
+// the projection GEMM has only 640 outputs per token on the Qwen3-8B shape, a handful of CTAs
+// that stream the 5 MB of gate weights at a few SMs' bandwidth, ~17 us a layer on the main stream
+// at decode sizes (H100), hidden behind the attention when forked.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/cuda/gemm.h"
@@ -65,6 +70,12 @@ class DeviceSinkGates {
   // hidden_size]) on gemm's stream, `stream`; num_tokens <= capacity().
   void enqueue(int layer, const __nv_bfloat16* hidden, int num_tokens, const GateScoreDestination& dst, Gemm& gemm,
                cudaStream_t stream) const;
+  // The same on the side stream, after the work queued on `main` so far (also inside a graph
+  // capture of `main`); `hidden` and dst's slot tables must stay unchanged until join(main),
+  // which makes `main` wait for the gate.
+  void fork(int layer, const __nv_bfloat16* hidden, int num_tokens, const GateScoreDestination& dst,
+            cudaStream_t main);
+  void join(cudaStream_t main);
 
  private:
   struct Layer {
@@ -75,6 +86,10 @@ class DeviceSinkGates {
 
   gates::GateShape shape_;
   std::vector<Layer> layers_;
+  // fork()/join(): the side stream, its cuBLAS handle and the two events (created by load()).
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t forked_ = nullptr, joined_ = nullptr;
+  std::unique_ptr<Gemm> side_gemm_;
   float* proj_out_ = nullptr;  // [capacity, q_rows + k_rows]
   int capacity_ = 0;
 };
