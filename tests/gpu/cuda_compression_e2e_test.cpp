@@ -183,6 +183,49 @@ OracleRow check_row_against_oracle(const ModelConfig& mc, const std::vector<floa
   return out;
 }
 
+// origami-tiny-qwen3 into both backends, each with a full-layout pool of kNumBlocks blocks.
+void load_tiny_backends(ModelConfig* mc, CudaBackend& gpu, CpuBackend& cpu) {
+  const std::string dir = shared_dir() + "/models/origami-tiny-qwen3";
+  auto config = load_model_config(dir);
+  ASSERT_TRUE(config.has_value()) << config.status().to_string();
+  auto weights = load_model_weights(dir, *config);
+  ASSERT_TRUE(weights.has_value()) << weights.status().to_string();
+  *mc = *config;
+  const int L = mc->num_layers, H = mc->num_kv_heads, d = mc->head_dim;
+  ASSERT_TRUE(gpu.load(*mc, *weights).is_ok());
+  ASSERT_TRUE(cpu.load(*mc, *weights).is_ok());
+  ASSERT_TRUE(gpu.allocate_kv_cache(KVLayout::full(L, H, d, kBlockSize, kNumBlocks, DType::kBF16)).is_ok());
+  ASSERT_TRUE(cpu.allocate_kv_cache(KVLayout::full(L, H, d, kBlockSize, kNumBlocks, DType::kF32)).is_ok());
+}
+
+// Jobs keeping k of the first recipes.size() sequences' entries each in the first pages of its
+// table (in place; query slot i for sequence i, nothing scored yet, a first compression); src and
+// dst receive the tables the jobs point to.
+std::vector<CompressionJob> keep_in_first_pages(const std::vector<Seq>& seqs, int k,
+                                                const std::vector<const ScoreRecipe*>& recipes,
+                                                std::vector<std::vector<BlockId>>* src,
+                                                std::vector<std::vector<BlockId>>* dst) {
+  const size_t count = recipes.size();
+  src->assign(count, {});
+  dst->assign(count, {});
+  std::vector<CompressionJob> jobs(count);
+  for (size_t i = 0; i < count; ++i) {
+    const int n = seqs[i].num_entries;
+    (*src)[i].assign(seqs[i].blocks.begin(), seqs[i].blocks.begin() + (n + kBlockSize - 1) / kBlockSize);
+    (*dst)[i].assign((*src)[i].begin(), (*src)[i].begin() + k / kBlockSize);
+    jobs[i].request_id = i;
+    jobs[i].src_blocks = &(*src)[i];
+    jobs[i].dst_blocks = &(*dst)[i];
+    jobs[i].num_entries = n;
+    jobs[i].num_keep = k;
+    jobs[i].query_slot = static_cast<int>(i);
+    jobs[i].num_scored_entries = 0;
+    jobs[i].first_compression = true;
+    jobs[i].recipe = recipes[i];
+  }
+  return jobs;
+}
+
 // The shipped origami-tiny-qwen3 gates into both backends (compression configured first).
 void load_tiny_gates(const ModelConfig& mc, CudaBackend& gpu, CpuBackend& cpu) {
   auto gates = gates::load_gates(std::string(ORIGAMI_SOURCE_DIR) + "/assets/gates/origami-tiny-qwen3.safetensors", mc);
@@ -220,21 +263,12 @@ void expect_gate_scores_match_cpu(const ModelConfig& mc, const std::vector<float
 }
 
 TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
-  const std::string dir = shared_dir() + "/models/origami-tiny-qwen3";
-  auto config = load_model_config(dir);
-  ASSERT_TRUE(config.has_value()) << config.status().to_string();
-  auto weights = load_model_weights(dir, *config);
-  ASSERT_TRUE(weights.has_value()) << weights.status().to_string();
-  const ModelConfig& mc = *config;
-  const int L = mc.num_layers, H = mc.num_kv_heads, Hq = mc.num_heads, d = mc.head_dim;
-
+  ModelConfig mc;
   BackendOptions opt;
   CudaBackend gpu(opt);
   CpuBackend cpu(opt);
-  ASSERT_TRUE(gpu.load(mc, *weights).is_ok());
-  ASSERT_TRUE(cpu.load(mc, *weights).is_ok());
-  ASSERT_TRUE(gpu.allocate_kv_cache(KVLayout::full(L, H, d, kBlockSize, kNumBlocks, DType::kBF16)).is_ok());
-  ASSERT_TRUE(cpu.allocate_kv_cache(KVLayout::full(L, H, d, kBlockSize, kNumBlocks, DType::kF32)).is_ok());
+  ASSERT_NO_FATAL_FAILURE(load_tiny_backends(&mc, gpu, cpu));
+  const int L = mc.num_layers, H = mc.num_kv_heads, Hq = mc.num_heads, d = mc.head_dim;
   EXPECT_EQ(gpu.compressor(), nullptr);  // nothing compresses before configure_compression()
   CompressionConfig cc;
   cc.num_query_slots = kSlots;
@@ -325,22 +359,8 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
   recipes[1].pool_type = PoolType::kAvg;
   recipes[1].num_sinks = 4;
   const int k = 64;
-  std::vector<std::vector<BlockId>> src(2), dst(2);
-  std::vector<CompressionJob> jobs(2);
-  for (int i = 0; i < 2; ++i) {
-    const int n = seqs[i].num_entries;
-    src[i].assign(seqs[i].blocks.begin(), seqs[i].blocks.begin() + (n + kBlockSize - 1) / kBlockSize);
-    dst[i].assign(src[i].begin(), src[i].begin() + k / kBlockSize);
-    jobs[i].request_id = i;
-    jobs[i].src_blocks = &src[i];
-    jobs[i].dst_blocks = &dst[i];
-    jobs[i].num_entries = n;
-    jobs[i].num_keep = k;
-    jobs[i].query_slot = i;
-    jobs[i].num_scored_entries = 0;
-    jobs[i].first_compression = true;
-    jobs[i].recipe = &recipes[i];
-  }
+  std::vector<std::vector<BlockId>> src, dst;
+  std::vector<CompressionJob> jobs = keep_in_first_pages(seqs, k, {&recipes[0], &recipes[1]}, &src, &dst);
   dst[0][0] = next++;
   ASSERT_LT(next, kNumBlocks);
 
@@ -479,20 +499,12 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
 // policy's recipe; the GPU keeps the CPU backend's (fp32 model, fp32 gates) entries but for
 // near-ties of the bf16 model's gate scores at the cut.
 TEST(CudaCompressionE2E, FastKVzipKeepsTheCpuBackendsEntries) {
-  const std::string dir = shared_dir() + "/models/origami-tiny-qwen3";
-  auto config = load_model_config(dir);
-  ASSERT_TRUE(config.has_value()) << config.status().to_string();
-  auto weights = load_model_weights(dir, *config);
-  ASSERT_TRUE(weights.has_value()) << weights.status().to_string();
-  const ModelConfig& mc = *config;
-  const int L = mc.num_layers, H = mc.num_kv_heads, d = mc.head_dim;
+  ModelConfig mc;
   BackendOptions opt;
   CudaBackend gpu(opt);
   CpuBackend cpu(opt);
-  ASSERT_TRUE(gpu.load(mc, *weights).is_ok());
-  ASSERT_TRUE(cpu.load(mc, *weights).is_ok());
-  ASSERT_TRUE(gpu.allocate_kv_cache(KVLayout::full(L, H, d, kBlockSize, kNumBlocks, DType::kBF16)).is_ok());
-  ASSERT_TRUE(cpu.allocate_kv_cache(KVLayout::full(L, H, d, kBlockSize, kNumBlocks, DType::kF32)).is_ok());
+  ASSERT_NO_FATAL_FAILURE(load_tiny_backends(&mc, gpu, cpu));
+  const int L = mc.num_layers, H = mc.num_kv_heads, d = mc.head_dim;
   CompressionConfig cc;
   cc.num_query_slots = kSlots;
   cc.max_window = kWindow;
@@ -533,21 +545,9 @@ TEST(CudaCompressionE2E, FastKVzipKeepsTheCpuBackendsEntries) {
     gk[l] = download_bf16(gpu.k_cache(l), layer_elems);
     ck[l].assign(cpu.kv_cache().keys(l), cpu.kv_cache().keys(l) + layer_elems);
   }
-  std::vector<std::vector<BlockId>> src(2), dst(2);
-  std::vector<CompressionJob> jobs(2);
-  for (int i = 0; i < 2; ++i) {
-    const int n = seqs[i].num_entries;
-    src[i].assign(seqs[i].blocks.begin(), seqs[i].blocks.begin() + (n + kBlockSize - 1) / kBlockSize);
-    dst[i].assign(src[i].begin(), src[i].begin() + k / kBlockSize);
-    jobs[i].request_id = i;
-    jobs[i].src_blocks = &src[i];
-    jobs[i].dst_blocks = &dst[i];
-    jobs[i].num_entries = n;
-    jobs[i].num_keep = k;
-    jobs[i].num_scored_entries = 0;  // the gate recipe counts every entry as scored regardless
-    jobs[i].first_compression = true;
-    jobs[i].recipe = &recipe;
-  }
+  std::vector<std::vector<BlockId>> src, dst;
+  // (The gate recipe counts every entry as scored whatever num_scored_entries says: 0 here.)
+  const std::vector<CompressionJob> jobs = keep_in_first_pages(seqs, k, {&recipe, &recipe}, &src, &dst);
   Status st = gpu.compressor()->begin(jobs);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   ASSERT_TRUE(gpu.compressor()->wait().is_ok());

@@ -27,6 +27,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/paged_attention.h"
 #include "cuda_test_util.h"
+#include "bench_util.h"
 #include "model/config.h"
 
 namespace origami::cuda {
@@ -88,19 +89,7 @@ double time_decode_steps(Backend& backend, const ModelConfig& c, int batch, int 
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   auto step = [&](int pos) {
-    ForwardBatch fb;
-    for (int s = 0; s < batch; ++s) {
-      SequenceInput in;
-      in.query_start = s;
-      in.num_query_tokens = 1;
-      in.start_position = pos;
-      in.num_cached_entries = pos;
-      in.block_table = &tables[s];
-      in.sampling = &greedy;
-      fb.token_ids.push_back((s * 31 + pos) % c.vocab_size);
-      fb.positions.push_back(pos);
-      fb.sequences.push_back(in);
-    }
+    const ForwardBatch fb = testing::decode_step_batch(tables, pos, c.vocab_size, &greedy);
     StepOutput out;
     const Status st = backend.execute(fb, &out);
     EXPECT_TRUE(st.is_ok()) << st.to_string();
@@ -194,10 +183,8 @@ float step_attention_ms(const ModelConfig& c, int batch, int context, int plan_k
 }
 
 TEST(CudaDecodeBench, RooflineAndBreakdown) {
-  const char* on = std::getenv("ORIGAMI_CUDA_BENCH");
-  if (on == nullptr || std::string(on) != "1") GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
-  const char* cfg_env = std::getenv("ORIGAMI_BENCH_CONFIG");
-  const std::string cfg_name = cfg_env != nullptr ? cfg_env : "qwen3-8b";
+  if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
+  const std::string cfg_name = testing::bench_config_name();
   auto config = load_model_config(testing::shared_dir() + "/configs/" + cfg_name);
   ASSERT_TRUE(config.has_value()) << config.status().to_string();
   const ModelConfig& c = *config;
@@ -276,8 +263,7 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
 TEST(CudaDecodeBench, ProfileOneStep) {
   const char* on = std::getenv("ORIGAMI_CUDA_PROFILE");
   if (on == nullptr || std::string(on) != "1") GTEST_SKIP() << "set ORIGAMI_CUDA_PROFILE=1 (and run under ncu)";
-  const char* cfg_env = std::getenv("ORIGAMI_BENCH_CONFIG");
-  auto config = load_model_config(testing::shared_dir() + "/configs/" + (cfg_env != nullptr ? cfg_env : "qwen3-8b"));
+  auto config = load_model_config(testing::shared_dir() + "/configs/" + testing::bench_config_name());
   ASSERT_TRUE(config.has_value()) << config.status().to_string();
   const int batch = env_list("ORIGAMI_BENCH_BATCHES", {64})[0];
   const int context = env_list("ORIGAMI_BENCH_CONTEXTS", {1024})[0];

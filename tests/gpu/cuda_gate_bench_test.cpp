@@ -19,6 +19,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/sink_gate.h"
 #include "cuda_test_util.h"
+#include "bench_util.h"
 #include "gates/gate_weights.h"
 #include "model/config.h"
 
@@ -59,20 +60,7 @@ StepTimes time_steps(Backend& backend, const ModelConfig& c, int pages_per_seq) 
     for (int s = 0; s < batch; ++s)
       for (int p = 0; p < pages_per_seq; ++p) tables[s].push_back(1 + s * pages_per_seq + p);
     out.decode.push_back(median_step_ms(3, 20, [&](int i) {
-      const int pos = kContext + i % 16;
-      ForwardBatch fb;
-      for (int s = 0; s < batch; ++s) {
-        SequenceInput in;
-        in.query_start = s;
-        in.num_query_tokens = 1;
-        in.start_position = pos;
-        in.num_cached_entries = pos;
-        in.block_table = &tables[s];
-        in.sampling = &greedy;
-        fb.token_ids.push_back((s * 31 + pos) % c.vocab_size);
-        fb.positions.push_back(pos);
-        fb.sequences.push_back(in);
-      }
+      const ForwardBatch fb = testing::decode_step_batch(tables, kContext + i % 16, c.vocab_size, &greedy);
       StepOutput so;
       const Status st = backend.execute(fb, &so);
       EXPECT_TRUE(st.is_ok()) << st.to_string();
@@ -101,10 +89,8 @@ StepTimes time_steps(Backend& backend, const ModelConfig& c, int pages_per_seq) 
 }
 
 TEST(CudaGateBench, GateCostAtModelShape) {
-  const char* on = std::getenv("ORIGAMI_CUDA_BENCH");
-  if (on == nullptr || std::string(on) != "1") GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
-  const char* cfg_env = std::getenv("ORIGAMI_BENCH_CONFIG");
-  const std::string cfg_name = cfg_env != nullptr ? cfg_env : "qwen3-8b";
+  if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
+  const std::string cfg_name = testing::bench_config_name();
   auto config = load_model_config(testing::shared_dir() + "/configs/" + cfg_name);
   ASSERT_TRUE(config.has_value()) << config.status().to_string();
   const ModelConfig& c = *config;

@@ -25,17 +25,7 @@ namespace {
 using testing::RunResult;
 
 EngineConfig fastkvzip_config(const std::string& device, bool graphs, int heads_per_group = 0) {
-  EngineConfig c;
-  c.model_dir = cuda::testing::shared_dir() + "/models/origami-tiny-qwen3";
-  c.device = device;
-  c.num_threads = 2;
-  c.block_size = 16;
-  c.num_kv_blocks = 96;
-  c.max_num_seqs = 8;
-  c.max_num_batched_tokens = 64;  // chunked prefill: the gate sees every chunk
-  c.enable_prefix_caching = true;
-  c.enable_cuda_graphs = graphs;
-  c.heads_per_group = heads_per_group;
+  EngineConfig c = testing::tiny_qwen3_engine_config(device, heads_per_group, graphs);  // chunked prefill
   c.kv_policy = "fastkvzip";
   c.kv_policy_options = {{"window", "16"}};
   c.kv_budget = 64;
@@ -43,19 +33,7 @@ EngineConfig fastkvzip_config(const std::string& device, bool graphs, int heads_
   return c;
 }
 
-std::vector<std::vector<int32_t>> prompts() {
-  std::mt19937 rng(17);
-  std::uniform_int_distribution<int> tok(20, 900);
-  std::vector<int32_t> prefix(40);
-  for (int32_t& t : prefix) t = tok(rng);
-  std::vector<std::vector<int32_t>> out;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<int32_t> p = i % 2 == 0 ? prefix : std::vector<int32_t>{};  // shared prefixes: cache hits
-    for (int j = 0; j < 20 + 40 * i; ++j) p.push_back(tok(rng));
-    out.push_back(std::move(p));
-  }
-  return out;
-}
+std::vector<std::vector<int32_t>> prompts() { return testing::shared_prefix_prompts(17, 20, 40); }
 
 constexpr int kTokens = 120;
 
@@ -63,16 +41,7 @@ RunResult run(const EngineConfig& c, const std::vector<std::vector<int32_t>>* fo
   return testing::run(c, prompts(), kTokens, forced);
 }
 
-double mean_abs_diff(const RunResult& a, const RunResult& b) {
-  double sum = 0;
-  size_t n = 0;
-  for (size_t i = 0; i < a.forced_logprobs.size(); ++i) {
-    EXPECT_EQ(a.forced_logprobs[i].size(), b.forced_logprobs[i].size());
-    for (size_t t = 0; t < std::min(a.forced_logprobs[i].size(), b.forced_logprobs[i].size()); ++t, ++n)
-      sum += std::fabs(a.forced_logprobs[i][t] - b.forced_logprobs[i][t]);
-  }
-  return n ? sum / n : INFINITY;
-}
+using testing::mean_abs_diff;
 
 TEST(CudaFastKVzip, GraphsAndHeadGroupsGiveTheSameTokens) {
   const RunResult graphs = run(fastkvzip_config("cuda", true));

@@ -4,12 +4,50 @@
 // the checks every such run makes (no request error, no KV block leaked).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <random>
+#include <string>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "engine/engine.h"
 
 namespace origami::testing {
+
+// origami-tiny-qwen3 with a small pool (96 blocks of 16), 8 sequences, chunked prefill of 64
+// tokens and prefix caching: the engine tests' common setting.
+inline EngineConfig tiny_qwen3_engine_config(const std::string& device, int heads_per_group, bool graphs) {
+  EngineConfig c;
+  c.model_dir = cuda::testing::shared_dir() + "/models/origami-tiny-qwen3";
+  c.device = device;
+  c.num_threads = 2;
+  c.block_size = 16;
+  c.num_kv_blocks = 96;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 64;  // chunked prefill
+  c.enable_prefix_caching = true;
+  c.enable_cuda_graphs = graphs;
+  c.heads_per_group = heads_per_group;
+  return c;
+}
+
+// Four random prompts (token ids 20..900 drawn from `seed`), the first and third starting with
+// the same 40-token prefix (prefix-cache hits), of base_len + step * i tokens after it.
+inline std::vector<std::vector<int32_t>> shared_prefix_prompts(uint32_t seed, int base_len, int step) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> tok(20, 900);
+  std::vector<int32_t> prefix(40);
+  for (int32_t& t : prefix) t = tok(rng);
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p = i % 2 == 0 ? prefix : std::vector<int32_t>{};
+    for (int j = 0; j < base_len + step * i; ++j) p.push_back(tok(rng));
+    out.push_back(std::move(p));
+  }
+  return out;
+}
 
 struct RunResult {
   std::vector<std::vector<int32_t>> tokens;
@@ -52,6 +90,19 @@ inline RunResult run(const EngineConfig& c, const std::vector<std::vector<int32_
   r.compressions = (*engine)->metrics().num_compressions;
   EXPECT_EQ((*engine)->num_kv_blocks_used(), 0) << "KV blocks leaked";
   return r;
+}
+
+// Mean |a - b| over every forced log-probability of two teacher-forced runs (the same count per
+// prompt expected); infinity when there is none.
+inline double mean_abs_diff(const RunResult& a, const RunResult& b) {
+  double sum = 0;
+  size_t n = 0;
+  for (size_t i = 0; i < a.forced_logprobs.size(); ++i) {
+    EXPECT_EQ(a.forced_logprobs[i].size(), b.forced_logprobs[i].size());
+    for (size_t t = 0; t < std::min(a.forced_logprobs[i].size(), b.forced_logprobs[i].size()); ++t, ++n)
+      sum += std::fabs(a.forced_logprobs[i][t] - b.forced_logprobs[i][t]);
+  }
+  return n ? sum / n : INFINITY;
 }
 
 }  // namespace origami::testing
