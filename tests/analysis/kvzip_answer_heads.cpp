@@ -20,99 +20,13 @@
 //      the GQA group) with its rank among the document's entries after the 4 sinks (0 = best)
 //      and whether the top BUDGET - 4 hold it. The brute-force max over the group must equal the
 //      scorer's (printed: max |difference|), which checks the scorer's alignment.
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "eval/kvzip_scorer.h"
-#include "eval/retrieval_task.h"
-#include "eval/single_sequence_backend.h"
-#include "model/config.h"
-#include "tokenizer/tokenizer.h"
-
-namespace origami::analysis {
-namespace {
-
-// Queries of the positions [first, first + count) of a step, per layer: [layer][t][q_size].
-struct CapturedQueries {
-  int first = 0, count = 0;
-  std::vector<std::vector<float>> q;
-};
-
-// Runs `tokens` after `start` cached entries, capturing the queries of rows [first, first + count).
-Status run_capturing(eval::SingleSequenceBackend& runner, const ModelConfig& c, const std::vector<int32_t>& tokens,
-                     int start, int first, int count, CapturedQueries* out) {
-  out->first = first;
-  out->count = count;
-  out->q.assign(c.num_layers, std::vector<float>(static_cast<size_t>(count) * c.q_size()));
-  runner.backend().set_layer_observer([&](const CpuBackend::LayerActivations& a) {
-    for (int t = 0; t < count; ++t)
-      std::memcpy(&out->q[a.layer][static_cast<size_t>(t) * c.q_size()],
-                  a.qkv + static_cast<size_t>(first + t) * a.qkv_width, c.q_size() * sizeof(float));
-  });
-  Status st = runner.run(tokens, start);
-  runner.backend().set_layer_observer({});
-  return st;
-}
-
-// Softmax (in double) of query q over the first len keys of (layer, kv head) in the runner's cache.
-std::vector<double> attention(eval::SingleSequenceBackend& runner, const ModelConfig& c, int layer, int kv_head,
-                              const float* q, int len) {
-  const int d = c.head_dim, bs = runner.block_size();
-  const std::vector<BlockId>& table = runner.block_table();
-  std::vector<double> p(len);
-  double m = -INFINITY;
-  for (int i = 0; i < len; ++i) {
-    const float* k = runner.backend().kv_cache().key_at(layer, table[i / bs], kv_head, i % bs);
-    double dot = 0.0;
-    for (int x = 0; x < d; ++x) dot += static_cast<double>(q[x]) * k[x];
-    p[i] = dot / std::sqrt(static_cast<double>(d));
-    m = std::max(m, p[i]);
-  }
-  double sum = 0.0;
-  for (double& v : p) sum += (v = std::exp(v - m));
-  for (double& v : p) v /= sum;
-  return p;
-}
-
-struct Doc {
-  std::vector<int32_t> ids;  // the whole prompt
-  int n = 0;                 // document tokens (context mode's prompt)
-  int secret = 0;            // the secret's first digit, an index into ids
-  std::vector<int32_t> answer;  // " ", d1 .. d4
-};
-
-Expected<Doc> load_doc(const Tokenizer& tok, const nlohmann::json& j) {
-  Doc doc;
-  const std::string prompt = j["prompt"], answer = j["answer"];
-  doc.ids = tok.encode(prompt, true);
-  ORIGAMI_ASSIGN_OR_RETURN(size_t split, eval::question_split(tok, prompt, doc.ids));
-  doc.n = static_cast<int>(split);
-  // The asked fact: "The secret number of the {adjective} {noun} is {answer}" in the document.
-  const std::string ask = "What is the secret number of the ";
-  const size_t q = prompt.rfind(ask);
-  if (q == std::string::npos) return invalid_argument("no question");
-  const std::string subject = prompt.substr(q + ask.size(), prompt.find('?', q) - q - ask.size());
-  const std::string fact = "secret number of the " + subject + " is " + answer;
-  const size_t at = prompt.find(fact);
-  if (at == std::string::npos || at >= q) return invalid_argument("the asked fact is not in the document");
-  const size_t digits_at = at + fact.size() - answer.size();
-  doc.secret = static_cast<int>(tok.encode(prompt.substr(0, digits_at), true).size());
-  doc.answer = tok.encode(" " + answer, false);
-  if (doc.answer.size() != 5 || doc.secret + 4 > doc.n ||
-      !std::equal(doc.answer.begin(), doc.answer.end(), doc.ids.begin() + doc.secret - 1))
-    return invalid_argument("the secret's tokens are not \" \" and its 4 digits where expected");
-  return doc;
-}
-
-}  // namespace
-}  // namespace origami::analysis
+#include "retrieval_probe.h"
 
 int main(int argc, char** argv) {
   using namespace origami;
@@ -131,7 +45,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const ModelConfig& c = *config;
-  const int L = c.num_layers, H = c.num_heads, KV = c.num_kv_heads, G = H / KV, qs = c.q_size();
+  const int L = c.num_layers, H = c.num_heads, KV = c.num_kv_heads, G = H / KV;
   const eval::KVzipPrompts prompts = eval::kvzip_prompts(**tok);
   // Per (layer, query head), summed over documents and the 5 answer tokens.
   std::vector<double> answer_att(L * H, 0.0), copy_att(L * H, 0.0), max_att(L * H, 0.0);
@@ -141,7 +55,7 @@ int main(int argc, char** argv) {
   std::ifstream in(argv[1]);
   std::string line;
   for (; docs < num_docs && std::getline(in, line); ++docs) {
-    Expected<Doc> doc = load_doc(**tok, nlohmann::json::parse(line));
+    Expected<RetrievalDoc> doc = load_retrieval_doc(**tok, line);
     if (!doc) {
       std::fprintf(stderr, "document %d: %s\n", docs, doc.status().message().c_str());
       return 1;
@@ -149,36 +63,17 @@ int main(int argc, char** argv) {
     const int n = doc->n, full = static_cast<int>(doc->ids.size());
     std::printf("document %d: %d document tokens (+%d question), secret digits at %d..%d\n", docs, n, full - n,
                 doc->secret, doc->secret + 3);
-
-    // 1. The answer with full KV.
-    std::vector<int32_t> tokens = doc->ids;
-    tokens.insert(tokens.end(), doc->answer.begin(), doc->answer.end() - 1);
-    const int total = static_cast<int>(tokens.size());
-    auto runner = eval::SingleSequenceBackend::create(model, c, 2 * n + 64 + total, 1);
+    auto runner = eval::SingleSequenceBackend::create(model, c, 2 * n + 64 + full, 1);
     if (!runner) {
       std::fprintf(stderr, "%s\n", runner.status().message().c_str());
       return 1;
     }
-    CapturedQueries aq;
-    Status st = run_capturing(**runner, c, tokens, 0, full - 1, 5, &aq);
-    std::vector<double> doc_answer(L * H, 0.0);
-    for (int l = 0; st.is_ok() && l < L; ++l)
-      for (int h = 0; h < H; ++h)
-        for (int k = 0; k < 5; ++k) {
-          const std::vector<double> p =
-              attention(**runner, c, l, h / G, &aq.q[l][static_cast<size_t>(k) * qs + h * c.head_dim], full + k);
-          doc_answer[l * H + h] += p[doc->secret - 1 + k] / 5;
-        }
-
-    // 2. The reconstruction by brute force: the document, then prompt + suffix + document.
-    std::vector<int32_t> rec = prompts.first;
-    rec.insert(rec.end(), prompts.suffix.begin(), prompts.suffix.end());
-    const int p = static_cast<int>(rec.size());
-    rec.insert(rec.end(), doc->ids.begin(), doc->ids.begin() + n);
-    const std::vector<int32_t> context(doc->ids.begin(), doc->ids.begin() + n);
-    if (st.is_ok()) st = (*runner)->run(context, 0);
+    Expected<std::vector<double>> answer = answer_attention(**runner, c, *doc);
+    std::vector<int32_t> rec;
     CapturedQueries rq;
-    if (st.is_ok()) st = run_capturing(**runner, c, rec, n, 0, static_cast<int>(rec.size()), &rq);
+    Status st = answer ? reconstruction_queries(**runner, c, prompts, *doc, &rec, &rq) : answer.status();
+    const int p = static_cast<int>(rec.size()) - n;
+    const std::vector<int32_t> context(doc->ids.begin(), doc->ids.begin() + n);
     eval::KVzipOptions options;
     options.prompts = prompts;
     options.chunk_size = n;
@@ -189,7 +84,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", st.is_ok() ? scores.status().message().c_str() : st.message().c_str());
       return 1;
     }
-    std::vector<double> doc_copy(L * H, 0.0), doc_max(L * H, 0.0);
+    const std::vector<double>& doc_answer = *answer;
+    const auto keys = cached_keys(**runner, c, n + static_cast<int>(rec.size()));
+    std::vector<double> doc_copy(L * H, 0.0), doc_max(L * H, 0.0), a;
     for (int l = 0; l < L; ++l)
       for (int kv = 0; kv < KV; ++kv) {
         std::vector<double> group_max(n, 0.0);
@@ -197,8 +94,7 @@ int main(int argc, char** argv) {
           const int h = kv * G + j;
           std::vector<double> head_max(n, 0.0);
           for (int t = 0; t < static_cast<int>(rec.size()); ++t) {
-            const std::vector<double> a =
-                attention(**runner, c, l, kv, &rq.q[l][static_cast<size_t>(t) * qs + h * c.head_dim], n + t + 1);
+            attention(rq.at(c, l, t, h), keys[l][kv], c.head_dim, n + t + 1, &a);
             for (int i = 0; i < n; ++i) head_max[i] = std::max(head_max[i], a[i]);
             // The copy's query that predicts secret token k: the copy of the token before it.
             for (int k = 0; k < 5; ++k)
