@@ -2,7 +2,7 @@
 // the answer needs it: the offline simulation behind "What selection keeps the secret"
 // (docs/policies.md, `kvzip`). An analysis tool, not a test.
 //
-//   kvzip_selection DOCS.jsonl NUM_DOCS [BUDGET]
+//   kvzip_selection DOCS.jsonl NUM_DOCS [BUDGET [GATES.safetensors]]
 //
 // Per document (tokenized as `origami eval retrieval` does, origami-tiny-qwen3, fp32 CPU):
 //   - the answer head: the (layer, KV head) whose query head pays the answer's copy most attention
@@ -17,6 +17,8 @@
 //                  what it reads from the document, whatever it reads from the reconstruction)
 //       nosink     renormalized without the 4 sinks (p / (1 - sinks' share))
 //       mean       the mean over queries instead of the max (H2O-like)
+//       gate       with GATES: Fast KVzip's gate scores (what `fastkvzip` keeps), the last 128
+//                  entries always kept (its window)
 //   - selections at BUDGET entries per head (the 4 sinks always kept, BUDGET - 4 chosen among
 //     the rest; BUDGET x heads in all for the global ones):
 //       uniform    the top BUDGET - 4 of every head (what `kvzip` does today)
@@ -34,14 +36,17 @@
 #include <string>
 #include <vector>
 
+#include "gates/gate_weights.h"
+#include "gates/sink_attention_gate.h"
 #include "kept_set_answerer.h"
 #include "retrieval_probe.h"
 
 namespace origami::analysis {
 namespace {
 
-enum Score { kMax, kCopy, kDoc, kNoSink, kMean, kNumScores };
-const char* const kScoreNames[kNumScores] = {"max", "copy", "doc", "nosink", "mean"};
+enum Score { kMax, kCopy, kDoc, kNoSink, kMean, kGate, kNumScores };
+const char* const kScoreNames[kNumScores] = {"max", "copy", "doc", "nosink", "mean", "gate"};
+constexpr int kGateWindow = 128;  // fastkvzip's protected recent window
 enum Selection { kUniform, kGlobal, kLayer, kGlobalByMax, kGlobalBySum, kNumSelections };
 const char* const kSelectionNames[kNumSelections] = {"uniform", "global", "layer", "g/max", "g/sum"};
 constexpr int kMaxAnswerTokens = 6;  // `origami eval retrieval`'s default
@@ -101,7 +106,7 @@ int main(int argc, char** argv) {
   using namespace origami;
   using namespace origami::analysis;
   if (argc < 3) {
-    std::fprintf(stderr, "usage: kvzip_selection DOCS.jsonl NUM_DOCS [BUDGET]\n");
+    std::fprintf(stderr, "usage: kvzip_selection DOCS.jsonl NUM_DOCS [BUDGET [GATES.safetensors]]\n");
     return 2;
   }
   const char* shared = std::getenv("ORIGAMI_SHARED_DIR");
@@ -114,6 +119,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   const ModelConfig& c = *config;
+  Expected<gates::GateWeights> gate_weights = gates::GateWeights{};
+  if (argc > 4) gate_weights = gates::load_gates(argv[4], c);
+  if (!gate_weights) {
+    std::fprintf(stderr, "%s\n", gate_weights.status().message().c_str());
+    return 1;
+  }
+  const bool with_gates = argc > 4;
+  const int num_scores = with_gates ? kNumScores : kGate;
   const int L = c.num_layers, H = c.num_heads, KV = c.num_kv_heads, G = H / KV, sinks = kKVzipSinks;
   const eval::KVzipPrompts prompts = eval::kvzip_prompts(**tok);
   // [score][selection]: sums over documents.
@@ -146,7 +159,9 @@ int main(int argc, char** argv) {
     Expected<std::vector<double>> answer = answer_attention(**runner, c, *doc);
     std::vector<int32_t> rec;
     CapturedQueries rq;
-    Status st = answer ? reconstruction_queries(**runner, c, prompts, *doc, &rec, &rq) : answer.status();
+    std::vector<std::vector<float>> hidden;
+    Status st = answer ? reconstruction_queries(**runner, c, prompts, *doc, &rec, &rq, with_gates ? &hidden : nullptr)
+                       : answer.status();
     if (!st.is_ok()) {
       std::fprintf(stderr, "%s\n", st.message().c_str());
       return 1;
@@ -194,10 +209,20 @@ int main(int argc, char** argv) {
       return 1;
     }
     full_correct += *full_right;
+    if (with_gates) {
+      std::vector<float> rows(static_cast<size_t>(n) * KV);
+      for (int l = 0; l < L; ++l) {
+        gates::gate_scores(gate_weights->shape, gate_weights->layers[l], hidden[l].data(), n, c.hidden_size,
+                           rows.data());
+        for (int kv = 0; kv < KV; ++kv)
+          for (int i = 0; i < n; ++i)
+            scores[kGate][l * KV + kv][i] = i >= n - kGateWindow ? 2.0 : rows[static_cast<size_t>(i) * KV + kv];
+      }
+    }
     std::printf("document %d: %d tokens, secret digits at %d, answer head %d.%d (attention %.2f), full KV %s\n",
                 docs, n, doc->secret, answer_head / KV, answer_head % KV, (*answer)[best],
                 *full_right ? "right" : "wrong");
-    for (int s = 0; s < kNumScores; ++s) {
+    for (int s = 0; s < num_scores; ++s) {
       std::printf("  %-7s", kScoreNames[s]);
       for (int how = 0; how < kNumSelections; ++how) {
         const auto kept = select(scores[s], KV, sinks, budget, static_cast<Selection>(how));
@@ -238,7 +263,7 @@ int main(int argc, char** argv) {
   std::printf("full KV answers %d of %d\n", full_correct, docs);
   std::printf("score | selection | accuracy | answer head keeps (share of the secret's 5 tokens) | all 4 digits (docs) | "
               "other heads keep | answer head's entries | fewest entries of a head\n");
-  for (int s = 0; s < kNumScores; ++s)
+  for (int s = 0; s < num_scores; ++s)
     for (int how = 0; how < kNumSelections; ++how)
       std::printf("%s | %s | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f\n", kScoreNames[s], kSelectionNames[how],
                   correct[s][how] / docs, answer_share[s][how] / docs, answer_all[s][how] / docs, other_share[s][how] / docs,

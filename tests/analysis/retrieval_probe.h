@@ -134,13 +134,24 @@ inline Expected<std::vector<double>> answer_attention(eval::SingleSequenceBacken
 // suffix and the document again at the positions right after it (KVzip's one pass), every
 // reconstruction query captured. The runner's cache then holds the document and the
 // reconstruction; `rec` gets the reconstruction's tokens.
+// With `hidden`, the document's prefill also hands back every layer's attention input (the
+// normed hidden states Fast KVzip's gates read): [layer][token * hidden_size].
 inline Status reconstruction_queries(eval::SingleSequenceBackend& runner, const ModelConfig& c,
                                      const eval::KVzipPrompts& prompts, const RetrievalDoc& doc,
-                                     std::vector<int32_t>* rec, CapturedQueries* queries) {
+                                     std::vector<int32_t>* rec, CapturedQueries* queries,
+                                     std::vector<std::vector<float>>* hidden = nullptr) {
   *rec = prompts.first;
   rec->insert(rec->end(), prompts.suffix.begin(), prompts.suffix.end());
   rec->insert(rec->end(), doc.ids.begin(), doc.ids.begin() + doc.n);
-  ORIGAMI_RETURN_IF_ERROR(runner.run(std::vector<int32_t>(doc.ids.begin(), doc.ids.begin() + doc.n), 0));
+  if (hidden != nullptr) {
+    hidden->assign(c.num_layers, std::vector<float>(static_cast<size_t>(doc.n) * c.hidden_size));
+    runner.backend().set_layer_observer([&](const CpuBackend::LayerActivations& a) {
+      std::memcpy((*hidden)[a.layer].data(), a.normed_input, static_cast<size_t>(doc.n) * c.hidden_size * sizeof(float));
+    });
+  }
+  Status st = runner.run(std::vector<int32_t>(doc.ids.begin(), doc.ids.begin() + doc.n), 0);
+  runner.backend().set_layer_observer({});
+  ORIGAMI_RETURN_IF_ERROR(st);
   return run_capturing(runner, c, *rec, doc.n, 0, static_cast<int>(rec->size()), queries);
 }
 
