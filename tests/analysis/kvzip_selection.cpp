@@ -26,6 +26,7 @@
 //       layer      one threshold per layer over its heads
 //       g/max      one threshold over scores divided by their head's largest
 //       g/sum      one threshold over scores divided by their head's sum
+//       g+floor    every head its top quarter of BUDGET - 4 first, the rest by one threshold
 // Reported per score and selection, averaged over documents: the share of the secret's 5 tokens
 // (" " and the digits) the answer head keeps, the share of documents whose 4 digits it keeps all,
 // the share the other heads keep, the answer head's kept entries, and the fewest kept by a head.
@@ -47,8 +48,8 @@ namespace {
 enum Score { kMax, kCopy, kDoc, kNoSink, kMean, kGate, kNumScores };
 const char* const kScoreNames[kNumScores] = {"max", "copy", "doc", "nosink", "mean", "gate"};
 constexpr int kGateWindow = 128;  // fastkvzip's protected recent window
-enum Selection { kUniform, kGlobal, kLayer, kGlobalByMax, kGlobalBySum, kNumSelections };
-const char* const kSelectionNames[kNumSelections] = {"uniform", "global", "layer", "g/max", "g/sum"};
+enum Selection { kUniform, kGlobal, kLayer, kGlobalByMax, kGlobalBySum, kGlobalFloor, kNumSelections };
+const char* const kSelectionNames[kNumSelections] = {"uniform", "global", "layer", "g/max", "g/sum", "g+floor"};
 constexpr int kMaxAnswerTokens = 6;  // `origami eval retrieval`'s default
 
 // kept[head][i] for scores[head][i] (head = layer * kv_heads + kv head), the first `sinks` kept.
@@ -91,6 +92,21 @@ std::vector<std::vector<char>> select(const std::vector<std::vector<double>>& sc
       for (int h = l * kv_heads; h < (l + 1) * kv_heads; ++h) entries_of(h, &e);
       keep_top(e, static_cast<size_t>(per_head) * kv_heads);
     }
+  } else if (how == kGlobalFloor) {
+    const int floor = per_head / 4;
+    for (int h = 0; h < heads; ++h) {
+      std::vector<Entry> e;
+      entries_of(h, &e);
+      keep_top(e, floor);
+    }
+    std::vector<Entry> rest;
+    for (int h = 0; h < heads; ++h) {
+      std::vector<Entry> e;
+      entries_of(h, &e);
+      for (const Entry& x : e)
+        if (!kept[x.head][x.i]) rest.push_back(x);
+    }
+    keep_top(rest, static_cast<size_t>(per_head - floor) * heads);
   } else {
     std::vector<Entry> e;
     for (int h = 0; h < heads; ++h) entries_of(h, &e);
