@@ -35,18 +35,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: kvzip_answer_heads DOCS.jsonl NUM_DOCS [BUDGET]\n");
     return 2;
   }
-  const char* shared = std::getenv("ORIGAMI_SHARED_DIR");
-  const std::string model = std::string(shared != nullptr ? shared : ORIGAMI_SHARED_DIR) + "/models/origami-tiny-qwen3";
   const int num_docs = std::atoi(argv[2]), budget = argc > 3 ? std::atoi(argv[3]) : 512;
-  Expected<ModelConfig> config = load_model_config(model);
-  Expected<std::shared_ptr<Tokenizer>> tok = Tokenizer::load(model);
-  if (!config || !tok) {
-    std::fprintf(stderr, "cannot load %s\n", model.c_str());
+  Expected<ProbeModel> m = load_probe_model();
+  if (!m) {
+    std::fprintf(stderr, "%s\n", m.status().message().c_str());
     return 1;
   }
-  const ModelConfig& c = *config;
+  const ModelConfig& c = m->config;
   const int L = c.num_layers, H = c.num_heads, KV = c.num_kv_heads, G = H / KV;
-  const eval::KVzipPrompts prompts = eval::kvzip_prompts(**tok);
   // Per (layer, query head), summed over documents and the 5 answer tokens.
   std::vector<double> answer_att(L * H, 0.0), copy_att(L * H, 0.0), max_att(L * H, 0.0);
   std::vector<double> score_sum(L * KV, 0.0), rank_sum(L * KV, 0.0), kept_sum(L * KV, 0.0);
@@ -55,37 +51,29 @@ int main(int argc, char** argv) {
   std::ifstream in(argv[1]);
   std::string line;
   for (; docs < num_docs && std::getline(in, line); ++docs) {
-    Expected<RetrievalDoc> doc = load_retrieval_doc(**tok, line);
-    if (!doc) {
-      std::fprintf(stderr, "document %d: %s\n", docs, doc.status().message().c_str());
+    Expected<DocProbe> probe = probe_document(*m, line, false);
+    if (!probe) {
+      std::fprintf(stderr, "document %d: %s\n", docs, probe.status().message().c_str());
       return 1;
     }
-    const int n = doc->n, full = static_cast<int>(doc->ids.size());
+    const RetrievalDoc* doc = &probe->doc;
+    const std::vector<int32_t>& rec = probe->rec;
+    const int n = doc->n, full = static_cast<int>(doc->ids.size()), p = static_cast<int>(rec.size()) - n;
     std::printf("document %d: %d document tokens (+%d question), secret digits at %d..%d\n", docs, n, full - n,
                 doc->secret, doc->secret + 3);
-    auto runner = eval::SingleSequenceBackend::create(model, c, 2 * n + 64 + full, 1);
-    if (!runner) {
-      std::fprintf(stderr, "%s\n", runner.status().message().c_str());
-      return 1;
-    }
-    Expected<std::vector<double>> answer = answer_attention(**runner, c, *doc);
-    std::vector<int32_t> rec;
-    CapturedQueries rq;
-    Status st = answer ? reconstruction_queries(**runner, c, prompts, *doc, &rec, &rq) : answer.status();
-    const int p = static_cast<int>(rec.size()) - n;
     const std::vector<int32_t> context(doc->ids.begin(), doc->ids.begin() + n);
     eval::KVzipOptions options;
-    options.prompts = prompts;
+    options.prompts = m->prompts;
     options.chunk_size = n;
-    auto scorer = eval::KVzipScorer::create(model, c, options, n, 1);
+    auto scorer = eval::KVzipScorer::create(m->dir, c, options, n, 1);
     Expected<eval::KVzipResult> scores =
         scorer ? (*scorer)->score(context, false) : Expected<eval::KVzipResult>(scorer.status());
-    if (!st.is_ok() || !scores) {
-      std::fprintf(stderr, "%s\n", st.is_ok() ? scores.status().message().c_str() : st.message().c_str());
+    if (!scores) {
+      std::fprintf(stderr, "%s\n", scores.status().message().c_str());
       return 1;
     }
-    const std::vector<double>& doc_answer = *answer;
-    const auto keys = cached_keys(**runner, c, n + static_cast<int>(rec.size()));
+    const std::vector<double>& doc_answer = probe->answer;
+    const auto keys = cached_keys(*probe->runner, c, n + static_cast<int>(rec.size()));
     std::vector<double> doc_copy(L * H, 0.0), doc_max(L * H, 0.0), a;
     for (int l = 0; l < L; ++l)
       for (int kv = 0; kv < KV; ++kv) {
@@ -94,7 +82,7 @@ int main(int argc, char** argv) {
           const int h = kv * G + j;
           std::vector<double> head_max(n, 0.0);
           for (int t = 0; t < static_cast<int>(rec.size()); ++t) {
-            attention(rq.at(c, l, t, h), keys[l][kv], c.head_dim, n + t + 1, &a);
+            attention(probe->queries.at(c, l, t, h), keys[l][kv], c.head_dim, n + t + 1, &a);
             for (int i = 0; i < n; ++i) head_max[i] = std::max(head_max[i], a[i]);
             // The copy's query that predicts secret token k: the copy of the token before it.
             for (int k = 0; k < 5; ++k)

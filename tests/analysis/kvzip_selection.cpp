@@ -125,16 +125,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: kvzip_selection DOCS.jsonl NUM_DOCS [BUDGET [GATES.safetensors]]\n");
     return 2;
   }
-  const char* shared = std::getenv("ORIGAMI_SHARED_DIR");
-  const std::string model = std::string(shared != nullptr ? shared : ORIGAMI_SHARED_DIR) + "/models/origami-tiny-qwen3";
   const int num_docs = std::atoi(argv[2]), budget = argc > 3 ? std::atoi(argv[3]) : 512;
-  Expected<ModelConfig> config = load_model_config(model);
-  Expected<std::shared_ptr<Tokenizer>> tok = Tokenizer::load(model);
-  if (!config || !tok) {
-    std::fprintf(stderr, "cannot load %s\n", model.c_str());
+  Expected<ProbeModel> m = load_probe_model();
+  if (!m) {
+    std::fprintf(stderr, "%s\n", m.status().message().c_str());
     return 1;
   }
-  const ModelConfig& c = *config;
+  const ModelConfig& c = m->config;
   Expected<gates::GateWeights> gate_weights = gates::GateWeights{};
   if (argc > 4) gate_weights = gates::load_gates(argv[4], c);
   if (!gate_weights) {
@@ -144,7 +141,6 @@ int main(int argc, char** argv) {
   const bool with_gates = argc > 4;
   const int num_scores = with_gates ? kNumScores : kGate;
   const int L = c.num_layers, H = c.num_heads, KV = c.num_kv_heads, G = H / KV, sinks = kKVzipSinks;
-  const eval::KVzipPrompts prompts = eval::kvzip_prompts(**tok);
   // [score][selection]: sums over documents.
   double answer_share[kNumScores][kNumSelections] = {}, answer_all[kNumScores][kNumSelections] = {},
          other_share[kNumScores][kNumSelections] = {}, answer_count[kNumScores][kNumSelections] = {},
@@ -153,7 +149,7 @@ int main(int argc, char** argv) {
   double to_sinks = 0.0, to_doc = 0.0, to_rec = 0.0;
   double correct[kNumScores][kNumSelections] = {};
   int docs = 0, full_correct = 0;
-  auto answerer = KeptSetAnswerer::create(model, c, c.max_position_embeddings + 64, 1);
+  auto answerer = KeptSetAnswerer::create(m->dir, c, c.max_position_embeddings + 64, 1);
   if (!answerer) {
     std::fprintf(stderr, "%s\n", answerer.status().message().c_str());
     return 1;
@@ -161,31 +157,20 @@ int main(int argc, char** argv) {
   std::ifstream in(argv[1]);
   std::string line;
   for (; docs < num_docs && std::getline(in, line); ++docs) {
-    Expected<RetrievalDoc> doc = load_retrieval_doc(**tok, line);
-    if (!doc) {
-      std::fprintf(stderr, "document %d: %s\n", docs, doc.status().message().c_str());
+    Expected<DocProbe> probe = probe_document(*m, line, with_gates);
+    if (!probe) {
+      std::fprintf(stderr, "document %d: %s\n", docs, probe.status().message().c_str());
       return 1;
     }
-    const int n = doc->n, full = static_cast<int>(doc->ids.size());
-    auto runner = eval::SingleSequenceBackend::create(model, c, 2 * n + 64 + full, 1);
-    if (!runner) {
-      std::fprintf(stderr, "%s\n", runner.status().message().c_str());
-      return 1;
-    }
-    Expected<std::vector<double>> answer = answer_attention(**runner, c, *doc);
-    std::vector<int32_t> rec;
-    CapturedQueries rq;
-    std::vector<std::vector<float>> hidden;
-    Status st = answer ? reconstruction_queries(**runner, c, prompts, *doc, &rec, &rq, with_gates ? &hidden : nullptr)
-                       : answer.status();
-    if (!st.is_ok()) {
-      std::fprintf(stderr, "%s\n", st.message().c_str());
-      return 1;
-    }
+    const RetrievalDoc* doc = &probe->doc;
+    const std::vector<double>* answer = &probe->answer;
+    const std::vector<int32_t>& rec = probe->rec;
+    const std::vector<std::vector<float>>& hidden = probe->hidden;
+    const int n = doc->n;
     const int best = static_cast<int>(std::max_element(answer->begin(), answer->end()) - answer->begin());
     const int answer_head = (best / H) * KV + (best % H) / G;  // layer * KV + kv head
     const int r = static_cast<int>(rec.size()), p = r - n;
-    const auto keys = cached_keys(**runner, c, n + r);
+    const auto keys = cached_keys(*probe->runner, c, n + r);
     std::vector<std::vector<std::vector<double>>> scores(kNumScores,
                                                          std::vector<std::vector<double>>(L * KV, std::vector<double>(n)));
     std::vector<double> a;
@@ -194,7 +179,7 @@ int main(int argc, char** argv) {
         const int head = l * KV + kv;
         for (int j = 0; j < G; ++j)
           for (int t = 0; t < r; ++t) {
-            attention(rq.at(c, l, t, kv * G + j), keys[l][kv], c.head_dim, n + t + 1, &a);
+            attention(probe->queries.at(c, l, t, kv * G + j), keys[l][kv], c.head_dim, n + t + 1, &a);
             double sink = 0.0, document = 0.0;
             for (int i = 0; i < n; ++i) (i < sinks ? sink : document) += a[i];
             if (head == answer_head && t >= p) {
@@ -212,10 +197,10 @@ int main(int argc, char** argv) {
           }
       }
     // Answers from the kept sets (context mode: the question and a greedy answer after them).
-    st = (*answerer)->prefill(*doc);
+    Status st = (*answerer)->prefill(*doc);
     auto answers_right = [&](const std::vector<std::vector<char>>& kept) -> Expected<bool> {
       ORIGAMI_ASSIGN_OR_RETURN(std::vector<int32_t> out, (*answerer)->answer(*doc, kept, kMaxAnswerTokens));
-      return eval::retrieval_answer_matches((*tok)->decode(out, true), doc->digits);
+      return eval::retrieval_answer_matches(m->tokenizer->decode(out, true), doc->digits);
     };
     Expected<bool> full_right =
         st.is_ok() ? answers_right(std::vector<std::vector<char>>(L * KV, std::vector<char>(n, 1)))

@@ -4,7 +4,9 @@
 // captured, and exact attention recomputed from the cache (softmax in double). Analysis only.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -153,6 +155,47 @@ inline Status reconstruction_queries(eval::SingleSequenceBackend& runner, const 
   runner.backend().set_layer_observer({});
   ORIGAMI_RETURN_IF_ERROR(st);
   return run_capturing(runner, c, *rec, doc.n, 0, static_cast<int>(rec->size()), queries);
+}
+
+// The model the tools probe: origami-tiny-qwen3 from $ORIGAMI_SHARED_DIR (default: the build's
+// ../shared).
+struct ProbeModel {
+  std::string dir;
+  ModelConfig config;
+  std::shared_ptr<Tokenizer> tokenizer;
+  eval::KVzipPrompts prompts;
+};
+
+inline Expected<ProbeModel> load_probe_model() {
+  const char* shared = std::getenv("ORIGAMI_SHARED_DIR");
+  ProbeModel m;
+  m.dir = std::string(shared != nullptr ? shared : ORIGAMI_SHARED_DIR) + "/models/origami-tiny-qwen3";
+  ORIGAMI_ASSIGN_OR_RETURN(m.config, load_model_config(m.dir));
+  ORIGAMI_ASSIGN_OR_RETURN(m.tokenizer, Tokenizer::load(m.dir));
+  m.prompts = eval::kvzip_prompts(*m.tokenizer);
+  return m;
+}
+
+// One document probed: its answer attention (1.) and its reconstruction's queries (2.), the
+// runner's cache holding the document and the reconstruction.
+struct DocProbe {
+  RetrievalDoc doc;
+  std::vector<double> answer;  // answer_attention()
+  std::vector<int32_t> rec;    // the reconstruction's tokens
+  CapturedQueries queries;     // their queries
+  std::vector<std::vector<float>> hidden;  // with keep_hidden: the document's attention inputs
+  std::unique_ptr<eval::SingleSequenceBackend> runner;
+};
+
+inline Expected<DocProbe> probe_document(const ProbeModel& m, const std::string& json_line, bool keep_hidden) {
+  DocProbe p;
+  ORIGAMI_ASSIGN_OR_RETURN(p.doc, load_retrieval_doc(*m.tokenizer, json_line));
+  const int n = p.doc.n, full = static_cast<int>(p.doc.ids.size());
+  ORIGAMI_ASSIGN_OR_RETURN(p.runner, eval::SingleSequenceBackend::create(m.dir, m.config, 2 * n + 64 + full, 1));
+  ORIGAMI_ASSIGN_OR_RETURN(p.answer, answer_attention(*p.runner, m.config, p.doc));
+  ORIGAMI_RETURN_IF_ERROR(reconstruction_queries(*p.runner, m.config, m.prompts, p.doc, &p.rec, &p.queries,
+                                                 keep_hidden ? &p.hidden : nullptr));
+  return p;
 }
 
 }  // namespace origami::analysis
