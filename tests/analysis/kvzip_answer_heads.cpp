@@ -1,5 +1,5 @@
 // Which heads carry a retrieval answer, and what KVzip's reconstruction does in them: the
-// measurement behind "Which heads answer, and what the reconstruction gives them"
+// measurement behind "Which heads answer, and why uniform budgets lose the secret"
 // (docs/policies.md, `kvzip`). An analysis tool, not a test.
 //
 //   kvzip_answer_heads DOCS.jsonl NUM_DOCS [BUDGET]
