@@ -183,12 +183,17 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
     support.unavailable_reason = "compression is turned off (num_query_slots = -1)";
   }
   if (memory.default_policy != nullptr) ORIGAMI_RETURN_IF_ERROR(check_head_budgets(*memory.default_policy, support));
+  if (memory.default_policy != nullptr) {
+    support.joint_selection = engine->backend_->selects_jointly();
+    ORIGAMI_RETURN_IF_ERROR(check_joint_selection(*memory.default_policy, support));
+  }
   if (support.available) {
     support.num_query_slots = memory.compression_config.num_query_slots;
     support.max_window = memory.compression_config.max_window;
     support.global_scores = memory.compression_config.global_scores;
     // The reconstruction reads every layer and head through one table.
     support.reconstruction = engine->backend_->runs_reconstruction() && layout.num_groups() == 1;
+    support.joint_selection = engine->backend_->selects_jointly();
   }
   if (!config.kv_gates.empty()) {
     if (!support.available || !support.global_scores)

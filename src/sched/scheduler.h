@@ -167,6 +167,10 @@ class Scheduler {
   // groups (group_peak_blocks), plus the fresh target blocks of its first compression; -1 if
   // its memory has no bound the scheduler can know (full KV, SnapKV without chunk compression).
   int peak_blocks(const Request& request) const;
+  // peak_blocks() of a request under a runtime allocation (RequestCompression::runtime_allocated),
+  // without fresh targets: a bound on its groups' pages together, since how the total is shared
+  // among its groups is decided by the backend at each compression (docs/policies.md, "Scheduling").
+  int joint_peak_blocks(const Request& request) const;
   // One head group's share of peak_blocks() without fresh targets: cache-full, N_max (or the
   // prompt's blocks while a longer prompt is prefilled, or fewer if it finishes sooner), and once
   // compressed the group's own blocks; prefill-end compressed chunk by chunk (TANGRAM), the
