@@ -482,6 +482,7 @@ std::vector<RequestOutput> Engine::step() {
   const SchedulerUpdate update = scheduler_->update_from_output(plan, result.finished_compressions);
   metrics_.num_compressions += update.num_compressions;
   metrics_.num_evicted_tokens += update.num_evicted_entries;
+  metrics_.num_kept_kv_pages += update.num_kept_pages;
   for (Request* r : update.failed_compressions) {
     const auto failed = std::find_if(result.finished_compressions.begin(), result.finished_compressions.end(),
                                      [&](const CompressionResult& c) { return c.request_id == r->id; });

@@ -91,6 +91,9 @@ struct RequestCompression {
   // (num_cache_entries) right after its last compression; a cache-full trigger compresses again
   // one block later at the earliest (compression_state.h, trigger_state).
   int entries_after_compression = 0;
+  // Pages its head groups held right after its last compaction switched its tables (before any new
+  // token: SchedulerUpdate::num_kept_pages).
+  int kept_pages = 0;
   int jobs_in_flight = 0;  // the compression's per-group jobs not yet reported
   bool job_failed = false;  // one of them failed
 

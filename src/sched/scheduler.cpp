@@ -327,6 +327,7 @@ SchedulerUpdate Scheduler::update_from_output(const SchedulerOutput& output,
       update.num_evicted_entries += block ? kv_->layout().block_size : evicted_entries(*request);
       ++update.num_compressions;
       complete_compression(request, result.evicted_block);
+      if (!block) update.num_kept_pages += c.kept_pages;
       shrink_reservation(request);
     } else {
       abort_compression(request);

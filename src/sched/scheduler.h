@@ -78,6 +78,11 @@ struct SchedulerUpdate {
   std::vector<Request*> failed_compressions;  // undone; the caller finishes them with an error
   int64_t num_compressions = 0;               // completed
   int64_t num_evicted_entries = 0;            // entries dropped per (layer, KV head), summed
+  // Pages the compacted requests hold right after their compressions switched their tables (every
+  // head group, before any new token; a cache-full request's spare block included), summed:
+  // what a compression really keeps, group padding and page rounding included (a runtime
+  // allocation's share is known only once the backend reports it).
+  int64_t num_kept_pages = 0;
 };
 
 class Scheduler {

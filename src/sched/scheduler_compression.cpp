@@ -290,6 +290,7 @@ void Scheduler::switch_to_compacted_table(Request* request, std::vector<BlockId>
     if (num_groups > 1) c.groups[static_cast<size_t>(g)].num_scored_entries = table.num_entries;
   }
   request->kv.compacted = true;  // never registered in the prefix cache again
+  c.kept_pages = kv_->num_held_blocks(*request);
   c.in_flight = false;
   ++c.num_compressions;
   c.num_scored_entries = joint ? request->kv.groups[0].num_entries : c.num_keep;

@@ -374,7 +374,7 @@ TEST(SchedGroupReservation, RuntimeAllocationsNeverOverCommit) {
     const bool prefix = seed % 3 == 0;
     const bool cache_full = seed % 4 >= 2;
     SchedulerConfig sc = config(1 + static_cast<int>(rng() % 6), chunk);
-    GroupHarness h(4 * blocks(60 + 20) + 64 + static_cast<int>(rng() % 200), sc, prefix);
+    GroupHarness h(4 * blocks(60 + 20) + 1 + static_cast<int>(rng() % 60), sc, prefix);
     h.async = seed % 2 == 1;
     h.sched.set_compress_before_forward(!h.async);
     const std::vector<int32_t> shared = tokens(24, 999);
