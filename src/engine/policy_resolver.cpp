@@ -14,7 +14,7 @@ Status check_head_budgets(const KVPolicy& policy, const CompressionSupport& supp
 
 Status check_joint_selection(const KVPolicy& policy, const CompressionSupport& support) {
   const ScoreRecipe& recipe = policy.score_recipe();
-  if (!policy.compresses() || !runtime_allocation(recipe) || support.joint_selection) return Status::ok();
+  if (!policy.needs().joint_selection || support.joint_selection) return Status::ok();
   return invalid_argument("KV policy " + policy.name() + " with allocation " + keep_allocation_name(recipe.allocation) +
                           " lets the backend choose each head's kept count (one selection over the request's heads), "
                           "which the " + support.backend + " backend does not run yet (CPU backend only" +
