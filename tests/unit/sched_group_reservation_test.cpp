@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -189,6 +190,33 @@ std::vector<int32_t> tokens(int n, int seed) {
   return t;
 }
 
+// A prompt of 1..60 tokens; with prefix caching, half of them start with up to 24 shared tokens.
+std::vector<int32_t> random_prompt(std::mt19937& rng, bool prefix, int seed) {
+  const int len = 1 + static_cast<int>(rng() % 60);
+  std::vector<int32_t> prompt;
+  if (prefix && rng() % 2 == 0) {
+    const std::vector<int32_t> shared = tokens(24, 999);
+    prompt.assign(shared.begin(), shared.begin() + std::min(len, 24));
+  }
+  const std::vector<int32_t> rest = tokens(len, seed);
+  prompt.insert(prompt.end(), rest.begin() + static_cast<std::ptrdiff_t>(prompt.size()), rest.end());
+  return prompt;
+}
+
+// Steps the harness until every request is done, calling `each_step` after every step; false (the
+// seed named) on a fatal failure.
+bool drain(GroupHarness& h, int seed, const std::function<void()>& each_step) {
+  for (int s = 0; s < 5000 && h.sched.has_unfinished() && !::testing::Test::HasFatalFailure(); ++s) {
+    h.step();
+    if (!::testing::Test::HasFatalFailure()) each_step();
+  }
+  if (!::testing::Test::HasFatalFailure()) h.run_to_completion();
+  if (!::testing::Test::HasFatalFailure()) return true;
+  ADD_FAILURE() << "seed " << seed;
+  return false;
+}
+
+
 SchedulerConfig config(int max_seqs, int chunk) {
   SchedulerConfig c;
   c.max_num_seqs = max_seqs;
@@ -277,35 +305,20 @@ TEST(SchedGroupReservation, RandomizedPoolsNeverExceedTheReservation) {
     for (int g = 0; g < 4; ++g) shares.push_back(0.1f + 0.9f * static_cast<float>(rng() % 10) / 9.0f);
     const float largest = *std::max_element(shares.begin(), shares.end());
     for (float& s : shares) s /= largest;
-    const std::vector<int32_t> shared = tokens(24, 999);
     std::vector<Request*> rs;
     for (int i = 0; i < 10; ++i) {
-      const int len = 1 + static_cast<int>(rng() % 60);
-      std::vector<int32_t> prompt;
-      if (prefix && rng() % 2 == 0) prompt.assign(shared.begin(), shared.begin() + std::min(len, 24));
-      const std::vector<int32_t> rest = tokens(len, seed * 100 + i);
-      prompt.insert(prompt.end(), rest.begin() + static_cast<std::ptrdiff_t>(prompt.size()), rest.end());
+      const std::vector<int32_t> prompt = random_prompt(rng, prefix, seed * 100 + i);
       const int window = 1 + static_cast<int>(rng() % 3);
       rs.push_back(h.add(prompt, 1 + static_cast<int>(rng() % 20), tangram(window + 2 + static_cast<int>(rng() % 12), shares, window)));
     }
-    for (int s = 0; s < 5000 && h.sched.has_unfinished(); ++s) {
-      h.step();
-      if (::testing::Test::HasFatalFailure()) break;
+    const bool drained = drain(h, seed, [&] {
       if (!prefix)
         for (Request* r : h.sched.running())
           for (int g = 0; g < 4 && !r->compression.reserved_blocks.empty(); ++g)
             ASSERT_LE(r->compression.reserved_blocks[static_cast<size_t>(g)], expected_reservation(*r, g, chunk))
                 << "seed " << seed << " request " << r->id << " group " << g;
-    }
-    if (::testing::Test::HasFatalFailure()) {
-      ADD_FAILURE() << "seed " << seed;
-      return;
-    }
-    h.run_to_completion();
-    if (::testing::Test::HasFatalFailure()) {
-      ADD_FAILURE() << "seed " << seed;
-      return;
-    }
+    });
+    if (!drained) return;
     EXPECT_EQ(h.num_preemptions, 0) << "seed " << seed;
     for (Request* r : rs) EXPECT_EQ(static_cast<int>(r->output_token_ids.size()), r->sampling.max_tokens) << "seed " << seed;
     compressions += h.num_compressions;
@@ -377,22 +390,15 @@ TEST(SchedGroupReservation, RuntimeAllocationsNeverOverCommit) {
     GroupHarness h(4 * blocks(60 + 20) + 1 + static_cast<int>(rng() % 60), sc, prefix);
     h.async = seed % 2 == 1;
     h.sched.set_compress_before_forward(!h.async);
-    const std::vector<int32_t> shared = tokens(24, 999);
     std::vector<Request*> rs;
     for (int i = 0; i < 10; ++i) {
-      const int len = 1 + static_cast<int>(rng() % 60);
-      std::vector<int32_t> prompt;
-      if (prefix && rng() % 2 == 0) prompt.assign(shared.begin(), shared.begin() + std::min(len, 24));
-      const std::vector<int32_t> rest = tokens(len, seed * 100 + i);
-      prompt.insert(prompt.end(), rest.begin() + static_cast<std::ptrdiff_t>(prompt.size()), rest.end());
+      const std::vector<int32_t> prompt = random_prompt(rng, prefix, seed * 100 + i);
       const int window = 1 + static_cast<int>(rng() % 3);
       const int budget = cache_full ? kB * (1 + static_cast<int>(rng() % 4)) : window + 2 + static_cast<int>(rng() % 12);
       rs.push_back(h.add(prompt, 1 + static_cast<int>(rng() % 20),
                          runtime_allocated(cache_full ? "fastkvzip" : "adakv", budget, cache_full ? 1 : window)));
     }
-    for (int s = 0; s < 5000 && h.sched.has_unfinished(); ++s) {
-      h.step();
-      if (::testing::Test::HasFatalFailure()) break;
+    const bool drained = drain(h, seed, [&] {
       for (Request* r : h.sched.running()) {
         // Every group's table holds exactly the pages of its entries (trimmed to the count).
         for (const BlockTable& t : r->kv.groups)
@@ -403,16 +409,8 @@ TEST(SchedGroupReservation, RuntimeAllocationsNeverOverCommit) {
           ASSERT_LE(h.kv.num_held_blocks(*r), runtime_prefill_end_bound(*r, chunk))
               << "seed " << seed << " request " << r->id;
       }
-    }
-    if (::testing::Test::HasFatalFailure()) {
-      ADD_FAILURE() << "seed " << seed;
-      return;
-    }
-    h.run_to_completion();
-    if (::testing::Test::HasFatalFailure()) {
-      ADD_FAILURE() << "seed " << seed;
-      return;
-    }
+    });
+    if (!drained) return;
     EXPECT_EQ(h.num_preemptions, 0) << "seed " << seed;
     for (Request* r : rs) {
       EXPECT_EQ(static_cast<int>(r->output_token_ids.size()), r->sampling.max_tokens) << "seed " << seed;

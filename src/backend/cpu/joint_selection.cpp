@@ -5,18 +5,11 @@
 #include <map>
 #include <numeric>
 
+#include "backend/cpu/compression_ops.h"
 #include "core/check.h"
 
 namespace origami::cpu {
 namespace {
-
-// select_keep's order within a head: higher score, NaN lowest, ties to the larger index.
-bool beats(float sa, int a, float sb, int b) {
-  const bool na = std::isnan(sa), nb = std::isnan(sb);
-  if (na != nb) return nb;
-  if (!na && sa != sb) return sa > sb;
-  return a > b;
-}
 
 // One scope's counts (heads given by their indices in `heads`).
 void scope_counts(const std::vector<HeadSelectionScores>& heads, const std::vector<int>& scope, int mean_keep,
@@ -51,12 +44,11 @@ void scope_counts(const std::vector<HeadSelectionScores>& heads, const std::vect
       rest.push_back({h.scores[order[i][r]], order[i][r], static_cast<int>(i)});
   }
   const size_t k = static_cast<size_t>(std::min<long long>(total, static_cast<long long>(rest.size())));
+  // select_keep's order, then the head listed first.
   auto better = [](const Candidate& x, const Candidate& y) {
-    const bool nx = std::isnan(x.score), ny = std::isnan(y.score);
-    if (nx != ny) return ny;
-    if (!nx && x.score != y.score) return x.score > y.score;
-    if (x.entry != y.entry) return x.entry > y.entry;
-    return x.head < y.head;
+    if (x.score == y.score && x.entry == y.entry) return x.head < y.head;
+    if (std::isnan(x.score) && std::isnan(y.score) && x.entry == y.entry) return x.head < y.head;
+    return beats(x.score, x.entry, y.score, y.entry);
   };
   if (k < rest.size()) std::nth_element(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(k), rest.end(), better);
   // The chosen ones are each head's next-best (a head's order refines the scope's), so counting
