@@ -5,7 +5,9 @@
 //   - budget respected: a job keeps exactly what the request's budget allows (k = (N_max - 1) * b
 //     for cache-full triggers, the budget for prefill-end; for a periodic sliding window, all
 //     before the window plus the window's kept share and buffer), and after every step a compressed
-//     cache-full request holds at most N_max blocks;
+//     cache-full request holds at most N_max blocks; under a runtime allocation (adakv,
+//     allocation=layer|global) the jobs name the budget as their average, may keep all their
+//     entries, and the groups' reported counts average at least the budget;
 //   - window kept: the protected tail (window / recent entries) and the sinks of the source land
 //     bit-exact at the end and the start of the destination;
 //   - prefix blocks never written: a page that two requests' tables hold is bit-identical after
