@@ -160,6 +160,7 @@ int run_bench(BenchFlags& f) {
   j["kv_reservation"] = f.engine.config.reserve_bounded_kv;
   j["num_compressions"] = m.num_compressions;
   j["evicted_tokens"] = m.num_evicted_tokens;
+  j["kept_kv_pages"] = m.num_kept_kv_pages;
   j["compression_seconds"] = m.compression_seconds;
   j["compression_time_share"] = wall > 0 ? m.compression_seconds / wall : 0.0;
   j["compression_device_seconds"] = m.compression_device_seconds;

@@ -42,6 +42,7 @@ int run_policies(bool json) {
     j["needs_global_scores"] = p.needs().global_scores;
     j["needs_gates"] = p.needs().gate_scores;                // --kv-gates (CPU and CUDA)
     j["needs_reconstruction"] = p.needs().reconstruction;    // CPU only
+    j["needs_joint_selection"] = p.needs().joint_selection;  // runtime head budgets, CPU only
     j["default_budget"] = p.takes_budget() ? p.default_budget() : 0;  // 0: takes no budget
     j["budget_split"] = budget_split_name(p.budget_split());
     // Runs only with calibrated head budgets (--kv-head-budgets or a request's kv_head_budgets).
@@ -70,6 +71,7 @@ int run_policies(bool json) {
     if (j["needs_global_scores"].get<bool>()) std::printf("; uses global scores");
     if (j["needs_gates"].get<bool>()) std::printf("; needs --kv-gates");
     if (j["needs_reconstruction"].get<bool>()) std::printf("; runs a reconstruction pass (CPU)");
+    if (j["needs_joint_selection"].get<bool>()) std::printf("; head budgets chosen at run time (CPU)");
     std::printf("\n");
     for (const nlohmann::json& o : j["options"])
       std::printf("    %-11s = %-9s %s (%s)\n", o["name"].get<std::string>().c_str(),

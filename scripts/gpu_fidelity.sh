@@ -60,13 +60,14 @@ else
   POLICIES=$("$CLI" policies --json | python3 -c '
 import json, sys
 keep_aliases = sys.argv[1] != "0"
-# KVzip (reconstruction) runs on the CPU backend only, and Fast KVzip needs a gates file for the
-# model (--kv-gates, CPU and CUDA) that these sweeps do not pass: neither is swept here.
+# KVzip (reconstruction) and runtime head budgets (adakv: joint selection) run on the CPU backend
+# only so far, and Fast KVzip needs a gates file for the model (--kv-gates, CPU and CUDA) that these
+# sweeps do not pass: none of them is swept here.
 # Policies that need calibrated head budgets (tangram) run in their own engine with a budget file:
 # scripts/tangram_fidelity.sh.
 print(",".join(p["name"] for p in json.load(sys.stdin)
                if (keep_aliases or "alias_of" not in p) and not p.get("needs_gates") and not p.get("needs_reconstruction")
-               and not p.get("needs_head_budgets")))' "${FIDELITY_ALIASES:-1}") \
+               and not p.get("needs_joint_selection") and not p.get("needs_head_budgets")))' "${FIDELITY_ALIASES:-1}") \
     || { echo "origami policies --json failed"; exit 1; }
 fi
 BUDGETS=${FIDELITY_BUDGETS:-256,512,1024}

@@ -70,6 +70,9 @@ class Backend {
   // Whether compression jobs whose recipe has reconstruction_scores (KVzip) are run: the backend
   // runs the model on the job's reconstruction tokens after its entries and selects by the result.
   virtual bool runs_reconstruction() const { return false; }
+  // Whether compression jobs under a runtime allocation (ScoreRecipe::allocation kLayer / kGlobal)
+  // are run: a request's jobs selected jointly, each result reporting its group's kept count.
+  virtual bool selects_jointly() const { return false; }
 };
 
 // Creates the backend named in options.device ("cpu", or "cuda" when built with ORIGAMI_CUDA).

@@ -13,11 +13,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-void CompressionStepper::report(const Status& status, const std::vector<int>* evicted, StepOutput* out) {
+void CompressionStepper::report(const Status& status, const KVCompressor* compressor, StepOutput* out) {
+  const std::vector<int>* evicted = compressor != nullptr ? &compressor->evicted_blocks() : nullptr;
+  const std::vector<int>* kept = compressor != nullptr ? &compressor->kept_entries() : nullptr;
   for (size_t j = 0; j < in_flight_.size(); ++j) {
     CompressionResult result{in_flight_[j].request_id, status, in_flight_[j].group};
     // A block eviction's result names the block (the scheduler drops it from the table).
     if (status.is_ok() && evicted != nullptr && j < evicted->size()) result.evicted_block = (*evicted)[j];
+    // A compaction's kept count (a runtime allocation's: the scheduler trims the table to it).
+    if (status.is_ok() && kept != nullptr && j < kept->size()) result.num_kept = (*kept)[j];
     out->finished_compressions.push_back(result);
   }
   in_flight_.clear();
@@ -38,7 +42,7 @@ void CompressionStepper::start(KVCompressor* compressor, const ForwardBatch& bat
   }
   if (batch.wait_for_compressions && !in_flight_.empty() && compressor != nullptr) {
     const Status st = compressor->wait();
-    report(st, &compressor->evicted_blocks(), out);
+    report(st, compressor, out);
   }
   out->compression_seconds = seconds_since(t0);
   out->compression_device_seconds = compressor != nullptr ? compressor->device_seconds() : 0.0;
@@ -49,7 +53,7 @@ void CompressionStepper::collect(KVCompressor* compressor, StepOutput* out) {
   if (!compressor->done()) return;
   const auto t0 = std::chrono::steady_clock::now();
   const Status st = compressor->wait();  // done: returns at once with the batch's status
-  report(st, &compressor->evicted_blocks(), out);
+  report(st, compressor, out);
   out->compression_seconds += seconds_since(t0);
   out->compression_device_seconds = compressor->device_seconds();
 }

@@ -25,9 +25,9 @@ class CompressionStepper {
   bool in_flight() const { return !in_flight_.empty(); }
 
  private:
-  // Reports every job in flight with `status`; `evicted` (the compressor's evicted_blocks(), or
-  // null) names the blocks of its kEvictBlock jobs.
-  void report(const Status& status, const std::vector<int>* evicted, StepOutput* out);
+  // Reports every job in flight with `status`; with `compressor` (or null: refused whole) each
+  // result carries its block (kEvictBlock: evicted_blocks()) and kept count (kept_entries()).
+  void report(const Status& status, const KVCompressor* compressor, StepOutput* out);
 
   struct JobId {
     uint64_t request_id = 0;

@@ -32,9 +32,14 @@ class KVCompressor {
   // Per job of the last batch, in begin()'s order: the block a kEvictBlock job chose (its index in
   // src_blocks), -1 for other jobs. Valid once wait() returned ok (or done() returned true).
   const std::vector<int>& evicted_blocks() const { return evicted_blocks_; }
+  // Per job of the last batch: the entries a kCompact job kept per (layer, KV head) (the count a
+  // runtime allocation chose; ScoreRecipe::allocation), -1 for other jobs. Empty: a compressor
+  // without runtime allocation (every compaction kept its num_keep).
+  const std::vector<int>& kept_entries() const { return kept_entries_; }
 
  protected:
   std::vector<int> evicted_blocks_;
+  std::vector<int> kept_entries_;
 };
 
 }  // namespace origami

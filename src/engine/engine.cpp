@@ -183,12 +183,17 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
     support.unavailable_reason = "compression is turned off (num_query_slots = -1)";
   }
   if (memory.default_policy != nullptr) ORIGAMI_RETURN_IF_ERROR(check_head_budgets(*memory.default_policy, support));
+  if (memory.default_policy != nullptr) {
+    support.joint_selection = engine->backend_->selects_jointly();
+    ORIGAMI_RETURN_IF_ERROR(check_joint_selection(*memory.default_policy, support));
+  }
   if (support.available) {
     support.num_query_slots = memory.compression_config.num_query_slots;
     support.max_window = memory.compression_config.max_window;
     support.global_scores = memory.compression_config.global_scores;
     // The reconstruction reads every layer and head through one table.
     support.reconstruction = engine->backend_->runs_reconstruction() && layout.num_groups() == 1;
+    support.joint_selection = engine->backend_->selects_jointly();
   }
   if (!config.kv_gates.empty()) {
     if (!support.available || !support.global_scores)
@@ -485,6 +490,7 @@ std::vector<RequestOutput> Engine::step() {
   const SchedulerUpdate update = scheduler_->update_from_output(plan, result.finished_compressions);
   metrics_.num_compressions += update.num_compressions;
   metrics_.num_evicted_tokens += update.num_evicted_entries;
+  metrics_.num_kept_kv_pages += update.num_kept_pages;
   for (Request* r : update.failed_compressions) {
     const auto failed = std::find_if(result.finished_compressions.begin(), result.finished_compressions.end(),
                                      [&](const CompressionResult& c) { return c.request_id == r->id; });

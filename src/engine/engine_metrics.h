@@ -20,6 +20,7 @@ struct EngineMetrics {
   // KV compression.
   int64_t num_compressions = 0;      // request compressions completed
   int64_t num_evicted_tokens = 0;    // entries dropped per (layer, KV head), summed over compressions
+  int64_t num_kept_kv_pages = 0;     // pages held right after each compaction (SchedulerUpdate), summed
   double compression_seconds = 0.0;  // wall time the engine spent starting or waiting for compressions
   // Time the backend spent running compressions (CUDA: the compression stream, overlapping the
   // decode steps when compression is async; CPU: the compression itself).

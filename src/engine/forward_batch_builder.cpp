@@ -23,6 +23,12 @@ CompressionJob compression_job(const Request& r) {
   // Nothing is computed while a compression is pending or in flight: the length it started at.
   job.num_positions = r.num_computed_tokens;
   job.recipe = &c.policy->score_recipe();
+  // A runtime allocation: the backend selects the request's groups jointly at this average; a
+  // group may keep up to all of its entries (its destination is its whole table).
+  if (c.runtime_allocated() && job.kind == CompressionKind::kCompact) {
+    job.mean_keep = c.num_keep;
+    job.num_keep = job.num_entries;
+  }
   return job;
 }
 

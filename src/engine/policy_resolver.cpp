@@ -12,6 +12,15 @@ Status check_head_budgets(const KVPolicy& policy, const CompressionSupport& supp
                           "by `origami calibrate`), or give the request kv_head_budgets");
 }
 
+Status check_joint_selection(const KVPolicy& policy, const CompressionSupport& support) {
+  const ScoreRecipe& recipe = policy.score_recipe();
+  if (!policy.needs().joint_selection || support.joint_selection) return Status::ok();
+  return invalid_argument("KV policy " + policy.name() + " with allocation " + keep_allocation_name(recipe.allocation) +
+                          " lets the backend choose each head's kept count (one selection over the request's heads), "
+                          "which the " + support.backend + " backend does not run yet (CPU backend only" +
+                          (policy.name() == "adakv" ? std::string("") : std::string("; allocation=uniform runs there")) + ")");
+}
+
 Expected<RequestCompression> resolve_request_compression(const EngineConfig& config, const CompressionSupport& support,
                                                          const RequestOptions& options) {
   if (options.kv_budget < 0)
@@ -62,6 +71,7 @@ Expected<RequestCompression> resolve_request_compression(const EngineConfig& con
   if (needs.reconstruction && !support.reconstruction)
     return invalid_argument("KV policy " + name + " scores entries by KVzip's reconstruction pass, which this engine "
                             "does not run (" + support.backend + " backend; it needs the CPU backend and one head group)");
+  ORIGAMI_RETURN_IF_ERROR(check_joint_selection(*c.policy, support));
   if (needs.gate_scores && !support.gate_scores)
     return invalid_argument("KV policy " + name + " scores entries with Fast KVzip gates, which this engine has not "
                             "loaded: start it with --kv-gates FILE (`origami train-gates`)");

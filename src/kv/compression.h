@@ -28,6 +28,24 @@ enum class RedundancyMode {
   kLightning,  // similarity only between keys of the same block
 };
 
+// How many entries each (layer, KV head) of a request keeps at a compression.
+enum class KeepAllocation {
+  kUniform,  // every head of a job keeps the job's num_keep (the scheduler fixes the count)
+  // The backend decides (AdaKV): per layer, one top-k over all the layer's heads' selection
+  // scores, the layer keeping `mean_keep` x its heads in total.
+  kLayer,
+  // The backend decides (Fast KVzip / KVzip): one threshold over every layer and head, the request
+  // keeping `mean_keep` x layers x heads in total.
+  kGlobal,
+};
+inline const char* keep_allocation_name(KeepAllocation allocation) {
+  switch (allocation) {
+    case KeepAllocation::kLayer: return "layer";
+    case KeepAllocation::kGlobal: return "global";
+    default: return "uniform";
+  }
+}
+
 // How entries are scored: a base scorer (kv/scorers.h) then the shared stages below. Every
 // backend implements every registered scorer. Scores are per (layer, KV head, entry); higher
 // means keep.
@@ -93,6 +111,14 @@ struct ScoreRecipe {
   // attention stays within the model's trained context (backend/cpu/cpu_reconstruction.cpp).
   int reconstruction_chunk = 0;
   int reconstruction_sinks = 4;
+  // Who decides the kept counts (KeepAllocation). With kLayer / kGlobal the request's jobs (one per
+  // head group) are selected jointly: every head keeps its protected entries (+inf: window, sinks)
+  // and at least floor(alpha_safe x mean_keep) (AdaKV's safeguard; capped by its entries), then
+  // one top-k over the scope's remaining entries fills the scope's total; a head group keeps the
+  // largest count of its heads (a head that chose fewer keeps its next-best entries up to it: its
+  // pages exist anyway).
+  KeepAllocation allocation = KeepAllocation::kUniform;
+  float alpha_safe = 0.2f;
 
   // The lightning group at this block size, and how many trailing entries are protected when a
   // compression keeps `num_keep` entries (0: the ratio-based recent window is left out).
@@ -143,6 +169,11 @@ struct CompressionJob {
   // never written, so its place is taken by a freshly allocated target block.
   const std::vector<BlockId>* dst_blocks = nullptr;
   int num_keep = 0;  // entries kept per (layer, KV head); <= num_entries
+  // recipe->allocation kLayer / kGlobal: the average entries kept per (layer, KV head) over the
+  // request's jobs of the batch (one per head group of the layout, all of them), which the backend
+  // selects jointly; num_keep is then the most this group may keep (dst_blocks hold that many)
+  // and CompressionResult::num_kept the count it kept. 0 with kUniform.
+  int mean_keep = 0;
   // The query slot holding the last `recipe->window` entries' queries (needs_queries()).
   int query_slot = -1;
   // Leading entries whose global score F is valid from an earlier compression; the rest are new.
@@ -168,6 +199,12 @@ struct CompressionResult {
   int group = 0;  // the job's head group
   // kEvictBlock, on success: the index in src_blocks of the block to drop; -1 otherwise.
   int evicted_block = -1;
+  // kCompact, on success: entries the group keeps per (layer, KV head) (num_keep, or with a
+  // runtime allocation the count the backend chose); -1 when the backend did not say.
+  int num_kept = -1;
 };
+
+// Whether the backend decides the kept counts of the recipe's compressions (KeepAllocation).
+inline bool runtime_allocation(const ScoreRecipe& recipe) { return recipe.allocation != KeepAllocation::kUniform; }
 
 }  // namespace origami

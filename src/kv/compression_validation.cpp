@@ -203,6 +203,44 @@ Status validate_job_groups(const std::vector<CompressionJob>& jobs, int num_grou
                         "): block eviction averages over every layer and head of one table; it supports the "
                         "one-group layout only, got " + std::to_string(num_groups) + " head groups");
   }
+  // A runtime allocation selects a request's jobs jointly: one job per head group of the layout,
+  // each group once, every job with the same recipe and mean_keep.
+  std::unordered_map<uint64_t, std::vector<size_t>> joint;  // request -> its jobs
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const CompressionJob& job = jobs[j];
+    if (job.kind != CompressionKind::kCompact || job.recipe == nullptr) continue;
+    const std::string who = "compression job " + std::to_string(j) + " (request " + std::to_string(job.request_id) + ")";
+    if (!runtime_allocation(*job.recipe)) {
+      if (job.mean_keep != 0)
+        return invalid_argument(who + ": mean_keep " + std::to_string(job.mean_keep) +
+                                " is for a runtime allocation, but the recipe's allocation is uniform");
+      continue;
+    }
+    if (job.mean_keep < 1)
+      return invalid_argument(who + ": allocation " + std::string(keep_allocation_name(job.recipe->allocation)) +
+                              " needs mean_keep >= 1, got " + std::to_string(job.mean_keep));
+    if (!(job.recipe->alpha_safe >= 0.0f && job.recipe->alpha_safe <= 1.0f))
+      return invalid_argument(who + ": alpha_safe must be in [0, 1], got " + std::to_string(job.recipe->alpha_safe));
+    joint[job.request_id].push_back(j);
+  }
+  for (const auto& entry : joint) {
+    const std::vector<size_t>& js = entry.second;
+    std::vector<int> seen(static_cast<size_t>(num_groups), 0);
+    const CompressionJob& first = jobs[js[0]];
+    for (size_t j : js) {
+      if (jobs[j].recipe != first.recipe || jobs[j].mean_keep != first.mean_keep)
+        return invalid_argument("compression jobs " + std::to_string(js[0]) + " and " + std::to_string(j) +
+                                " (request " + std::to_string(entry.first) +
+                                ") are selected jointly but differ in recipe or mean_keep");
+      ++seen[static_cast<size_t>(jobs[j].group)];
+    }
+    for (int g = 0; g < num_groups; ++g)
+      if (seen[static_cast<size_t>(g)] != 1)
+        return invalid_argument("request " + std::to_string(entry.first) + ": a runtime allocation (" +
+                                keep_allocation_name(first.recipe->allocation) +
+                                ") selects every head group jointly, but head group " + std::to_string(g) + " has " +
+                                std::to_string(seen[static_cast<size_t>(g)]) + " jobs (one each expected)");
+  }
   return Status::ok();
 }
 

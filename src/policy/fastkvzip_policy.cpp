@@ -18,6 +18,7 @@
 // Budgets are uniform per (layer, KV head) (every head keeps the same count, the framework's
 // one-table layout), not the paper's single global threshold over all heads.
 #include "core/check.h"
+#include "policy/keep_allocation_option.h"
 #include "policy/policy_registry.h"
 #include "policy/recipe_policy.h"
 
@@ -31,10 +32,13 @@ void register_fastkvzip_policy(PolicyRegistry* registry) {
       prefill_chunk_option(true),
       int_option("window", 128, 0, 1 << 20, "the most recent entries always kept"),
       int_option("sinks", 4, 0, 1 << 20, "first entries always kept (score 1)"),
+      allocation_option("uniform"),
+      alpha_safe_option(),
   };
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ScoreRecipe recipe = provided_score_recipe(options.get_int("window"), options.get_int("sinks"));
     recipe.gate_scores = true;
+    apply_allocation_options(options, &recipe);
     return std::unique_ptr<KVPolicy>(new RecipePolicy(name, options, CompressionTrigger::kCacheFull, recipe));
   };
   ORIGAMI_CHECK(registry->add(std::move(info)).is_ok());

@@ -54,6 +54,9 @@ struct PolicyNeeds {
   bool gate_scores = false;
   // KVzip's reconstruction pass run by the backend at compression time, on the request's tokens.
   bool reconstruction = false;
+  // A runtime allocation (ScoreRecipe::allocation layer / global): the backend selects the request's
+  // heads jointly and reports each head group's count (Backend::selects_jointly; CPU only).
+  bool joint_selection = false;
 };
 
 // The option that turns prefill chunk compression on (policy/triggers.h, prefill_chunk_due).

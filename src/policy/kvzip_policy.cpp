@@ -21,6 +21,7 @@
 // global threshold.
 #include "core/check.h"
 #include "policy/kvzip_prompt.h"
+#include "policy/keep_allocation_option.h"
 #include "policy/policy_registry.h"
 #include "policy/recipe_policy.h"
 
@@ -36,11 +37,14 @@ void register_kvzip_policy(PolicyRegistry* registry) {
       int_option("chunk", 0, 0, 1 << 20,
                  "prompt tokens per reconstruction pass, each placed right after its chunk (0: one pass after the "
                  "whole prompt)"),
+      allocation_option("uniform"),
+      alpha_safe_option(),
   };
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ScoreRecipe recipe = provided_score_recipe(options.get_int("window"), options.get_int("sinks"));
     recipe.reconstruction_scores = true;
     recipe.reconstruction_chunk = options.get_int("chunk");
+    apply_allocation_options(options, &recipe);
     recipe.reconstruction_sinks = kKVzipSinks;
     return std::unique_ptr<KVPolicy>(new RecipePolicy(name, options, CompressionTrigger::kPrefillEnd, recipe));
   };

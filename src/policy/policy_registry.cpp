@@ -20,7 +20,8 @@
   X(kvllm_policy)                    \
   X(fastkvzip_policy)                \
   X(kvzip_policy)                    \
-  X(tangram_policy)
+  X(tangram_policy)                  \
+  X(adakv_policy)
 
 namespace origami {
 

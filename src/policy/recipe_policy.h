@@ -21,6 +21,7 @@ class RecipePolicy : public KVPolicy {
     n.global_scores = recipe_.global_decay > 0.0f;
     n.gate_scores = recipe_.gate_scores;
     n.reconstruction = recipe_.reconstruction_scores;
+    n.joint_selection = runtime_allocation(recipe_);
     return n;
   }
   const ScoreRecipe& score_recipe() const override { return recipe_; }

@@ -13,15 +13,25 @@ int lead_group(const Request& request) {
 }
 
 int num_cache_entries(const Request& request) {
-  return request.kv.groups.empty() ? 0 : request.kv.groups[static_cast<size_t>(lead_group(request))].num_entries;
+  if (request.kv.groups.empty()) return 0;
+  if (request.compression.runtime_allocated()) {
+    long long sum = 0;
+    for (const BlockTable& t : request.kv.groups) sum += t.num_entries;
+    const long long n = static_cast<long long>(request.kv.groups.size());
+    return static_cast<int>((sum + n - 1) / n);
+  }
+  return request.kv.groups[static_cast<size_t>(lead_group(request))].num_entries;
 }
+
+int group_keep_bound(const RequestCompression&, int, int entries) { return entries; }
 
 int entries_after_known_tokens(const Request& request) {
   return num_cache_entries(request) + (request.num_tokens() - request.num_computed_tokens);
 }
 
 int trigger_budget(const RequestCompression& c) {
-  if (c.trigger != CompressionTrigger::kPrefillEnd || c.group_ratios.empty()) return c.budget;
+  // A runtime allocation's trigger counts the average entries per head (num_cache_entries).
+  if (c.trigger != CompressionTrigger::kPrefillEnd || c.group_ratios.empty() || c.runtime_allocated()) return c.budget;
   int smallest = c.num_keep;
   for (size_t g = 0; g < c.group_ratios.size(); ++g) smallest = std::min(smallest, group_num_keep(c, static_cast<int>(g)));
   return smallest;
@@ -46,6 +56,11 @@ TriggerState trigger_state(const Request& request, int block_size, int num_entri
   s.tokens_pending = pending > 0;
   s.budget = trigger_budget(c);
   s.max_blocks = c.max_blocks;
+  // Runtime allocation under a cache-full trigger: groups hold their heads' largest count, so the
+  // average after a compression may stay above the budget; the next compression comes once one
+  // more block per head has been written on average, at the earliest.
+  if (c.runtime_allocated() && c.trigger == CompressionTrigger::kCacheFull && c.compressed())
+    s.max_blocks = std::max(c.max_blocks, (c.entries_after_compression + block_size - 1) / block_size + 1);
   s.block_size = block_size;
   s.window = c.window;
   s.prefill_checked = c.prefill_checked;

@@ -31,8 +31,16 @@ int trigger_budget(const RequestCompression& compression);
 // whole blocks of `block_size` (the pages it occupies). For a document longer than every keep.
 double mean_kept_entries(const RequestCompression& compression, int num_groups, int block_size, bool paged);
 
-// Entries the request's cache holds (its lead group's).
+// Entries the request's cache holds: its lead group's; under a runtime allocation
+// (RequestCompression::runtime_allocated) the entries per (layer, KV head) on average over its
+// head groups (rounded up; every group has as many heads), the count its trigger and budget
+// describe. Every group grows by the same tokens, so any of these counts moves with the tokens.
 int num_cache_entries(const Request& request);
+
+// Runtime allocation: the most entries head group `group` may keep at a compression, what its
+// destination is sized for: all of its `entries` (a single head may take the whole scope's total).
+// Compaction is in place, so this costs fresh blocks only for shared prefix blocks.
+int group_keep_bound(const RequestCompression& compression, int group, int entries);
 
 // Entries the cache will hold once every known token is computed: the end of the current
 // prefill, or the entry the next decode step writes.

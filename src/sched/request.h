@@ -84,6 +84,16 @@ struct RequestCompression {
   // (Scheduler::group_peak_blocks; empty when the request's peak is not reserved). Its tables
   // never hold more.
   std::vector<int> reserved_blocks;
+  // Runtime allocation (ScoreRecipe::allocation kLayer / kGlobal): the entries each head group
+  // kept at the compression in flight, as the backend reports them (-1: not yet reported).
+  std::vector<int> kept_by_group;
+  // Runtime allocation: the entries the cache held per (layer, KV head) on average
+  // (num_cache_entries) right after its last compression; a cache-full trigger compresses again
+  // one block later at the earliest (compression_state.h, trigger_state).
+  int entries_after_compression = 0;
+  // Pages its head groups held right after its last compaction switched its tables (before any new
+  // token: SchedulerUpdate::num_kept_pages).
+  int kept_pages = 0;
   int jobs_in_flight = 0;  // the compression's per-group jobs not yet reported
   bool job_failed = false;  // one of them failed
 
@@ -95,6 +105,8 @@ struct RequestCompression {
     for (GroupCompaction& g : groups) g = GroupCompaction{};
     prefill_checked = false;
     tail_from = 0;
+    entries_after_compression = 0;
+    kept_by_group.clear();
     pending = false;
     pending_kind = CompressionKind::kCompact;
     src_blocks.clear();
@@ -104,8 +116,12 @@ struct RequestCompression {
 
   bool enabled() const { return trigger != CompressionTrigger::kNever; }
   bool compressed() const { return num_compressions > 0; }
+  // The backend decides how many entries each head group keeps (ScoreRecipe::allocation).
+  bool runtime_allocated() const { return policy != nullptr && runtime_allocation(policy->score_recipe()); }
   // Compressed under a bounded policy: its memory never grows again, so it is never preempted.
-  bool bounded() const { return compressed() && trigger == CompressionTrigger::kCacheFull; }
+  // Not under a runtime allocation: its groups' lengths change at every compression, and it takes
+  // blocks as it decodes (its reservation counts them, Scheduler::peak_blocks).
+  bool bounded() const { return compressed() && trigger == CompressionTrigger::kCacheFull && !runtime_allocated(); }
 };
 
 // Tokens, pages and prefix-cache hits come from KVSequence (what the KV manager sees).

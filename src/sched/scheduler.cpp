@@ -19,9 +19,13 @@ int num_entries(const Request& request) { return num_cache_entries(request); }
 // Entries a compaction drops per (layer, KV head), averaged over the head groups.
 int evicted_entries(const Request& request) {
   const RequestCompression& c = request.compression;
-  if (c.groups.empty()) return c.src_entries - c.num_keep;
+  const bool joint = c.runtime_allocated();
+  if (c.groups.empty()) return c.src_entries - (joint ? c.kept_by_group[0] : c.num_keep);
   int sum = 0;
-  for (const GroupCompaction& g : c.groups) sum += g.compress ? g.src_entries - g.num_keep : 0;
+  for (size_t g = 0; g < c.groups.size(); ++g) {
+    const GroupCompaction& gc = c.groups[g];
+    sum += gc.compress ? gc.src_entries - (joint ? c.kept_by_group[g] : gc.num_keep) : 0;
+  }
   return sum / static_cast<int>(c.groups.size());
 }
 
@@ -286,7 +290,9 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
       out.sequences.push_back({request, num_new});
       budget -= num_new;
       request->compression.reserved_blocks.clear();
-      if (peak >= 0)
+      // A runtime allocation has no per-group peak (its groups' shares are decided at run time):
+      // only its total is reserved (peak_blocks).
+      if (peak >= 0 && !request->compression.runtime_allocated())
         for (int g = 0; g < kv_->num_groups(); ++g)
           request->compression.reserved_blocks.push_back(group_peak_blocks(*request, g));
       if (peak >= 0) reserved += std::max(0, peak - kv_->num_held_blocks(*request));
@@ -309,12 +315,19 @@ SchedulerUpdate Scheduler::update_from_output(const SchedulerOutput& output,
     // One job per compressed head group: the request moves on once all of them are reported.
     ORIGAMI_CHECK_MSG(c.jobs_in_flight > 0, "the backend reported more compression jobs than were started");
     if (!result.status.is_ok()) c.job_failed = true;
+    if (c.runtime_allocated() && c.src_kind == CompressionKind::kCompact && result.status.is_ok()) {
+      // The backend's count for the group; a backend that does not say cannot run this request.
+      const size_t g = static_cast<size_t>(result.group);
+      if (result.num_kept < 0 || g >= c.kept_by_group.size()) c.job_failed = true;
+      else c.kept_by_group[g] = result.num_kept;
+    }
     if (--c.jobs_in_flight > 0) continue;
     if (!c.job_failed) {
       const bool block = c.src_kind == CompressionKind::kEvictBlock;
       update.num_evicted_entries += block ? kv_->layout().block_size : evicted_entries(*request);
       ++update.num_compressions;
       complete_compression(request, result.evicted_block);
+      if (!block) update.num_kept_pages += c.kept_pages;
       shrink_reservation(request);
     } else {
       abort_compression(request);
@@ -425,9 +438,50 @@ void Scheduler::shrink_reservation(Request* request) const {
     reserved[g] = std::min(reserved[g], group_peak_blocks(*request, static_cast<int>(g)));
 }
 
+int Scheduler::joint_peak_blocks(const Request& request) const {
+  const RequestCompression& c = request.compression;
+  const KVLayout& layout = kv_->layout();
+  const int b = layout.block_size;
+  const long long groups = kv_->num_groups();
+  // Every group holds at most the request's whole sequence.
+  const long long final_tokens = request.num_prompt_tokens() + request.sampling.max_tokens;
+  const long long cap = groups * kv_->blocks_needed(static_cast<int>(final_tokens));
+  // Pages of groups holding x_g entries: sum of ceil(x_g / b) <= ceil(sum x_g / b) + groups.
+  auto pages = [&](long long entries) { return std::min(cap, (entries + b - 1) / b + groups); };
+  const long long remaining = final_tokens - request.num_computed_tokens;  // tokens still to write
+  if (prompt_behind(c)) {
+    // Past the prompt: the groups grow by the outputs from their current lengths.
+    long long sum = 0;
+    for (const BlockTable& t : request.kv.groups) sum += kv_->blocks_needed(static_cast<int>(t.num_entries + remaining));
+    return static_cast<int>(std::min(cap, sum));
+  }
+  // A compression keeps mean_keep x (layers x KV heads) head-entries in all, and a group's length is
+  // its largest head's count, at most the sum of its heads' counts: the groups' lengths sum to at
+  // most that total (protected entries count against it; check_budget keeps them within the budget).
+  const long long heads = static_cast<long long>(layout.num_layers) * layout.num_kv_heads;
+  const long long kept_total = static_cast<long long>(c.num_keep) * heads;
+  const int chunk = config_.max_num_batched_tokens;
+  if (c.trigger == CompressionTrigger::kCacheFull) {
+    // Compressed when the average over groups reaches max(N_max b, (ceil(a / b) + 1) b) with a the
+    // average its last compression left (at most kept_total / groups + 1): the groups then hold
+    // at most groups x that level (a prompt: its threshold plus one chunk).
+    const long long at_trigger = groups * std::max<long long>(
+        static_cast<long long>(c.max_blocks) * b, max_prefill_entries(c, request.num_tokens(), chunk));
+    return static_cast<int>(pages(std::max(at_trigger, kept_total + groups * (2 * b + 1))));
+  }
+  // Prefill-end compressed chunk by chunk: before each chunk the groups hold the kept total (or the
+  // prefix hits and window a compression must wait for), plus one chunk each; afterwards the kept
+  // total plus the outputs.
+  const long long cached = c.compressed() ? 0 : request.num_cached_prefix_tokens;
+  const long long prefill = std::max(kept_total, groups * (cached + c.window)) + groups * std::min<long long>(chunk, request.num_tokens());
+  const long long decode = kept_total + groups * request.sampling.max_tokens;
+  return static_cast<int>(pages(std::max(prefill, decode)));
+}
+
 int Scheduler::peak_blocks(const Request& request) const {
   const RequestCompression& c = request.compression;
   if (!reserves_peak(c)) return -1;
+  if (c.runtime_allocated()) return joint_peak_blocks(request) + fresh_targets_ahead(request);
   int total = 0;
   for (int g = 0; g < kv_->num_groups(); ++g) total += group_peak_blocks(request, g);
   // While shared prefix blocks are still held, compaction writes their entries to fresh blocks.
@@ -455,7 +509,9 @@ int Scheduler::fresh_targets_ahead(const Request& request) const {
     const std::vector<BlockId>& blocks = request.kv.groups[g].blocks;
     // The destination places: N_max blocks (cache-full: the kept ones and the spare), or the
     // blocks the group's kept entries fill.
-    const int dst = c.trigger == CompressionTrigger::kCacheFull
+    // A runtime allocation's destination is the whole table (group_keep_bound).
+    const int dst = c.runtime_allocated() ? static_cast<int>(blocks.size())
+                    : c.trigger == CompressionTrigger::kCacheFull
                         ? c.max_blocks
                         : kv_->blocks_needed(group_num_keep(c, static_cast<int>(g)));
     const int n = std::min(static_cast<int>(blocks.size()), dst);

@@ -78,6 +78,11 @@ struct SchedulerUpdate {
   std::vector<Request*> failed_compressions;  // undone; the caller finishes them with an error
   int64_t num_compressions = 0;               // completed
   int64_t num_evicted_entries = 0;            // entries dropped per (layer, KV head), summed
+  // Pages the compacted requests hold right after their compressions switched their tables (every
+  // head group, before any new token; a cache-full request's spare block included), summed:
+  // what a compression really keeps, group padding and page rounding included (a runtime
+  // allocation's share is known only once the backend reports it).
+  int64_t num_kept_pages = 0;
 };
 
 class Scheduler {
@@ -167,6 +172,10 @@ class Scheduler {
   // groups (group_peak_blocks), plus the fresh target blocks of its first compression; -1 if
   // its memory has no bound the scheduler can know (full KV, SnapKV without chunk compression).
   int peak_blocks(const Request& request) const;
+  // peak_blocks() of a request under a runtime allocation (RequestCompression::runtime_allocated),
+  // without fresh targets: a bound on its groups' pages together, since how the total is shared
+  // among its groups is decided by the backend at each compression (docs/policies.md, "Scheduling").
+  int joint_peak_blocks(const Request& request) const;
   // One head group's share of peak_blocks() without fresh targets: cache-full, N_max (or the
   // prompt's blocks while a longer prompt is prefilled, or fewer if it finishes sooner), and once
   // compressed the group's own blocks; prefill-end compressed chunk by chunk (TANGRAM), the

@@ -125,6 +125,10 @@ bool Scheduler::try_start_compression(Request* request) {
   // With non-uniform group budgets the lead group may be within its keep while a smaller group is
   // not (trigger_budget); some group is always over its keep.
   ORIGAMI_CHECK(std::min(c.num_keep, trigger_budget(c)) < num_cache_entries(*request));
+  // A runtime allocation: the backend decides every group's count, selecting them jointly, so
+  // every group is compressed and its destination sized for the most it may keep.
+  const bool joint = c.runtime_allocated();
+  if (joint) c.kept_by_group.assign(static_cast<size_t>(num_groups), -1);
   // Blocks dropped by the groups are released together: one pool (shared, or the only group).
   ORIGAMI_CHECK(num_groups == 1 || kv_->layout().shared_pool);
   if (num_groups > 1 && static_cast<int>(c.groups.size()) != num_groups) c.groups.assign(static_cast<size_t>(num_groups), {});
@@ -134,26 +138,29 @@ bool Scheduler::try_start_compression(Request* request) {
   std::vector<GroupPlan> plans(static_cast<size_t>(num_groups));
   for (int g = 0; g < num_groups; ++g) {
     const BlockTable& table = request->kv.groups[static_cast<size_t>(g)];
-    const int keep = group_num_keep(c, g);
+    const int keep = joint ? group_keep_bound(c, g, table.num_entries) : group_num_keep(c, g);
     if (num_groups > 1) {
       c.groups[static_cast<size_t>(g)].num_keep = keep;
-      c.groups[static_cast<size_t>(g)].compress = table.num_entries > keep;
+      c.groups[static_cast<size_t>(g)].compress = joint || table.num_entries > keep;
       if (!c.groups[static_cast<size_t>(g)].compress) continue;
     }
     const std::vector<BlockId>& src = table.blocks;
     GroupPlan& plan = plans[static_cast<size_t>(g)];
     plan.num_dst = (keep + block_size - 1) / block_size;
-    ORIGAMI_CHECK(keep < table.num_entries && plan.num_dst <= static_cast<int>(src.size()));
+    ORIGAMI_CHECK((joint ? keep <= table.num_entries : keep < table.num_entries) &&
+                  plan.num_dst <= static_cast<int>(src.size()));
     // Shared blocks (another request holds them too: a prefix-cache hit) are never written; the
     // entries that would land there go to fresh target blocks instead.
     for (int i = 0; i < plan.num_dst; ++i) plan.num_shared += kv_->ref_count(src[static_cast<size_t>(i)], g) > 1 ? 1 : 0;
     // A bounded request keeps block N_max empty for its next tokens: one of its own blocks past
-    // the destination ones, or a fresh one. It then never needs another block.
-    if (c.trigger == CompressionTrigger::kCacheFull) {
+    // the destination ones, or a fresh one. It then never needs another block. (A runtime
+    // allocation's groups end at their reported counts and take blocks as they grow.)
+    const bool spare = c.trigger == CompressionTrigger::kCacheFull && !joint;
+    if (spare) {
       for (int i = plan.num_dst; i < static_cast<int>(src.size()) && plan.spare < 0; ++i)
         if (kv_->ref_count(src[static_cast<size_t>(i)], g) == 1) plan.spare = i;
     }
-    plan.fresh_spare = c.trigger == CompressionTrigger::kCacheFull && plan.spare < 0;
+    plan.fresh_spare = spare && plan.spare < 0;
   }
   // One pool serves every group: one allocation, then each group takes its share in order.
   int num_fresh = 0;
@@ -181,7 +188,7 @@ bool Scheduler::try_start_compression(Request* request) {
       }
     }
     t.next = t.dst;
-    if (c.trigger == CompressionTrigger::kCacheFull) {
+    if (c.trigger == CompressionTrigger::kCacheFull && !joint) {
       if (plan.fresh_spare) {
         t.next.push_back(all_fresh[next_fresh++]);
       } else {
@@ -239,8 +246,9 @@ void Scheduler::start_compressions(SchedulerOutput* out) {
   // A block eviction cannot switch early: its table depends on the block the backend chooses, so
   // the request waits for the result, reported by this very step (the backend waits for it).
   std::vector<BlockId> dropped;
+  // Nor can a runtime allocation: its groups' lengths are the backend's counts.
   for (Request* request : out->compressions) {
-    if (request->compression.src_kind == CompressionKind::kEvictBlock) continue;
+    if (request->compression.src_kind == CompressionKind::kEvictBlock || request->compression.runtime_allocated()) continue;
     switch_to_compacted_table(request, &dropped);
     request->compression.switched_early = true;
   }
@@ -251,11 +259,24 @@ void Scheduler::switch_to_compacted_table(Request* request, std::vector<BlockId>
   RequestCompression& c = request->compression;
   ORIGAMI_CHECK(c.in_flight);
   const int num_groups = kv_->num_groups();
+  const int block_size = kv_->layout().block_size;
+  const bool joint = c.runtime_allocated();
   std::vector<BlockId> kept;
   for (int g = 0; g < num_groups; ++g) {
     if (num_groups > 1 && !c.groups[static_cast<size_t>(g)].compress) continue;
     BlockTable& table = request->kv.groups[static_cast<size_t>(g)];
     GroupTables t = tables_of(c, g);
+    // A runtime allocation kept the backend's count: the destination blocks past it go back (own
+    // ones are in the old table too; fresh targets past it are not, so they are dropped here).
+    const int num_kept = joint ? c.kept_by_group[static_cast<size_t>(g)] : group_num_keep(c, g);
+    if (joint) {
+      ORIGAMI_CHECK(num_kept >= 0 && num_kept <= table.num_entries);
+      const size_t used = static_cast<size_t>((num_kept + block_size - 1) / block_size);
+      for (size_t i = used; i < t.next.size(); ++i)
+        if (std::find(table.blocks.begin(), table.blocks.end(), t.next[i]) == table.blocks.end())
+          dropped->push_back(t.next[i]);
+      if (t.next.size() > used) t.next.resize(used);
+    }
     // A sorted copy, not a hash set: this runs for every group of the request (72 for the
     // Qwen3-8B shape at 4 heads per group), and a table is a few dozen blocks.
     kept.assign(t.next.begin(), t.next.end());
@@ -264,16 +285,19 @@ void Scheduler::switch_to_compacted_table(Request* request, std::vector<BlockId>
     for (BlockId block : table.blocks)
       if (!std::binary_search(kept.begin(), kept.end(), block)) dropped->push_back(block);
     table.blocks = t.next;
-    table.num_entries = group_num_keep(c, g);
+    table.num_entries = num_kept;
     table.block_keys.clear();
     if (num_groups > 1) c.groups[static_cast<size_t>(g)].num_scored_entries = table.num_entries;
   }
   request->kv.compacted = true;  // never registered in the prefix cache again
+  c.kept_pages = kv_->num_held_blocks(*request);
   c.in_flight = false;
   ++c.num_compressions;
-  c.num_scored_entries = c.num_keep;
+  c.num_scored_entries = joint ? request->kv.groups[0].num_entries : c.num_keep;
+  if (joint) c.entries_after_compression = num_cache_entries(*request);
   // The protected tail was kept verbatim at the end: it and what follows were never compressed.
-  c.tail_from = c.num_keep - std::min(c.policy->score_recipe().protected_tail(), c.num_keep);
+  const int kept_mean = joint ? c.entries_after_compression : c.num_keep;
+  c.tail_from = kept_mean - std::min(c.policy->score_recipe().protected_tail(), kept_mean);
   // Keep the slot only if the very next token belongs to the next window (w == b).
   if (c.query_slot >= 0) {
     const int capture_from = query_capture_from(*request, kv_->layout().block_size);

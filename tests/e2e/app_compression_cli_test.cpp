@@ -20,7 +20,7 @@ TEST(CliCompression, PoliciesListsEveryPolicyWithOptions) {
   EXPECT_EQ(names, (std::vector<std::string>{"full", "streaming", "snapkv", "zipage", "zipage-attn", "zipage-global",
                                              "zipage-flash", "zipage-lightning", "knorm", "h2o", "tova",
                                              "keydiff", "rkv", "pagedeviction", "kvllm", "fastkvzip", "kvzip",
-                                             "tangram"}));
+                                             "tangram", "adakv"}));
   EXPECT_TRUE(list[17]["needs_head_budgets"].get<bool>());
   EXPECT_FALSE(list[3]["needs_head_budgets"].get<bool>());
   // The CPU-only needs are reported, so that GPU sweeps can leave those policies out.
@@ -28,6 +28,8 @@ TEST(CliCompression, PoliciesListsEveryPolicyWithOptions) {
   EXPECT_FALSE(list[15]["needs_reconstruction"].get<bool>());
   EXPECT_TRUE(list[16]["needs_reconstruction"].get<bool>());
   EXPECT_FALSE(list[3]["needs_gates"].get<bool>());
+  EXPECT_TRUE(list[18]["needs_joint_selection"].get<bool>());
+  EXPECT_FALSE(list[3]["needs_joint_selection"].get<bool>());
   const auto& zipage = list[3];
   EXPECT_TRUE(zipage["needs_queries"].get<bool>());
   bool has_window = false;

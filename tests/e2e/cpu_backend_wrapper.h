@@ -26,6 +26,7 @@ class CpuBackendWrapper : public Backend {
   KVCompressor* compressor() override { return inner_->compressor(); }
   Status load_gates(const gates::GateWeights& g) override { return inner_->load_gates(g); }
   bool runs_reconstruction() const override { return inner_->runs_reconstruction(); }
+  bool selects_jointly() const override { return inner_->selects_jointly(); }
 
  protected:
   std::unique_ptr<CpuBackend> inner_;

@@ -38,6 +38,7 @@ class DeferredCompressor : public KVCompressor {
   Status run() {
     Status st = inner_->begin(jobs_);
     evicted_blocks_ = inner_->evicted_blocks();  // the blocks its block evictions chose
+    kept_entries_ = inner_->kept_entries();      // the counts its runtime allocations chose
     jobs_.clear();
     return st;
   }

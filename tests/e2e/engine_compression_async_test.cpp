@@ -60,6 +60,52 @@ TEST(EngineCompressionAsync, DeferredCompressionGivesTheSameTokensAsSynchronous)
   }
 }
 
+// Runtime allocations (the backend chooses each head group's count, reported with the result):
+// AdaKV per layer at the end of the prompt, and Fast KVzip per layer and with its one global
+// threshold under its cache-full trigger, on per-head pages and on the one-group layout. (Prefill
+// chunk compression is off: where a chunk ends depends on the batch around it, which async
+// compression changes.)
+TEST(EngineCompressionAsync, RuntimeAllocationsGiveTheSameTokensAsSynchronous) {
+  struct Case {
+    std::string policy;
+    PolicyOptionMap options;
+    int heads_per_group;
+  };
+  const std::vector<Case> cases = {
+      {"adakv", {}, 1},
+      {"adakv", {}, 0},
+      {"fastkvzip", {{"allocation", "global"}, {"window", "16"}, {"prefill_chunk_compression", "0"}}, 1},
+      {"fastkvzip", {{"allocation", "layer"}, {"window", "16"}, {"prefill_chunk_compression", "0"}}, 0},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.policy + " heads per group " + std::to_string(k.heads_per_group));
+    auto make_config = [&](bool async) {
+      EngineConfig c = config(async, /*prefix=*/true, k.policy);
+      c.kv_policy_options = k.options;
+      c.heads_per_group = k.heads_per_group;
+      if (k.policy == "fastkvzip") c.kv_gates = tiny_qwen3_gates();
+      return c;
+    };
+    const std::vector<BatchItem> batch = items(5);
+    auto sync_engine = make_engine(make_config(false));
+    ASSERT_NE(sync_engine, nullptr);
+    const std::vector<BatchResult> expected = run_batch(*sync_engine, batch);
+    for (const BatchResult& r : expected) ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_GT(sync_engine->metrics().num_compressions, 0);
+    int deferred = 0;
+    auto engine = Engine::create(make_config(true), std::make_unique<DeferredCompressionBackend>(2, &deferred));
+    ASSERT_TRUE(engine.has_value()) << engine.status().to_string();
+    const std::vector<BatchResult> got = run_batch(**engine, batch);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].ok) << got[i].error;
+      EXPECT_EQ(got[i].output_token_ids, expected[i].output_token_ids) << "item " << i;
+    }
+    EXPECT_GT(deferred, 0);
+    EXPECT_EQ((*engine)->metrics().num_compressions, sync_engine->metrics().num_compressions);
+    EXPECT_EQ((*engine)->num_kv_blocks_used(), 0);
+  }
+}
+
 TEST(EngineCompressionAsync, AbortWaitsForTheCompressionInFlight) {
   int deferred = 0;
   auto created = Engine::create(config(true, false), std::make_unique<DeferredCompressionBackend>(1000, &deferred));

@@ -5,7 +5,9 @@
 //   - budget respected: a job keeps exactly what the request's budget allows (k = (N_max - 1) * b
 //     for cache-full triggers, the budget for prefill-end; for a periodic sliding window, all
 //     before the window plus the window's kept share and buffer), and after every step a compressed
-//     cache-full request holds at most N_max blocks;
+//     cache-full request holds at most N_max blocks; under a runtime allocation (adakv,
+//     allocation=layer|global) the jobs name the budget as their average, may keep all their
+//     entries, and the groups' reported counts average at least the budget;
 //   - window kept: the protected tail (window / recent entries) and the sinks of the source land
 //     bit-exact at the end and the start of the destination;
 //   - prefix blocks never written: a page that two requests' tables hold is bit-identical after
@@ -84,7 +86,7 @@ class CheckingBackend : public CpuBackendWrapper {
     std::vector<std::vector<std::vector<float>>> evict_pages(batch.compressions.size());
     for (size_t i = 0; i < batch.compressions.size(); ++i) {
       const CompressionJob& j = batch.compressions[i];
-      jobs_seen_.push_back({j.request_id, j.num_entries, j.num_keep, j.num_positions, j.kind, j.group});
+      jobs_seen_.push_back({j.request_id, j.num_entries, j.num_keep, j.num_positions, j.kind, j.group, j.mean_keep});
       if (j.kind == CompressionKind::kEvictBlock) {
         for (int p = 0; p < j.num_entries / kBlock; ++p) evict_pages[i].push_back(page((*j.src_blocks)[static_cast<size_t>(p)]));
         before.emplace_back();
@@ -101,6 +103,29 @@ class CheckingBackend : public CpuBackendWrapper {
     for (const auto& [block, contents] : shared)
       EXPECT_EQ(page(block), contents) << "shared prefix block " << block << " was written";
     for (const CompressionResult& r : out->finished_compressions) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+    // A runtime allocation's kept count is the result's; a request's groups keep at least its
+    // average (each group holds its heads' largest count).
+    std::map<uint64_t, std::pair<long long, int>> joint_kept;  // request -> (sum of counts, groups)
+    auto kept_of = [&](const CompressionJob& j) {
+      if (j.mean_keep == 0) return j.num_keep;
+      for (const CompressionResult& r : out->finished_compressions)
+        if (r.request_id == j.request_id && r.group == j.group) return r.num_kept;
+      ADD_FAILURE() << "no result for request " << j.request_id << " group " << j.group;
+      return -1;
+    };
+    for (const CompressionJob& j : batch.compressions) {
+      if (j.kind != CompressionKind::kCompact || j.mean_keep == 0) continue;
+      const int kept = kept_of(j);
+      EXPECT_GE(kept, 0) << "request " << j.request_id;
+      EXPECT_LE(kept, j.num_entries) << "request " << j.request_id;
+      joint_kept[j.request_id].first += kept;
+      ++joint_kept[j.request_id].second;
+    }
+    for (const CompressionJob& j : batch.compressions)
+      if (j.mean_keep > 0 && j.num_entries >= j.mean_keep) {
+        const auto& [sum, groups] = joint_kept[j.request_id];
+        EXPECT_GE(sum, static_cast<long long>(j.mean_keep) * groups) << "request " << j.request_id;
+      }
     for (size_t i = 0; i < batch.compressions.size(); ++i) {
       const CompressionJob& j = batch.compressions[i];
       if (j.kind == CompressionKind::kEvictBlock) {
@@ -118,8 +143,9 @@ class CheckingBackend : public CpuBackendWrapper {
       const int tail = static_cast<int>(p.tail.size());
       for (size_t e = 0; e < p.sinks.size(); ++e)
         EXPECT_EQ(entry(*j.dst_blocks, static_cast<int>(e)), p.sinks[e]) << "request " << j.request_id << " sink " << e;
+      const int kept = kept_of(j);
       for (int e = 0; e < tail; ++e)
-        EXPECT_EQ(entry(*j.dst_blocks, j.num_keep - tail + e), p.tail[static_cast<size_t>(e)])
+        EXPECT_EQ(entry(*j.dst_blocks, kept - tail + e), p.tail[static_cast<size_t>(e)])
             << "request " << j.request_id << " protected entry " << (j.num_entries - tail + e);
     }
     return Status::ok();
@@ -135,6 +161,7 @@ class CheckingBackend : public CpuBackendWrapper {
     int num_positions;  // tokens computed when it started
     CompressionKind kind;
     int group;
+    int mean_keep;  // a runtime allocation's average keep (0: uniform)
   };
   const std::vector<JobSeen>& jobs_seen() const { return jobs_seen_; }
 
@@ -192,21 +219,26 @@ std::vector<BatchItem> matrix_items() {
   return items;
 }
 
-TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
+// The invariants above for one policy (the matrix options plus `extra`), with and without prefix
+// caching, with `heads_per_group` KV heads per head group (0: the one-group layout).
+void check_policy_invariants(const std::string& name, const PolicyOptionMap& extra, int heads_per_group) {
   const PolicyRegistry& registry = PolicyRegistry::builtin();
-  int num_policies = 0;
-  for (const PolicyInfo& info : registry.policies()) {
-    auto policy = registry.create(info.name, matrix_options(info.name));
-    ASSERT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
-    if (!(*policy)->compresses()) continue;
-    ++num_policies;
+  PolicyOptionMap base = matrix_options(name);
+  for (const auto& [k, v] : extra) base[k] = v;
+  auto policy = registry.create(name, base);
+  ASSERT_TRUE(policy.has_value()) << name << ": " << policy.status().to_string();
+  const bool joint = runtime_allocation((*policy)->score_recipe());
+  {
     for (bool prefix : {false, true}) {
       bool chunked = false;
-      const PolicyOptionMap options = matrix_options(**policy, /*flip=*/!prefix, &chunked);
-      SCOPED_TRACE(info.name + (prefix ? " with prefix caching" : "") + (chunked ? ", prefill chunk compression" : ""));
+      PolicyOptionMap options = matrix_options(**policy, /*flip=*/!prefix, &chunked);
+      for (const auto& [k, v] : extra) options[k] = v;
+      SCOPED_TRACE(name + (prefix ? " with prefix caching" : "") + (chunked ? ", prefill chunk compression" : "") +
+                   (heads_per_group > 0 ? ", heads per group " + std::to_string(heads_per_group) : ""));
       EngineConfig c = cpu_config(tiny_qwen3_dir());
       c.block_size = kBlock;
-      c.kv_policy = info.name;
+      c.heads_per_group = heads_per_group;
+      c.kv_policy = name;
       if ((*policy)->needs().gate_scores) c.kv_gates = tiny_qwen3_gates();
       c.kv_policy_options = options;
       if ((*policy)->takes_budget()) c.kv_budget = kBudget;
@@ -267,8 +299,14 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
         const int want = trigger == CompressionTrigger::kPeriodic
                              ? job.num_entries - (recipe.window - recipe.recent) + recipe.window_keep
                              : calibrated(**policy) ? calibrated_keep(job.group) : keep;
-        EXPECT_EQ(job.num_keep, want) << "request " << job.request_id;
-        EXPECT_LT(job.num_keep, job.num_entries) << "request " << job.request_id;
+        if (joint) {
+          // The backend chose the count; the job names the average and may keep all its entries.
+          EXPECT_EQ(job.mean_keep, want) << "request " << job.request_id;
+          EXPECT_EQ(job.num_keep, job.num_entries) << "request " << job.request_id;
+        } else {
+          EXPECT_EQ(job.num_keep, want) << "request " << job.request_id;
+          EXPECT_LT(job.num_keep, job.num_entries) << "request " << job.request_id;
+        }
         if (job.kind == CompressionKind::kEvictBlock) {
           ++num_block_evictions;
           // A whole block leaves a cache of N_max full blocks.
@@ -277,12 +315,12 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
       }
       // PagedEviction runs both mechanisms: token-wise at the end of long prompts, whole blocks
       // while decoding.
-      if (info.name == "pagedeviction") {
+      if (name == "pagedeviction") {
         EXPECT_GT(num_block_evictions, 0);
         EXPECT_LT(num_block_evictions, static_cast<int>(checking->jobs_seen().size()));
       }
       // One job per compressed head group.
-      if (calibrated(**policy)) {
+      if (calibrated(**policy) || heads_per_group > 0) {
         EXPECT_GT(engine.metrics().num_compressions, 0);
         EXPECT_LE(engine.metrics().num_compressions, static_cast<int64_t>(checking->jobs_seen().size()));
       } else {
@@ -291,7 +329,31 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
       EXPECT_EQ(engine.num_kv_blocks_used(), 0) << "KV blocks leaked";
     }
   }
+}
+
+TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
+  const PolicyRegistry& registry = PolicyRegistry::builtin();
+  int num_policies = 0;
+  for (const PolicyInfo& info : registry.policies()) {
+    auto policy = registry.create(info.name, matrix_options(info.name));
+    ASSERT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
+    if (!(*policy)->compresses()) continue;
+    ++num_policies;
+    check_policy_invariants(info.name, {}, 0);
+  }
   EXPECT_GE(num_policies, 3);
+}
+
+// Runtime allocations (the backend chooses each group's count) on the one-group layout and on
+// per-head pages: adakv per layer, Fast KVzip per layer and globally, KVzip globally (its
+// reconstruction runs on the one-group layout only).
+TEST(EngineCompressionMatrix, RuntimeAllocationsKeepTheInvariants) {
+  for (int hp : {0, 1}) {
+    check_policy_invariants("adakv", {}, hp);
+    check_policy_invariants("fastkvzip", {{"allocation", "global"}}, hp);
+    check_policy_invariants("fastkvzip", {{"allocation", "layer"}}, hp);
+  }
+  check_policy_invariants("kvzip", {{"allocation", "global"}}, 0);
 }
 
 // Every policy on a pool too small for the batch, with and without budget reservation and prefix

@@ -25,7 +25,7 @@ std::string error_of(const std::string& name, const PolicyOptionMap& opts) {
 TEST(PolicyRegistry, ListsBuiltinsInOrder) {
   EXPECT_EQ(reg().names(),
             "full, streaming, snapkv, zipage, zipage-attn, zipage-global, zipage-flash, zipage-lightning, knorm, "
-            "h2o, tova, keydiff, rkv, pagedeviction, kvllm, fastkvzip, kvzip, tangram");
+            "h2o, tova, keydiff, rkv, pagedeviction, kvllm, fastkvzip, kvzip, tangram, adakv");
   for (const PolicyInfo& info : reg().policies()) {
     EXPECT_FALSE(info.summary.empty()) << info.name;
     for (const PolicyOptionSpec& s : info.options) EXPECT_FALSE(s.help.empty()) << info.name << "." << s.name;
@@ -147,6 +147,30 @@ TEST(PolicyRegistry, TangramIsSnapKVUnderCalibratedBudgets) {
   EXPECT_EQ(a.num_sinks, b.num_sinks);
   EXPECT_TRUE(t->options().get_bool(kPrefillChunkCompressionOption));
   EXPECT_NE(error_of("tangram", {{"kernel", "4"}}).find("policy tangram"), std::string::npos);
+}
+
+// AdaKV runs SnapKV's score with the budget allocated per layer at run time; Fast KVzip and KVzip
+// take the allocation as an option (uniform by default).
+TEST(PolicyRegistry, AdaKVIsSnapKVWithALayerAllocation) {
+  auto a = make("adakv");
+  auto s = make("snapkv");
+  EXPECT_EQ(a->trigger(), CompressionTrigger::kPrefillEnd);
+  EXPECT_EQ(a->budget_split(), BudgetSplit::kUniform);
+  EXPECT_EQ(a->score_recipe().allocation, KeepAllocation::kLayer);
+  EXPECT_FLOAT_EQ(a->score_recipe().alpha_safe, 0.2f);
+  EXPECT_EQ(a->score_recipe().window, s->score_recipe().window);
+  EXPECT_EQ(a->score_recipe().pool_kernel, s->score_recipe().pool_kernel);
+  EXPECT_TRUE(a->needs().joint_selection);
+  EXPECT_FALSE(s->needs().joint_selection);
+  EXPECT_FALSE(a->options().get_bool(kPrefillChunkCompressionOption));
+  EXPECT_FLOAT_EQ(make("adakv", {{"alpha_safe", "0.5"}})->score_recipe().alpha_safe, 0.5f);
+  EXPECT_NE(error_of("adakv", {{"alpha_safe", "1.5"}}).find("alpha_safe"), std::string::npos);
+  for (const char* name : {"fastkvzip", "kvzip"}) {
+    EXPECT_EQ(make(name)->score_recipe().allocation, KeepAllocation::kUniform) << name;
+    EXPECT_EQ(make(name, {{"allocation", "global"}})->score_recipe().allocation, KeepAllocation::kGlobal) << name;
+    EXPECT_EQ(make(name, {{"allocation", "layer"}})->score_recipe().allocation, KeepAllocation::kLayer) << name;
+    EXPECT_NE(error_of(name, {{"allocation", "heads"}}).find("allocation"), std::string::npos) << name;
+  }
 }
 
 TEST(PolicyRegistry, OptionErrorsNameOptionAndAcceptedValues) {

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -90,17 +91,40 @@ struct GroupHarness {
     return requests.back().get();
   }
 
-  // One result per compressed group's job.
-  static std::vector<CompressionResult> results(const std::vector<Request*>& rs) {
+  std::mt19937 kept_rng{17};
+  // One result per compressed group's job. Under a runtime allocation each group reports a count
+  // as a backend would choose it: every head h of the layout (2 per group here) keeps c_h entries,
+  // random, summing to the request's average keep x heads, at most its group's entries; a group
+  // keeps its heads' largest count.
+  std::vector<CompressionResult> results(const std::vector<Request*>& rs) {
     std::vector<CompressionResult> done;
-    for (Request* r : rs)
-      for (int j = 0; j < r->compression.jobs_in_flight; ++j) done.push_back({r->id, Status::ok()});
+    for (Request* r : rs) {
+      const RequestCompression& c = r->compression;
+      if (!c.runtime_allocated()) {
+        for (int j = 0; j < c.jobs_in_flight; ++j) done.push_back({r->id, Status::ok()});
+        continue;
+      }
+      const int groups = static_cast<int>(r->kv.groups.size()), heads = 2 * groups;
+      std::vector<int> weight(static_cast<size_t>(heads));
+      int sum = 0;
+      for (int& w : weight) sum += (w = 1 + static_cast<int>(kept_rng() % 8));
+      for (int g = 0; g < groups; ++g) {
+        const int entries = c.groups.empty() ? c.src_entries : c.groups[static_cast<size_t>(g)].src_entries;
+        int keep = 0;
+        for (int h = 2 * g; h < 2 * g + 2; ++h)
+          keep = std::max(keep, std::min(entries, c.num_keep * heads * weight[static_cast<size_t>(h)] / sum));
+        CompressionResult res{r->id, Status::ok(), g};
+        res.num_kept = keep;
+        done.push_back(res);
+      }
+    }
     return done;
   }
 
   void check_reservations() {
     int promised = 0;
     for (Request* r : sched.running()) {
+      if (r->compression.runtime_allocated()) continue;  // no per-group reservation (checked below)
       const std::vector<int>& reserved = r->compression.reserved_blocks;
       ASSERT_EQ(reserved.size(), r->kv.groups.size()) << "request " << r->id << " was admitted without a reservation";
       for (size_t g = 0; g < r->kv.groups.size(); ++g) {
@@ -165,6 +189,33 @@ std::vector<int32_t> tokens(int n, int seed) {
   for (int i = 0; i < n; ++i) t.push_back(1 + (seed * 31 + i * 7) % 200);
   return t;
 }
+
+// A prompt of 1..60 tokens; with prefix caching, half of them start with up to 24 shared tokens.
+std::vector<int32_t> random_prompt(std::mt19937& rng, bool prefix, int seed) {
+  const int len = 1 + static_cast<int>(rng() % 60);
+  std::vector<int32_t> prompt;
+  if (prefix && rng() % 2 == 0) {
+    const std::vector<int32_t> shared = tokens(24, 999);
+    prompt.assign(shared.begin(), shared.begin() + std::min(len, 24));
+  }
+  const std::vector<int32_t> rest = tokens(len, seed);
+  prompt.insert(prompt.end(), rest.begin() + static_cast<std::ptrdiff_t>(prompt.size()), rest.end());
+  return prompt;
+}
+
+// Steps the harness until every request is done, calling `each_step` after every step; false (the
+// seed named) on a fatal failure.
+bool drain(GroupHarness& h, int seed, const std::function<void()>& each_step) {
+  for (int s = 0; s < 5000 && h.sched.has_unfinished() && !::testing::Test::HasFatalFailure(); ++s) {
+    h.step();
+    if (!::testing::Test::HasFatalFailure()) each_step();
+  }
+  if (!::testing::Test::HasFatalFailure()) h.run_to_completion();
+  if (!::testing::Test::HasFatalFailure()) return true;
+  ADD_FAILURE() << "seed " << seed;
+  return false;
+}
+
 
 SchedulerConfig config(int max_seqs, int chunk) {
   SchedulerConfig c;
@@ -254,35 +305,20 @@ TEST(SchedGroupReservation, RandomizedPoolsNeverExceedTheReservation) {
     for (int g = 0; g < 4; ++g) shares.push_back(0.1f + 0.9f * static_cast<float>(rng() % 10) / 9.0f);
     const float largest = *std::max_element(shares.begin(), shares.end());
     for (float& s : shares) s /= largest;
-    const std::vector<int32_t> shared = tokens(24, 999);
     std::vector<Request*> rs;
     for (int i = 0; i < 10; ++i) {
-      const int len = 1 + static_cast<int>(rng() % 60);
-      std::vector<int32_t> prompt;
-      if (prefix && rng() % 2 == 0) prompt.assign(shared.begin(), shared.begin() + std::min(len, 24));
-      const std::vector<int32_t> rest = tokens(len, seed * 100 + i);
-      prompt.insert(prompt.end(), rest.begin() + static_cast<std::ptrdiff_t>(prompt.size()), rest.end());
+      const std::vector<int32_t> prompt = random_prompt(rng, prefix, seed * 100 + i);
       const int window = 1 + static_cast<int>(rng() % 3);
       rs.push_back(h.add(prompt, 1 + static_cast<int>(rng() % 20), tangram(window + 2 + static_cast<int>(rng() % 12), shares, window)));
     }
-    for (int s = 0; s < 5000 && h.sched.has_unfinished(); ++s) {
-      h.step();
-      if (::testing::Test::HasFatalFailure()) break;
+    const bool drained = drain(h, seed, [&] {
       if (!prefix)
         for (Request* r : h.sched.running())
           for (int g = 0; g < 4 && !r->compression.reserved_blocks.empty(); ++g)
             ASSERT_LE(r->compression.reserved_blocks[static_cast<size_t>(g)], expected_reservation(*r, g, chunk))
                 << "seed " << seed << " request " << r->id << " group " << g;
-    }
-    if (::testing::Test::HasFatalFailure()) {
-      ADD_FAILURE() << "seed " << seed;
-      return;
-    }
-    h.run_to_completion();
-    if (::testing::Test::HasFatalFailure()) {
-      ADD_FAILURE() << "seed " << seed;
-      return;
-    }
+    });
+    if (!drained) return;
     EXPECT_EQ(h.num_preemptions, 0) << "seed " << seed;
     for (Request* r : rs) EXPECT_EQ(static_cast<int>(r->output_token_ids.size()), r->sampling.max_tokens) << "seed " << seed;
     compressions += h.num_compressions;
@@ -293,6 +329,99 @@ TEST(SchedGroupReservation, RandomizedPoolsNeverExceedTheReservation) {
   EXPECT_GT(chunk_compressions, 200);
   EXPECT_GT(jobs, compressions);
   EXPECT_LT(jobs, 4 * compressions) << "groups within their keep must be left alone";
+}
+
+// An `adakv`-like request (SnapKV's score, the kept counts chosen by the backend per layer)
+// compressing every prefill chunk, or a Fast KVzip request under one global threshold and its
+// cache-full trigger, as the resolver builds them.
+RequestCompression runtime_allocated(const std::string& policy, int budget, int window) {
+  PolicyOptionMap options = {{"window", std::to_string(window)}};
+  if (policy == "adakv") {
+    options["kernel"] = "1";
+    options["prefill_chunk_compression"] = "1";
+  } else {
+    options["allocation"] = "global";
+    options["sinks"] = "0";
+  }
+  auto p = PolicyRegistry::builtin().create(policy, options);
+  EXPECT_TRUE(p.has_value()) << p.status().to_string();
+  RequestCompression c;
+  c.policy = *p;
+  c.trigger = c.policy->trigger();
+  c.window = c.policy->needs().window_queries ? window : 0;
+  c.budget = budget;
+  if (c.trigger == CompressionTrigger::kCacheFull) {
+    c.max_blocks = max_blocks_for_budget(budget, kB);
+    c.num_keep = entries_kept_for_budget(budget, kB);
+  } else {
+    c.num_keep = budget;
+  }
+  c.chunk_threshold = c.policy->prefill_chunk_threshold(c.budget, c.max_blocks, kB);
+  EXPECT_TRUE(c.runtime_allocated());
+  return c;
+}
+
+// The pages a runtime-allocated prefill-end request may hold, written out: its groups' lengths
+// sum to at most the kept head-entries T = average x 8 heads after each compression, plus a chunk
+// (or the outputs) per group; ceil of each group's pages adds at most one page per group; no group
+// holds more than the whole sequence.
+int runtime_prefill_end_bound(const Request& r, int chunk) {
+  const RequestCompression& c = r.compression;
+  const int groups = 4, total = c.num_keep * 8;
+  const int cap = groups * blocks(r.num_prompt_tokens() + r.sampling.max_tokens);
+  const int prefill = std::max(total, groups * c.window) + groups * std::min(chunk, r.num_tokens());
+  const int decode = total + groups * r.sampling.max_tokens;
+  return std::min(cap, (std::max(prefill, decode) + kB - 1) / kB + groups);
+}
+
+// Runtime allocations (the backend chooses each group's count and reports it) on randomized tiny
+// grouped pools, sync and async, with and without prefix caching: the reservation counts a bound
+// the backend's choice cannot exceed, so nothing is ever preempted, no request holds more pages
+// than the bound written out above (prefill-end), every group is trimmed to its reported count,
+// and everything drains with every block back.
+TEST(SchedGroupReservation, RuntimeAllocationsNeverOverCommit) {
+  int64_t compressions = 0, chunk_compressions = 0, trimmed = 0;
+  for (int seed = 0; seed < 120; ++seed) {
+    std::mt19937 rng(static_cast<uint32_t>(seed) + 500);
+    const int chunk = 4 + static_cast<int>(rng() % 20);
+    const bool prefix = seed % 3 == 0;
+    const bool cache_full = seed % 4 >= 2;
+    SchedulerConfig sc = config(1 + static_cast<int>(rng() % 6), chunk);
+    GroupHarness h(4 * blocks(60 + 20) + 1 + static_cast<int>(rng() % 60), sc, prefix);
+    h.async = seed % 2 == 1;
+    h.sched.set_compress_before_forward(!h.async);
+    std::vector<Request*> rs;
+    for (int i = 0; i < 10; ++i) {
+      const std::vector<int32_t> prompt = random_prompt(rng, prefix, seed * 100 + i);
+      const int window = 1 + static_cast<int>(rng() % 3);
+      const int budget = cache_full ? kB * (1 + static_cast<int>(rng() % 4)) : window + 2 + static_cast<int>(rng() % 12);
+      rs.push_back(h.add(prompt, 1 + static_cast<int>(rng() % 20),
+                         runtime_allocated(cache_full ? "fastkvzip" : "adakv", budget, cache_full ? 1 : window)));
+    }
+    const bool drained = drain(h, seed, [&] {
+      for (Request* r : h.sched.running()) {
+        // Every group's table holds exactly the pages of its entries (trimmed to the count).
+        for (const BlockTable& t : r->kv.groups)
+          if (r->compression.compressed() && !r->compression.in_flight && !r->compression.pending &&
+              !r->compression.switched_early)
+            ASSERT_EQ(static_cast<int>(t.blocks.size()), blocks(t.num_entries)) << "seed " << seed;
+        if (!cache_full && !prefix)
+          ASSERT_LE(h.kv.num_held_blocks(*r), runtime_prefill_end_bound(*r, chunk))
+              << "seed " << seed << " request " << r->id;
+      }
+    });
+    if (!drained) return;
+    EXPECT_EQ(h.num_preemptions, 0) << "seed " << seed;
+    for (Request* r : rs) {
+      EXPECT_EQ(static_cast<int>(r->output_token_ids.size()), r->sampling.max_tokens) << "seed " << seed;
+      trimmed += r->compression.compressed() ? 1 : 0;
+    }
+    compressions += h.num_compressions;
+    chunk_compressions += h.num_chunk_compressions;
+  }
+  EXPECT_GT(compressions, 300);
+  EXPECT_GT(chunk_compressions, 100);
+  EXPECT_GT(trimmed, 300);
 }
 
 }  // namespace

@@ -65,15 +65,14 @@ void kara_window_scores(const float* q, const float* keys, int m, int w, int d, 
   }
 }
 
-namespace {
-
-// Entry a beats entry b: higher score, ties to the larger index, NaN lowest (select_keep's order).
 bool beats(float sa, int a, float sb, int b) {
   const bool na = std::isnan(sa), nb = std::isnan(sb);
   if (na != nb) return nb;
   if (!na && sa != sb) return sa > sb;
   return a > b;
 }
+
+namespace {
 
 // Marks the `count` best unmarked entries of a [m] in keep.
 void mark_best_unmarked(const float* a, int m, int count, uint8_t* keep) {

@@ -133,6 +133,8 @@ void score_head(const ScoreRecipe& recipe, const float* keys, int n, int d, cons
 // (NaNs among themselves: again the larger index wins). +inf entries therefore always win over
 // finite ones. Requires 0 <= k <= n.
 void select_keep(const float* s, int n, int k, int32_t* out);
+// select_keep's order: entry a (score sa) beats entry b (score sb).
+bool beats(float sa, int a, float sb, int b);
 
 // --- Compaction ------------------------------------------------------------------------------
 

@@ -37,6 +37,8 @@ class CpuBackend : public Backend {
   // KVzip compressions (cpu_reconstruction.cpp): each job's reconstruction runs on a private copy
   // of its entries before the compressor selects by the scores.
   bool runs_reconstruction() const override { return true; }
+  // Runtime allocations (AdaKV per layer, one global threshold): run_compression's joint selection.
+  bool selects_jointly() const override { return true; }
 
   int num_threads() const { return pool_->num_threads(); }
   const ModelConfig& config() const { return config_; }

@@ -32,9 +32,13 @@ Status validate_compression_jobs(const CpuKVCache& kv, const std::vector<Compres
 // (per job, -1 for compactions) when it is not null.
 // Jobs whose recipe has reconstruction_scores select by reconstruction_scores[job] ([layer][KV
 // head][entry] of the job's entries, from the backend's KVzip pass); a missing one is an error.
+// Jobs under a runtime allocation (ScoreRecipe::allocation kLayer / kGlobal) are selected jointly
+// per request (joint_selection.h): every layer is scored first, each group keeps its heads'
+// largest count. `kept_entries` (when not null) gets each job's kept count (-1 for block evictions).
 Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, float scale, ThreadPool* pool,
                        std::vector<int>* evicted_blocks = nullptr,
-                       const std::vector<std::vector<float>>* reconstruction_scores = nullptr);
+                       const std::vector<std::vector<float>>* reconstruction_scores = nullptr,
+                       std::vector<int>* kept_entries = nullptr);
 
 // The CPU backend's KVCompressor: begin() runs the batch to completion (run_compression), so
 // done() is always true and wait() returns the batch's status.
