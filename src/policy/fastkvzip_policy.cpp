@@ -27,7 +27,7 @@ namespace origami {
 void register_fastkvzip_policy(PolicyRegistry* registry) {
   PolicyInfo info;
   info.name = "fastkvzip";
-  info.summary = "Fast KVzip: evict by learned gate scores written with every entry (needs --kv-gates; CPU)";
+  info.summary = "Fast KVzip: evict by learned gate scores written with every entry (needs --kv-gates)";
   info.options = {
       prefill_chunk_option(true),
       int_option("window", 128, 0, 1 << 20, "the most recent entries always kept"),

@@ -23,7 +23,7 @@ TEST(CliCompression, PoliciesListsEveryPolicyWithOptions) {
                                              "tangram", "adakv"}));
   EXPECT_TRUE(list[17]["needs_head_budgets"].get<bool>());
   EXPECT_FALSE(list[3]["needs_head_budgets"].get<bool>());
-  // The CPU-only needs are reported, so that GPU sweeps can leave those policies out.
+  // The needs are reported, so that sweeps can leave out what their engine cannot run.
   EXPECT_TRUE(list[15]["needs_gates"].get<bool>());
   EXPECT_FALSE(list[15]["needs_reconstruction"].get<bool>());
   EXPECT_TRUE(list[16]["needs_reconstruction"].get<bool>());
