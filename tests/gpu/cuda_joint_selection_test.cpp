@@ -222,15 +222,21 @@ void check_kernels(KeepAllocation allocation, bool per_head, int trial) {
       EXPECT_EQ(std::vector<int32_t>(first, first + want_kept[d]), w) << "job " << d << " row " << lh;
     }
   }
-  // The totals: a scope keeps its mean x heads unless its guarantees exceed it or it runs out.
-  for (int r = 0; r < num_requests; ++r) {
-    long long sum = 0, entries = 0;
-    for (size_t i = 0; i < heads[r].size(); ++i) {
-      sum += want[r][i];
-      entries += static_cast<long long>(heads[r][i].scores.size());
+  // The totals: a scope (a layer, or the request) keeps its mean x heads unless its guarantees
+  // exceed that or it runs out of entries.
+  for (int r = 0; r < num_requests; ++r)
+    for (int l = 0; l < L; ++l) {
+      if (allocation == KeepAllocation::kGlobal && l > 0) break;
+      long long sum = 0, entries = 0, heads_in_scope = 0;
+      for (size_t i = 0; i < heads[r].size(); ++i) {
+        if (allocation == KeepAllocation::kLayer && heads[r][i].layer != l) continue;
+        sum += want[r][i];
+        entries += static_cast<long long>(heads[r][i].scores.size());
+        ++heads_in_scope;
+      }
+      EXPECT_LE(std::min<long long>(static_cast<long long>(mean_keep[r]) * heads_in_scope, entries), sum)
+          << "request " << r << " layer " << l;
     }
-    EXPECT_LE(std::min<long long>(static_cast<long long>(mean_keep[r]) * L * H, entries), sum) << "request " << r;
-  }
 }
 
 TEST(CudaJointSelection, CountsAndSelectionMatchCpu) {
