@@ -28,6 +28,7 @@
 #include "backend/cuda/cuda_compression.h"
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/joint_selection.h"
+#include "compressor_test_util.h"
 #include "cuda_test_util.h"
 
 namespace origami::cuda {
@@ -302,21 +303,9 @@ TEST(CudaJointSelection, DriverKeepsTheCpuCountsAndEntries) {
   cudaStream_t main_stream;
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&main_stream, cudaStreamNonBlocking));
   CudaCompressor comp(main_stream);
-  CudaCompressor::Geometry g;
-  g.num_layers = L;
-  g.num_kv_heads = H;
-  g.num_q_heads = H * G;
-  g.head_dim = d;
-  g.block_size = bs;
-  g.num_blocks = NB;
-  g.k = dk.get();
-  g.v = dv.get();
-  g.kv_layer_pitch = kv_pitch;
-  CompressionConfig config;
-  config.num_query_slots = 1;
-  config.max_window = W;
-  config.global_scores = true;
-  config.layer_stride = 1;
+  const CudaCompressor::Geometry g = testing::one_group_geometry(L, H, G, d, bs, NB, dk.get(),
+                                                               dv.get(), kv_pitch);
+  const CompressionConfig config = testing::compression_config(1, W, true, 1);
   ASSERT_TRUE(comp.configure(config, g).is_ok());
   ORIGAMI_CUDA_CHECK(cudaMemcpy(comp.global_scores(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
   const Status st = comp.begin(jobs);
@@ -397,21 +386,9 @@ TEST(CudaJointSelection, TimingAtQwen3_8BShape) {
   launch_fill_random_bf16(k.get(), kv_pitch * L, 1.0f, 0.0f, 1, nullptr);
   launch_fill_random_bf16(v.get(), kv_pitch * L, 1.0f, 0.0f, 2, nullptr);
   CudaCompressor comp(nullptr);
-  CudaCompressor::Geometry g;
-  g.num_layers = L;
-  g.num_kv_heads = H;
-  g.num_q_heads = H * G;
-  g.head_dim = d;
-  g.block_size = bs;
-  g.num_blocks = NB;
-  g.k = k.get();
-  g.v = v.get();
-  g.kv_layer_pitch = kv_pitch;
-  CompressionConfig config;
-  config.num_query_slots = jobs_n;
-  config.max_window = W;
-  config.global_scores = false;
-  config.layer_stride = 8;
+  const CudaCompressor::Geometry g = testing::one_group_geometry(L, H, G, d, bs, NB, k.get(),
+                                                               v.get(), kv_pitch);
+  const CompressionConfig config = testing::compression_config(jobs_n, W, false, 8);
   ASSERT_TRUE(comp.configure(config, g).is_ok());
   launch_fill_random_bf16(comp.query_cache(), comp.query_layer_pitch() * L, 1.0f, 0.0f, 3, nullptr);
   std::vector<std::vector<BlockId>> tables(jobs_n);
