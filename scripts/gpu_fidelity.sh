@@ -23,6 +23,11 @@
 #   FIDELITY_DATA / FIDELITY_TEXT   retrieval JSONL / perplexity text (default: the shared dev sets)
 #   FIDELITY_TIMEOUT   seconds per sweep (default 540)
 #   FIDELITY_CPU_CHECK 1 (default, cuda only): zipage@512 stream on 20 documents on both backends
+#   FIDELITY_VARIANTS  policies that need engine flags of their own, each swept in its own engine
+#                      in every retrieval mode, as "label|policy|flags;..." (the label names its
+#                      rows in the tables). Default (when FIDELITY_POLICIES is unset): Fast KVzip
+#                      with the shipped gates and one global threshold, the same with uniform
+#                      budgets, and AdaKV's per-layer allocation, all on per-head pages; "" = none
 #   EVAL_FLAGS         extra engine flags (default: every document at once, one query slot each)
 # A device call is limited to 10 minutes: on the H100 one block size (three retrieval sweeps and
 # the perplexity sweep over ~15 policies) fits in one call; run FIDELITY_BLOCKS=16 and
@@ -60,9 +65,9 @@ else
   POLICIES=$("$CLI" policies --json | python3 -c '
 import json, sys
 keep_aliases = sys.argv[1] != "0"
-# KVzip (reconstruction) and runtime head budgets (adakv: joint selection) run on the CPU backend
-# only so far, and Fast KVzip needs a gates file for the model (--kv-gates, CPU and CUDA) that these
-# sweeps do not pass: none of them is swept here.
+# KVzip (reconstruction) runs on the CPU backend only. Fast KVzip (a gates file) and runtime head
+# budgets (adakv: joint selection, worth it on per-head pages) need engine flags of their own: they
+# are FIDELITY_VARIANTS below.
 # Policies that need calibrated head budgets (tangram) run in their own engine with a budget file:
 # scripts/tangram_fidelity.sh.
 print(",".join(p["name"] for p in json.load(sys.stdin)
@@ -79,17 +84,29 @@ TEXT=${FIDELITY_TEXT:-$SH/data/wikitext2_test_dev.txt}
 TMO=${FIDELITY_TIMEOUT:-540}
 # Every document runs at once, each with its own query slot.
 EVAL_FLAGS=${EVAL_FLAGS:-"--max-num-seqs 128 --query-slots 128"}
+GATES=$ROOT/assets/gates/origami-tiny-qwen3.safetensors
+if [ -z "${FIDELITY_POLICIES:-}" ]; then
+  DEFAULT_VARIANTS="fastkvzip global (per-head pages)|fastkvzip|--heads-per-group 1 --kv-gates $GATES --kv-policy-opt allocation=global"
+  DEFAULT_VARIANTS+=";fastkvzip uniform (per-head pages)|fastkvzip|--heads-per-group 1 --kv-gates $GATES --kv-policy-opt allocation=uniform"
+  DEFAULT_VARIANTS+=";adakv (per-head pages)|adakv|--heads-per-group 1"
+else
+  DEFAULT_VARIANTS=""
+fi
+VARIANTS=${FIDELITY_VARIANTS-$DEFAULT_VARIANTS}
 echo "policies: $POLICIES"
+[ -n "$VARIANTS" ] && echo "variants: $VARIANTS"
 echo "device $DEVICE, blocks $BLOCKS, budgets $BUDGETS, modes $MODES, limit ${FIDELITY_LIMIT:-0}, ppl limit ${PPL_LIMIT:-0}"
 
 # One sweep: $1 = result name, the rest = the eval arguments. Writes $OUT/$1.jsonl (+ .svg, .err).
+# SWEEP_POLICIES (default: $POLICIES) and SWEEP_FLAGS (extra engine flags) set a variant's engine.
 sweep() {
   local name=$1
   shift
   local t0; t0=$(date +%s)
   # shellcheck disable=SC2086
-  timeout "$TMO" "$CLI" eval "$@" --model "$M" --device "$DEVICE" --kv-policy "$POLICIES" --kv-budget "$BUDGETS" \
-    --json --quiet $EVAL_FLAGS --plot "$OUT/$name.svg" > "$OUT/$name.jsonl" 2> "$OUT/$name.err"
+  timeout "$TMO" "$CLI" eval "$@" --model "$M" --device "$DEVICE" --kv-policy "${SWEEP_POLICIES:-$POLICIES}" \
+    --kv-budget "$BUDGETS" --json --quiet $EVAL_FLAGS ${SWEEP_FLAGS:-} --plot "$OUT/$name.svg" > "$OUT/$name.jsonl" \
+    2> "$OUT/$name.err"
   local rc=$?
   local why=""
   [ $rc -ne 0 ] && why=" $( (grep -m1 -E 'error|failed' "$OUT/$name.err" || tail -1 "$OUT/$name.err") | cut -c1-160)"
@@ -104,6 +121,28 @@ for b in $BLOCKS; do
     ctx=(); [ -n "${PPL_CONTEXT:-}" ] && ctx=(--context "$PPL_CONTEXT")
     sweep "ppl_b$b" ppl --block-size "$b" --text "$TEXT" --limit "${PPL_LIMIT:-0}" "${ctx[@]}"
   fi
+  # The variants: each in its own engine, its rows named by its label (its full-KV reference rows
+  # dropped: the main sweep's are the table's), kept as retrieval_{mode}_b{block}_v{i}.jsonl.
+  IFS=';' read -r -a variant_list <<< "$VARIANTS"
+  for i in "${!variant_list[@]}"; do
+    IFS='|' read -r label vpolicy vflags <<< "${variant_list[$i]}"
+    for mode in $MODES; do
+      name="retrieval_${mode}_b${b}_v$i"
+      SWEEP_POLICIES=$vpolicy SWEEP_FLAGS=$vflags sweep "$name" retrieval --block-size "$b" --data "$DATA" \
+        --mode "$mode" --limit "${FIDELITY_LIMIT:-0}"
+      python3 -c '
+import json, sys
+path, label = sys.argv[1], sys.argv[2]
+rows = [json.loads(l) for l in open(path) if l.strip().startswith("{")]
+with open(path, "w") as out:
+    for r in rows:
+        if r.get("reference"):
+            continue
+        r["policy"] = label
+        out.write(json.dumps(r) + "\n")' "$OUT/$name.jsonl" "$label"
+      RESULT["1_$name"]="${RESULT["1_$name"]} [$label]"
+    done
+  done
 done
 
 # The same point on both backends (CUDA bf16 vs the CPU fp32 reference), on a GPU only.
@@ -121,7 +160,7 @@ python3 - "$OUT" "$POLICIES" > "$OUT/fidelity_tables.md" <<'PYEOF'
 import glob, json, os, sys
 out, policies = sys.argv[1], sys.argv[2].split(",")
 rows = []
-paths = glob.glob(os.path.join(out, "retrieval_*_b*.jsonl")) + glob.glob(os.path.join(out, "ppl_b*.jsonl"))
+paths = glob.glob(os.path.join(out, "retrieval_*_b*.jsonl")) + glob.glob(os.path.join(out, "ppl_b*.jsonl"))  # variants too
 for path in sorted(paths):
     for line in open(path):
         line = line.strip()

@@ -9,8 +9,9 @@
 #   bench     throughput: `origami bench` (3 workloads x Qwen3-8B, Llama-3.1-8B shapes, dummy
 #             weights) and HF generate() (scripts/hf_generate_bench.py) on the first workload
 #   compress  throughput under KV compression: Qwen3-8B shape, 256 x (128 -> 4096), ignore_eos,
-#             block 256; full KV next to each COMPRESS_RUNS entry (policy:budget:async|sync[:groups],
-#             groups = hpN for --heads-per-group N with uniform budgets, or budgets for a synthetic
+#             block 256; full KV next to each COMPRESS_RUNS entry (policy:budget:async|sync[:groups[:opts]],
+#             opts = comma-separated policy options key=value, e.g. allocation=global,
+#             groups = hpN for --heads-per-group N, or budgets for a synthetic
 #             --kv-head-budgets file, scripts/make_synthetic_head_budgets.py, ratios uniform in
 #             [0.1, 0.6]; scripts/gpu_head_budgets.sh runs the full comparison); fastkvzip runs
 #             with --kv-gates random (dummy weights have no trained gates)
@@ -179,8 +180,9 @@ if has compress; then
   IFS=: read -r -a wl <<< "$W"
   # full KV gets the whole pool (--query-slots -1: no query slots, no global-score pages).
   for run in ${COMPRESS_RUNS:-full:0:async zipage:2048:async zipage:1024:async zipage:2048:sync zipage:1024:sync}; do
-    IFS=: read -r pol budget mode groups <<< "$run"
+    IFS=: read -r pol budget mode groups opts <<< "$run"
     flags=(--kv-policy "$pol")
+    for o in ${opts//,/ }; do flags+=(--kv-policy-opt "$o"); done
     case "${groups:-}" in
       hp*) flags+=(--heads-per-group "${groups#hp}") ;;
       budgets)  # synthetic (dummy weights cannot be calibrated): ratios uniform in [0.1, 0.6]

@@ -40,7 +40,7 @@ SAN_TIMEOUT=${SAN_TIMEOUT:-900}
 MEMCHECK_TESTS=${MEMCHECK_TESTS:-.}
 # Tests of the kernels declaring __shared__ memory (src/backend/cuda: paged_attention,
 # compression_kernels, sampling_kernels, logprob_kernels, elementwise_kernels).
-RACECHECK_TESTS=${RACECHECK_TESTS:-'^(attention_paged_test|cuda_kernels_test|cuda_compression_test|cuda_elementwise_vec_test)$'}
+RACECHECK_TESTS=${RACECHECK_TESTS:-'^(attention_paged_test|cuda_kernels_test|cuda_compression_test|cuda_joint_selection_test|cuda_elementwise_vec_test)$'}
 gpu_shared_dir
 declare -A RESULT
 T_START=$(date +%s)

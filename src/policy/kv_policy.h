@@ -55,7 +55,7 @@ struct PolicyNeeds {
   // KVzip's reconstruction pass run by the backend at compression time, on the request's tokens.
   bool reconstruction = false;
   // A runtime allocation (ScoreRecipe::allocation layer / global): the backend selects the request's
-  // heads jointly and reports each head group's count (Backend::selects_jointly; CPU only).
+  // heads jointly and reports each head group's count (Backend::selects_jointly: CPU and CUDA).
   bool joint_selection = false;
 };
 

@@ -453,6 +453,10 @@ TEST(CudaCompressionE2E, CaptureAndCompressOnTinyQwen3MatchCpu) {
     // cuda_compression_test (EveryRegisteredPolicyMatchesCpu) covers it with its own count.
     if (recipe.scorer == Scorer::kKara) continue;
     if (recipe.needs_queries()) recipe.window = std::min(recipe.window, kWindow);
+    // A runtime allocation (adakv) chooses its counts jointly: here it keeps this test's fixed k
+    // per head like a uniform one, so its scores are compared; cuda_joint_selection_test compares
+    // the joint counts with the CPU's.
+    recipe.allocation = KeepAllocation::kUniform;
     for (int l = 0; l < L; ++l) {  // the test rewinds the backend's cache to the snapshot
       ORIGAMI_CUDA_CHECK(cudaMemcpy(const_cast<__nv_bfloat16*>(gpu.k_cache(l)), to_device_bf16(gk[l]).data(),
                                     layer_elems * 2, cudaMemcpyHostToDevice));

@@ -25,6 +25,7 @@
 #include "backend/cuda/compression_kernels.h"
 #include "backend/cuda/cuda_compression.h"
 #include "backend/cuda/elementwise_kernels.h"
+#include "compressor_test_util.h"
 #include "cuda_test_util.h"
 #include "policy/policy_registry.h"
 
@@ -586,21 +587,9 @@ TEST(CudaCompression, DriverMatchesCpuPipeline) {
   cudaStream_t main_stream;
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&main_stream, cudaStreamNonBlocking));
   CudaCompressor comp(main_stream);
-  CudaCompressor::Geometry g;
-  g.num_layers = L;
-  g.num_kv_heads = H;
-  g.num_q_heads = H * G;
-  g.head_dim = d;
-  g.block_size = bs;
-  g.num_blocks = NB;
-  g.k = dc.k->get();
-  g.v = dc.v->get();
-  g.kv_layer_pitch = c.kv_pitch();
-  CompressionConfig config;
-  config.num_query_slots = M;
-  config.max_window = W;
-  config.global_scores = true;
-  config.layer_stride = 2;
+  const CudaCompressor::Geometry g = testing::one_group_geometry(L, H, G, d, bs, NB, dc.k->get(),
+                                                               dc.v->get(), c.kv_pitch());
+  const CompressionConfig config = testing::compression_config(M, W, true, 2);
   ASSERT_TRUE(comp.configure(config, g).is_ok());
   EXPECT_EQ(CudaCompressor::query_slot_bytes(g, W), static_cast<size_t>(L) * W * H * G * d * 2);
   ORIGAMI_CUDA_CHECK(cudaMemcpy(comp.query_cache(), to_device_bf16(c.q).data(), c.q.size() * 2, cudaMemcpyHostToDevice));
@@ -759,20 +748,10 @@ TEST(CudaCompression, BlockEvictionMatchesCpu) {
   cudaStream_t main_stream;
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&main_stream, cudaStreamNonBlocking));
   CudaCompressor comp(main_stream);
-  CudaCompressor::Geometry g;
-  g.num_layers = L;
-  g.num_kv_heads = H;
-  g.num_q_heads = H * G;
-  g.head_dim = d;
-  g.block_size = bs;
-  g.num_blocks = NB;
-  g.k = dc.k->get();
-  g.v = dc.v->get();
-  g.kv_layer_pitch = c.kv_pitch();
-  CompressionConfig config;
-  config.num_query_slots = M;
-  config.max_window = W;
-  config.layer_stride = 2;  // two layer groups: the block sums add up across them
+  const CudaCompressor::Geometry g = testing::one_group_geometry(L, H, G, d, bs, NB, dc.k->get(), dc.v->get(),
+                                                                 c.kv_pitch());
+  // Two layer groups: the block sums add up across them.
+  const CompressionConfig config = testing::compression_config(M, W, false, 2);
   ASSERT_TRUE(comp.configure(config, g).is_ok());
   const Status st = comp.begin(jobs);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
@@ -828,21 +807,9 @@ TEST(CudaCompression, TimingAtQwen3_8BShape) {
     launch_fill_random_bf16(k.get(), kv_pitch * L, 1.0f, 0.0f, 1, nullptr);
     launch_fill_random_bf16(v.get(), kv_pitch * L, 1.0f, 0.0f, 2, nullptr);
     CudaCompressor comp(nullptr);  // after the legacy default stream
-    CudaCompressor::Geometry g;
-    g.num_layers = L;
-    g.num_kv_heads = H;
-    g.num_q_heads = H * G;
-    g.head_dim = d;
-    g.block_size = bs;
-    g.num_blocks = NB;
-    g.k = k.get();
-    g.v = v.get();
-    g.kv_layer_pitch = kv_pitch;
-    CompressionConfig config;
-    config.num_query_slots = jobs_n;
-    config.max_window = W;
-    config.global_scores = true;
-    config.layer_stride = 8;
+    const CudaCompressor::Geometry g = testing::one_group_geometry(L, H, G, d, bs, NB, k.get(),
+                                                                 v.get(), kv_pitch);
+    const CompressionConfig config = testing::compression_config(jobs_n, W, true, 8);
     ASSERT_TRUE(comp.configure(config, g).is_ok());
     launch_fill_random_bf16(comp.query_cache(), comp.query_layer_pitch() * L, 1.0f, 0.0f, 3, nullptr);
     std::vector<std::vector<BlockId>> tables(jobs_n);

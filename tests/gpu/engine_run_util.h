@@ -53,6 +53,7 @@ struct RunResult {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<float>> forced_logprobs;
   int64_t compressions = 0;
+  int64_t kept_pages = 0;  // EngineMetrics::num_kept_kv_pages: pages held right after each compaction
 };
 
 // Greedy generation of `max_tokens` per prompt; with `forced`, the outputs are teacher-forced.
@@ -88,6 +89,7 @@ inline RunResult run(const EngineConfig& c, const std::vector<std::vector<int32_
     }
   }
   r.compressions = (*engine)->metrics().num_compressions;
+  r.kept_pages = (*engine)->metrics().num_kept_kv_pages;
   EXPECT_EQ((*engine)->num_kv_blocks_used(), 0) << "KV blocks leaked";
   return r;
 }

@@ -141,6 +141,12 @@ __device__ __forceinline__ const bf16* query_row(const GroupArgs& a, const bf16*
 // Query rows per tile: whole GQA groups, so a window query's max over its heads stays in a tile.
 __device__ __host__ __forceinline__ int rows_per_qtile(int group_size) { return (kTile / group_size) * group_size; }
 
+// Entries a job keeps per row: num_keep, or the joint selection's count (GroupArgs::kept_counts),
+// which never exceeds num_keep (the destination's capacity).
+__device__ __forceinline__ int kept_count(const GroupArgs& a, int job, const CompressionJobDesc& jd) {
+  return jd.joint && a.kept_counts != nullptr ? min(a.kept_counts[job], jd.num_keep) : jd.num_keep;
+}
+
 // Offset (elements) of row `lh` (layer of the group * num_kv_heads + head) of a job in the
 // per-entry scratch (scores, final_scores, redundancy, norms, z): entry e is at + e.
 __device__ __forceinline__ size_t row_offset(const CompressionJobDesc& jd, int lh) {

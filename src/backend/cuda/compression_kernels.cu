@@ -23,12 +23,14 @@
 #include "backend/cuda/compression_kernels.h"
 #include "backend/cuda/compression_device.cuh"
 #include "backend/cuda/paged_attention_mma.cuh"
+#include "backend/cuda/radix_select.cuh"
 #include "backend/cuda/scorers/scorer_launchers.h"
 
 namespace origami::cuda {
 namespace {
 
 using namespace compression_device;
+using radix_select::order_key;
 
 // Merges, across the lanes `lane ^ o` for o = lanes / 2 .. 1 (a group of `lanes` lanes that
 // share a row), each lane's newest column above the redundancy threshold (`j`, -1 if none) and
@@ -356,71 +358,33 @@ __global__ void __launch_bounds__(kRowThreads) finalize_kernel(const GroupArgs a
 
 // --- Selection --------------------------------------------------------------------------------
 
-// A 64-bit key whose unsigned order is cpu::select_keep's total order: the score's bits made
-// monotone (NaN lowest, -0 == +0) above the entry index (ties to the larger index).
-__device__ __forceinline__ unsigned long long order_key(float s, int e) {
-  uint32_t u = 0;
-  if (!isnan(s)) {
-    if (s == 0.0f) s = 0.0f;
-    const uint32_t b = __float_as_uint(s);
-    u = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  }
-  return (static_cast<unsigned long long>(u) << 32) | static_cast<uint32_t>(e);
-}
-
-// Grid (row). Radix select (8 bits per pass, most significant first) of the num_keep-th largest
-// key; keys are unique, so exactly num_keep entries have a key >= it. A pass ends early once the
-// chosen bucket must be kept whole. Then an ordered compaction writes the kept indices ascending.
+// Grid (row). Radix select (radix_select.cuh) of the k-th largest key (k: the job's count,
+// kept_count()); keys are unique, so exactly k entries have a key >= it. Then an ordered
+// compaction writes the kept indices ascending.
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(const GroupArgs a) {
-  __shared__ unsigned hist[256];
-  __shared__ unsigned long long s_prefix;
-  __shared__ int s_rank, s_done, s_total;
+  __shared__ radix_select::RadixSmem radix;
+  __shared__ int s_total;
   __shared__ int warp_off[32];
   const int rpj = a.num_group_layers * a.num_kv_heads;
   const RowInfo ri = row_info(a, blockIdx.x / rpj, blockIdx.x % rpj);
   const CompressionJobDesc jd = a.jobs[ri.job];
-  const int n = jd.n, k = jd.num_keep;
+  const int n = jd.n, k = kept_count(a, ri.job, jd);
   if (k <= 0) return;
   const float* T = a.final_scores + jd.score0 + static_cast<size_t>(ri.lh) * n;
-  int32_t* keep = a.keep + jd.keep0 + static_cast<size_t>(ri.lh) * k;
+  int32_t* keep = a.keep + jd.keep0 + static_cast<size_t>(ri.lh) * jd.num_keep;
   const int t = threadIdx.x;
   if (k >= n) {
     for (int e = t; e < n; e += blockDim.x) keep[e] = e;
     return;
   }
-  unsigned long long prefix = 0, mask = 0;
-  int rank = k;
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    for (int i = t; i < 256; i += blockDim.x) hist[i] = 0;
-    __syncthreads();
-    for (int e = t; e < n; e += blockDim.x) {
-      const unsigned long long key = order_key(T[e], e);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1u);
-    }
-    __syncthreads();
-    if (t == 0) {
-      int cum = 0;
-      for (int dg = 255; dg >= 0; --dg) {
-        const int h = static_cast<int>(hist[dg]);
-        if (cum + h >= rank) {
-          prefix |= static_cast<unsigned long long>(dg) << shift;
-          rank -= cum;
-          s_done = h == rank;
-          break;
-        }
-        cum += h;
-      }
-      s_prefix = prefix;
-      s_rank = rank;
-    }
-    __syncthreads();
-    prefix = s_prefix;
-    rank = s_rank;
-    mask |= 0xffull << shift;
-    if (s_done) break;
-    __syncthreads();  // s_done is rewritten by the next pass
-  }
-  const unsigned long long threshold = prefix;
+  const unsigned long long threshold =
+      radix_select::block_kth_key(
+          k,
+          [&](auto&& f) {
+            for (int e = t; e < n; e += blockDim.x) f(order_key(T[e], e));
+          },
+          radix)
+          .key;
 
   const int lane = t & 31, warp = t >> 5, warps = blockDim.x >> 5;
   int base = 0;
@@ -460,9 +424,9 @@ __global__ void __launch_bounds__(kThreads) compact_kernel(const GroupArgs a) {
   const int rpj = a.num_group_layers * a.num_kv_heads;
   const RowInfo ri = row_info(a, blockIdx.x / rpj, blockIdx.x % rpj);
   const CompressionJobDesc jd = a.jobs[ri.job];
-  const int k = jd.num_keep, bs = a.block_size, d = a.head_dim;
+  const int k = kept_count(a, ri.job, jd), bs = a.block_size, d = a.head_dim;
   if (k <= 0) return;
-  const int32_t* keep = a.keep + jd.keep0 + static_cast<size_t>(ri.lh) * k;
+  const int32_t* keep = a.keep + jd.keep0 + static_cast<size_t>(ri.lh) * jd.num_keep;
   const int32_t* src = a.pages + jd.src_page0;
   const int32_t* dst = a.pages + jd.dst_page0;
   bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;

@@ -38,7 +38,12 @@ void launch_capture_queries(const __nv_bfloat16* q, const int32_t* dst_rows, int
 // One job as the kernels see it (built on the host from a CompressionJob and its ScoreRecipe).
 struct CompressionJobDesc {
   int32_t n = 0;           // cached entries (>= 1)
-  int32_t num_keep = 0;    // kept per (layer, KV head), 0 .. n
+  int32_t num_keep = 0;    // kept per (layer, KV head), 0 .. n; a joint job: the most it may keep
+                           // (its keep rows are num_keep apart; GroupArgs::kept_counts says how many)
+  int32_t joint = 0;       // 1: a runtime allocation (kv/compression.h KeepAllocation kLayer /
+                           // kGlobal): the joint selection (joint_selection.h) chooses the count
+  int32_t mean_keep = 0;   // joint: CompressionJob::mean_keep
+  float alpha_safe = 0.0f;  // joint: the recipe's alpha_safe
   int32_t num_scored = 0;  // leading entries whose global score F is valid
   int32_t query_slot = 0;  // slot of the window queries (scorers that need queries)
   int32_t window = 0;      // attention window w = min(recipe.window, n) (scorers that need queries)
@@ -126,6 +131,9 @@ struct GroupArgs {
   int2* z = nullptr;            // per entry: its newest partner above the threshold and that similarity's bits
   float2* lse = nullptr;        // per (row, window query, head of the group): softmax max and sum
   int32_t* keep = nullptr;      // kept entry indices, ascending
+  // [num_jobs] device: the entries each joint job keeps per row (joint_selection.h writes them
+  // between scoring and selection); null when no job of the group is joint.
+  const int32_t* kept_counts = nullptr;
 };
 
 int rows_per_job(const GroupArgs& a);
@@ -140,7 +148,8 @@ cudaError_t launch_compression_scores(const GroupArgs& args, cudaStream_t stream
 // Step 1 alone: the base scorers in args.scorers write S into scores (block eviction reads it).
 cudaError_t launch_base_scores(const GroupArgs& args, cudaStream_t stream);
 
-// Per row, the num_keep best entries of final_scores in ascending entry order (cpu::select_keep's
+// Per row, the kept_count best entries of final_scores (num_keep, or a joint job's
+// GroupArgs::kept_counts) in ascending entry order (cpu::select_keep's
 // total order: higher score first, NaN lowest, ties to the larger index) into keep.
 cudaError_t launch_compression_select(const GroupArgs& args, cudaStream_t stream);
 

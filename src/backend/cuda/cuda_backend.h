@@ -59,6 +59,9 @@ class CudaBackend : public Backend {
   // Fast KVzip (sink_gate.h): from now on every layer's forward also writes each new entry's gate
   // score into F (checked like the CPU backend's; compression with global scores configured first).
   Status load_gates(const gates::GateWeights& gates) override;
+  // Runtime allocations (kLayer / kGlobal): the compressor selects a request's heads jointly on
+  // the device (joint_selection.h) and reports each group's count with the batch.
+  bool selects_jointly() const override { return true; }
 
   // Device storage, for tests: one layer's K or V [num_blocks, num_kv_heads, block_size, head_dim]
   // (head groups: the pool's K / V of page 0, pages [2, H_p, block_size, head_dim] apart),

@@ -9,6 +9,7 @@
 #include "backend/cuda/block_eviction.h"
 #include "backend/cuda/compression_kernels.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/joint_selection.h"
 #include "kv/compression_validation.h"
 
 // nvcc (unlike g++) warns on `status_ = ...` because Status is a [[nodiscard]] class and its
@@ -20,11 +21,15 @@ namespace {
 
 constexpr int kChunk = 64;  // entries per chunk of the tile kernels
 
-// The compactions of one launch sequence: their plan and where its descriptors, chunk map and
-// tables lie in the batch's metadata.
+// The compactions of one launch sequence: their plan, its joint selection's scopes (runtime
+// allocations), where its descriptors, chunk map, tables, scopes and members lie in the batch's
+// metadata, and where its descriptors' kept counts lie in the batch's (CudaCompressor::kept_).
 struct CompressionPart {
   CompressionPlan plan;
-  size_t descs_at = 0, chunks_at = 0, pages_at = 0;
+  std::vector<int32_t> job_index;  // per descriptor: its index in begin()'s jobs
+  JointPlan joint;
+  size_t descs_at = 0, chunks_at = 0, pages_at = 0, scopes_at = 0, members_at = 0;
+  size_t kept0 = 0;
 };
 
 int pages_for(int entries, int block_size) { return (entries + block_size - 1) / block_size; }
@@ -44,6 +49,10 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
     CompressionJobDesc d;
     d.n = job.num_entries;
     d.num_keep = evict ? 0 : job.num_keep;  // a block eviction moves nothing
+    const bool joint = !evict && runtime_allocation(r);
+    d.joint = joint ? 1 : 0;
+    d.mean_keep = joint ? job.mean_keep : 0;
+    d.alpha_safe = joint ? r.alpha_safe : 0.0f;
     // Gate scores are written with every entry: all of a job's entries count as scored.
     d.num_scored = r.gate_scores ? d.n : job.num_scored_entries;
     d.scorer = r.scorer;
@@ -65,7 +74,8 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
     d.redundancy_lambda = r.redundancy_lambda;
     d.redundancy_tau = r.redundancy_tau;
     d.redundancy_threshold = r.redundancy_threshold;
-    d.protect_window = r.protected_tail(job.num_keep);
+    // A joint job's protected tail follows its average keep (recent_ratio), not its upper bound.
+    d.protect_window = r.protected_tail(joint ? job.mean_keep : job.num_keep);
     d.num_sinks = r.num_sinks;
     d.src_page0 = static_cast<int32_t>(plan.pages.size());
     plan.pages.insert(plan.pages.end(), job.src_blocks->begin(), job.src_blocks->begin() + pages_for(d.n, bs));
@@ -107,7 +117,8 @@ CudaCompressor::CudaCompressor(cudaStream_t main_stream) : main_stream_(main_str
 CudaCompressor::~CudaCompressor() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   release();
-  for (Scratch* s : {&scores_, &final_, &redundancy_, &norms_, &z_, &lse_, &keep_})
+  for (Scratch* s : {&scores_, &final_, &redundancy_, &norms_, &z_, &lse_, &keep_, &joint_guaranteed_, &joint_cut_,
+                     &joint_head_counts_, &kept_counts_})
     if (s->ptr != nullptr) cudaFree(s->ptr);
   if (dev_meta_ != nullptr) cudaFree(dev_meta_);
   if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
@@ -115,6 +126,7 @@ CudaCompressor::~CudaCompressor() {
     if (s->ptr != nullptr) cudaFree(s->ptr);
   if (host_evict_meta_ != nullptr) cudaFreeHost(host_evict_meta_);
   if (host_evicted_ != nullptr) cudaFreeHost(host_evicted_);
+  if (host_kept_ != nullptr) cudaFreeHost(host_kept_);
   if (ready_ != nullptr) cudaEventDestroy(ready_);
   if (done_ != nullptr) cudaEventDestroy(done_);
   if (started_ != nullptr) cudaEventDestroy(started_);
@@ -221,7 +233,12 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
 
   const Geometry& g = geom_;
   const int bs = g.block_size, group_size = g.num_q_heads / g.num_kv_heads;
-  const int stride = std::min(config_.layer_stride, g.num_layers);
+  // A runtime allocation selects a request's heads jointly, so every layer is scored before any
+  // is selected: one layer group of every layer (scratch for the requests' whole scope).
+  bool joint_batch = false;
+  for (const CompressionJob& job : jobs)
+    joint_batch = joint_batch || (job.kind == CompressionKind::kCompact && runtime_allocation(*job.recipe));
+  const int stride = joint_batch ? g.num_layers : std::min(config_.layer_stride, g.num_layers);
   const size_t rows_max = static_cast<size_t>(stride) * g.num_kv_heads;
 
   // The compactions: one plan over every layer (full layout), or one per `stride` layers that
@@ -230,33 +247,71 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   const bool grouped = g.heads_per_group > 0;
   std::vector<CompressionPart> parts;
   if (!grouped) {
-    parts.push_back({plan_compression(jobs, bs, static_cast<int>(rows_max), group_size)});
+    CompressionPart part;
+    part.plan = plan_compression(jobs, bs, static_cast<int>(rows_max), group_size);
+    part.job_index = part.plan.job_index;
+    std::vector<const CompressionJob*> desc_jobs;
+    for (int32_t j : part.job_index) desc_jobs.push_back(&jobs[static_cast<size_t>(j)]);
+    // Rows are (layer, KV head) of every layer (stride == num_layers when a job is joint).
+    part.joint = plan_joint_selection(desc_jobs, static_cast<int>(rows_max), [&](int, int lh) {
+      return std::make_pair(lh / g.num_kv_heads, lh % g.num_kv_heads);
+    });
+    parts.push_back(std::move(part));
   } else {
-    std::vector<std::vector<CompressionJob>> by_stride((g.num_layers + stride - 1) / stride);
-    for (const CompressionJob& job : jobs)
-      if (job.kind == CompressionKind::kCompact) by_stride[g.group_layer[job.group] / stride].push_back(job);
+    std::vector<std::vector<int32_t>> by_stride((g.num_layers + stride - 1) / stride);  // job indices
+    for (size_t j = 0; j < jobs.size(); ++j)
+      if (jobs[j].kind == CompressionKind::kCompact)
+        by_stride[g.group_layer[jobs[j].group] / stride].push_back(static_cast<int32_t>(j));
     for (size_t p = 0; p < by_stride.size(); ++p) {
       if (by_stride[p].empty()) continue;
-      CompressionPlan plan = plan_compression(by_stride[p], bs, g.heads_per_group, group_size,
-                                              CompressionKind::kCompact, &g.group_heads, g.heads_per_group);
-      for (size_t d = 0; d < plan.descs.size(); ++d)
-        plan.descs[d].layer = g.group_layer[by_stride[p][plan.job_index[d]].group];
-      parts.push_back({std::move(plan)});
+      std::vector<CompressionJob> stride_jobs;
+      for (int32_t j : by_stride[p]) stride_jobs.push_back(jobs[static_cast<size_t>(j)]);
+      CompressionPart part;
+      part.plan = plan_compression(stride_jobs, bs, g.heads_per_group, group_size, CompressionKind::kCompact,
+                                   &g.group_heads, g.heads_per_group);
+      std::vector<const CompressionJob*> desc_jobs;
+      for (size_t d = 0; d < part.plan.descs.size(); ++d) {
+        const int32_t j = by_stride[p][static_cast<size_t>(part.plan.job_index[d])];
+        part.plan.descs[d].layer = g.group_layer[jobs[static_cast<size_t>(j)].group];
+        part.job_index.push_back(j);
+        desc_jobs.push_back(&jobs[static_cast<size_t>(j)]);
+      }
+      // Rows are the H_p head slots of each job's group (one layer).
+      part.joint = plan_joint_selection(desc_jobs, g.heads_per_group, [&](int d, int slot) {
+        const CompressionJob& job = *desc_jobs[static_cast<size_t>(d)];
+        return std::make_pair(g.group_layer[job.group], g.group_heads[job.group * g.heads_per_group + slot]);
+      });
+      parts.push_back(std::move(part));
     }
   }
   const CompressionPlan evict_plan =
       plan_compression(jobs, bs, static_cast<int>(rows_max), group_size, CompressionKind::kEvictBlock);
   evicted_blocks_.assign(jobs.size(), -1);
+  // Kept counts: a uniform compaction keeps its num_keep; a joint one's count comes back with the
+  // batch (account_finished_batch), 0 for one without entries.
+  kept_entries_.assign(jobs.size(), -1);
+  for (size_t j = 0; j < jobs.size(); ++j)
+    if (jobs[j].kind == CompressionKind::kCompact) kept_entries_[j] = runtime_allocation(*jobs[j].recipe) ? 0 : jobs[j].num_keep;
+  joint_kept_index_.clear();
 
   // Host staging and device metadata of every part (one copy).
-  size_t meta_bytes = 0, score_elems = 0, keep_elems = 0, lse_elems = 0;
+  size_t meta_bytes = 0, score_elems = 0, keep_elems = 0, lse_elems = 0, members = 0, kept_total = 0;
   bool any_redundancy = false;
   for (CompressionPart& part : parts) {
     const CompressionPlan& pl = part.plan;
     part.descs_at = meta_bytes;
     part.chunks_at = part.descs_at + align16(pl.descs.size() * sizeof(CompressionJobDesc));
     part.pages_at = part.chunks_at + align16(pl.chunk_job.size() * sizeof(int32_t));
-    meta_bytes = part.pages_at + align16(pl.pages.size() * sizeof(int32_t));
+    part.scopes_at = part.pages_at + align16(pl.pages.size() * sizeof(int32_t));
+    part.members_at = part.scopes_at + align16(part.joint.scopes.size() * sizeof(JointScope));
+    meta_bytes = part.members_at + align16(part.joint.members.size() * sizeof(int32_t));
+    members = std::max(members, part.joint.members.size());
+    if (!part.joint.scopes.empty()) {
+      part.kept0 = kept_total;
+      for (size_t d = 0; d < pl.descs.size(); ++d)
+        if (pl.descs[d].joint) joint_kept_index_.emplace_back(part.job_index[d], static_cast<int32_t>(kept_total + d));
+      kept_total += pl.descs.size();
+    }
     score_elems = std::max(score_elems, pl.score_elems);
     keep_elems = std::max(keep_elems, pl.keep_elems);
     lse_elems = std::max(lse_elems, pl.lse_elems);
@@ -277,6 +332,10 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     if (!pl.descs.empty()) std::memcpy(h + part.descs_at, pl.descs.data(), pl.descs.size() * sizeof(CompressionJobDesc));
     if (!pl.chunk_job.empty()) std::memcpy(h + part.chunks_at, pl.chunk_job.data(), pl.chunk_job.size() * sizeof(int32_t));
     if (!pl.pages.empty()) std::memcpy(h + part.pages_at, pl.pages.data(), pl.pages.size() * sizeof(int32_t));
+    if (!part.joint.scopes.empty()) {
+      std::memcpy(h + part.scopes_at, part.joint.scopes.data(), part.joint.scopes.size() * sizeof(JointScope));
+      std::memcpy(h + part.members_at, part.joint.members.data(), part.joint.members.size() * sizeof(int32_t));
+    }
   }
 
   // Scratch of one layer group (every part runs after the previous one on the same stream).
@@ -286,6 +345,20 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   ORIGAMI_RETURN_IF_ERROR(need(final_, score_elems * sizeof(float)));
   ORIGAMI_RETURN_IF_ERROR(need(keep_, keep_elems * sizeof(int32_t)));
   ORIGAMI_RETURN_IF_ERROR(need(lse_, lse_elems * sizeof(float2)));
+  if (kept_total > 0) {  // the joint selection's per-member scratch and the kept counts
+    ORIGAMI_RETURN_IF_ERROR(need(joint_guaranteed_, members * sizeof(int32_t)));
+    ORIGAMI_RETURN_IF_ERROR(need(joint_cut_, members * sizeof(unsigned long long)));
+    ORIGAMI_RETURN_IF_ERROR(need(joint_head_counts_, members * sizeof(int32_t)));
+    ORIGAMI_RETURN_IF_ERROR(need(kept_counts_, kept_total * sizeof(int32_t)));
+    if (kept_total > host_kept_capacity_) {
+      if (host_kept_ != nullptr) cudaFreeHost(host_kept_);
+      host_kept_ = nullptr;
+      host_kept_capacity_ = 0;
+      const size_t grown = std::max<size_t>(kept_total * 2, 64);
+      ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&host_kept_), grown * sizeof(int32_t)));
+      host_kept_capacity_ = grown;
+    }
+  }
   if (any_redundancy) {
     ORIGAMI_RETURN_IF_ERROR(need(redundancy_, score_elems * sizeof(float)));
     ORIGAMI_RETURN_IF_ERROR(need(norms_, score_elems * sizeof(float)));
@@ -363,6 +436,27 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     a.z = static_cast<int2*>(z_.ptr);
     a.lse = static_cast<float2*>(lse_.ptr);
     a.keep = static_cast<int32_t*>(keep_.ptr);
+    // The joint selection between scoring and selection (a part with joint jobs covers every
+    // layer: one launch sequence).
+    JointArgs ja;
+    if (!part.joint.scopes.empty()) {
+      a.kept_counts = static_cast<int32_t*>(kept_counts_.ptr) + part.kept0;
+      ja.scopes = reinterpret_cast<const JointScope*>(dm + part.scopes_at);
+      ja.num_scopes = static_cast<int>(part.joint.scopes.size());
+      ja.members = reinterpret_cast<const int32_t*>(dm + part.members_at);
+      ja.num_members = static_cast<int>(part.joint.members.size());
+      ja.guaranteed = static_cast<int32_t*>(joint_guaranteed_.ptr);
+      ja.cut = static_cast<unsigned long long*>(joint_cut_.ptr);
+      ja.head_counts = static_cast<int32_t*>(joint_head_counts_.ptr);
+      ja.kept_counts = static_cast<int32_t*>(kept_counts_.ptr) + part.kept0;
+    }
+    auto launch = [&]() -> cudaError_t {
+      cudaError_t err = launch_compression_scores(a, stream_);
+      if (err == cudaSuccess && ja.num_scopes > 0) err = launch_joint_counts(a, ja, stream_);
+      if (err == cudaSuccess) err = launch_compression_select(a, stream_);
+      if (err == cudaSuccess) err = launch_compression_compact(a, stream_);
+      return err;
+    };
     if (grouped) {
       // Rows are the H_p head slots of each job's group; pages hold K then V of those slots.
       a.num_group_layers = 1;
@@ -374,9 +468,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
       a.v = g.v;
       a.q = q_cache_;  // each job adds its own layer (CompressionJobDesc::layer)
       a.f = f_;
-      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_scores(a, stream_));
-      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_select(a, stream_));
-      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_compact(a, stream_));
+      ORIGAMI_CUDA_RETURN_IF_ERROR(launch());
       continue;
     }
     for (int l0 = 0; l0 < g.num_layers; l0 += stride) {
@@ -385,11 +477,13 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
       a.v = g.v + l0 * g.kv_layer_pitch;
       a.q = q_cache_ != nullptr ? q_cache_ + l0 * a.q_layer_pitch : nullptr;
       a.f = f_ != nullptr ? f_ + l0 * a.f_layer_pitch : nullptr;
-      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_scores(a, stream_));
-      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_select(a, stream_));
-      ORIGAMI_CUDA_RETURN_IF_ERROR(launch_compression_compact(a, stream_));
+      ORIGAMI_CUDA_RETURN_IF_ERROR(launch());
     }
   }
+  // The joint counts reach pinned memory with the batch (account_finished_batch reads them).
+  if (kept_total > 0)
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_kept_, kept_counts_.ptr, kept_total * sizeof(int32_t),
+                                                 cudaMemcpyDeviceToHost, stream_));
   if (!evict_plan.descs.empty()) {
     // Block evictions: the base scores of each layer group, summed per block, then the choice,
     // copied to pinned memory that done()/wait() read once the batch completed.
@@ -464,6 +558,8 @@ void CudaCompressor::account_finished_batch() {
   // The batch completed: its chosen blocks have reached pinned memory.
   for (size_t i = 0; i < evict_job_index_.size(); ++i)
     evicted_blocks_[static_cast<size_t>(evict_job_index_[i])] = host_evicted_[i];
+  // Its joint counts too (the kernels never exceed a job's num_keep: kept_count()).
+  for (const auto& [job, at] : joint_kept_index_) kept_entries_[static_cast<size_t>(job)] = host_kept_[at];
   float ms = 0.0f;
   if (cudaEventElapsedTime(&ms, started_, done_) == cudaSuccess) device_seconds_ += ms * 1e-3;
   else cudaGetLastError();  // timing is best effort; the batch itself succeeded

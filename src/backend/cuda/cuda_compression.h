@@ -13,11 +13,21 @@
 // while one is in flight or during a graph capture (execute() calls begin() before it enqueues or
 // captures the step).
 // It is not part of the KV memory plan: it comes out of the backend's reserve.
+//
+// Runtime allocations (KeepAllocation kLayer / kGlobal, joint_selection.h): a batch with a joint
+// job is scored as one layer group of every layer (the joint selection needs every head of a
+// request before it selects any), so its scratch covers the requests' whole scope: per (layer,
+// KV head, entry) of every layer the same 8 (24) bytes, plus 4 per entry for the kept indices
+// (a joint job's num_keep is its whole length: any head may keep everything); e.g. 36 layers x
+// 8 heads x 4096 entries x 12 bytes = 14 MiB per Qwen3-8B request of 4096 entries. Plus 16 bytes
+// per (layer, KV head) of the joint requests and 4 per job (the kept counts, read back with the
+// batch's completion event into pinned memory: kept_entries()).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/compression_kernels.h"
@@ -142,6 +152,12 @@ class CudaCompressor : public KVCompressor {
     size_t bytes = 0;
   };
   Scratch scores_, final_, redundancy_, norms_, z_, lse_, keep_;
+  // The joint selection's per-(layer, KV head) scratch, its per-descriptor kept counts (device,
+  // then pinned for the host) and, per joint job of the batch, (job index, index in host_kept_).
+  Scratch joint_guaranteed_, joint_cut_, joint_head_counts_, kept_counts_;
+  int32_t* host_kept_ = nullptr;
+  size_t host_kept_capacity_ = 0;
+  std::vector<std::pair<int32_t, int32_t>> joint_kept_index_;
 
   // Block evictions of the batch (after its compactions, on the same stream): their metadata
   // (descriptors, chunk -> job map, tables, per-job block-sum offsets; pinned staging and device
