@@ -462,12 +462,16 @@ int Scheduler::joint_peak_blocks(const Request& request) const {
   const long long kept_total = static_cast<long long>(c.num_keep) * heads;
   const int chunk = config_.max_num_batched_tokens;
   if (c.trigger == CompressionTrigger::kCacheFull) {
-    // Compressed when the average over groups reaches max(N_max b, (ceil(a / b) + 1) b) with a the
-    // average its last compression left (at most kept_total / groups + 1): the groups then hold
-    // at most groups x that level (a prompt: its threshold plus one chunk).
-    const long long at_trigger = groups * std::max<long long>(
-        static_cast<long long>(c.max_blocks) * b, max_prefill_entries(c, request.num_tokens(), chunk));
-    return static_cast<int>(pages(std::max(at_trigger, kept_total + groups * (2 * b + 1))));
+    // Compressed when the average over groups (rounded up) reaches the level
+    // max(N_max b, (ceil(a / b) + 1) b), a being the average its last compression left: at most
+    // ceil(kept_total / groups), the lengths summing to at most kept_total. The groups grow
+    // together, one entry per decode step, so when the trigger fires they hold at most groups x
+    // level (a prompt: its threshold plus one chunk), plus one entry each for the step it fires
+    // in; page rounding is the `+ groups` of pages().
+    const long long mean_after = (kept_total + groups - 1) / groups;
+    const long long level = std::max<long long>(c.max_blocks, (mean_after + b - 1) / b + 1) * b;
+    const long long at_trigger = groups * std::max<long long>(level, max_prefill_entries(c, request.num_tokens(), chunk));
+    return static_cast<int>(pages(at_trigger + groups));
   }
   // Prefill-end compressed chunk by chunk: before each chunk the groups hold the kept total (or the
   // prefix hits and window a compression must wait for), plus one chunk each; afterwards the kept

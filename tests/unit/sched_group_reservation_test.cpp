@@ -374,10 +374,25 @@ int runtime_prefill_end_bound(const Request& r, int chunk) {
   return std::min(cap, (std::max(prefill, decode) + kB - 1) / kB + groups);
 }
 
+// The same for a runtime-allocated cache-full request (Fast KVzip): a compression leaves the groups
+// an average of at most a = ceil(T / groups) entries; the next one comes when the rounded-up
+// average reaches the level max(N_max b, (ceil(a / b) + 1) b), the groups growing together, so they
+// hold at most level + 1 entries on average (the step the trigger fires in), or the prompt's chunk
+// threshold (N_max b - 1) plus one chunk while it is prefilled; ceil adds a page per group.
+int runtime_cache_full_bound(const Request& r, int chunk) {
+  const RequestCompression& c = r.compression;
+  const int groups = 4, total = c.num_keep * 8;
+  const int cap = groups * blocks(r.num_prompt_tokens() + r.sampling.max_tokens);
+  const int mean_after = (total + groups - 1) / groups;
+  const int level = std::max(c.max_blocks, blocks(mean_after) + 1) * kB;
+  const int per_group = std::max(level + 1, c.max_blocks * kB - 1 + chunk);
+  return std::min(cap, blocks(groups * per_group) + groups);
+}
+
 // Runtime allocations (the backend chooses each group's count and reports it) on randomized tiny
 // grouped pools, sync and async, with and without prefix caching: the reservation counts a bound
 // the backend's choice cannot exceed, so nothing is ever preempted, no request holds more pages
-// than the bound written out above (prefill-end), every group is trimmed to its reported count,
+// than the bounds written out above, every group is trimmed to its reported count,
 // and everything drains with every block back.
 TEST(SchedGroupReservation, RuntimeAllocationsNeverOverCommit) {
   int64_t compressions = 0, chunk_compressions = 0, trimmed = 0;
@@ -405,9 +420,11 @@ TEST(SchedGroupReservation, RuntimeAllocationsNeverOverCommit) {
           if (r->compression.compressed() && !r->compression.in_flight && !r->compression.pending &&
               !r->compression.switched_early)
             ASSERT_EQ(static_cast<int>(t.blocks.size()), blocks(t.num_entries)) << "seed " << seed;
-        if (!cache_full && !prefix)
-          ASSERT_LE(h.kv.num_held_blocks(*r), runtime_prefill_end_bound(*r, chunk))
+        if (!prefix) {
+          ASSERT_LE(h.kv.num_held_blocks(*r),
+                    cache_full ? runtime_cache_full_bound(*r, chunk) : runtime_prefill_end_bound(*r, chunk))
               << "seed " << seed << " request " << r->id;
+        }
       }
     });
     if (!drained) return;
