@@ -420,7 +420,7 @@ int runtime_cache_full_bound(const Request& r, int chunk, int groups = 4) {
 int runtime_page_aligned_bound(const Request& r, int chunk) {
   const RequestCompression& c = r.compression;
   const int loose = runtime_cache_full_bound(r, chunk, 8);
-  if (r.num_prompt_tokens() > c.max_blocks * kB) return loose;
+  if (r.num_prompt_tokens() > c.max_blocks * kB || r.num_preemptions > 0) return loose;  // recomputed: outputs prefilled too
   return std::min(loose, 8 * c.max_blocks);
 }
 
@@ -487,7 +487,9 @@ TEST(SchedGroupReservation, PageAlignedRuntimeAllocationsNeverOverCommit) {
     const int chunk = 4 + static_cast<int>(rng() % 20);
     const bool prefix = seed % 3 == 0;
     SchedulerConfig sc = config(1 + static_cast<int>(rng() % 6), chunk);
-    GroupHarness h(8 * blocks(60 + 40) + 1 + static_cast<int>(rng() % 60), sc, prefix, /*heads_per_group=*/1);
+    // Pools of a few requests' peaks (a lone request needs at most 8 x blocks(24 + 40) = 128 pages
+    // and reserves at most 8 x (max(N_max 5 x 4, 24 + chunk) + 1) / 4 + 8), so reservations matter.
+    GroupHarness h(130 + static_cast<int>(rng() % 100), sc, prefix, /*heads_per_group=*/1);
     h.async = seed % 2 == 1;
     h.sched.set_compress_before_forward(!h.async);
     std::vector<Request*> rs;
@@ -495,7 +497,7 @@ TEST(SchedGroupReservation, PageAlignedRuntimeAllocationsNeverOverCommit) {
       const int budget = kB * (1 + static_cast<int>(rng() % 4));
       std::vector<int32_t> prompt = random_prompt(rng, prefix, seed * 100 + i);
       // Most prompts within the trigger level (N_max b = budget + b), some beyond it.
-      if (rng() % 4 != 0) prompt.resize(std::min(prompt.size(), static_cast<size_t>(budget + kB)));
+      prompt.resize(std::min(prompt.size(), static_cast<size_t>(rng() % 4 != 0 ? budget + kB : 24)));
       rs.push_back(h.add(prompt, 1 + static_cast<int>(rng() % 40), runtime_allocated("fastkvzip", budget, 1, true)));
     }
     const bool drained = drain(h, seed, [&] {
