@@ -95,6 +95,25 @@ std::vector<int> brute_counts(KeepAllocation allocation, const std::vector<int>&
   return counts;
 }
 
+// Random heads of 1..60 entries: few distinct values, so that ties across and within heads are
+// common; some protected (+inf), some NaN.
+void random_heads(std::mt19937& rng, int layers, int kv_heads, std::vector<int>* layer_of,
+                  std::vector<std::vector<float>>* scores, std::vector<cpu::HeadSelectionScores>* heads) {
+  for (int l = 0; l < layers; ++l)
+    for (int h = 0; h < kv_heads; ++h) {
+      const int n = 1 + static_cast<int>(rng() % 60);
+      std::vector<float> s(static_cast<size_t>(n));
+      for (float& x : s) x = static_cast<float>(rng() % 7) * 0.25f;
+      for (int e = 0; e < n; ++e)
+        if (rng() % 9 == 0) s[static_cast<size_t>(e)] = kInf;
+      if (rng() % 5 == 0) s[rng() % s.size()] = std::nanf("");
+      layer_of->push_back(l);
+      scores->push_back(std::move(s));
+    }
+  for (size_t i = 0; i < scores->size(); ++i)
+    heads->push_back({(*layer_of)[i], (*scores)[i].data(), static_cast<int>((*scores)[i].size())});
+}
+
 TEST(JointSelection, CountsMatchTheBruteForce) {
   std::mt19937 rng(5);
   int cases = 0;
@@ -103,23 +122,10 @@ TEST(JointSelection, CountsMatchTheBruteForce) {
       const int layers = 1 + trial % 3, kv_heads = 1 + trial % 4;
       std::vector<int> layer_of;
       std::vector<std::vector<float>> scores;
-      for (int l = 0; l < layers; ++l)
-        for (int h = 0; h < kv_heads; ++h) {
-          const int n = 1 + static_cast<int>(rng() % 60);
-          std::vector<float> s(static_cast<size_t>(n));
-          // Few distinct values, so that ties across and within heads are common; some protected.
-          for (float& x : s) x = static_cast<float>(rng() % 7) * 0.25f;
-          for (int e = 0; e < n; ++e)
-            if (rng() % 9 == 0) s[static_cast<size_t>(e)] = kInf;
-          if (rng() % 5 == 0) s[rng() % s.size()] = std::nanf("");
-          layer_of.push_back(l);
-          scores.push_back(std::move(s));
-        }
+      std::vector<cpu::HeadSelectionScores> heads;
+      random_heads(rng, layers, kv_heads, &layer_of, &scores, &heads);
       const int mean_keep = 1 + static_cast<int>(rng() % 40);
       const float alpha = (trial % 4) * 0.25f;
-      std::vector<cpu::HeadSelectionScores> heads;
-      for (size_t i = 0; i < scores.size(); ++i)
-        heads.push_back({layer_of[i], scores[i].data(), static_cast<int>(scores[i].size())});
       const std::vector<int> got = cpu::joint_head_counts(allocation, heads, mean_keep, alpha);
       const std::vector<int> want = brute_counts(allocation, layer_of, scores, mean_keep, alpha);
       ASSERT_EQ(got, want) << keep_allocation_name(allocation) << " trial " << trial;
@@ -138,22 +144,10 @@ TEST(JointSelection, PageAlignedCountsMatchTheBruteForce) {
       const int layers = 1 + trial % 3, kv_heads = 1 + trial % 4, b = 1 + static_cast<int>(rng() % 8);
       std::vector<int> layer_of;
       std::vector<std::vector<float>> scores;
-      for (int l = 0; l < layers; ++l)
-        for (int h = 0; h < kv_heads; ++h) {
-          const int n = 1 + static_cast<int>(rng() % 60);
-          std::vector<float> s(static_cast<size_t>(n));
-          for (float& x : s) x = static_cast<float>(rng() % 7) * 0.25f;
-          for (int e = 0; e < n; ++e)
-            if (rng() % 9 == 0) s[static_cast<size_t>(e)] = kInf;
-          if (rng() % 5 == 0) s[rng() % s.size()] = std::nanf("");
-          layer_of.push_back(l);
-          scores.push_back(std::move(s));
-        }
+      std::vector<cpu::HeadSelectionScores> heads;
+      random_heads(rng, layers, kv_heads, &layer_of, &scores, &heads);
       const int mean_keep = 1 + static_cast<int>(rng() % 40);
       const float alpha = (trial % 4) * 0.25f;
-      std::vector<cpu::HeadSelectionScores> heads;
-      for (size_t i = 0; i < scores.size(); ++i)
-        heads.push_back({layer_of[i], scores[i].data(), static_cast<int>(scores[i].size())});
       const std::vector<int> got = cpu::joint_head_counts(allocation, heads, mean_keep, alpha, b);
       const std::vector<int> want = brute_counts(allocation, layer_of, scores, mean_keep, alpha, b);
       ASSERT_EQ(got, want) << keep_allocation_name(allocation) << " trial " << trial << " b " << b;

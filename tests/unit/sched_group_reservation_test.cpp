@@ -424,6 +424,14 @@ int runtime_page_aligned_bound(const Request& r, int chunk) {
   return std::min(loose, 8 * c.max_blocks);
 }
 
+// Every group's table of a compressed request holds exactly the pages of its entries (trimmed to
+// the reported count).
+void expect_trimmed(const Request& r, int seed) {
+  for (const BlockTable& t : r.kv.groups)
+    if (r.compression.compressed() && !r.compression.in_flight && !r.compression.pending && !r.compression.switched_early)
+      ASSERT_EQ(static_cast<int>(t.blocks.size()), blocks(t.num_entries)) << "seed " << seed;
+}
+
 // Runtime allocations (the backend chooses each group's count and reports it) on randomized tiny
 // grouped pools, sync and async, with and without prefix caching: the reservation counts a bound
 // the backend's choice cannot exceed, so nothing is ever preempted, no request holds more pages
@@ -450,11 +458,8 @@ TEST(SchedGroupReservation, RuntimeAllocationsNeverOverCommit) {
     }
     const bool drained = drain(h, seed, [&] {
       for (Request* r : h.sched.running()) {
-        // Every group's table holds exactly the pages of its entries (trimmed to the count).
-        for (const BlockTable& t : r->kv.groups)
-          if (r->compression.compressed() && !r->compression.in_flight && !r->compression.pending &&
-              !r->compression.switched_early)
-            ASSERT_EQ(static_cast<int>(t.blocks.size()), blocks(t.num_entries)) << "seed " << seed;
+        expect_trimmed(*r, seed);
+        if (::testing::Test::HasFatalFailure()) return;
         if (!prefix) {
           ASSERT_LE(h.kv.num_held_blocks(*r),
                     cache_full ? runtime_cache_full_bound(*r, chunk) : runtime_prefill_end_bound(*r, chunk))
@@ -502,10 +507,8 @@ TEST(SchedGroupReservation, PageAlignedRuntimeAllocationsNeverOverCommit) {
     }
     const bool drained = drain(h, seed, [&] {
       for (Request* r : h.sched.running()) {
-        for (const BlockTable& t : r->kv.groups)
-          if (r->compression.compressed() && !r->compression.in_flight && !r->compression.pending &&
-              !r->compression.switched_early)
-            ASSERT_EQ(static_cast<int>(t.blocks.size()), blocks(t.num_entries)) << "seed " << seed;
+        expect_trimmed(*r, seed);
+        if (::testing::Test::HasFatalFailure()) return;
         if (!prefix) {
           const int bound = runtime_page_aligned_bound(*r, chunk);
           ASSERT_LE(h.kv.num_held_blocks(*r), bound) << "seed " << seed << " request " << r->id;
