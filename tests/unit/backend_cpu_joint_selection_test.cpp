@@ -196,59 +196,64 @@ TEST(JointSelection, SafeguardAndProtectionComeFirst) {
 // (layer, KV head) keeps exactly its best that many entries, in order, K and V moved together.
 TEST(JointSelection, CompactionKeepsEveryHeadsBestUpToTheGroupsCount) {
   for (KeepAllocation allocation : {KeepAllocation::kLayer, KeepAllocation::kGlobal})
-    for (int bs : {16, 7}) {
-      const int n = 97, mean_keep = 30;
-      const int src_pages = (n + bs - 1) / bs;
-      Rig rig = make_rig(bs, src_pages + 2, 2, 4, 1);
-      std::vector<BlockId> src(src_pages);
-      std::iota(src.begin(), src.end(), 1);
-      fill_entries(rig, src, 0, n, 77 + bs);
-      ScoreRecipe recipe;
-      recipe.scorer = Scorer::kKeyNorm;
-      recipe.window = 8;
-      recipe.num_sinks = 1;
-      recipe.allocation = allocation;
-      recipe.alpha_safe = 0.2f;
-      const Snapshot before = snapshot(rig, src, n);
-      // The selection scores exactly as the compressor computes them (the same function).
-      std::vector<std::vector<float>> scores;
-      std::vector<int> layer_of;
-      for (int l = 0; l < rig.num_layers; ++l)
-        for (int h = 0; h < rig.num_kv_heads; ++h) {
-          std::vector<float> s(static_cast<size_t>(n));
-          cpu::score_head(recipe, before.k[static_cast<size_t>(l * rig.num_kv_heads + h)].data(), n, rig.head_dim,
-                          nullptr, rig.group_size(), rig.scale(), bs, nullptr, 0, true, s.data(), mean_keep,
-                          before.v[static_cast<size_t>(l * rig.num_kv_heads + h)].data());
-          scores.push_back(std::move(s));
-          layer_of.push_back(l);
-        }
-      const std::vector<int> counts = brute_counts(allocation, layer_of, scores, mean_keep, recipe.alpha_safe);
-      const int group_keep = *std::max_element(counts.begin(), counts.end());
-      ASSERT_GT(group_keep, mean_keep);  // the counts are not uniform here
-      ASSERT_LT(group_keep, n);
+    for (int bs : {16, 7})
+      for (bool page_aligned : {false, true}) {
+        const int n = 97, mean_keep = 30;
+        const int src_pages = (n + bs - 1) / bs;
+        Rig rig = make_rig(bs, src_pages + 2, 2, 4, 1);
+        std::vector<BlockId> src(src_pages);
+        std::iota(src.begin(), src.end(), 1);
+        fill_entries(rig, src, 0, n, 77 + bs);
+        ScoreRecipe recipe;
+        recipe.scorer = Scorer::kKeyNorm;
+        recipe.window = 8;
+        recipe.num_sinks = 1;
+        recipe.allocation = allocation;
+        recipe.alpha_safe = 0.2f;
+        recipe.page_aligned = page_aligned;  // pages of the cache's block size
+        const Snapshot before = snapshot(rig, src, n);
+        // The selection scores exactly as the compressor computes them (the same function).
+        std::vector<std::vector<float>> scores;
+        std::vector<int> layer_of;
+        for (int l = 0; l < rig.num_layers; ++l)
+          for (int h = 0; h < rig.num_kv_heads; ++h) {
+            std::vector<float> s(static_cast<size_t>(n));
+            cpu::score_head(recipe, before.k[static_cast<size_t>(l * rig.num_kv_heads + h)].data(), n, rig.head_dim,
+                            nullptr, rig.group_size(), rig.scale(), bs, nullptr, 0, true, s.data(), mean_keep,
+                            before.v[static_cast<size_t>(l * rig.num_kv_heads + h)].data());
+            scores.push_back(std::move(s));
+            layer_of.push_back(l);
+          }
+        const std::vector<int> counts =
+            brute_counts(allocation, layer_of, scores, mean_keep, recipe.alpha_safe, page_aligned ? bs : 0);
+        const int group_keep = *std::max_element(counts.begin(), counts.end());
+        ASSERT_GT(group_keep, mean_keep);  // the counts are not uniform here
+        ASSERT_LT(group_keep, n);
+        if (page_aligned) ASSERT_EQ(group_keep % bs, 0);  // whole pages (no head keeps all its entries)
 
-      CompressionJob job;
-      job.request_id = 3;
-      job.src_blocks = &src;
-      job.dst_blocks = &src;
-      job.num_entries = n;
-      job.num_keep = n;  // the destination holds everything; the backend chooses
-      job.mean_keep = mean_keep;
-      job.recipe = &recipe;
-      ASSERT_TRUE(rig.backend->compressor()->begin({job}).is_ok());
-      ASSERT_TRUE(rig.backend->compressor()->wait().is_ok());
-      ASSERT_EQ(rig.backend->compressor()->kept_entries(), (std::vector<int>{group_keep}));
-      const Snapshot after = snapshot(rig, src, group_keep);
-      for (int l = 0; l < rig.num_layers; ++l)
-        for (int h = 0; h < rig.num_kv_heads; ++h) {
-          const size_t i = static_cast<size_t>(l * rig.num_kv_heads + h);
-          std::vector<int> want = head_order(scores[i]);
-          want.resize(static_cast<size_t>(group_keep));
-          std::sort(want.begin(), want.end());
-          EXPECT_EQ(recover_keep(rig, before, after, l, h, group_keep), want)
-              << keep_allocation_name(allocation) << " bs=" << bs << " layer " << l << " head " << h;
-        }
-    }
+        CompressionJob job;
+        job.request_id = 3;
+        job.src_blocks = &src;
+        job.dst_blocks = &src;
+        job.num_entries = n;
+        job.num_keep = n;  // the destination holds everything; the backend chooses
+        job.mean_keep = mean_keep;
+        job.recipe = &recipe;
+        ASSERT_TRUE(rig.backend->compressor()->begin({job}).is_ok());
+        ASSERT_TRUE(rig.backend->compressor()->wait().is_ok());
+        ASSERT_EQ(rig.backend->compressor()->kept_entries(), (std::vector<int>{group_keep}));
+        const Snapshot after = snapshot(rig, src, group_keep);
+        for (int l = 0; l < rig.num_layers; ++l)
+          for (int h = 0; h < rig.num_kv_heads; ++h) {
+            const size_t i = static_cast<size_t>(l * rig.num_kv_heads + h);
+            std::vector<int> want = head_order(scores[i]);
+            want.resize(static_cast<size_t>(group_keep));
+            std::sort(want.begin(), want.end());
+            EXPECT_EQ(recover_keep(rig, before, after, l, h, group_keep), want)
+                << keep_allocation_name(allocation) << " bs=" << bs << (page_aligned ? " page-aligned" : "") << " layer "
+                << l << " head " << h;
+          }
+      }
 }
 
 TEST(JointSelection, IncompleteJointBatchesAreRefused) {
