@@ -119,6 +119,10 @@ struct ScoreRecipe {
   // pages exist anyway).
   KeepAllocation allocation = KeepAllocation::kUniform;
   float alpha_safe = 0.2f;
+  // kLayer / kGlobal: the scope's total is counted in pages of the KV block size b (the backend's),
+  // every head keeping a whole number of pages or all its entries (cpu::joint_head_counts,
+  // backend/cpu/joint_selection.h), so that with pages of one head none is left partly empty.
+  bool page_aligned = false;
 
   // The lightning group at this block size, and how many trailing entries are protected when a
   // compression keeps `num_keep` entries (0: the ratio-based recent window is left out).

@@ -24,10 +24,11 @@ void register_adakv_policy(PolicyRegistry* registry) {
       "alpha_safe floor per head; CPU)";
   info.options = snapkv_option_specs(/*chunk_default=*/false);
   info.options.push_back(alpha_safe_option());
+  info.options.push_back(page_aligned_option());
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ORIGAMI_ASSIGN_OR_RETURN(ScoreRecipe recipe, snapkv_recipe(name, options));
     recipe.allocation = KeepAllocation::kLayer;
-    recipe.alpha_safe = options.get_float("alpha_safe");
+    apply_runtime_allocation_options(options, &recipe);
     return std::unique_ptr<KVPolicy>(new RecipePolicy(name, options, CompressionTrigger::kPrefillEnd, recipe));
   };
   ORIGAMI_CHECK(registry->add(std::move(info)).is_ok());

@@ -34,6 +34,7 @@ void register_fastkvzip_policy(PolicyRegistry* registry) {
       int_option("sinks", 4, 0, 1 << 20, "first entries always kept (score 1)"),
       allocation_option("uniform"),
       alpha_safe_option(),
+      page_aligned_option(),
   };
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ScoreRecipe recipe = provided_score_recipe(options.get_int("window"), options.get_int("sinks"));

@@ -2,7 +2,8 @@
 // The `allocation` and `alpha_safe` options of policies whose kept counts may be decided at run
 // time (ScoreRecipe::allocation, kv/compression.h): `uniform` (every head keeps the budget),
 // `layer` (AdaKV: one top-k per layer over its heads) or `global` (one threshold over every layer
-// and head), with AdaKV's safeguard floor(alpha_safe x budget) per head.
+// and head), with AdaKV's safeguard floor(alpha_safe x budget) per head, and `page_aligned` (the
+// runtime counts in whole pages of the KV block size).
 #include <string>
 
 #include "kv/compression.h"
@@ -23,11 +24,23 @@ inline PolicyOptionSpec alpha_safe_option() {
                       "safeguard)");
 }
 
-// Sets the recipe's allocation and safeguard from the options above.
+inline PolicyOptionSpec page_aligned_option() {
+  return bool_option("page_aligned", false,
+                     "layer/global allocation: the scope's total counted in pages of the KV block size, every head "
+                     "keeping a whole number of pages (or all its entries): no head's last page left partly empty");
+}
+
+// Sets the recipe's safeguard and page alignment from the options above.
+inline void apply_runtime_allocation_options(const PolicyOptions& options, ScoreRecipe* recipe) {
+  recipe->alpha_safe = options.get_float("alpha_safe");
+  recipe->page_aligned = options.get_bool("page_aligned");
+}
+
+// Sets the recipe's allocation, safeguard and page alignment from the options above.
 inline void apply_allocation_options(const PolicyOptions& options, ScoreRecipe* recipe) {
   const std::string& a = options.get("allocation");
   recipe->allocation = a == "layer" ? KeepAllocation::kLayer : a == "global" ? KeepAllocation::kGlobal : KeepAllocation::kUniform;
-  recipe->alpha_safe = options.get_float("alpha_safe");
+  apply_runtime_allocation_options(options, recipe);
 }
 
 }  // namespace origami

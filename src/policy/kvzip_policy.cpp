@@ -39,6 +39,7 @@ void register_kvzip_policy(PolicyRegistry* registry) {
                  "whole prompt)"),
       allocation_option("uniform"),
       alpha_safe_option(),
+      page_aligned_option(),
   };
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ScoreRecipe recipe = provided_score_recipe(options.get_int("window"), options.get_int("sinks"));

@@ -471,7 +471,28 @@ int Scheduler::joint_peak_blocks(const Request& request) const {
     const long long mean_after = (kept_total + groups - 1) / groups;
     const long long level = std::max<long long>(c.max_blocks, (mean_after + b - 1) / b + 1) * b;
     const long long at_trigger = groups * std::max<long long>(level, max_prefill_entries(c, request.num_tokens(), chunk));
-    return static_cast<int>(pages(at_trigger + groups));
+    const long long bound = pages(at_trigger + groups);
+    // Page-aligned counts (ScoreRecipe::page_aligned) with pages of one head: a compaction leaves
+    // every head a whole number of pages, or all its entries. With the average keep a whole number
+    // of pages, k = num_keep / b, the scope has P = heads x k pages: a compaction of groups holding
+    // more than P pages' worth of entries (every cache-full compaction: it fires at N_max > k pages
+    // a head on average) uses all P pages (enough page-opening entries exist), and if every group
+    // held a whole number of pages before it, so does every group after it, those kept whole
+    // included. The average is then exactly k b and the next trigger level max(N_max, k + 1) b;
+    // growing together, the groups reach it after max(N_max, k + 1) - k whole pages each, holding
+    // heads x max(N_max, k + 1) pages then (uniform's heads x N_max); before the first compaction
+    // at most N_max pages each. The first compaction starts from whole pages when it fires at the
+    // trigger level itself, N_max b entries a head: the prompt fits within that level, so no prompt
+    // chunk or prompt end compresses first (a recomputed request, whose outputs are prefilled too,
+    // keeps the bound above).
+    const ScoreRecipe& recipe = c.policy->score_recipe();
+    const bool whole_pages = recipe.page_aligned && groups == heads && c.num_keep % b == 0 &&
+                             request.num_preemptions == 0 && request.num_prompt_tokens() <= c.max_blocks * b;
+    if (whole_pages) {
+      const long long keep_pages = c.num_keep / b;
+      return static_cast<int>(std::min(bound, std::min(cap, groups * std::max<long long>(c.max_blocks, keep_pages + 1))));
+    }
+    return static_cast<int>(bound);
   }
   // Prefill-end compressed chunk by chunk: before each chunk the groups hold the kept total (or the
   // prefix hits and window a compression must wait for), plus one chunk each; afterwards the kept

@@ -4,8 +4,9 @@
 // KVzip's global threshold its uniform tokens (its cache-full trigger and the trimmed tables
 // included), on the one-group layout and on per-head pages. With the default safeguard the counts
 // differ per head, and per-head pages hold about the budget (page rounding only) while the one
-// group holds its largest head's count. A backend without joint selection refuses the requests,
-// naming the policy and the allocation.
+// group holds its largest head's count. Page-aligned counts keep whole pages: exactly the scope's
+// pages at every compaction on per-head pages. A backend without joint selection refuses the
+// requests, naming the policy and the allocation.
 #include <random>
 
 #include "cpu_backend_wrapper.h"
@@ -84,6 +85,27 @@ TEST(RuntimeAllocation, PerHeadPagesHoldTheBudgetTheOneGroupItsLargestHead) {
   const std::vector<BatchResult> uniform = run(config("snapkv", {}, 1, kBudget));
   bool differs = false;
   for (size_t i = 0; i < uniform.size(); ++i) differs = differs || uniform[i].output_token_ids != per_head[i].output_token_ids;
+  EXPECT_TRUE(differs);
+}
+
+// Page-aligned counts (page_aligned=1): with alpha_safe = 1 and the budget a whole number of
+// pages the guarantees are the pages, so Fast KVzip's global threshold keeps its uniform tokens;
+// with the default safeguard every compaction on per-head pages keeps exactly the scope's
+// heads x budget / b pages (its cache-full compactions always have more entries than that).
+TEST(RuntimeAllocation, PageAlignedCountsKeepWholePages) {
+  constexpr int kBudget = 48, kHeads = 6 * 4, kBlock = 16;
+  PolicyOptionMap fk = {{"window", "16"}};
+  const std::vector<BatchResult> uniform = run(config("fastkvzip", fk, 1, kBudget));
+  fk["allocation"] = "global";
+  fk["page_aligned"] = "1";
+  PolicyOptionMap full_safeguard = fk;
+  full_safeguard["alpha_safe"] = "1";
+  expect_same_tokens(run(config("fastkvzip", full_safeguard, 1, kBudget)), uniform);
+  int64_t n = 0, pages = 0;
+  const std::vector<BatchResult> global = run(config("fastkvzip", fk, 1, kBudget), &n, &pages);
+  EXPECT_EQ(pages, n * kHeads * (kBudget / kBlock));
+  bool differs = false;
+  for (size_t i = 0; i < uniform.size(); ++i) differs = differs || uniform[i].output_token_ids != global[i].output_token_ids;
   EXPECT_TRUE(differs);
 }
 

@@ -9,6 +9,7 @@
 //   - the driver (CudaCompressor::begin) on a paged cache, a uniform and two joint requests in one
 //     batch: the kept counts come back with the batch (kept_entries()) equal to the CPU's, and the
 //     compaction moves exactly the entries the CPU pipeline keeps (K, V, F bit-exact);
+//   - the same, page-aligned (ScoreRecipe::page_aligned: the page objective's threshold);
 //   - a timing at the Qwen3-8B shape: a batch of AdaKV's recipe, uniform against kLayer and
 //     kGlobal (every layer scored first, then the joint counts) through the driver.
 #include <gtest/gtest.h>
@@ -70,7 +71,9 @@ struct Head {
 };
 
 // The CPU's counts for one request's heads (any order): cpu::joint_head_counts in (layer, head) order.
-std::vector<int> cpu_counts(KeepAllocation allocation, const std::vector<Head>& heads, int mean_keep, float alpha) {
+// page_size > 0: page-aligned.
+std::vector<int> cpu_counts(KeepAllocation allocation, const std::vector<Head>& heads, int mean_keep, float alpha,
+                            int page_size = 0) {
   std::vector<size_t> order(heads.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -78,18 +81,20 @@ std::vector<int> cpu_counts(KeepAllocation allocation, const std::vector<Head>& 
   });
   std::vector<cpu::HeadSelectionScores> in;
   for (size_t i : order) in.push_back({heads[i].layer, heads[i].scores.data(), static_cast<int>(heads[i].scores.size())});
-  const std::vector<int> sorted = cpu::joint_head_counts(allocation, in, mean_keep, alpha);
+  const std::vector<int> sorted = cpu::joint_head_counts(allocation, in, mean_keep, alpha, page_size);
   std::vector<int> out(heads.size());
   for (size_t x = 0; x < order.size(); ++x) out[order[x]] = sorted[x];
   return out;
 }
 
-// The kernels alone: a group of jobs whose final scores are uploaded directly.
-void check_kernels(KeepAllocation allocation, bool per_head, int trial) {
+// The kernels alone: a group of jobs whose final scores are uploaded directly; page_aligned: the
+// counts in pages of bs.
+void check_kernels(KeepAllocation allocation, bool per_head, int trial, bool page_aligned = false, int bs = 16) {
   SCOPED_TRACE(std::string("allocation ") + keep_allocation_name(allocation) + (per_head ? " per-head" : " one group") +
-               " trial " + std::to_string(trial));
-  std::mt19937 rng(100 + trial * 7 + (per_head ? 1 : 0) + (allocation == KeepAllocation::kLayer ? 50 : 0));
-  const int L = 3, H = 2, bs = 16;
+               " trial " + std::to_string(trial) + (page_aligned ? " page-aligned bs " + std::to_string(bs) : ""));
+  std::mt19937 rng(100 + trial * 7 + (per_head ? 1 : 0) + (allocation == KeepAllocation::kLayer ? 50 : 0) +
+                   (page_aligned ? 1000 + bs : 0));
+  const int L = 3, H = 2;
   const int num_requests = 3;
   std::vector<ScoreRecipe> recipes(num_requests);
   std::vector<int> mean_keep(num_requests);
@@ -101,6 +106,7 @@ void check_kernels(KeepAllocation allocation, bool per_head, int trial) {
     recipes[r].scorer = Scorer::kZero;
     recipes[r].allocation = allocation;
     recipes[r].alpha_safe = r == 0 ? 0.2f : r == 1 ? 0.0f : 1.0f;
+    recipes[r].page_aligned = page_aligned;
     const int base_n = trial == 0 ? 1 + static_cast<int>(rng() % 40) : 1 + static_cast<int>(rng() % 700);
     mean_keep[r] = 1 + static_cast<int>(rng() % static_cast<unsigned>(base_n + 8));  // above n too, sometimes
     for (int l = 0; l < L; ++l)
@@ -207,7 +213,8 @@ void check_kernels(KeepAllocation allocation, bool per_head, int trial) {
   const std::vector<int32_t> got_keep = keep.download();
 
   std::vector<std::vector<int>> want(num_requests);
-  for (int r = 0; r < num_requests; ++r) want[r] = cpu_counts(allocation, heads[r], mean_keep[r], recipes[r].alpha_safe);
+  for (int r = 0; r < num_requests; ++r)
+    want[r] = cpu_counts(allocation, heads[r], mean_keep[r], recipes[r].alpha_safe, page_aligned ? bs : 0);
   std::vector<int> want_kept(jobs.size(), 0);
   for (size_t m = 0; m < jp.members.size(); ++m) {
     const std::pair<int, int> owner = row_owner[static_cast<size_t>(jp.members[m])];
@@ -238,7 +245,11 @@ void check_kernels(KeepAllocation allocation, bool per_head, int trial) {
         sum += want[r][i];
         entries += static_cast<long long>(heads[r][i].scores.size());
         ++heads_in_scope;
+        if (page_aligned)  // whole pages, or every entry
+          EXPECT_TRUE(want[r][i] % bs == 0 || want[r][i] == static_cast<int>(heads[r][i].scores.size()))
+              << "request " << r << " head " << i << " keeps " << want[r][i];
       }
+      if (page_aligned) continue;  // floor(T / b) pages may hold less than T
       EXPECT_LE(std::min<long long>(static_cast<long long>(mean_keep[r]) * heads_in_scope, entries), sum)
           << "request " << r << " layer " << l;
     }
@@ -250,11 +261,20 @@ TEST(CudaJointSelection, CountsAndSelectionMatchCpu) {
       for (int trial = 0; trial < 4; ++trial) check_kernels(allocation, per_head, trial);
 }
 
+// Page-aligned (ScoreRecipe::page_aligned): the page objective's threshold, at pages of 16 and of 5.
+TEST(CudaJointSelection, PageAlignedCountsAndSelectionMatchCpu) {
+  for (KeepAllocation allocation : {KeepAllocation::kLayer, KeepAllocation::kGlobal})
+    for (bool per_head : {false, true})
+      for (int bs : {16, 5})
+        for (int trial = 0; trial < 4; ++trial) check_kernels(allocation, per_head, trial, true, bs);
+}
+
 // The driver: one group layout (K, V [L, NB, H, bs, d], F [L, NB, H, bs]) whose F holds the
 // selection scores (scorer kZero, global decay 1, kSum: S = F exactly), a uniform job and two joint
 // requests (kLayer, kGlobal) in one batch over 3 layers with layer_stride 1 (the joint batch is
 // scored over every layer anyway).
-TEST(CudaJointSelection, DriverKeepsTheCpuCountsAndEntries) {
+void check_driver(bool page_aligned) {
+  SCOPED_TRACE(page_aligned ? "page-aligned" : "entry counts");
   std::mt19937 rng(77);
   const int L = 3, H = 2, G = 2, d = 64, bs = 16, W = 8;
   const int ns[] = {200, 333, 150};
@@ -278,6 +298,7 @@ TEST(CudaJointSelection, DriverKeepsTheCpuCountsAndEntries) {
     recipes[j].window = 4;
     recipes[j].num_sinks = j;  // protected entries beside the window
     recipes[j].allocation = allocs[j];
+    recipes[j].page_aligned = page_aligned;
     const int pages = (ns[j] + bs - 1) / bs;
     for (int p = 0; p < pages; ++p) src[j].push_back(next++);
     jobs[j].request_id = 40 + j;
@@ -330,7 +351,7 @@ TEST(CudaJointSelection, DriverKeepsTheCpuCountsAndEntries) {
     if (allocs[j] == KeepAllocation::kUniform) {
       want_kept[j] = keeps[j];
     } else {
-      const std::vector<int> counts = cpu_counts(allocs[j], heads, means[j], recipes[j].alpha_safe);
+      const std::vector<int> counts = cpu_counts(allocs[j], heads, means[j], recipes[j].alpha_safe, page_aligned ? bs : 0);
       want_kept[j] = *std::max_element(counts.begin(), counts.end());
       EXPECT_LT(want_kept[j], n) << "job " << j << ": the test should leave something to evict";
     }
@@ -372,11 +393,17 @@ TEST(CudaJointSelection, DriverKeepsTheCpuCountsAndEntries) {
   EXPECT_EQ(f_bad, 0u);
 }
 
+TEST(CudaJointSelection, DriverKeepsTheCpuCountsAndEntries) {
+  check_driver(false);
+  check_driver(true);
+}
+
 
 // The cost of a joint batch at the Qwen3-8B shape (36 layers, 8 KV heads, GQA 4, d 128, block
 // 256): 16 requests of 4096 entries with SnapKV's recipe (window 32, max pooling 7) keeping an
 // average of 1024 per head, uniform (layer_stride 8) against kLayer and kGlobal (one group of all
-// 36 layers, the joint counts, then selection and compaction of each job's count).
+// 36 layers, the joint counts, then selection and compaction of each job's count), and kGlobal
+// page-aligned (the page objective's threshold).
 TEST(CudaJointSelection, TimingAtQwen3_8BShape) {
   if (testing::small_test_sizes()) GTEST_SKIP() << "a timing, not a check";
   const int L = 36, H = 8, G = 4, d = 128, bs = 256, W = 32, n = 4096, jobs_n = 16, keep = 1024;
@@ -394,11 +421,15 @@ TEST(CudaJointSelection, TimingAtQwen3_8BShape) {
   std::vector<std::vector<BlockId>> tables(jobs_n);
   for (int j = 0; j < jobs_n; ++j)
     for (int p = 0; p < pages; ++p) tables[j].push_back(1 + j * pages + p);
-  for (KeepAllocation allocation : {KeepAllocation::kUniform, KeepAllocation::kLayer, KeepAllocation::kGlobal}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const KeepAllocation allocation = variant == 0 ? KeepAllocation::kUniform
+                                      : variant == 1 ? KeepAllocation::kLayer
+                                                     : KeepAllocation::kGlobal;
     ScoreRecipe recipe;
     recipe.window = W;
     recipe.pool_kernel = 7;
     recipe.allocation = allocation;
+    recipe.page_aligned = variant == 3;
     std::vector<CompressionJob> jobs(jobs_n);
     for (int j = 0; j < jobs_n; ++j) {
       jobs[j].request_id = j;
@@ -423,8 +454,9 @@ TEST(CudaJointSelection, TimingAtQwen3_8BShape) {
     int kept_max = 0;
     for (int x : comp.kept_entries()) kept_max = std::max(kept_max, x);
     std::printf("BENCH joint selection %d x n=%d (36 layers x 8 KV heads, d=128, b=256), SnapKV recipe, average "
-                "keep %d: allocation %-7s %.2f ms (largest job count %d)\n",
-                jobs_n, n, keep, keep_allocation_name(allocation), best, kept_max);
+                "keep %d: allocation %-7s%s %.2f ms (largest job count %d)\n",
+                jobs_n, n, keep, keep_allocation_name(allocation), recipe.page_aligned ? " page-aligned" : "", best,
+                kept_max);
     EXPECT_GE(kept_max, keep);
   }
 }

@@ -171,6 +171,11 @@ TEST(PolicyRegistry, AdaKVIsSnapKVWithALayerAllocation) {
     EXPECT_EQ(make(name, {{"allocation", "layer"}})->score_recipe().allocation, KeepAllocation::kLayer) << name;
     EXPECT_NE(error_of(name, {{"allocation", "heads"}}).find("allocation"), std::string::npos) << name;
   }
+  // Page-aligned counts: off by default, an option of every policy with a runtime allocation.
+  for (const char* name : {"adakv", "fastkvzip", "kvzip"}) {
+    EXPECT_FALSE(make(name)->score_recipe().page_aligned) << name;
+    EXPECT_TRUE(make(name, {{"page_aligned", "1"}})->score_recipe().page_aligned) << name;
+  }
 }
 
 TEST(PolicyRegistry, OptionErrorsNameOptionAndAcceptedValues) {

@@ -29,9 +29,10 @@ namespace {
 
 constexpr int kB = 4;  // block size
 
-// 2 layers, 4 KV heads, groups {0,1} {2,3} per layer: 4 groups sharing `num_pages` pages.
-KVLayout grouped_layout(int num_pages) {
-  auto layout = KVLayout::grouped(2, 4, 4, kB, num_pages, DType::kF32, KVLayout::adjacent_heads(2, 4, 2));
+// 2 layers, 4 KV heads, groups {0,1} {2,3} per layer: 4 groups sharing `num_pages` pages (or
+// groups of `heads_per_group` heads).
+KVLayout grouped_layout(int num_pages, int heads_per_group = 2) {
+  auto layout = KVLayout::grouped(2, 4, 4, kB, num_pages, DType::kF32, KVLayout::adjacent_heads(2, 4, heads_per_group));
   EXPECT_TRUE(layout.has_value()) << layout.status().to_string();
   return *layout;
 }
@@ -77,8 +78,8 @@ struct GroupHarness {
   int64_t num_preemptions = 0, num_compressions = 0, num_jobs = 0, num_chunk_compressions = 0;
   size_t peak_running = 0;
 
-  GroupHarness(int num_pages, SchedulerConfig config, bool prefix_caching = false)
-      : kv(grouped_layout(num_pages), prefix_caching), sched(config, &kv) {}
+  GroupHarness(int num_pages, SchedulerConfig config, bool prefix_caching = false, int heads_per_group = 2)
+      : kv(grouped_layout(num_pages, heads_per_group), prefix_caching), sched(config, &kv) {}
 
   Request* add(std::vector<int32_t> prompt, int max_tokens, RequestCompression c) {
     auto r = std::make_unique<Request>();
@@ -104,7 +105,29 @@ struct GroupHarness {
         for (int j = 0; j < c.jobs_in_flight; ++j) done.push_back({r->id, Status::ok()});
         continue;
       }
-      const int groups = static_cast<int>(r->kv.groups.size()), heads = 2 * groups;
+      const int groups = static_cast<int>(r->kv.groups.size()), heads = 8;
+      if (c.policy->score_recipe().page_aligned) {
+        // Page-aligned, pages of one head: P = floor(average x heads / b) pages handed out at
+        // random, a page at a time, to heads with entries left; each keeps its pages' worth or
+        // all its entries (P pages in all unless every entry fits).
+        EXPECT_EQ(groups, heads);
+        std::vector<int> entries(static_cast<size_t>(groups)), pages(static_cast<size_t>(groups), 0);
+        for (int g = 0; g < groups; ++g)
+          entries[static_cast<size_t>(g)] = c.groups.empty() ? c.src_entries : c.groups[static_cast<size_t>(g)].src_entries;
+        for (int p = 0; p < c.num_keep * heads / kB; ++p) {
+          std::vector<int> open;
+          for (int g = 0; g < groups; ++g)
+            if (pages[static_cast<size_t>(g)] * kB < entries[static_cast<size_t>(g)]) open.push_back(g);
+          if (open.empty()) break;
+          ++pages[static_cast<size_t>(open[kept_rng() % open.size()])];
+        }
+        for (int g = 0; g < groups; ++g) {
+          CompressionResult res{r->id, Status::ok(), g};
+          res.num_kept = std::min(entries[static_cast<size_t>(g)], pages[static_cast<size_t>(g)] * kB);
+          done.push_back(res);
+        }
+        continue;
+      }
       std::vector<int> weight(static_cast<size_t>(heads));
       int sum = 0;
       for (int& w : weight) sum += (w = 1 + static_cast<int>(kept_rng() % 8));
@@ -334,8 +357,9 @@ TEST(SchedGroupReservation, RandomizedPoolsNeverExceedTheReservation) {
 // An `adakv`-like request (SnapKV's score, the kept counts chosen by the backend per layer)
 // compressing every prefill chunk, or a Fast KVzip request under one global threshold and its
 // cache-full trigger, as the resolver builds them.
-RequestCompression runtime_allocated(const std::string& policy, int budget, int window) {
+RequestCompression runtime_allocated(const std::string& policy, int budget, int window, bool page_aligned = false) {
   PolicyOptionMap options = {{"window", std::to_string(window)}};
+  if (page_aligned) options["page_aligned"] = "1";
   if (policy == "adakv") {
     options["kernel"] = "1";
     options["prefill_chunk_compression"] = "1";
@@ -379,14 +403,33 @@ int runtime_prefill_end_bound(const Request& r, int chunk) {
 // average reaches the level max(N_max b, (ceil(a / b) + 1) b), the groups growing together, so they
 // hold at most level + 1 entries on average (the step the trigger fires in), or the prompt's chunk
 // threshold (N_max b - 1) plus one chunk while it is prefilled; ceil adds a page per group.
-int runtime_cache_full_bound(const Request& r, int chunk) {
+int runtime_cache_full_bound(const Request& r, int chunk, int groups = 4) {
   const RequestCompression& c = r.compression;
-  const int groups = 4, total = c.num_keep * 8;
+  const int total = c.num_keep * 8;
   const int cap = groups * blocks(r.num_prompt_tokens() + r.sampling.max_tokens);
   const int mean_after = (total + groups - 1) / groups;
   const int level = std::max(c.max_blocks, blocks(mean_after) + 1) * kB;
   const int per_group = std::max(level + 1, c.max_blocks * kB - 1 + chunk);
   return std::min(cap, blocks(groups * per_group) + groups);
+}
+
+// Page-aligned counts with pages of one head (8 groups): a prompt within the trigger level is
+// first compressed at N_max b entries a head, after which every head holds whole pages, P =
+// 8 x budget pages in all (the budget a whole number of pages), and the next trigger comes once each
+// has grown by N_max - budget / b pages: at most 8 x N_max pages, uniform's. Otherwise the bound above.
+int runtime_page_aligned_bound(const Request& r, int chunk) {
+  const RequestCompression& c = r.compression;
+  const int loose = runtime_cache_full_bound(r, chunk, 8);
+  if (r.num_prompt_tokens() > c.max_blocks * kB || r.num_preemptions > 0) return loose;  // recomputed: outputs prefilled too
+  return std::min(loose, 8 * c.max_blocks);
+}
+
+// Every group's table of a compressed request holds exactly the pages of its entries (trimmed to
+// the reported count).
+void expect_trimmed(const Request& r, int seed) {
+  for (const BlockTable& t : r.kv.groups)
+    if (r.compression.compressed() && !r.compression.in_flight && !r.compression.pending && !r.compression.switched_early)
+      ASSERT_EQ(static_cast<int>(t.blocks.size()), blocks(t.num_entries)) << "seed " << seed;
 }
 
 // Runtime allocations (the backend chooses each group's count and reports it) on randomized tiny
@@ -415,11 +458,8 @@ TEST(SchedGroupReservation, RuntimeAllocationsNeverOverCommit) {
     }
     const bool drained = drain(h, seed, [&] {
       for (Request* r : h.sched.running()) {
-        // Every group's table holds exactly the pages of its entries (trimmed to the count).
-        for (const BlockTable& t : r->kv.groups)
-          if (r->compression.compressed() && !r->compression.in_flight && !r->compression.pending &&
-              !r->compression.switched_early)
-            ASSERT_EQ(static_cast<int>(t.blocks.size()), blocks(t.num_entries)) << "seed " << seed;
+        expect_trimmed(*r, seed);
+        if (::testing::Test::HasFatalFailure()) return;
         if (!prefix) {
           ASSERT_LE(h.kv.num_held_blocks(*r),
                     cache_full ? runtime_cache_full_bound(*r, chunk) : runtime_prefill_end_bound(*r, chunk))
@@ -439,6 +479,50 @@ TEST(SchedGroupReservation, RuntimeAllocationsNeverOverCommit) {
   EXPECT_GT(compressions, 300);
   EXPECT_GT(chunk_compressions, 100);
   EXPECT_GT(trimmed, 300);
+}
+
+// Page-aligned runtime counts (Fast KVzip, allocation global, page_aligned) on per-head pages,
+// randomized as above: the reservation is uniform's 8 x N_max pages for prompts within the trigger
+// level, so nothing is preempted, no request holds more than the bound written out above, every
+// group holds exactly its reported count's pages, and everything drains.
+TEST(SchedGroupReservation, PageAlignedRuntimeAllocationsNeverOverCommit) {
+  int64_t compressions = 0, tight = 0;
+  for (int seed = 0; seed < 120; ++seed) {
+    std::mt19937 rng(static_cast<uint32_t>(seed) + 900);
+    const int chunk = 4 + static_cast<int>(rng() % 20);
+    const bool prefix = seed % 3 == 0;
+    SchedulerConfig sc = config(1 + static_cast<int>(rng() % 6), chunk);
+    // Pools of a few requests' peaks (a lone request needs at most 8 x blocks(24 + 40) = 128 pages
+    // and reserves at most 8 x (max(N_max 5 x 4, 24 + chunk) + 1) / 4 + 8), so reservations matter.
+    GroupHarness h(130 + static_cast<int>(rng() % 100), sc, prefix, /*heads_per_group=*/1);
+    h.async = seed % 2 == 1;
+    h.sched.set_compress_before_forward(!h.async);
+    std::vector<Request*> rs;
+    for (int i = 0; i < 10; ++i) {
+      const int budget = kB * (1 + static_cast<int>(rng() % 4));
+      std::vector<int32_t> prompt = random_prompt(rng, prefix, seed * 100 + i);
+      // Most prompts within the trigger level (N_max b = budget + b), some beyond it.
+      prompt.resize(std::min(prompt.size(), static_cast<size_t>(rng() % 4 != 0 ? budget + kB : 24)));
+      rs.push_back(h.add(prompt, 1 + static_cast<int>(rng() % 40), runtime_allocated("fastkvzip", budget, 1, true)));
+    }
+    const bool drained = drain(h, seed, [&] {
+      for (Request* r : h.sched.running()) {
+        expect_trimmed(*r, seed);
+        if (::testing::Test::HasFatalFailure()) return;
+        if (!prefix) {
+          const int bound = runtime_page_aligned_bound(*r, chunk);
+          ASSERT_LE(h.kv.num_held_blocks(*r), bound) << "seed " << seed << " request " << r->id;
+          tight += bound < runtime_cache_full_bound(*r, chunk, 8) && r->compression.compressed() ? 1 : 0;
+        }
+      }
+    });
+    if (!drained) return;
+    EXPECT_EQ(h.num_preemptions, 0) << "seed " << seed;
+    for (Request* r : rs) EXPECT_EQ(static_cast<int>(r->output_token_ids.size()), r->sampling.max_tokens) << "seed " << seed;
+    compressions += h.num_compressions;
+  }
+  EXPECT_GT(compressions, 300);
+  EXPECT_GT(tight, 1000);  // steps of compressed requests under the tighter bound
 }
 
 }  // namespace

@@ -178,7 +178,8 @@ Status run_compression(CpuKVCache& kv, const std::vector<CompressionJob>& jobs, 
                            static_cast<int>(joint_scores[static_cast<size_t>(i)].size())});
         const CompressionJob& first = jobs[static_cast<size_t>(items[static_cast<size_t>(ri[0])].job)];
         const std::vector<int> counts =
-            joint_head_counts(first.recipe->allocation, heads, first.mean_keep, first.recipe->alpha_safe);
+            joint_head_counts(first.recipe->allocation, heads, first.mean_keep, first.recipe->alpha_safe,
+                              first.recipe->page_aligned ? bs : 0);
         for (size_t x = 0; x < ri.size(); ++x) {
           const int j = items[static_cast<size_t>(ri[x])].job;
           kept[static_cast<size_t>(j)] = std::max(kept[static_cast<size_t>(j)], counts[x]);

@@ -44,6 +44,7 @@ struct CompressionJobDesc {
                            // kGlobal): the joint selection (joint_selection.h) chooses the count
   int32_t mean_keep = 0;   // joint: CompressionJob::mean_keep
   float alpha_safe = 0.0f;  // joint: the recipe's alpha_safe
+  int32_t page_aligned = 0;  // joint: the recipe's page_aligned (counts in pages of block_size)
   int32_t num_scored = 0;  // leading entries whose global score F is valid
   int32_t query_slot = 0;  // slot of the window queries (scorers that need queries)
   int32_t window = 0;      // attention window w = min(recipe.window, n) (scorers that need queries)

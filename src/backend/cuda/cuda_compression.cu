@@ -53,6 +53,7 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
     d.joint = joint ? 1 : 0;
     d.mean_keep = joint ? job.mean_keep : 0;
     d.alpha_safe = joint ? r.alpha_safe : 0.0f;
+    d.page_aligned = joint && r.page_aligned ? 1 : 0;
     // Gate scores are written with every entry: all of a job's entries count as scored.
     d.num_scored = r.gate_scores ? d.n : job.num_scored_entries;
     d.scorer = r.scorer;

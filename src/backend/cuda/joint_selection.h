@@ -18,6 +18,13 @@
 //     above it, and the heads holding an entry equal to it (at most one each) take the tie in the
 //     scope's head order ((layer, KV head), the CPU's order). Every head's count, then the jobs'
 //     maxima (atomicMax into kept_counts).
+//     Page-aligned jobs (CompressionJobDesc::page_aligned, pages of GroupArgs::block_size): the
+//     same descent over the remaining entries with the page objective: per 8-bit pass each warp
+//     histograms one head at a time and adds the head's pages, ceil((guarantee + entries above)
+//     / b), at each of the 256 bucket boundaries; the lowest boundary whose pages fit the scope's
+//     P is kept, the bucket below it descended into (up to 8 passes: the pass ends early only when
+//     the pages fit P exactly). Tied keys open a page each in head order while pages are left; then
+//     every head fills its last page (cpu::joint_head_counts' page-aligned definition).
 // A scope's work is one pass over its entries per 8-bit radix digit (at most 8, usually 4-5) plus
 // a counting pass, in one CTA: about 1.2 M entries per scope for a Qwen3-8B request of 4096
 // entries under kGlobal (36 layers x 8 heads), 8 x fewer per CTA under kLayer.
