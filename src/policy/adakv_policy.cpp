@@ -7,7 +7,7 @@
 // On pages a head group holds its heads' largest count (the others keep their next-best entries
 // up to it), so memory is freed only when heads have pages of their own (--heads-per-group 1, or
 // small groups); in the one-group layout the cache holds the layer's largest head count for every
-// head (docs/policies.md, `adakv`). Trigger: end of prefill, once (SnapKV's); CPU backend only.
+// head (docs/policies.md, `adakv`). Trigger: end of prefill, once (SnapKV's); CPU and CUDA (one GPU).
 #include "core/check.h"
 #include "policy/keep_allocation_option.h"
 #include "policy/policy_registry.h"
@@ -21,7 +21,7 @@ void register_adakv_policy(PolicyRegistry* registry) {
   info.name = "adakv";
   info.summary =
       "AdaKV: SnapKV's score, the budget allocated per layer at run time (one top-k over the layer's heads, "
-      "alpha_safe floor per head; CPU)";
+      "alpha_safe floor per head)";
   info.options = snapkv_option_specs(/*chunk_default=*/false);
   info.options.push_back(alpha_safe_option());
   info.options.push_back(page_aligned_option());
