@@ -1,8 +1,8 @@
 // Runtime head budgets (joint selection, src/backend/cuda/joint_selection.h) on the CUDA engine,
 // end to end on origami-tiny-qwen3 with chunked prefill and prefix caching: `adakv` (SnapKV's
 // score, one top-k per layer) and `fastkvzip` with allocation=global (the shipped gates, one
-// threshold over every head), on the default layout (one group) and on per-head pages
-// (--heads-per-group 1):
+// threshold over every head; with entry counts and with page_aligned=1), on the default layout
+// (one group) and on per-head pages (--heads-per-group 1):
 //  1. CUDA graphs on and off give the same greedy tokens and compressions;
 //  2. against the CPU backend (the fp32 oracle) teacher-forced on the CPU's greedy output, the
 //     GPU's log-probabilities agree within bf16 noise (mean |diff| < 0.05, as the other policies'
@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -34,7 +35,16 @@ struct Case {
 
 std::vector<Case> cases() {
   return {{"adakv", {{"window", "16"}}, false},
-          {"fastkvzip", {{"window", "16"}, {"allocation", "global"}}, true}};
+          {"fastkvzip", {{"window", "16"}, {"allocation", "global"}}, true},
+          {"fastkvzip", {{"window", "16"}, {"allocation", "global"}, {"page_aligned", "1"}}, true}};
+}
+
+// The case's name in traces and printed lines: the policy and its allocation options.
+std::string label(const Case& c) {
+  std::string name = c.policy;
+  for (const char* key : {"allocation", "page_aligned"})
+    if (auto it = c.options.find(key); it != c.options.end()) name += std::string(" ") + key + "=" + it->second;
+  return name;
 }
 
 EngineConfig joint_config(const Case& c, const std::string& device, bool graphs, int heads_per_group) {
@@ -57,7 +67,7 @@ RunResult run(const EngineConfig& c, const std::vector<std::vector<int32_t>>* fo
 TEST(CudaJointSelectionEngine, GraphsOnAndOffGiveTheSameTokens) {
   for (const Case& c : cases())
     for (int hp : {0, 1}) {
-      SCOPED_TRACE(std::string(c.policy) + " heads_per_group " + std::to_string(hp));
+      SCOPED_TRACE(label(c) + " heads_per_group " + std::to_string(hp));
       const RunResult graphs = run(joint_config(c, "cuda", true, hp));
       EXPECT_GT(graphs.compressions, 0);
       const RunResult eager = run(joint_config(c, "cuda", false, hp));
@@ -70,7 +80,7 @@ TEST(CudaJointSelectionEngine, GraphsOnAndOffGiveTheSameTokens) {
 TEST(CudaJointSelectionEngine, KeepsTheCpuBackendsCountsAndEntries) {
   for (const Case& c : cases())
     for (int hp : {0, 1}) {
-      SCOPED_TRACE(std::string(c.policy) + " heads_per_group " + std::to_string(hp));
+      SCOPED_TRACE(label(c) + " heads_per_group " + std::to_string(hp));
       const RunResult cpu = run(joint_config(c, "cpu", false, hp));
       ASSERT_GT(cpu.compressions, 0);
       const RunResult cpu_forced = run(joint_config(c, "cpu", false, hp), &cpu.tokens);
@@ -88,7 +98,7 @@ TEST(CudaJointSelectionEngine, KeepsTheCpuBackendsCountsAndEntries) {
                                 static_cast<double>(std::max<int64_t>(1, cpu_forced.kept_pages));
       std::printf("[tiny-qwen3 %s hp=%d] compressions cpu %lld gpu %lld; kept pages cpu %lld gpu %lld; forced "
                   "log-prob |gpu - cpu| mean %.4f (gpu streaming: %.4f)\n",
-                  c.policy, hp, static_cast<long long>(cpu_forced.compressions),
+                  label(c).c_str(), hp, static_cast<long long>(cpu_forced.compressions),
                   static_cast<long long>(gpu_forced.compressions), static_cast<long long>(cpu_forced.kept_pages),
                   static_cast<long long>(gpu_forced.kept_pages), err, other);
       EXPECT_LT(err, 0.05) << "bf16 noise";
