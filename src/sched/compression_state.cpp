@@ -23,8 +23,6 @@ int num_cache_entries(const Request& request) {
   return request.kv.groups[static_cast<size_t>(lead_group(request))].num_entries;
 }
 
-int group_keep_bound(const RequestCompression&, int, int entries) { return entries; }
-
 int entries_after_known_tokens(const Request& request) {
   return num_cache_entries(request) + (request.num_tokens() - request.num_computed_tokens);
 }

@@ -37,11 +37,6 @@ double mean_kept_entries(const RequestCompression& compression, int num_groups, 
 // describe. Every group grows by the same tokens, so any of these counts moves with the tokens.
 int num_cache_entries(const Request& request);
 
-// Runtime allocation: the most entries head group `group` may keep at a compression, what its
-// destination is sized for: all of its `entries` (a single head may take the whole scope's total).
-// Compaction is in place, so this costs fresh blocks only for shared prefix blocks.
-int group_keep_bound(const RequestCompression& compression, int group, int entries);
-
 // Entries the cache will hold once every known token is computed: the end of the current
 // prefill, or the entry the next decode step writes.
 int entries_after_known_tokens(const Request& request);

@@ -534,7 +534,7 @@ int Scheduler::fresh_targets_ahead(const Request& request) const {
     const std::vector<BlockId>& blocks = request.kv.groups[g].blocks;
     // The destination places: N_max blocks (cache-full: the kept ones and the spare), or the
     // blocks the group's kept entries fill.
-    // A runtime allocation's destination is the whole table (group_keep_bound).
+    // A runtime allocation's destination is the whole table (try_start_compression).
     const int dst = c.runtime_allocated() ? static_cast<int>(blocks.size())
                     : c.trigger == CompressionTrigger::kCacheFull
                         ? c.max_blocks

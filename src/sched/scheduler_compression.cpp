@@ -126,7 +126,9 @@ bool Scheduler::try_start_compression(Request* request) {
   // not (trigger_budget); some group is always over its keep.
   ORIGAMI_CHECK(std::min(c.num_keep, trigger_budget(c)) < num_cache_entries(*request));
   // A runtime allocation: the backend decides every group's count, selecting them jointly, so
-  // every group is compressed and its destination sized for the most it may keep.
+  // every group is compressed and its destination sized for the most it may keep: all its entries
+  // (one head may take the scope's whole total). Compaction is in place, so that costs fresh
+  // blocks only for shared prefix blocks.
   const bool joint = c.runtime_allocated();
   if (joint) c.kept_by_group.assign(static_cast<size_t>(num_groups), -1);
   // Blocks dropped by the groups are released together: one pool (shared, or the only group).
@@ -138,7 +140,7 @@ bool Scheduler::try_start_compression(Request* request) {
   std::vector<GroupPlan> plans(static_cast<size_t>(num_groups));
   for (int g = 0; g < num_groups; ++g) {
     const BlockTable& table = request->kv.groups[static_cast<size_t>(g)];
-    const int keep = joint ? group_keep_bound(c, g, table.num_entries) : group_num_keep(c, g);
+    const int keep = joint ? table.num_entries : group_num_keep(c, g);
     if (num_groups > 1) {
       c.groups[static_cast<size_t>(g)].num_keep = keep;
       c.groups[static_cast<size_t>(g)].compress = joint || table.num_entries > keep;

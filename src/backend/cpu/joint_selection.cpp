@@ -11,7 +11,6 @@
 namespace origami::cpu {
 namespace {
 
-// One scope's counts (heads given by their indices in `heads`).
 // A candidate of the scope's top-k: one head's entry.
 struct Candidate {
   float score;
@@ -35,7 +34,8 @@ void best_k_first(std::vector<Candidate>* c, size_t k) {
 void scope_counts(const std::vector<HeadSelectionScores>& heads, const std::vector<int>& scope, int mean_keep,
                   float alpha_safe, int page_size, std::vector<int>* counts) {
   const int floor_keep = static_cast<int>(std::floor(static_cast<double>(alpha_safe) * mean_keep));
-  long long total = static_cast<long long>(mean_keep) * static_cast<long long>(scope.size());
+  const long long scope_total = static_cast<long long>(mean_keep) * static_cast<long long>(scope.size());
+  long long total = scope_total;  // what the guarantees leave to the scope's top-k
   // Each head's entries, best first.
   std::vector<std::vector<int>> order(scope.size());
   for (size_t i = 0; i < scope.size(); ++i) {
@@ -64,7 +64,7 @@ void scope_counts(const std::vector<HeadSelectionScores>& heads, const std::vect
         openers.push_back({h.scores[order[i][static_cast<size_t>(r)]], order[i][static_cast<size_t>(r)], static_cast<int>(i)});
       (*counts)[static_cast<size_t>(scope[i])] = static_cast<int>(g_pages);  // pages from here on
     }
-    const long long scope_pages = std::max(static_cast<long long>(mean_keep) * static_cast<long long>(scope.size()) / b, guarantee_pages);
+    const long long scope_pages = std::max(scope_total / b, guarantee_pages);
     const size_t k = static_cast<size_t>(std::min<long long>(scope_pages - guarantee_pages, static_cast<long long>(openers.size())));
     best_k_first(&openers, k);
     for (size_t c = 0; c < k; ++c) ++(*counts)[static_cast<size_t>(scope[static_cast<size_t>(openers[c].head)])];
