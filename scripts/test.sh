@@ -15,7 +15,7 @@ jobs=$(nproc)
 if command -v npm >/dev/null 2>&1 && [ ! -d tests/server/node_modules/openai ]; then
   (cd tests/server && npm ci --no-audit --no-fund --loglevel=error)
 fi
-scripts/build.sh
+scripts/build.sh --all
 gpu_label_filter=(-LE gpu)
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then gpu_label_filter=(); fi
 (cd build && ctest --output-on-failure -j"$jobs" "${gpu_label_filter[@]}")
