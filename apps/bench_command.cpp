@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <random>
 
@@ -15,6 +16,8 @@
 #include "engine/engine.h"
 #include "engine/jsonl_requests.h"
 #include "engine/prompt_builder.h"
+#include "model/config.h"
+#include "input_path.h"
 #include "interrupt.h"
 #include "output_file.h"
 #include "latency_stats.h"
@@ -22,6 +25,11 @@
 
 namespace origami::cli {
 namespace {
+
+// A million requests is far beyond any offline benchmark; more only exhausts memory.
+constexpr int kMaxNumPrompts = 1'000'000;
+// 2^28 random prompt tokens (1 GiB of ids).
+constexpr int64_t kMaxRandomPromptTokens = int64_t{1} << 28;
 
 struct BenchFlags {
   EngineFlags engine;
@@ -53,7 +61,7 @@ bool file_dataset(const BenchFlags& f, const PromptBuilder& builder, std::vector
   SamplingParams defaults;
   defaults.temperature = 0.0f;
   defaults.max_tokens = f.output_len;
-  Expected<std::vector<JsonlRequest>> requests = read_jsonl_requests(f.input_path, builder, defaults);
+  Expected<std::vector<JsonlRequest>> requests = read_jsonl_requests(input_source(f.input_path), builder, defaults);
   if (!requests) {
     print_error("--input: " + requests.status().message());
     return false;
@@ -62,17 +70,43 @@ bool file_dataset(const BenchFlags& f, const PromptBuilder& builder, std::vector
   return true;
 }
 
+// The random dataset's size, checked against the model's context (--max-model-len, else
+// max_position_embeddings) and a memory bound on the prompts' token ids.
+Status check_random_dataset(const BenchFlags& f) {
+  // A model folder that cannot be read is the engine's setup error (exit 1), reported when it
+  // loads; the context is checked only when the config can be read.
+  Expected<ModelConfig> model = load_model_config(f.engine.config.model_dir);
+  if (model && model->max_position_embeddings > 0) {
+    const int64_t context =
+        f.engine.config.max_model_len > 0 ? f.engine.config.max_model_len : model->max_position_embeddings;
+    for (const auto& [flag, value] : {std::pair<const char*, int>{"--input-len", f.input_len}, {"--output-len", f.output_len}}) {
+      if (value > context)
+        return invalid_argument(std::string(flag) + " " + std::to_string(value) + " is longer than the model's context (" +
+                                std::to_string(context) + " tokens, max_model_len)");
+    }
+  }
+  const int64_t total = static_cast<int64_t>(f.num_prompts) * f.input_len;
+  if (total > kMaxRandomPromptTokens)
+    return invalid_argument("--num-prompts x --input-len is " + std::to_string(total) + " prompt tokens; at most " +
+                            std::to_string(kMaxRandomPromptTokens) + " are generated (4 bytes each)");
+  return Status::ok();
+}
+
 // How many failures are quoted on stderr: enough to see a pattern, short enough to read.
 constexpr size_t kErrorsShown = 3;
 
 int run_bench(BenchFlags& f) {
   if (!finalize_engine_flags(&f.engine)) return kExitUsage;
-  if (f.input_path.empty() && (f.num_prompts < 1 || f.input_len < 1 || f.output_len < 1)) {
-    print_error("--num-prompts, --input-len and --output-len must be >= 1");
-    return kExitUsage;
-  }
-  if (!f.input_path.empty() && !std::filesystem::is_regular_file(f.input_path)) {
-    print_error("--input: cannot open '" + f.input_path + "' (no such file)");
+  // Ranges (CLI11 checks them while parsing): --num-prompts in [1, 10^6], lengths >= 1. What
+  // depends on the model (its context) is checked here, before the model loads or any prompt
+  // is allocated.
+  if (f.input_path.empty()) {
+    if (Status st = check_random_dataset(f); !st.is_ok()) {
+      print_error(st.message());
+      return kExitUsage;
+    }
+  } else if (Status st = check_input_path("--input", f.input_path); !st.is_ok()) {
+    print_error(st.message());
     return kExitUsage;
   }
   std::unique_ptr<Engine> engine = create_engine(f.engine.config);
@@ -221,10 +255,13 @@ void register_bench_command(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
   CLI::App* cmd = app.add_subcommand("bench", "Offline throughput benchmark");
   add_engine_flags(cmd, &flags->engine);
-  cmd->add_option("--num-prompts", flags->num_prompts, "Number of random prompts")->capture_default_str();
-  cmd->add_option("--input-len", flags->input_len, "Prompt length of random prompts")->capture_default_str();
-  cmd->add_option("--output-len", flags->output_len, "Tokens generated per request (ignore_eos)")->capture_default_str();
-  cmd->add_option("--input", flags->input_path, "JSONL requests instead of random prompts");
+  cmd->add_option("--num-prompts", flags->num_prompts, "Number of random prompts (at most 10^6)")
+      ->check(CLI::Range(1, kMaxNumPrompts))->capture_default_str();
+  cmd->add_option("--input-len", flags->input_len, "Prompt length of random prompts (at most the model's context)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  cmd->add_option("--output-len", flags->output_len, "Tokens generated per request (ignore_eos; at most the model's context)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  cmd->add_option("--input", flags->input_path, "JSONL requests instead of random prompts (a file, FIFO or <(...); - = stdin)");
   cmd->add_option("--dataset-seed", flags->dataset_seed, "Seed of the random prompts");
   cmd->add_flag("--json", flags->json, "Print the results as one JSON object");
   cmd->add_flag("--quiet", flags->quiet, "No progress bar");

@@ -92,7 +92,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_option("--tokenizer", c.tokenizer_dir, "Tokenizer folder (default: the model folder)");
   cmd->add_flag("--dummy-weights", c.dummy_weights, "Use random weights for the model's config (benchmarks)");
   cmd->add_option("--device", c.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  cmd->add_option("--threads", c.num_threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--threads", c.num_threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1 << 16));
   cmd->add_option("--gpu-memory-utilization", c.gpu_memory_utilization, "Share of GPU memory the engine may use")
       ->check(CLI::Range(0.05f, 1.0f))->capture_default_str();
   cmd->add_flag("!--no-cuda-graphs", c.enable_cuda_graphs, "Run decode steps eagerly (no CUDA graphs)");
@@ -144,7 +144,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
       ->check(CLI::Range(0, 4096));
 }
 
-bool finalize_engine_flags(EngineFlags* flags) {
+bool finalize_engine_flags(EngineFlags* flags, bool build_default_policy) {
   for (const std::string& opt : flags->kv_policy_opts) {
     PolicyOptionMap one;
     Status st = parse_policy_option(opt, &one);
@@ -161,12 +161,24 @@ bool finalize_engine_flags(EngineFlags* flags) {
       }
     }
   }
-  if (flags->config.kv_budget > 0) {
+  // The policy and its options are built here, before the model loads, so that a bad name or
+  // value (window=1e3 is not an integer) is a usage error (exit 2), not a setup failure.
+  if (build_default_policy) {
     Expected<std::shared_ptr<const KVPolicy>> policy =
         PolicyRegistry::builtin().create(flags->config.kv_policy, flags->config.kv_policy_options);
-    if (policy && !(*policy)->compresses()) {
+    if (!policy) {
+      print_error("--kv-policy / --kv-policy-opt: " + policy.status().message());
+      return false;
+    }
+    if (flags->config.kv_budget > 0 && !(*policy)->compresses()) {
       print_error("--kv-budget " + std::to_string(flags->config.kv_budget) + " is given, but KV policy '" +
                   flags->config.kv_policy + "' does not compress (it keeps every token); name a compressing --kv-policy");
+      return false;
+    }
+  }
+  for (double ratio : flags->config.group_budget_ratios) {
+    if (!(ratio > 0.0 && ratio <= 1.0)) {  // also NaN
+      print_error("--group-budget-ratios: " + std::to_string(ratio) + " is not in (0, 1]: each head group's share of the KV budget must be positive and at most 1");
       return false;
     }
   }
@@ -195,6 +207,12 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams* p, std::string* seed_text
 
 bool finalize_sampling_flags(SamplingParams* p, const std::string& seed_text) {
   if (!seed_text.empty()) {
+    // Digits only: std::stoull reads "-1" as 2^64 - 1. llama.cpp's -1 ("random") is refused, as
+    // for a request's "seed": leave --seed out for an unseeded run.
+    if (seed_text.find_first_not_of("0123456789") != std::string::npos) {
+      print_error("--seed: '" + seed_text.substr(0, 100) + "' is not a non-negative integer (leave --seed out for a random seed)");
+      return false;
+    }
     try {
       size_t pos = 0;
       p->seed = std::stoull(seed_text, &pos);

@@ -36,10 +36,12 @@ struct EngineFlags {
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);
 // Registers --temperature, --top-p, --top-k, --min-p, --seed, --max-tokens, --ignore-eos, --stop.
 void add_sampling_flags(CLI::App* cmd, SamplingParams* params, std::string* seed_text);
-// Resolves derived values (memory size strings) and rejects values that would be ignored (a
-// repeated --kv-policy-opt key, --kv-budget for a policy that does not compress); returns false
-// after printing an error.
-bool finalize_engine_flags(EngineFlags* flags);
+// Resolves derived values (memory size strings) and rejects, before the model loads, values that
+// would be ignored or refused later (a repeated --kv-policy-opt key, --kv-budget for a policy that
+// does not compress, an unknown policy or a bad option value, a --group-budget-ratios value
+// outside (0, 1]); returns false after printing an error. `build_default_policy`: the engine's
+// default policy takes --kv-policy-opt (eval gives the options to its sweep's policies instead).
+bool finalize_engine_flags(EngineFlags* flags, bool build_default_policy = true);
 // Engine::create, with a clear error (nullptr, after printing it) for any failure including
 // running out of memory while loading, and warnings (a tokenizer that does not look like the
 // model's) on stderr.

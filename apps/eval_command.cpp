@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "input_path.h"
 #include "commands.h"
 #include "engine/engine.h"
 #include "engine/policy_resolver.h"
@@ -234,7 +235,7 @@ std::string model_name(const std::string& dir) {
 
 int run_eval(EvalFlags& f, EvalTask task) {
   const bool retrieval = task == EvalTask::kRetrieval;
-  if (!finalize_engine_flags(&f.engine)) return kExitUsage;
+  if (!finalize_engine_flags(&f.engine, /*build_default_policy=*/false)) return kExitUsage;
   // The policy options go with each request of a point; the engine itself runs full KV by default.
   const PolicyOptionMap user_options = f.engine.config.kv_policy_options;
   EngineConfig& config = f.engine.config;
@@ -260,6 +261,15 @@ int run_eval(EvalFlags& f, EvalTask task) {
   // Policies are chosen per request, so the engine's query window must fit the widest one.
   if (config.query_window == 0 && widest_window > kEngineDefaultQueryWindow) config.query_window = widest_window;
 
+  // No output may be the input: --details is opened (truncated) before the model loads.
+  const std::string input_flag = retrieval ? "--data" : "--text";
+  const std::string input_file = retrieval ? f.data_path : f.text_path;
+  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--plot", f.plot_path}, {"--details", f.details_path}}) {
+    if (Status st = check_not_input(input_flag, input_file, flag, path); !st.is_ok()) {
+      print_error(st.message());
+      return kExitUsage;
+    }
+  }
   std::vector<eval::RetrievalMode> modes;
   std::vector<eval::RetrievalExample> examples;
   std::string text;
@@ -273,7 +283,7 @@ int run_eval(EvalFlags& f, EvalTask task) {
       return kExitUsage;
     }
     if (!parse_modes(f.modes, &modes)) return kExitUsage;
-    Expected<std::vector<eval::RetrievalExample>> loaded = eval::load_retrieval_examples(f.data_path, f.limit);
+    Expected<std::vector<eval::RetrievalExample>> loaded = eval::load_retrieval_examples(input_source(f.data_path), f.limit);
     if (!loaded) {
       print_error("--data: " + loaded.status().message());
       return kExitUsage;
@@ -288,7 +298,7 @@ int run_eval(EvalFlags& f, EvalTask task) {
       print_error("--context must be >= 2 tokens, got " + std::to_string(f.context));
       return kExitUsage;
     }
-    Expected<std::string> loaded = eval::read_text_file(f.text_path);
+    Expected<std::string> loaded = eval::read_text_file(input_source(f.text_path));
     if (!loaded) {
       print_error("--text: " + loaded.status().message());
       return kExitUsage;
@@ -569,7 +579,7 @@ void register_eval_command(CLI::App& app) {
   auto r = std::make_shared<EvalFlags>();
   CLI::App* retrieval = eval_cmd->add_subcommand("retrieval", "Long-range retrieval accuracy (exact match of a 4-digit secret)");
   add_eval_flags(retrieval, r.get());
-  retrieval->add_option("--data", r->data_path, "JSONL documents: {\"id\", \"prompt\", \"answer\"} per line");
+  retrieval->add_option("--data", r->data_path, "JSONL documents: {\"id\", \"prompt\", \"answer\"} per line (- = stdin)");
   retrieval->add_option("--mode", r->modes,
                         "prefill (the document is the prompt), stream (fed as forced decode tokens), context (the "
                         "document is the prompt, compressed before its question arrives as forced tokens), or a "
@@ -582,7 +592,7 @@ void register_eval_command(CLI::App& app) {
   auto p = std::make_shared<EvalFlags>();
   CLI::App* ppl = eval_cmd->add_subcommand("ppl", "Perplexity with the text fed as forced decode tokens under each policy");
   add_eval_flags(ppl, p.get());
-  ppl->add_option("--text", p->text_path, "Plain text file");
+  ppl->add_option("--text", p->text_path, "Plain text file (- = stdin)");
   ppl->add_option("--context", p->context, "Window length in tokens (default: 2048 or the model's maximum length if smaller)");
   ppl->add_option("--limit", p->limit, "Evaluate the first N windows (0 = all)");
   ppl->callback([p] { set_exit_code(run_eval(*p, EvalTask::kPerplexity)); });

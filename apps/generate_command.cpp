@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "engine/jsonl_requests.h"
 #include "engine/prompt_builder.h"
+#include "input_path.h"
 #include "interrupt.h"
 #include "output_file.h"
 #include "progress_bar.h"
@@ -158,9 +159,16 @@ int run_generate(GenerateFlags& f) {
     print_error("--chat-template-kwargs must be a JSON object");
     return kExitUsage;
   }
-  if (batch_mode && !std::filesystem::is_regular_file(f.input_path)) {
-    print_error("--input: cannot open '" + f.input_path + "' (no such file)");
-    return kExitUsage;
+  // A FIFO, /dev/stdin, <(...) or "-" is fine: it is read once, after the model loads.
+  if (batch_mode) {
+    if (Status st = check_input_path("--input", f.input_path); !st.is_ok()) {
+      print_error(st.message());
+      return kExitUsage;
+    }
+    if (Status st = check_not_input("--input", f.input_path, "--output", f.output_path); !st.is_ok()) {
+      print_error(st.message());
+      return kExitUsage;
+    }
   }
   // The output is opened (and truncated) before the model loads: a bad path fails at once.
   OutputFile out;
@@ -180,7 +188,7 @@ int run_generate(GenerateFlags& f) {
   PromptBuilder builder(engine->tokenizer());
   if (!batch_mode) return run_single_prompt(f, *engine, builder, kwargs);
 
-  Expected<std::vector<JsonlRequest>> requests = read_jsonl_requests(f.input_path, builder, f.sampling);
+  Expected<std::vector<JsonlRequest>> requests = read_jsonl_requests(input_source(f.input_path), builder, f.sampling);
   if (!requests) {
     print_error("--input: " + requests.status().message());
     return kExitUsage;
@@ -242,7 +250,8 @@ void register_generate_command(CLI::App& app) {
   cmd->add_flag("--chat", flags->chat, "Wrap --prompt as a user message in the model's chat template");
   cmd->add_option("--chat-template-kwargs", flags->chat_template_kwargs, "Extra chat template variables as JSON, e.g. '{\"enable_thinking\": false}'");
   cmd->add_option("--input", flags->input_path,
-                  "JSONL requests: {\"prompt\" | \"messages\", sampling fields, kv_policy, kv_budget, kv_policy_options...} per line");
+                  "JSONL requests: {\"prompt\" | \"messages\", sampling fields, kv_policy, kv_budget, kv_policy_options...} per line "
+                  "(a file, FIFO or <(...); - = stdin)");
   cmd->add_option("--output", flags->output_path, "JSONL results (default: stdout)");
   cmd->add_option("--logprobs", flags->logprobs,
                   "With --input: each result's \"logprobs\" lists every output token's log-probability and the N most "

@@ -1,5 +1,6 @@
 #include "output_file.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +20,13 @@ Status check_output_path(const std::string& flag, const std::string& path) {
   if (fs::exists(p, ec)) {
     if (access(path.c_str(), W_OK) != 0)
       return invalid_argument(flag + ": cannot write '" + path + "': " + std::strerror(errno));
+    // access() says yes to root for anything; opening (without truncating) is the real test. Only
+    // regular files are probed: opening a FIFO for writing could block or signal its reader.
+    if (fs::is_regular_file(p, ec)) {
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0) return invalid_argument(flag + ": cannot write '" + path + "': " + std::strerror(errno));
+      ::close(fd);
+    }
     return Status::ok();
   }
   const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
@@ -26,6 +34,12 @@ Status check_output_path(const std::string& flag, const std::string& path) {
     return invalid_argument(flag + ": cannot write '" + path + "': folder '" + parent.string() + "' does not exist");
   if (access(parent.c_str(), W_OK | X_OK) != 0)
     return invalid_argument(flag + ": cannot write '" + path + "': folder '" + parent.string() + "': " + std::strerror(errno));
+  // Creating the file is the real test (root passes access() on /proc, a read-only mount, ...);
+  // the probe is removed, so an output written only at the end (--plot) appears only then.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return invalid_argument(flag + ": cannot write '" + path + "': " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(path.c_str());
   return Status::ok();
 }
 

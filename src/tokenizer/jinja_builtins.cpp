@@ -99,6 +99,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     int64_t done = 0;
     for (size_t i = 0; i <= cps.size(); ++i) {
       if (count < 0 || done < count) {
+        budget_check(out.size() + repl.size());
         out += repl;
         ++done;
       }
@@ -111,6 +112,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
   while (count < 0 || done < count) {
     size_t hit = s.find(old, pos);
     if (hit == std::string::npos) break;
+    budget_check(out.size() + (hit - pos) + repl.size());
     out.append(s, pos, hit - pos);
     out += repl;
     pos = hit + old.size();
@@ -151,6 +153,7 @@ List py_split(const std::string& s, const Value& sep, int64_t maxsplit, bool fro
       size_t b = i;
       while (i < cps.size() && !is_py_space(cps[i])) ++i;
       words.emplace_back(b, i);
+      if ((words.size() & 0xFFF) == 0) budget_charge(0x1000 * sizeof(words[0]));
     }
     if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit + 1) {
       if (!from_right) {
@@ -170,6 +173,7 @@ List py_split(const std::string& s, const Value& sep, int64_t maxsplit, bool fro
       }
       return parts;
     }
+    budget_check(words.size() * sizeof(Value));
     for (auto& [b, e] : words) parts.emplace_back(utf8_encode(cps, b, e));
     return parts;
   }
@@ -184,6 +188,7 @@ List py_split(const std::string& s, const Value& sep, int64_t maxsplit, bool fro
       size_t hit = s.find(d, pos);
       if (hit == std::string::npos) break;
       pieces.push_back(s.substr(pos, hit - pos));
+      budget_charge(sizeof(std::string) + pieces.back().size());
       pos = hit + d.size();
       ++n;
     }
@@ -197,12 +202,14 @@ List py_split(const std::string& s, const Value& sep, int64_t maxsplit, bool fro
       size_t hit = s.rfind(d, end - d.size());
       if (hit == std::string::npos) break;
       rev.push_back(s.substr(hit + d.size(), end - hit - d.size()));
+      budget_charge(sizeof(std::string) + rev.back().size());
       end = hit;
       ++n;
     }
     rev.push_back(s.substr(0, end));
     pieces.assign(rev.rbegin(), rev.rend());
   }
+  budget_check(pieces.size() * sizeof(Value));
   for (auto& p : pieces) parts.emplace_back(std::move(p));
   return parts;
 }
@@ -260,6 +267,7 @@ std::string py_format(const std::string& fmt, CallArgs& args) {
     }
     if (!v) throw JinjaError("format: missing argument for {" + field + "}");
     out += v->to_str();
+    budget_check(out.size());
     i = close;
   }
   return out;
@@ -325,6 +333,7 @@ Value string_method(const std::string& s, const std::string& name) {
         if (!first) out += s;
         first = false;
         out += v.as_string();
+        budget_check(out.size() + s.size());
       }
       return Value(out);
     });
@@ -336,6 +345,7 @@ Value string_method(const std::string& s, const std::string& name) {
       size_t b = 0;
       for (size_t i = 0; i < s.size(); ++i) {
         if (s[i] == '\n' || s[i] == '\r') {
+          budget_check((out.size() + 1) * sizeof(Value));
           out.emplace_back(s.substr(b, i - b));
           if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
           b = i + 1;
@@ -492,9 +502,11 @@ Value slice_value(const Value& obj, const Value& start, const Value& stop, const
 List iterate(const Value& value) {
   switch (value.kind()) {
     case Kind::kUndefined: return {};
+    // The copy is charged (a loop over a big list, repeated, is work proportional to its size).
     case Kind::kList:
-    case Kind::kTuple: return value.items();
+    case Kind::kTuple: budget_charge(value.items().size() * sizeof(Value)); return value.items();
     case Kind::kDict: {
+      budget_charge(value.entries().items.size() * sizeof(Value));
       List keys;
       for (const auto& [k, v] : value.entries().items) keys.push_back(k);
       return keys;
@@ -502,6 +514,7 @@ List iterate(const Value& value) {
     case Kind::kString: {
       List out;
       std::vector<uint32_t> cps = utf8_decode(value.as_string());
+      budget_charge(cps.size() * sizeof(Value));
       for (size_t i = 0; i < cps.size(); ++i) out.emplace_back(utf8_encode(cps, i, i + 1));
       return out;
     }
@@ -512,7 +525,12 @@ List iterate(const Value& value) {
 int64_t length_of(const Value& value) {
   switch (value.kind()) {
     case Kind::kUndefined: return 0;
-    case Kind::kString: return static_cast<int64_t>(utf8_decode(value.as_string()).size());
+    case Kind::kString: {
+      int64_t n = 0;  // code points: the bytes that do not continue a UTF-8 sequence
+      for (unsigned char c : value.as_string()) n += (c & 0xC0) != 0x80;
+      budget_step(static_cast<int64_t>(value.as_string().size() / 64));
+      return n;
+    }
     case Kind::kList:
     case Kind::kTuple: return static_cast<int64_t>(value.items().size());
     case Kind::kDict: return static_cast<int64_t>(value.entries().items.size());
@@ -573,7 +591,17 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& args) {
       if (!v.is_string()) throw JinjaError("'in <string>' requires string as left operand, not " + v.type_name());
       return other.as_string().find(v.as_string()) != std::string::npos;
     }
-    if (other.is_dict()) return other.entries().find(v) != nullptr;
+    if (other.is_dict()) {
+      budget_step(static_cast<int64_t>(other.entries().items.size()));
+      return other.entries().find(v) != nullptr;
+    }
+    if (other.is_sequence()) {
+      for (const Value& x : other.items()) {
+        budget_step();
+        if (x.equals(v)) return true;
+      }
+      return false;
+    }
     for (const Value& x : iterate(other)) if (x.equals(v)) return true;
     return false;
   }
@@ -605,7 +633,9 @@ Dict builtin_globals() {
     __int128 lo = start, hi = stop, st = step;
     __int128 count = st > 0 ? (hi > lo ? (hi - lo + st - 1) / st : 0) : (lo > hi ? (lo - hi - st - 1) / -st : 0);
     if (count > 100000) throw JinjaError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    budget_check(static_cast<size_t>(count) * sizeof(Value));
     List out;
+    out.reserve(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) out.emplace_back(start + i * step);
     return Value::list(std::move(out));
   }));

@@ -63,6 +63,7 @@ Value f_batch(const Value& v, CallArgs& a) {
   int64_t n = bounded(int_arg(arg(a, 0, "linecount"), "linecount"), "linecount");
   if (n <= 0) throw JinjaError("batch size must be positive");
   const Value& fill = arg(a, 1, "fill_with");
+  budget_check(static_cast<size_t>(n) * sizeof(Value));  // one batch, padded
   List out, cur;
   for (const Value& x : iterate(v)) {
     cur.push_back(x);
@@ -86,6 +87,7 @@ Value f_center(const Value& v, CallArgs& a) {
   std::string s = str_of(v);
   int64_t len = length_of(Value(s));
   if (width <= len) return Value(s);
+  budget_check(s.size() + static_cast<size_t>(width - len));
   int64_t pad = width - len;
   int64_t left = pad / 2 + (pad & width & 1);  // Python's str.center rounding
   return Value(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(pad - left), ' '));
@@ -118,8 +120,9 @@ Value f_dictsort(const Value& v, CallArgs& a) {
 }
 
 Value f_escape(const Value& v, CallArgs&) {
-  std::string out;
-  for (char c : str_of(v)) {
+  std::string in = str_of(v), out;
+  budget_check(in.size() * 5);  // "&amp;" is the longest escape: checked before building
+  for (char c : in) {
     switch (c) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
@@ -190,6 +193,7 @@ Value f_format(const Value& v, CallArgs& a) {
     if (c == '%') { out += '%'; continue; }
     if (next >= a.positional.size()) throw JinjaError("not enough arguments for format string");
     const Value& x = a.positional[next++];
+    budget_check(out.size());
     if (c == 's') out += x.to_str();
     else if (c == 'r') out += x.repr();
     else if (c == 'd' || c == 'i') {
@@ -221,6 +225,7 @@ Value f_indent(const Value& v, CallArgs& a) {
   if (b < s.size()) lines.push_back(s.substr(b));
   std::string rv;
   for (size_t i = 0; i < lines.size(); ++i) {
+    budget_check(rv.size() + ind.size() + lines[i].size() + 1);
     if (i) rv += "\n";
     if (i > 0 && (blank || !lines[i].empty())) rv += ind;
     rv += lines[i];
@@ -243,6 +248,7 @@ Value f_join(const Value& v, CallArgs& a) {
   std::string sep = d.is_undefined() ? "" : d.to_str(), out;
   bool first = true;
   for (const Value& x : iterate(v)) {
+    budget_check(out.size() + sep.size());
     if (!first) out += sep;
     first = false;
     out += (attribute.is_undefined() || attribute.is_none()) ? x.to_str() : lookup_path(x, attribute).to_str();
@@ -274,6 +280,7 @@ Value f_map(const Value& v, CallArgs& a) {
   rest.positional.assign(a.positional.begin() + 1, a.positional.end());
   rest.keyword = a.keyword;
   for (const Value& x : iterate(v)) {
+    budget_step();
     CallArgs call = rest;
     out.push_back(apply_filter(filter, x, call));
   }
@@ -313,6 +320,7 @@ Value select_impl(const Value& v, CallArgs& a, bool by_attr, bool keep) {
   if (!test.empty() && !has_test(test)) throw JinjaError("no test named '" + test + "'");
   List out;
   for (const Value& x : iterate(v)) {
+    budget_step();
     Value subject = by_attr ? lookup_path(x, attribute) : x;
     CallArgs call = test_args;
     bool ok = test.empty() ? subject.truthy() : apply_test(test, subject, call);
@@ -457,6 +465,7 @@ Value f_unique(const Value& v, CallArgs& a) {
   for (const Value& x : iterate(v)) {
     Value key = fold_case(attribute.is_undefined() || attribute.is_none() ? x : lookup_path(x, attribute), cs);
     bool dup = false;
+    budget_step(static_cast<int64_t>(seen.size()));  // quadratic: every comparison is work
     for (const Value& s : seen) if (s.equals(key)) dup = true;
     if (!dup) {
       seen.push_back(key);

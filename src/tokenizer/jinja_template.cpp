@@ -28,6 +28,11 @@ using ScopePtr = std::shared_ptr<Scope>;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
+// A macro call sets up a scope, binds its arguments and captures its output: it takes the time
+// of about this many plain steps, and is charged so (a macro calling itself twice per call would
+// otherwise run 2**call-depth calls at one step each).
+constexpr int64_t kMacroCallSteps = 10;
+
 [[noreturn]] void rethrow_located(const JinjaError& e, int line, int column) {
   throw JinjaError("error at line " + std::to_string(line) + ", column " + std::to_string(column) + ": " + e.what(), true);
 }
@@ -65,9 +70,13 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (op == "+") {
     if (ints) return Value(checked_add(a.as_int(), b.as_int()));
     if (nums) return Value(a.as_float() + b.as_float());
-    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      budget_check(a.as_string().size() + b.as_string().size());
+      return Value(a.as_string() + b.as_string());
+    }
     if (a.is_string()) throw JinjaError("can only concatenate str (not \"" + b.type_name() + "\") to str");
     if (a.is_sequence() && a.kind() == b.kind()) {
+      budget_check((a.items().size() + b.items().size()) * sizeof(Value));
       List out = a.items();
       out.insert(out.end(), b.items().begin(), b.items().end());
       return a.is_list() ? Value::list(std::move(out)) : Value::tuple(std::move(out));
@@ -90,10 +99,17 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (static_cast<__int128>(n) * unit > (__int128{1} << 26)) {
       throw JinjaError("repetition result too large");
     }
+    // Checked against the render's memory before anything is built (a list slot is a Value).
+    budget_check(static_cast<size_t>(n * unit) * (seq->is_string() ? 1 : sizeof(Value)));
     if (seq->is_string()) {
+      // Doubling: a few large copies instead of n small appends ('a' * 2**25 is 25 copies).
+      const std::string& unit_text = seq->as_string();
+      const size_t total = static_cast<size_t>(n) * unit_text.size();
       std::string out;
-      for (int64_t i = 0; i < n; ++i) out += seq->as_string();
-      return Value(out);
+      out.reserve(total);
+      if (total > 0) out = unit_text;
+      while (out.size() < total) out.append(out, 0, std::min(out.size(), total - out.size()));
+      return Value(std::move(out));
     }
     List out;
     for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq->items().begin(), seq->items().end());
@@ -148,7 +164,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
 
 class Interpreter {
  public:
-  Interpreter(const RenderLimits& limits, std::string* out) : limits_(limits), out_(out) {}
+  Interpreter(RenderBudget& budget, std::string* out) : budget_(budget), limits_(budget.limits()), out_(out) {}
 
   Flow exec_body(const Body& body, const ScopePtr& scope) {
     for (const StmtPtr& s : body) {
@@ -159,14 +175,14 @@ class Interpreter {
   }
 
  private:
-  void step() {
-    if (++steps_ > limits_.max_steps) throw JinjaError("template exceeded the step limit of " + std::to_string(limits_.max_steps));
-  }
+  void step() { budget_.step(); }
 
+  // Output is bounded by max_output_bytes rather than the memory budget; copying it costs steps.
   void emit(const std::string& s) {
     if (out_->size() + s.size() > limits_.max_output_bytes) {
       throw JinjaError("rendered output exceeds the limit of " + std::to_string(limits_.max_output_bytes) + " bytes");
     }
+    if (limits_.bytes_per_step > 0) budget_.step(static_cast<int64_t>(s.size()) / limits_.bytes_per_step);
     out_->append(s);
   }
 
@@ -316,6 +332,7 @@ class Interpreter {
     std::weak_ptr<Scope> weak_scope = scope;
     return Value::callable(name, [this, macro, weak_scope, name](CallArgs& args) -> Value {
       if (++call_depth_ > limits_.max_call_depth) throw JinjaError("macro calls nested deeper than " + std::to_string(limits_.max_call_depth));
+      budget_.step(kMacroCallSteps);
       auto frame = std::make_shared<Scope>();
       frame->parent = weak_scope.lock();
       const auto& params = macro->params;
@@ -441,7 +458,9 @@ class Interpreter {
         if (e.name == "or") return a.truthy() ? a : eval(*e.args[1], scope);
         Value b = eval(*e.args[1], scope);
         if (e.name == "~") {
-          std::string s = a.to_str() + b.to_str();
+          std::string sa = a.to_str(), sb = b.to_str();
+          budget_check(sa.size() + sb.size());
+          std::string s = sa + sb;
           if (s.size() > limits_.max_output_bytes) throw JinjaError("string exceeds the output limit");
           return Value(std::move(s));
         }
@@ -483,10 +502,10 @@ class Interpreter {
     return c >= 0;
   }
 
-  RenderLimits limits_;
+  RenderBudget& budget_;
+  const RenderLimits& limits_;
   std::string* out_;
   const Value* block_subject_ = nullptr;
-  int64_t steps_ = 0;
   int call_depth_ = 0;
   std::vector<ScopePtr> keep_alive_;
 };
@@ -539,10 +558,14 @@ Expected<std::string> Template::render(const Value& variables, const RenderLimit
         if (k.is_string()) globals->vars[k.as_string()] = v;
       }
     }
+    // The inputs were built by the caller and are not charged; they widen the budget instead (a
+    // long conversation is copied a few times by any template). Everything below is charged.
+    RenderBudget budget(limits, held_bytes(variables));
+    ActiveBudget active(&budget);
     auto root = std::make_shared<Scope>();
     root->parent = globals;
     std::string out;
-    Interpreter interp(limits, &out);
+    Interpreter interp(budget, &out);
     interp.exec_body(*body_, root);
     return out;
   } catch (const JinjaError& e) {

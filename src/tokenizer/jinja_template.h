@@ -1,6 +1,7 @@
 #pragma once
-// A parsed Jinja template and its interpreter. Rendering is deterministic and bounded: output
-// size, work steps and macro call depth are capped so a hostile template cannot hang or exhaust
+// A parsed Jinja template and its interpreter. Rendering is bounded: output size, work steps
+// (charged per byte allocated too), memory, nesting, macro call depth and, as a backstop, wall
+// time are capped (RenderLimits, jinja_budget.h) so a hostile template cannot hang or exhaust
 // memory. Errors are thrown as JinjaError inside and returned as Status by the public API.
 #include <cstdint>
 #include <memory>
@@ -8,15 +9,10 @@
 
 #include "core/status.h"
 #include "tokenizer/jinja_ast.h"
+#include "tokenizer/jinja_budget.h"
 #include "tokenizer/jinja_lexer.h"
 
 namespace origami::jinja {
-
-struct RenderLimits {
-  size_t max_output_bytes = size_t{64} << 20;
-  int64_t max_steps = 20'000'000;  // statements executed + expressions evaluated
-  int max_call_depth = 64;         // nested macro calls
-};
 
 class Template {
  public:

@@ -36,26 +36,60 @@ const Value* CallArgs::get(size_t index, const std::string& name) const {
   return index < positional.size() ? &positional[index] : nullptr;
 }
 
+Value::Value(const Value& other)
+    : kind_(other.kind_),
+      depth_(other.depth_),
+      int_(other.int_),
+      float_(other.float_),
+      str_((budget_charge(other.str_.size()), other.str_)),
+      list_(other.list_),
+      dict_(other.dict_),
+      fn_(other.fn_) {}
+
+Value& Value::operator=(const Value& other) {
+  if (this != &other) *this = Value(other);
+  return *this;
+}
+
+void Value::account_container(size_t storage_bytes, const Value* items, size_t count, size_t stride) {
+  budget_charge(storage_bytes);
+  uint32_t deepest = 0;
+  const char* p = reinterpret_cast<const char*>(items);
+  for (size_t i = 0; i < count; ++i) deepest = std::max(deepest, reinterpret_cast<const Value*>(p + i * stride)->depth_);
+  depth_ = deepest + 1;
+  int limit = budget_max_nesting();
+  if (limit > 0 && depth_ > static_cast<uint32_t>(limit)) {
+    throw JinjaError("lists and dicts nest deeper than " + std::to_string(limit));
+  }
+}
+
 Value Value::list(List items) {
   Value v(Kind::kList);
+  v.account_container(items.capacity() * sizeof(Value), items.data(), items.size(), sizeof(Value));
   v.list_ = std::make_shared<List>(std::move(items));
   return v;
 }
 
 Value Value::tuple(List items) {
   Value v(Kind::kTuple);
+  v.account_container(items.capacity() * sizeof(Value), items.data(), items.size(), sizeof(Value));
   v.list_ = std::make_shared<List>(std::move(items));
   return v;
 }
 
+// A dict's depth is its values' (keys are hashable scalars in practice; a list key nests too).
 Value Value::dict(Dict d) {
   Value v(Kind::kDict);
+  v.account_container(d.items.capacity() * sizeof(d.items[0]), d.items.empty() ? nullptr : &d.items[0].second,
+                      d.items.size(), sizeof(d.items[0]));
   v.dict_ = std::make_shared<Dict>(std::move(d));
   return v;
 }
 
 Value Value::ns(Dict d) {
   Value v(Kind::kNamespace);
+  v.account_container(d.items.capacity() * sizeof(d.items[0]), d.items.empty() ? nullptr : &d.items[0].second,
+                      d.items.size(), sizeof(d.items[0]));
   v.dict_ = std::make_shared<Dict>(std::move(d));
   return v;
 }
@@ -167,10 +201,15 @@ std::string Value::to_str() const {
     case Kind::kString: return str_;
     case Kind::kList:
     case Kind::kTuple: {
+      // A list may hold the same list twice: printing visits every path, so each element is a
+      // step and the text is checked against the memory budget as it grows.
       std::string out = kind_ == Kind::kList ? "[" : "(";
       for (size_t i = 0; i < list_->size(); ++i) {
+        budget_step();
         if (i) out += ", ";
-        out += (*list_)[i].repr();
+        std::string item = (*list_)[i].repr();
+        budget_charge(item.size());  // every level copies its items' text: charged as it is
+        out += item;
       }
       if (kind_ == Kind::kTuple && list_->size() == 1) out += ",";
       out += kind_ == Kind::kList ? "]" : ")";
@@ -181,9 +220,12 @@ std::string Value::to_str() const {
       std::string out = kind_ == Kind::kNamespace ? "<Namespace {" : "{";
       bool first = true;
       for (const auto& [k, v] : dict_->items) {
+        budget_step();
         if (!first) out += ", ";
         first = false;
-        out += k.repr() + ": " + v.repr();
+        std::string item = k.repr() + ": " + v.repr();
+        budget_charge(item.size());
+        out += item;
       }
       out += kind_ == Kind::kNamespace ? "}>" : "}";
       return out;
@@ -218,6 +260,7 @@ bool Value::equals(const Value& other) const {
   if (is_sequence() && other.is_sequence()) {
     if (kind_ != other.kind_ || list_->size() != other.list_->size()) return false;
     for (size_t i = 0; i < list_->size(); ++i) {
+      budget_step();
       if (!(*list_)[i].equals((*other.list_)[i])) return false;
     }
     return true;
@@ -230,6 +273,7 @@ bool Value::equals(const Value& other) const {
     case Kind::kDict: {
       if (dict_->items.size() != other.dict_->items.size()) return false;
       for (const auto& [k, v] : dict_->items) {
+        budget_step(static_cast<int64_t>(other.dict_->items.size()));
         const Value* o = other.dict_->find(k);
         if (!o || !v.equals(*o)) return false;
       }
@@ -258,6 +302,7 @@ int compare_values(const Value& a, const Value& b) {
     const List& x = a.items();
     const List& y = b.items();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      budget_step();
       if (!x[i].equals(y[i])) return compare_values(x[i], y[i]);
     }
     return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
@@ -292,6 +337,15 @@ Value from_json_impl(const J& j) {
 }
 
 void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
+  // An escape is at most 6 bytes per input byte ("\u001f"; ensure_ascii: 12 per 4-byte code
+  // point); the bound is checked against the render's memory before the text is built.
+  size_t bound = s.size() + 2;
+  if (ensure_ascii) {
+    bound = 6 * s.size() + 2;
+  } else {
+    for (unsigned char c : s) bound += c < 0x20 ? 5 : 0;
+  }
+  budget_check(out.size() + bound);
   out += '"';
   std::vector<uint32_t> cps = ensure_ascii ? utf8_decode(s) : std::vector<uint32_t>{};
   auto put = [&](uint32_t c) {
@@ -333,8 +387,11 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
 void json_dump(std::string& out, const Value& v, const JsonOptions& o, int depth) {
   const std::string& item_sep = o.item_separator;
   const std::string& key_sep = o.key_separator;
+  // Containers may be shared (a list holding one list twice): every element visited is a step,
+  // and the text is checked against the memory budget before each indent and after each item.
   auto newline = [&](int d) {
     if (o.indent >= 0) {
+      budget_check(out.size() + 1 + static_cast<size_t>(o.indent) * static_cast<size_t>(d));
       out += '\n';
       out.append(static_cast<size_t>(o.indent * d), ' ');
     }
@@ -357,9 +414,11 @@ void json_dump(std::string& out, const Value& v, const JsonOptions& o, int depth
       if (items.empty()) { out += "[]"; return; }
       out += '[';
       for (size_t i = 0; i < items.size(); ++i) {
+        budget_step();
         if (i) out += item_sep;
         newline(depth + 1);
         json_dump(out, items[i], o, depth + 1);
+        budget_check(out.size());
       }
       newline(depth);
       out += ']';
@@ -375,6 +434,8 @@ void json_dump(std::string& out, const Value& v, const JsonOptions& o, int depth
       }
       out += '{';
       for (size_t i = 0; i < entries.size(); ++i) {
+        budget_step();
+        budget_check(out.size());
         if (i) out += item_sep;
         newline(depth + 1);
         const Value& k = entries[i]->first;
@@ -403,6 +464,16 @@ void json_dump(std::string& out, const Value& v, const JsonOptions& o, int depth
 
 }  // namespace
 
+size_t held_bytes(const Value& v) {
+  size_t n = sizeof(Value) + (v.is_string() ? v.as_string().size() : 0);
+  if (v.is_sequence()) {
+    for (const Value& x : v.items()) n += held_bytes(x);
+  } else if (v.is_dict() || v.is_namespace()) {
+    for (const auto& [k, x] : v.entries().items) n += held_bytes(k) + held_bytes(x);
+  }
+  return n;
+}
+
 Value from_json(const nlohmann::ordered_json& j) { return from_json_impl(j); }
 Value from_json(const nlohmann::json& j) { return from_json_impl(j); }
 
@@ -416,6 +487,7 @@ std::string to_json(const Value& v, const JsonOptions& options) {
 }
 
 std::vector<uint32_t> utf8_decode(const std::string& s) {
+  budget_charge(s.size() * sizeof(uint32_t));  // 4 bytes per byte: worth charging for a large string
   std::vector<uint32_t> out;
   out.reserve(s.size());
   size_t i = 0;

@@ -1,7 +1,9 @@
 #pragma once
 // The dynamic value of the Jinja interpreter, modelled on the Python objects that Jinja2 templates
 // see: None, bool, int, float, str, list, tuple, dict (insertion-ordered), namespace, callables and
-// Jinja's Undefined. Lists and dicts are shared by reference, as in Python.
+// Jinja's Undefined. Lists and dicts are shared by reference, as in Python. During a render, every
+// string a value holds (on construction and on every copy) and every container's storage is
+// charged to the render's budget (jinja_budget.h).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -11,6 +13,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "tokenizer/jinja_budget.h"
 
 namespace origami::jinja {
 
@@ -60,8 +64,13 @@ class Value {
   Value(int v) : kind_(Kind::kInt), int_(v) {}
   Value(int64_t v) : kind_(Kind::kInt), int_(v) {}
   Value(double v) : kind_(Kind::kFloat), float_(v) {}
-  Value(std::string s) : kind_(Kind::kString), str_(std::move(s)) {}
-  Value(const char* s) : kind_(Kind::kString), str_(s) {}
+  Value(std::string s) : kind_(Kind::kString), str_(charged(std::move(s))) {}
+  Value(const char* s) : Value(std::string(s)) {}
+  Value(const Value& other);
+  Value& operator=(const Value& other);
+  Value(Value&&) noexcept = default;
+  Value& operator=(Value&&) noexcept = default;
+  ~Value() = default;
   static Value list(List items = {});
   static Value tuple(List items);
   static Value dict(Dict d = {});
@@ -106,7 +115,15 @@ class Value {
 
  private:
   explicit Value(Kind k) : kind_(k) {}
+  static std::string charged(std::string s) {
+    budget_charge(s.size());
+    return s;
+  }
+  // Charges a container of `items` and sets its nesting depth (throws past the render's limit).
+  void account_container(size_t storage_bytes, const Value* items, size_t count, size_t stride);
+
   Kind kind_ = Kind::kUndefined;
+  uint32_t depth_ = 0;  // lists/dicts: 1 + the deepest element's depth (fits the padding after kind_)
   int64_t int_ = 0;
   double float_ = 0.0;
   std::string str_;
@@ -120,6 +137,9 @@ int compare_values(const Value& a, const Value& b);
 
 // Python's repr() of a float ("1.0", "1e+20", "0.30000000000000004").
 std::string format_float(double v);
+
+// Bytes `v` holds (strings and container slots, recursively): the size of a render's inputs.
+size_t held_bytes(const Value& v);
 
 // JSON <-> Value. Key order of ordered_json is kept; nlohmann::json arrives sorted.
 Value from_json(const nlohmann::ordered_json& j);
