@@ -24,6 +24,22 @@ namespace {
 constexpr long kMaxGrowthKiB = 256 * 1024;
 constexpr double kMaxSeconds = 1.0;
 
+// Under AddressSanitizer (the CI's second phase) the allocator keeps freed memory in quarantine
+// and every access is instrumented, so RSS and time no longer measure the engine's bounds: the
+// sanitized run checks that every bomb is refused with the right error; the release run checks
+// the 1 s / 256 MB bounds.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kMeasuresResources = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kMeasuresResources = false;
+#else
+constexpr bool kMeasuresResources = true;
+#endif
+#else
+constexpr bool kMeasuresResources = true;
+#endif
+
 long current_rss_kib() {
   std::ifstream statm("/proc/self/statm");
   long pages = 0, resident = 0;
@@ -134,8 +150,10 @@ TEST_P(JinjaBomb, RefusedWithinOneSecondAnd256MB) {
   BombResult r = render_in_child(bomb.source, limits);
   EXPECT_TRUE(r.refused) << bomb.source;
   EXPECT_NE(r.error.find(bomb.limit), std::string::npos) << r.error;
-  EXPECT_LT(r.seconds, kMaxSeconds) << bomb.source;
-  EXPECT_LT(r.growth_kib, kMaxGrowthKiB) << bomb.source;
+  if (kMeasuresResources) {
+    EXPECT_LT(r.seconds, kMaxSeconds) << bomb.source;
+    EXPECT_LT(r.growth_kib, kMaxGrowthKiB) << bomb.source;
+  }
   EXPECT_LE(r.error.size(), 300u);
 }
 
@@ -145,6 +163,7 @@ INSTANTIATE_TEST_SUITE_P(Bombs, JinjaBomb, ::testing::ValuesIn(kBombs),
 // The measurement itself: a render that really takes 160 MB must show as >= 120 MB of growth, or
 // the bounds above would pass vacuously.
 TEST(JinjaBombHarness, MeasuresRealGrowth) {
+  if (!kMeasuresResources) GTEST_SKIP() << "RSS is not the engine's under AddressSanitizer";
   RenderLimits limits;
   limits.max_memory_bytes = size_t{1} << 30;
   limits.max_output_bytes = size_t{1} << 30;
