@@ -91,4 +91,28 @@ Fp8Matrix stack_fp8_rows(const std::vector<const Fp8Matrix*>& parts) {
   return out;
 }
 
+Fp8Matrix fp8_rows(const Fp8Matrix& m, int64_t begin, int64_t count) {
+  ORIGAMI_CHECK(begin >= 0 && count >= 0 && begin + count <= m.rows);
+  Fp8Matrix out;
+  out.rows = count;
+  out.cols = m.cols;
+  out.input_scale = m.input_scale;
+  out.codes.assign(m.codes.begin() + begin * m.cols, m.codes.begin() + (begin + count) * m.cols);
+  out.scales.assign(m.scales.begin() + begin, m.scales.begin() + begin + count);
+  return out;
+}
+
+Fp8Matrix fp8_cols(const Fp8Matrix& m, int64_t begin, int64_t count) {
+  ORIGAMI_CHECK(begin >= 0 && count >= 0 && begin + count <= m.cols);
+  Fp8Matrix out;
+  out.rows = m.rows;
+  out.cols = count;
+  out.input_scale = m.input_scale;
+  out.scales = m.scales;
+  out.codes.resize(static_cast<size_t>(m.rows) * count);
+  for (int64_t r = 0; r < m.rows; ++r)
+    std::memcpy(out.codes.data() + r * count, m.codes.data() + r * m.cols + begin, static_cast<size_t>(count));
+  return out;
+}
+
 }  // namespace origami

@@ -31,4 +31,10 @@ Expected<Fp8Matrix> fp8_matrix(const TensorView& weight, const Fp8Scales& scales
 // GEMM reads one activation tensor (0 when any part is dynamic).
 Fp8Matrix stack_fp8_rows(const std::vector<const Fp8Matrix*>& parts);
 
+// Tensor-parallel shards: rows [begin, begin + count) with their scales (column-parallel q/k/v,
+// gate/up), or columns [begin, begin + count) with every row's scale unchanged (row-parallel o,
+// down: a per-channel scale belongs to the output row, which each rank keeps whole).
+Fp8Matrix fp8_rows(const Fp8Matrix& m, int64_t begin, int64_t count);
+Fp8Matrix fp8_cols(const Fp8Matrix& m, int64_t begin, int64_t count);
+
 }  // namespace origami
