@@ -94,8 +94,15 @@ Expected<ModelWeights> load_model_weights(const std::filesystem::path& model_dir
   // in std::bad_alloc): the files must hold at least 2 bytes (bf16/f16) per parameter it implies,
   // 1 byte for FP8 checkpoints.
   double file_bytes = 0;
-  for (const auto& file : ckpt->files())
-    for (const SafetensorsTensorInfo& t : file->tensors()) file_bytes += static_cast<double>(t.end - t.begin);
+  for (const auto& file : ckpt->files()) {
+    for (const SafetensorsTensorInfo& t : file->tensors()) {
+      file_bytes += static_cast<double>(t.end - t.begin);
+      if (t.supported && t.dtype == DType::kF8E4M3 && !config.quantization.fp8()) {
+        return invalid_file(file->path().string() + ": tensor '" + t.name +
+                            "' is F8_E4M3, but config.json has no FP8 quantization_config (nor hf_quant_config.json)");
+      }
+    }
+  }
   const double params = config.parameter_count();
   const double min_bytes_per_param = config.quantization.fp8() ? 1.0 : 2.0;
   if (params * min_bytes_per_param > file_bytes) {
@@ -119,10 +126,6 @@ Expected<ModelWeights> load_model_weights(const std::filesystem::path& model_dir
     if (view.shape != slot.shape) {
       return invalid_file(file->path().string() + ": tensor '" + slot.name + "' has shape " +
                           shape_to_string(view.shape) + ", but config.json implies " + shape_to_string(slot.shape));
-    }
-    if (view.dtype == DType::kF8E4M3 && !config.quantization.fp8()) {
-      return invalid_file(file->path().string() + ": tensor '" + slot.name +
-                          "' is F8_E4M3, but config.json has no FP8 quantization_config (nor hf_quant_config.json)");
     }
     *slot.view = std::move(view);
   }
