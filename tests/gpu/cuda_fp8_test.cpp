@@ -18,6 +18,7 @@
 #include "cuda_test_util.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "tokenizer/tokenizer.h"
 #include "unit/fp8_checkpoint_fixture.h"
 #include "unit/model_test_util.h"
 
@@ -32,7 +33,7 @@ TEST(Fp8Kernels, QuantizeRowsMatchesHostBitForBit) {
   for (auto [rows, cols] : {std::pair{1, 512}, std::pair{37, 4096}, std::pair{64, 1408}, std::pair{3, 8}}) {
     std::vector<float> x = testing::random_bf16_values(static_cast<size_t>(rows) * cols, rng, 0.7f);
     for (int c = 0; c < cols; ++c) x[c] = 0.0f;  // an all-zero row
-    if (rows > 2) x[static_cast<size_t>(2) * cols + 1] = 1e4f;  // one outlier row
+    if (rows > 2) x[static_cast<size_t>(2) * cols + 1] = bf16_to_f32(f32_to_bf16(1e4f));  // one outlier row
     DeviceBuffer<__nv_bfloat16> dx(testing::to_device_bf16(x));
     DeviceBuffer<uint8_t> codes(x.size());
     DeviceBuffer<float> scales(rows);
@@ -188,7 +189,7 @@ std::vector<std::vector<int32_t>> greedy(Backend& backend, const std::vector<std
   for (size_t s = 0; s < prompts.size(); ++s)
     for (int i = 0; i * kBlockSize < static_cast<int>(prompts[s].size()) + n; ++i) tables[s].push_back(next++);
   std::vector<int> computed(prompts.size(), 0);
-  for (int step = 0; step <= n - 1 + 1 && static_cast<int>(out[0].size()) < n; ++step) {
+  while (static_cast<int>(out[0].size()) < n) {
     ForwardBatch batch;
     for (size_t s = 0; s < prompts.size(); ++s) {
       SequenceInput in;
@@ -228,27 +229,59 @@ std::vector<std::vector<int32_t>> golden_prompts() {
   return prompts;
 }
 
-TEST(Fp8Engine, TeacherForcedLogitsMatchCpuEmulation) {
-  const Model m = load(tiny_dir());
-  auto gpu = make(m, "cuda", true), cpu = make(m, "cpu", true), gpu_bf16 = make(m, "cuda", false);
-  std::mt19937 rng(3);
-  std::vector<int32_t> ids(200);
-  for (int32_t& t : ids) t = static_cast<int32_t>(rng() % m.config.vocab_size);
-  const std::vector<float> g = all_logits(*gpu, ids), c = all_logits(*cpu, ids), b = all_logits(*gpu_bf16, ids);
-  const double err = rel_err(g, c), err_bf16 = rel_err(b, c);
-  std::printf("[tiny-qwen3 fp8] teacher-forced %zu tokens: rel err CUDA FP8 vs CPU FP8 %.3e (CUDA bf16 vs CPU FP8: "
-              "%.3e)\n",
-              ids.size(), err, err_bf16);
-  // The CPU emulation rounds fp32 activations, the GPU bf16 ones: the same 2e-2 as bf16 vs fp32.
-  EXPECT_LT(err, 2e-2);
-  EXPECT_LT(err, err_bf16);  // closer to the emulation than the unquantized model is
+// Tokens of wikitext (real text) for the teacher-forced comparisons.
+std::vector<int32_t> wikitext_ids(size_t count) {
+  auto tok = Tokenizer::load(tiny_dir());
+  EXPECT_TRUE(tok.has_value()) << tok.status().to_string();
+  std::ifstream in(testing::shared_dir() + "/data/wikitext2_test_dev.txt");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::vector<int32_t> ids = (*tok)->encode(text.str().substr(0, 8 * count), true);
+  ids.resize(std::min(ids.size(), count));
+  return ids;
 }
 
-// Greedy: as in cuda_backend_e2e_test, a divergence passes only where the CPU FP8 model's own
-// logits (teacher-forced on the common prefix) rate the two tokens within kNearTie.
-TEST(Fp8Engine, GreedyMatchesCpuEmulation) {
-  constexpr float kNearTie = 0.05f;
+double perplexity(const std::vector<float>& logits, const std::vector<int32_t>& ids, int vocab) {
+  double nll = 0;
+  for (size_t t = 0; t + 1 < ids.size(); ++t) {
+    const float* row = logits.data() + t * vocab;
+    double mx = row[0], sum = 0;
+    for (int v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+    for (int v = 0; v < vocab; ++v) sum += std::exp(row[v] - mx);
+    nll -= row[ids[t + 1]] - mx - std::log(sum);
+  }
+  return std::exp(nll / static_cast<double>(ids.size() - 1));
+}
+
+// FP8 differs between two implementations more than bf16 does: where the GPU's bf16 input and
+// the CPU's fp32 input of a GEMM differ by bf16 rounding (2^-9), the E4M3 code (steps of 2^-4 to
+// 2^-3) flips for a few percent of the elements, each flip a whole step. So the CUDA FP8 logits
+// are compared with the emulation against FP8's own effect: they must be closer to the
+// emulation than the emulation is to full precision, with the same perplexity within 1%.
+TEST(Fp8Engine, TeacherForcedLogitsMatchCpuEmulation) {
   const Model m = load(tiny_dir());
+  const int vocab = m.config.vocab_size;
+  auto gpu = make(m, "cuda", true), cpu = make(m, "cpu", true), cpu_full = make(m, "cpu", false);
+  auto gpu_bf16 = make(m, "cuda", false);
+  const std::vector<int32_t> ids = wikitext_ids(256);
+  const std::vector<float> g = all_logits(*gpu, ids), c = all_logits(*cpu, ids), f = all_logits(*cpu_full, ids);
+  const std::vector<float> b = all_logits(*gpu_bf16, ids);
+  const double err = rel_err(g, c), fp8_effect = rel_err(c, f), bf16_err = rel_err(b, f);
+  const double ppl_g = perplexity(g, ids, vocab), ppl_c = perplexity(c, ids, vocab), ppl_f = perplexity(f, ids, vocab);
+  std::printf("[tiny-qwen3 fp8] wikitext %zu tokens: rel err CUDA FP8 vs CPU FP8 %.3e; CPU FP8 vs CPU fp32 %.3e; CUDA "
+              "bf16 vs CPU fp32 %.3e; perplexity CUDA FP8 %.4f, CPU FP8 %.4f, CPU fp32 %.4f\n",
+              ids.size(), err, fp8_effect, bf16_err, ppl_g, ppl_c, ppl_f);
+  EXPECT_LT(err, fp8_effect);
+  EXPECT_LT(std::fabs(ppl_g / ppl_c - 1), 0.01);
+}
+
+// Greedy: as in cuda_backend_e2e_test, a divergence passes only at a near-tie, here measured
+// against the two backends' FP8 logit noise at that position: the CPU FP8 model's gap between its
+// token and the GPU's must be within 4 standard deviations of the CPU-GPU logit difference
+// (teacher-forced on the common prefix).
+TEST(Fp8Engine, GreedyMatchesCpuEmulation) {
+  const Model m = load(tiny_dir());
+  const int vocab = m.config.vocab_size;
   const auto prompts = golden_prompts();
   const int n = 32;
   for (bool graphs : {true, false}) {
@@ -262,12 +295,17 @@ TEST(Fp8Engine, GreedyMatchesCpuEmulation) {
       if (agree == n) continue;
       std::vector<int32_t> prefix = prompts[s];
       prefix.insert(prefix.end(), c[s].begin(), c[s].begin() + agree);
-      auto oracle = make(m, "cpu", true);
-      const std::vector<float> l = all_logits(*oracle, prefix);
-      const float* last = l.data() + (prefix.size() - 1) * m.config.vocab_size;
-      const float gap = last[c[s][agree]] - last[g[s][agree]];
-      std::printf("[tiny-qwen3 fp8]   parted at token %d: CPU FP8 logit gap %.4f\n", agree, gap);
-      EXPECT_LT(gap, kNearTie) << "prompt " << s << " parted at a clear choice";
+      auto oracle = make(m, "cpu", true), gpu_tf = make(m, "cuda", true, false);
+      const std::vector<float> lc = all_logits(*oracle, prefix), lg = all_logits(*gpu_tf, prefix);
+      const float* last_c = lc.data() + (prefix.size() - 1) * vocab;
+      const float* last_g = lg.data() + (prefix.size() - 1) * vocab;
+      double var = 0;
+      for (int v = 0; v < vocab; ++v) var += (last_c[v] - last_g[v]) * (last_c[v] - last_g[v]);
+      const double sigma = std::sqrt(var / vocab);
+      const float gap = last_c[c[s][agree]] - last_c[g[s][agree]];
+      std::printf("[tiny-qwen3 fp8]   parted at token %d: CPU FP8 logit gap %.4f, CPU-GPU logit noise sigma %.4f\n",
+                  agree, gap, sigma);
+      EXPECT_LT(gap, 4 * sigma) << "prompt " << s << " parted at a clear choice";
     }
     if (graphs) {
       auto* cuda = dynamic_cast<CudaBackend*>(gpu.get());
@@ -289,10 +327,14 @@ TEST(Fp8Engine, CheckpointsMatch) {
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 11) % bf16.config.vocab_size);
   auto a = make(ckpt, "cuda", false), b = make(bf16, "cuda", true);
   EXPECT_EQ(all_logits(*a, ids), all_logits(*b, ids));
-  auto g = make(modelopt, "cuda", false), c = make(modelopt, "cpu", false);
-  const double err = rel_err(all_logits(*g, ids), all_logits(*c, ids));
-  std::printf("[tiny-qwen3 fp8] ModelOpt static scales: rel err CUDA vs CPU %.3e\n", err);
-  EXPECT_LT(err, 2e-2);
+  // Static scales: the same comparison as the dynamic case (closer to the emulation than FP8 is
+  // to full precision).
+  const std::vector<int32_t> text = wikitext_ids(256);
+  auto g = make(modelopt, "cuda", false), c = make(modelopt, "cpu", false), f = make(bf16, "cpu", false);
+  const std::vector<float> lc = all_logits(*c, text);
+  const double err = rel_err(all_logits(*g, text), lc), effect = rel_err(lc, all_logits(*f, text));
+  std::printf("[tiny-qwen3 fp8] ModelOpt static scales: rel err CUDA vs CPU %.3e, CPU FP8 vs fp32 %.3e\n", err, effect);
+  EXPECT_LT(err, effect);
 }
 
 TEST(Fp8Engine, DummyWeightsRun) {
