@@ -218,9 +218,10 @@ Status CudaBackend::allocate_weights(const ModelConfig& full) {
   fp8_ = uses_fp8(options_, full);
   if (fp8_) {
     fp8_gemm_ = std::make_unique<Fp8Gemm>();
-    // One path for every shape: outer-vector scales where cuBLASLt has them, else the epilogue.
-    fp8_epilogue_ = !fp8_gemm_->outer_vector_supported(64, c.q_size() + 2 * c.kv_size(), c.hidden_size);
-    fp8_gemm_->force_scaling(fp8_epilogue_ ? Fp8Gemm::Scaling::kEpilogue : Fp8Gemm::Scaling::kOuterVector);
+    // Without outer-vector scaling in this cuBLASLt, every step takes the epilogue path.
+    fp8_epilogue_ = !fp8_gemm_->outer_vector_supported(Fp8Gemm::kEpilogueMaxRows + 1, c.q_size() + 2 * c.kv_size(),
+                                                       c.hidden_size);
+    if (fp8_epilogue_) fp8_gemm_->force_scaling(Fp8Gemm::Scaling::kEpilogue);
   }
   const size_t h = c.hidden_size, qkv_rows = c.q_size() + 2 * c.kv_size(), inter = c.intermediate_size;
   embed_ = device_alloc_bf16(static_cast<size_t>(vocab_shard_) * h);
@@ -470,11 +471,10 @@ Status CudaBackend::ensure_capacity(int tokens, int seqs, int pages) {
       const size_t widest_in = std::max<size_t>({h, static_cast<size_t>(c.q_size()), static_cast<size_t>(c.intermediate_size)});
       ORIGAMI_RETURN_IF_ERROR(realloc_dev(&fp8_x_, t * widest_in));
       ORIGAMI_RETURN_IF_ERROR(realloc_dev(&fp8_x_scales_, t * sizeof(float)));
-      if (fp8_epilogue_) {
-        const size_t widest_out = std::max<size_t>({h, static_cast<size_t>(c.q_size() + 2 * c.kv_size()),
-                                                    2 * static_cast<size_t>(c.intermediate_size)});
-        ORIGAMI_RETURN_IF_ERROR(realloc_dev(&fp8_acc_, t * widest_out * sizeof(float)));
-      }
+      const size_t widest_out = std::max<size_t>({h, static_cast<size_t>(c.q_size() + 2 * c.kv_size()),
+                                                  2 * static_cast<size_t>(c.intermediate_size)});
+      const size_t acc_rows = fp8_epilogue_ ? t : std::min<size_t>(t, Fp8Gemm::kEpilogueMaxRows);
+      ORIGAMI_RETURN_IF_ERROR(realloc_dev(&fp8_acc_, acc_rows * widest_out * sizeof(float)));
     }
     if (gates_.loaded()) ORIGAMI_RETURN_IF_ERROR(gates_.reserve(next.tokens));
   }

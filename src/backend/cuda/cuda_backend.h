@@ -142,8 +142,9 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   int num_sms_ = 0;
   std::unique_ptr<Gemm> gemm_;
-  // FP8 projections (uses_fp8): the cuBLASLt GEMM, and whether it scales in a separate kernel
-  // (no outer-vector scaling in this cuBLASLt), which needs the fp32 product in fp8_acc_.
+  // FP8 projections (uses_fp8): the cuBLASLt GEMM. Its epilogue path (steps of at most
+  // Fp8Gemm::kEpilogueMaxRows tokens, and every step where this cuBLASLt lacks outer-vector
+  // scaling: fp8_epilogue_) needs the fp32 product in fp8_acc_.
   bool fp8_ = false;
   bool fp8_epilogue_ = false;
   std::unique_ptr<Fp8Gemm> fp8_gemm_;
@@ -180,7 +181,7 @@ class CudaBackend : public Backend {
   bf16* act_ = nullptr;        // [tokens, intermediate]
   uint8_t* fp8_x_ = nullptr;   // FP8: [tokens, widest projection input] E4M3 activations
   float* fp8_x_scales_ = nullptr;  // FP8: [tokens] their per-token scales
-  float* fp8_acc_ = nullptr;   // FP8 epilogue path: [tokens, widest projection output] fp32
+  float* fp8_acc_ = nullptr;   // FP8 epilogue path: [rows, widest projection output] fp32
   static constexpr int kLogitRows = 256;  // rows of logits computed per lm_head GEMM
   bf16* logit_hidden_ = nullptr;  // [kLogitRows, hidden]
   float* logits_ = nullptr;       // [kLogitRows, logits_stride()]

@@ -68,6 +68,7 @@ bool Fp8Gemm::outer_vector_supported(int m, int n, int k) { return plan(m, n, k,
 
 Fp8Gemm::Scaling Fp8Gemm::scaling_for(int m, int n, int k) {
   if (has_forced_) return forced_;
+  if (m <= kEpilogueMaxRows) return Scaling::kEpilogue;
   return outer_vector_supported(m, n, k) ? Scaling::kOuterVector : Scaling::kEpilogue;
 }
 

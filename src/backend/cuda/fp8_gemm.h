@@ -1,10 +1,12 @@
 #pragma once
 // FP8 Linear layers through cuBLASLt on Hopper: y[m, n] = (x[m, k] . w[n, k]^T) * x_scale[i] *
 // w_scale[j], x and w E4M3 codes, both K-major (cuBLASLt's FP8 "TN" layout, which is HF's [n, k]),
-// fp32 accumulation, y bf16. The per-token and per-channel scales are applied by cuBLASLt's
-// outer-vector scaling (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F) where the library offers it
-// for the shape; otherwise the GEMM writes fp32 with unit scales and a small kernel scales it
-// into y (which needs an fp32 scratch of [m, n]). Like Gemm, a fixed workspace and a plan cache
+// fp32 accumulation, y bf16. The per-token and per-channel scales are applied either by
+// cuBLASLt's outer-vector scaling (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F), or by an
+// "epilogue": the GEMM writes fp32 with unit scales and a small kernel scales it into y (which
+// needs an fp32 scratch of [m, n]). Measured on H100 (docs/kernels.md, FP8 GEMMs), the epilogue
+// is faster up to kEpilogueMaxRows rows (decode) and the outer-vector kernels above; the epilogue
+// also serves every shape where the library lacks outer-vector scaling. Like Gemm, a fixed workspace and a plan cache
 // per shape keep every call graph-capturable once a shape has been planned.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -19,6 +21,7 @@ namespace origami::cuda {
 class Fp8Gemm {
  public:
   enum class Scaling { kOuterVector, kEpilogue };
+  static constexpr int kEpilogueMaxRows = 64;
 
   Fp8Gemm();
   ~Fp8Gemm();
@@ -34,7 +37,7 @@ class Fp8Gemm {
   Scaling scaling_for(int m, int n, int k);
 
   // k and n multiples of 16. acc: fp32 [m, n] scratch, used only on the epilogue path (may be
-  // null when scaling_for() is kOuterVector).
+  // null when scaling_for() is kOuterVector: m > kEpilogueMaxRows with outer-vector support).
   void linear(const uint8_t* x, const float* x_scales, int m, int k, const uint8_t* w, const float* w_scales, int n,
               __nv_bfloat16* y, float* acc, cudaStream_t stream);
 
