@@ -5,8 +5,10 @@
 #   cuda_fp8_gemm_bench_test bf16 vs FP8 GEMM time at the Llama-3.1-8B shapes, m = 1/64/256/1024
 #   cuda_decode_bench_test   decode steps of Llama-3.1-8B (dummy weights), bf16 and FP8, batch
 #                            1/64/256 at context 1024 (FP8_DECODE=0 skips it)
-# and prints a summary table last. Logs go to $OUT (or /tmp/origami-gpu). Fixtures come from
-# .devdata (scripts/lib/gpu_common.sh).
+# and prints a summary table last (about 75 s on an H100 with a cold build). Logs go to $OUT (or
+# /tmp/origami-gpu). Fixtures come from .devdata (scripts/lib/gpu_common.sh): shared/ with
+# configs, golden, data/wikitext2_test_dev.txt and models/{origami-tiny-qwen3,stories260k}, and,
+# where the machine lacks them, CLI11 (include/) and GoogleTest + nlohmann-json (prefix/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
