@@ -162,6 +162,7 @@ int run_bench(BenchFlags& f) {
   j["model"] = f.engine.config.model_dir;
   j["device"] = f.engine.config.device;
   j["dummy_weights"] = f.engine.config.dummy_weights;
+  j["quantization"] = f.engine.config.quantization;
   j["num_prompts"] = results.size();
   j["completed"] = static_cast<int>(results.size()) - failed - interrupted;
   j["failed"] = failed;

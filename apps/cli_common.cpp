@@ -99,6 +99,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_option("--tensor-parallel-size,--tp", c.tensor_parallel_size,
                   "GPUs to split the model over (CUDA, NCCL; KV heads are split across them)")
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--quantization", c.quantization,
+                  "fp8: FP8 E4M3 projections (bf16 checkpoints quantized per channel at load; FP8 checkpoints "
+                  "always run in FP8)")
+      ->check(CLI::IsMember({"none", "fp8"}))->capture_default_str();
   cmd->add_option("--block-size", c.block_size, "Tokens per KV block")->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_option("--max-num-seqs", c.max_num_seqs, "Most requests running at once")->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

@@ -23,7 +23,17 @@ struct BackendOptions {
   bool enable_cuda_graphs = true;
   // CUDA: GPUs the model is split over (Megatron-style tensor parallelism over NCCL).
   int tensor_parallel_size = 1;
+  // kFp8 (--quantization fp8): the q/k/v/o/gate/up/down projections run in FP8 E4M3 with per-channel
+  // weight scales and per-token (or the checkpoint's static) activation scales; a bf16 checkpoint
+  // is quantized as it loads. An FP8 checkpoint (ModelConfig::quantization) runs in FP8 whatever
+  // this says. The CPU backend emulates it exactly (fp32 GEMMs over the dequantized operands).
+  WeightQuantization quantization = WeightQuantization::kNone;
 };
+
+// Whether a backend with `options` computes the projections of `config` in FP8.
+inline bool uses_fp8(const BackendOptions& options, const ModelConfig& config) {
+  return options.quantization == WeightQuantization::kFp8 || config.quantization.fp8();
+}
 
 class Backend {
  public:

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/fp8.h"
+
 namespace origami {
 
 size_t dtype_size(DType dtype) {
@@ -9,6 +11,7 @@ size_t dtype_size(DType dtype) {
     case DType::kF32: return 4;
     case DType::kBF16: return 2;
     case DType::kF16: return 2;
+    case DType::kF8E4M3: return 1;
   }
   return 0;
 }
@@ -18,6 +21,7 @@ const char* dtype_name(DType dtype) {
     case DType::kF32: return "F32";
     case DType::kBF16: return "BF16";
     case DType::kF16: return "F16";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";
 }
@@ -26,6 +30,7 @@ bool parse_dtype(std::string_view name, DType* out) {
   if (name == "F32" || name == "float32" || name == "float") { *out = DType::kF32; return true; }
   if (name == "BF16" || name == "bfloat16") { *out = DType::kBF16; return true; }
   if (name == "F16" || name == "float16" || name == "half") { *out = DType::kF16; return true; }
+  if (name == "F8_E4M3" || name == "float8_e4m3fn") { *out = DType::kF8E4M3; return true; }
   return false;
 }
 
@@ -90,6 +95,11 @@ void convert_to_f32(const void* src, DType dtype, size_t count, float* dst) {
     case DType::kF16: {
       const uint16_t* p = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < count; ++i) dst[i] = f16_to_f32(p[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      const uint8_t* p = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = fp8_e4m3_to_f32(p[i]);
       return;
     }
   }

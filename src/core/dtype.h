@@ -7,11 +7,13 @@
 
 namespace origami {
 
-enum class DType { kF32, kBF16, kF16 };
+// kF8E4M3: FP8 codes (core/fp8.h); their values need the scales stored beside them.
+enum class DType { kF32, kBF16, kF16, kF8E4M3 };
 
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
-// Parses safetensors ("F32", "BF16", "F16") and HF config ("float32", "bfloat16", "float16") names.
+// Parses safetensors ("F32", "BF16", "F16", "F8_E4M3") and HF config ("float32", "bfloat16", "float16",
+// "float8_e4m3fn") names.
 bool parse_dtype(std::string_view name, DType* out);
 
 inline float bf16_to_f32(uint16_t bits) {
@@ -33,7 +35,7 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t bits);
 uint16_t f32_to_f16(float f);
 
-// Converts `count` elements of `dtype` at `src` to fp32.
+// Converts `count` elements of `dtype` at `src` to fp32 (FP8: the codes' values, unscaled).
 void convert_to_f32(const void* src, DType dtype, size_t count, float* dst);
 
 }  // namespace origami

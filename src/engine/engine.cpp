@@ -121,6 +121,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   backend_options.gpu_memory_utilization = config.gpu_memory_utilization;
   backend_options.enable_cuda_graphs = config.enable_cuda_graphs;
   backend_options.tensor_parallel_size = config.tensor_parallel_size;
+  if (config.quantization == "fp8") {
+    backend_options.quantization = WeightQuantization::kFp8;
+  } else if (config.quantization != "none") {
+    return invalid_argument("--quantization must be none or fp8, got '" + config.quantization.substr(0, 100) + "'");
+  }
   if (backend != nullptr) {
     engine->backend_ = std::move(backend);
   } else {

@@ -21,6 +21,9 @@ struct EngineConfig {
   float gpu_memory_utilization = 0.9f;
   bool enable_cuda_graphs = true;
   int tensor_parallel_size = 1;  // GPUs the model is split over (CUDA; NCCL)
+  // "none" or "fp8": FP8 E4M3 projections (a bf16 checkpoint is quantized per channel as it
+  // loads; FP8 checkpoints run in FP8 either way). The CPU backend emulates it.
+  std::string quantization = "none";
 
   int block_size = 16;
   int64_t kv_cache_bytes = 0;  // 0: backend default (CPU: 1 GiB; CUDA: from free memory)

@@ -28,6 +28,7 @@ nlohmann::json engine_config_json(const EngineConfig& c) {
   return {{"model", c.model_dir},
           {"device", c.device},
           {"dummy_weights", c.dummy_weights},
+          {"quantization", c.quantization},
           {"block_size", c.block_size},
           {"max_num_seqs", c.max_num_seqs},
           {"max_num_batched_tokens", c.max_num_batched_tokens},

@@ -328,6 +328,7 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text, const std
   if (c.bos_token_id < -1) return invalid_file(field_error(source, "bos_token_id", "must be non-negative"));
   ORIGAMI_RETURN_IF_ERROR(read_token_ids(j, "eos_token_id", source, &c.eos_token_ids));
 
+  ORIGAMI_RETURN_IF_ERROR(parse_quantization_config(j, source, &c.quantization));
   ORIGAMI_RETURN_IF_ERROR(reject_unsupported_features(j, c, source));
   ORIGAMI_RETURN_IF_ERROR(validate(c, source));
   return c;
@@ -341,6 +342,12 @@ Expected<ModelConfig> load_model_config(const std::filesystem::path& model_dir) 
   }
   ORIGAMI_ASSIGN_OR_RETURN(std::string text, read_file(config_path));
   ORIGAMI_ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(text, config_path.string()));
+
+  const std::filesystem::path modelopt_path = model_dir / "hf_quant_config.json";
+  if (config.quantization.weights == WeightQuantization::kNone && std::filesystem::is_regular_file(modelopt_path, ec)) {
+    ORIGAMI_ASSIGN_OR_RETURN(std::string quant_text, read_file(modelopt_path));
+    ORIGAMI_RETURN_IF_ERROR(parse_modelopt_quant_file(quant_text, modelopt_path.string(), &config.quantization));
+  }
 
   // generation_config.json often lists more stop ids than config.json (e.g. chat end tokens).
   const std::filesystem::path gen_path = model_dir / "generation_config.json";

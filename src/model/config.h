@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "model/quantization_config.h"
 
 namespace origami {
 
@@ -41,6 +42,7 @@ struct ModelConfig {
   bool qkv_bias = false;  // Qwen2: q/k/v projections carry a bias
   bool qk_norm = false;   // Qwen3: per-head RMSNorm on q and k before RoPE
   DType dtype = DType::kBF16;  // the checkpoint's dtype
+  QuantizationConfig quantization;  // how its Linear weights are stored (FP8 or not)
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
 
@@ -55,7 +57,8 @@ struct ModelConfig {
 
 // Parses config.json text; `source` names the file in error messages.
 Expected<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source);
-// Reads <dir>/config.json, and merges eos ids from <dir>/generation_config.json when present.
+// Reads <dir>/config.json, and merges eos ids from <dir>/generation_config.json when present and
+// ModelOpt's <dir>/hf_quant_config.json when config.json has no quantization_config.
 Expected<ModelConfig> load_model_config(const std::filesystem::path& model_dir);
 
 }  // namespace origami

@@ -74,6 +74,7 @@ void fill(uint64_t key, WeightKind kind, int64_t begin, int64_t count, Store sto
 }  // namespace
 
 ModelWeights make_dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed) {
+  ORIGAMI_CHECK_MSG(dtype != DType::kF8E4M3, "dummy weights are generated in F32/BF16/F16, then quantized");
   ModelWeights weights;
   std::vector<WeightSlot> slots = weight_slots(config, &weights);
   const size_t elem = dtype_size(dtype);
@@ -124,6 +125,8 @@ ModelWeights make_dummy_weights(const ModelConfig& config, DType dtype, uint64_t
         fill(keys[ch.slot], kind, ch.begin, ch.count, [p](int64_t i, float v) { p[i] = f32_to_f16(v); });
         break;
       }
+      case DType::kF8E4M3:  // rejected above: FP8 needs scales (quantize bf16 dummies instead)
+        break;
     }
   }
 

@@ -49,7 +49,8 @@ Expected<SafetensorsTensorInfo> parse_entry(const std::string& name, const json&
   info.dtype_name = dt->get<std::string>();
   const int elem_size = known_dtype_size(info.dtype_name);
   if (elem_size == 0) return invalid_file(where + ": unsupported dtype '" + info.dtype_name + "'");
-  info.supported = (info.dtype_name == "F32" || info.dtype_name == "BF16" || info.dtype_name == "F16") &&
+  info.supported = (info.dtype_name == "F32" || info.dtype_name == "BF16" || info.dtype_name == "F16" ||
+                    info.dtype_name == "F8_E4M3") &&
                    parse_dtype(info.dtype_name, &info.dtype);
 
   auto sh = e.find("shape");
@@ -189,7 +190,7 @@ Expected<TensorView> SafetensorsFile::view(std::string_view name) const {
   if (info == nullptr) return not_found(path().string() + ": no tensor '" + std::string(name) + "'");
   if (!info->supported) {
     return invalid_file(path().string() + ": tensor '" + info->name + "' has unsupported dtype " + info->dtype_name +
-                        " (supported: F32, BF16, F16)");
+                        " (supported: F32, BF16, F16, F8_E4M3)");
   }
   TensorView v;
   v.name = info->name;

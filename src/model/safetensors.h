@@ -25,7 +25,7 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
 struct SafetensorsTensorInfo {
   std::string name;
   std::string dtype_name;  // as written in the file: "BF16", "I32", ...
-  bool supported = false;  // true for F32 / BF16 / F16, the dtypes the engine computes with
+  bool supported = false;  // true for F32 / BF16 / F16 / F8_E4M3, the dtypes the engine reads
   DType dtype = DType::kF32;  // meaningful only when `supported`
   std::vector<int64_t> shape;
   uint64_t begin = 0;  // byte offsets into the data section, [begin, end)

@@ -17,7 +17,7 @@ Status write_safetensors(const std::filesystem::path& path, const std::vector<Sa
     if (e.name.empty() || e.name == "__metadata__") return invalid_argument(path.string() + ": bad tensor name '" + e.name + "'");
     if (header.contains(e.name)) return invalid_argument(path.string() + ": duplicate tensor '" + e.name + "'");
     DType dt;
-    if (parse_dtype(e.dtype, &dt) && (e.dtype == "F32" || e.dtype == "BF16" || e.dtype == "F16")) {
+    if (parse_dtype(e.dtype, &dt) && (e.dtype == "F32" || e.dtype == "BF16" || e.dtype == "F16" || e.dtype == "F8_E4M3")) {
       uint64_t numel = 1;
       for (int64_t d : e.shape) numel *= static_cast<uint64_t>(d);
       if (numel * dtype_size(dt) != e.num_bytes) {

@@ -60,13 +60,16 @@ double measure_copy_gbps(cudaStream_t stream) {
 }
 
 // Bytes of weights one decode step reads: every linear layer, the norms and lm_head (the
-// embedding table is only gathered, batch rows of it).
-double decode_weight_bytes(const ModelConfig& c) {
+// embedding table is only gathered, batch rows of it). fp8: projections at 1 byte (+ scales).
+double decode_weight_bytes(const ModelConfig& c, bool fp8 = false) {
   const double h = c.hidden_size, qkv = c.q_size() + 2.0 * c.kv_size();
-  double per_layer = qkv * h + h * c.q_size() + 3.0 * c.intermediate_size * h + 2.0 * h;
-  if (c.qk_norm) per_layer += 2.0 * c.head_dim;
-  if (c.qkv_bias) per_layer += qkv;
-  return 2.0 * (c.num_layers * per_layer + static_cast<double>(c.vocab_size) * h + h);
+  const double proj = qkv * h + h * c.q_size() + 3.0 * c.intermediate_size * h;
+  const double proj_rows = qkv + h + 2.0 * c.intermediate_size + h;
+  double other = 2.0 * h;
+  if (c.qk_norm) other += 2.0 * c.head_dim;
+  if (c.qkv_bias) other += qkv;
+  const double proj_bytes = fp8 ? proj + 4.0 * proj_rows : 2.0 * proj;
+  return c.num_layers * (proj_bytes + 2.0 * other) + 2.0 * (static_cast<double>(c.vocab_size) * h + h);
 }
 
 double kv_bytes_per_token(const ModelConfig& c) { return 2.0 * 2.0 * c.num_layers * c.num_kv_heads * c.head_dim; }
@@ -192,6 +195,9 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
   const std::vector<int> contexts = env_list("ORIGAMI_BENCH_CONTEXTS", {1024, 4096});
   const char* eager_env = std::getenv("ORIGAMI_BENCH_EAGER");
   const bool eager = eager_env != nullptr && std::string(eager_env) == "1";
+  // ORIGAMI_BENCH_QUANTIZATION=fp8: FP8 projections (--quantization fp8), dummy weights quantized.
+  const char* quant_env = std::getenv("ORIGAMI_BENCH_QUANTIZATION");
+  const bool fp8 = quant_env != nullptr && std::string(quant_env) == "fp8";
   int device = 0, num_sms = 0;
   ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
   ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
@@ -199,9 +205,9 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
   const double copy_gbps = measure_copy_gbps(stream);
-  const double wbytes = decode_weight_bytes(c), kv_tok = kv_bytes_per_token(c);
-  std::printf("BENCH %s: device-to-device copy %.0f GB/s (read+write); weights read per step %.2f GB; KV %.0f KB/token\n",
-              cfg_name.c_str(), copy_gbps, wbytes / 1e9, kv_tok / 1e3);
+  const double wbytes = decode_weight_bytes(c, fp8), kv_tok = kv_bytes_per_token(c);
+  std::printf("BENCH %s%s: device-to-device copy %.0f GB/s (read+write); weights read per step %.2f GB; KV %.0f KB/token\n",
+              cfg_name.c_str(), fp8 ? " fp8" : "", copy_gbps, wbytes / 1e9, kv_tok / 1e3);
 
   struct Row {
     int batch, context;
@@ -211,6 +217,7 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
   for (bool graphs : eager ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
     BackendOptions opt;
     opt.enable_cuda_graphs = graphs;
+    if (fp8) opt.quantization = WeightQuantization::kFp8;
     auto backend = std::move(create_cuda_backend(opt)).value();
     ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
     for (int context : contexts)
@@ -218,16 +225,16 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
         const double ms = time_decode_steps(*backend, c, batch, context);
         const double kv_gb = static_cast<double>(batch) * (context + 8) * kv_tok / 1e9;
         if (ms < 0) {
-          std::printf("ROOFLINE %s graphs=%d batch=%d context=%d: KV %.1f GB does not fit\n", cfg_name.c_str(), graphs,
-                      batch, context, kv_gb);
+          std::printf("ROOFLINE %s%s graphs=%d batch=%d context=%d: KV %.1f GB does not fit\n", cfg_name.c_str(),
+                      fp8 ? " fp8" : "", graphs, batch, context, kv_gb);
           continue;
         }
         const double floor_ms = (wbytes / 1e9 + kv_gb) / copy_gbps * 1e3;
-        std::printf("ROOFLINE %s graphs=%d batch=%d context=%d: %.3f ms/step, floor %.3f ms (weights %.2f GB + KV %.2f GB "
+        std::printf("ROOFLINE %s%s graphs=%d batch=%d context=%d: %.3f ms/step, floor %.3f ms (weights %.2f GB + KV %.2f GB "
                     "at %.0f GB/s) -> %.0f%% of floor, %.0f tok/s\n",
-                    cfg_name.c_str(), graphs, batch, context, ms, floor_ms, wbytes / 1e9, kv_gb, copy_gbps,
+                    cfg_name.c_str(), fp8 ? " fp8" : "", graphs, batch, context, ms, floor_ms, wbytes / 1e9, kv_gb, copy_gbps,
                     100.0 * floor_ms / ms, batch * 1000.0 / ms);
-        if (graphs) rows.push_back({batch, context, ms});
+        if (graphs && !fp8) rows.push_back({batch, context, ms});  // the breakdown times bf16 GEMMs
       }
   }
 

@@ -14,6 +14,8 @@
 #include "backend/forward_batch_validation.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/check.h"
+#include "core/fp8.h"
+#include "model/fp8_weights.h"
 #include "gates/sink_attention_gate.h"
 #include "sampling/logprob.h"
 #include "sampling/sampler.h"
@@ -45,7 +47,7 @@ void append(std::vector<float>* dst, const std::vector<float>& src) { dst->inser
 }  // namespace
 
 CpuBackend::CpuBackend(const BackendOptions& options)
-    : pool_(std::make_unique<cpu::ThreadPool>(options.num_threads)) {}
+    : pool_(std::make_unique<cpu::ThreadPool>(options.num_threads)), options_(options) {}
 
 void CpuBackend::for_rows(int num_tokens, const std::function<void(int)>& fn) {
   constexpr int kRowsPerItem = 16;
@@ -88,6 +90,31 @@ Status CpuBackend::load(const ModelConfig& c, const ModelWeights& w) {
       ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.q_norm, {c.head_dim}, &layer.q_norm));
       ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.k_norm, {c.head_dim}, &layer.k_norm));
     }
+    if (uses_fp8(options_, c)) {
+      const std::array<std::vector<int64_t>, 7> shapes = {{{q_size, hidden}, {kv_size, hidden}, {kv_size, hidden},
+                                                           {hidden, q_size}, {inter, hidden}, {inter, hidden},
+                                                           {hidden, inter}}};
+      const auto linears = lw.linears();
+      for (size_t i = 0; i < linears.size(); ++i) {
+        const TensorView& t = *linears[i].weight;
+        if (t.empty()) return not_found("weights: tensor '" + t.name + "' is missing");
+        if (t.shape != shapes[i])
+          return invalid_file("weights: tensor '" + t.name + "' does not have the shape the config implies");
+      }
+      ORIGAMI_RETURN_IF_ERROR(load_fp8_linears(lw, &layer));
+      if (c.qkv_bias) {
+        std::vector<float> qb, kb, vb;
+        ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.q_bias, {q_size}, &qb));
+        ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.k_bias, {kv_size}, &kb));
+        ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.v_bias, {kv_size}, &vb));
+        append(&layer.qkv.bias, qb);
+        append(&layer.qkv.bias, kb);
+        append(&layer.qkv.bias, vb);
+      }
+      continue;
+    }
+    if (lw.q_proj.dtype == DType::kF8E4M3)  // unreachable through the loader (config says FP8)
+      return invalid_argument("weights: FP8 projections need --quantization fp8");
     std::vector<float> q, k, v, o, gate, up, down;
     ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.q_proj, {q_size, hidden}, &q));
     ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.k_proj, {kv_size, hidden}, &k));
@@ -121,6 +148,30 @@ Status CpuBackend::load(const ModelConfig& c, const ModelWeights& w) {
   inv_freq_ = cpu::rope_inv_freq(c.rope, c.head_dim);
   config_ = c;
   loaded_ = true;
+  return Status::ok();
+}
+
+Status CpuBackend::load_fp8_linears(const LayerWeights& lw, Layer* layer) const {
+  std::array<Fp8Matrix, 7> m;
+  const auto linears = lw.linears();
+  for (size_t i = 0; i < linears.size(); ++i) {
+    auto r = fp8_matrix(*linears[i].weight, *linears[i].scales);
+    if (!r.has_value()) return Status(r.status().code(), "weights: " + r.status().message());
+    m[i] = std::move(r).value();
+  }
+  auto make = [](const Fp8Matrix& f) {
+    Linear l;
+    l.weight = f.dequantize();
+    l.out_features = static_cast<int>(f.rows);
+    l.in_features = static_cast<int>(f.cols);
+    l.fp8 = true;
+    l.input_scale = f.input_scale;
+    return l;
+  };
+  layer->qkv = make(stack_fp8_rows({&m[0], &m[1], &m[2]}));
+  layer->o = make(m[3]);
+  layer->gate_up = make(stack_fp8_rows({&m[4], &m[5]}));
+  layer->down = make(m[6]);
   return Status::ok();
 }
 
@@ -231,6 +282,15 @@ void CpuBackend::write_gate_scores(int layer_idx, const ForwardBatch& batch, int
 }
 
 void CpuBackend::linear(const Linear& layer, int num_rows, const float* in, float* out) const {
+  if (layer.fp8) {
+    // Round each input row to E4M3 (its own scale, or the static one) before the fp32 GEMM.
+    const size_t k = static_cast<size_t>(layer.in_features);
+    std::vector<float>& q = ws_.fp8_input;
+    if (q.size() < static_cast<size_t>(num_rows) * k) q.resize(static_cast<size_t>(num_rows) * k);
+    std::memcpy(q.data(), in, static_cast<size_t>(num_rows) * k * sizeof(float));
+    fake_quantize_rows_fp8(q.data(), static_cast<size_t>(num_rows), k, k, layer.input_scale);
+    in = q.data();
+  }
   cpu::gemm_nt(num_rows, layer.out_features, layer.in_features, in, layer.in_features, layer.weight.data(),
                layer.in_features, layer.bias.empty() ? nullptr : layer.bias.data(), out, layer.out_features,
                pool_.get());

@@ -89,6 +89,11 @@ class CpuBackend : public Backend {
     std::vector<float> bias;    // [out_features] or empty
     int out_features = 0;
     int in_features = 0;
+    // FP8 (--quantization fp8): `weight` holds the dequantized E4M3 weight, and the input rows are
+    // rounded to E4M3 first, per token (input_scale 0) or with this static scale, so that the fp32
+    // GEMM multiplies exactly the operands of the CUDA backend's FP8 GEMM.
+    bool fp8 = false;
+    float input_scale = 0.0f;
   };
   struct Layer {
     std::vector<float> input_norm;      // [hidden]
@@ -109,6 +114,7 @@ class CpuBackend : public Backend {
     std::vector<float> act;       // [num_tokens, intermediate]
     std::vector<float> rope_cos;  // [num_tokens, head_dim / 2]
     std::vector<float> rope_sin;  // [num_tokens, head_dim / 2]
+    mutable std::vector<float> fp8_input;  // [num_tokens, widest input]: FP8-rounded GEMM input
   };
 
   Status validate(const ForwardBatch& batch) const;
@@ -130,7 +136,11 @@ class CpuBackend : public Backend {
   // Runs fn(t) for every token row; on the pool only for long prefills (row work is cheap).
   void for_rows(int num_tokens, const std::function<void(int)>& fn);
 
+  // FP8 layers (uses_fp8): the projections from the checkpoint (bf16: quantized per channel).
+  Status load_fp8_linears(const LayerWeights& lw, Layer* layer) const;
+
   std::unique_ptr<cpu::ThreadPool> pool_;
+  BackendOptions options_;
   bool loaded_ = false;
   ModelConfig config_;
   std::vector<float> embed_;    // [vocab, hidden]

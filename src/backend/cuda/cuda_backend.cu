@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,6 +13,8 @@
 #include "backend/cuda/cuda_check.h"
 #include "core/check.h"
 #include "backend/cuda/elementwise_kernels.h"
+#include "backend/cuda/fp8_kernels.h"
+#include "model/fp8_weights.h"
 #include "backend/cuda/kv_cache_write.h"
 #include "backend/cuda/logprob_kernels.h"
 #include "backend/cuda/tensor_parallel_backend.h"
@@ -113,11 +116,13 @@ CudaBackend::~CudaBackend() {
   compressor_.reset();  // waits for its stream before the KV pool goes
   graphs_.clear();
   gemm_.reset();
+  fp8_gemm_.reset();
   for (void* p : allocations_) cudaFree(p);
   for (void* p : {static_cast<void*>(residual_), static_cast<void*>(normed_), static_cast<void*>(qkv_),
                   static_cast<void*>(q_), static_cast<void*>(k_), static_cast<void*>(v_),
                   static_cast<void*>(attn_out_), static_cast<void*>(delta_), static_cast<void*>(gate_up_),
-                  static_cast<void*>(act_), static_cast<void*>(logit_hidden_), static_cast<void*>(logits_),
+                  static_cast<void*>(act_), static_cast<void*>(fp8_x_), static_cast<void*>(fp8_x_scales_),
+                  static_cast<void*>(fp8_acc_), static_cast<void*>(logit_hidden_), static_cast<void*>(logits_),
                   static_cast<void*>(logits_shard_), static_cast<void*>(logits_gathered_),
                   attn_workspace_, static_cast<void*>(dev_inputs_), static_cast<void*>(dev_params_),
                   static_cast<void*>(dev_tokens_), static_cast<void*>(dev_logprobs_), static_cast<void*>(dev_top_), kv_pool_})
@@ -127,6 +132,37 @@ CudaBackend::~CudaBackend() {
                   static_cast<void*>(host_top_)})
     if (p != nullptr) cudaFreeHost(p);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void* CudaBackend::device_alloc(size_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, std::max<size_t>(bytes, 16)) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  allocations_.push_back(p);
+  return p;
+}
+
+LinearWeights CudaBackend::alloc_linear(size_t rows, size_t cols) {
+  LinearWeights w;
+  if (!fp8_) {
+    w.data = device_alloc_bf16(rows * cols);
+    return w;
+  }
+  w.dtype = DType::kF8E4M3;
+  w.scales = static_cast<const float*>(device_alloc(rows * sizeof(float)));
+  w.data = w.scales != nullptr ? device_alloc(rows * cols) : nullptr;
+  return w;
+}
+
+void CudaBackend::linear(const bf16* x, int m, int k, const LinearWeights& w, int n, bf16* y) {
+  if (!w.fp8()) {
+    gemm_->linear(x, m, k, w.bf16(), n, y, false);
+    return;
+  }
+  launch_quantize_rows_fp8(x, m, k, w.input_scale, fp8_x_, fp8_x_scales_, stream_);
+  fp8_gemm_->linear(fp8_x_, fp8_x_scales_, m, k, w.codes(), w.scales, n, y, fp8_acc_, stream_);
 }
 
 CudaBackend::bf16* CudaBackend::device_alloc_bf16(size_t count) {
@@ -145,7 +181,18 @@ Status CudaBackend::check_config(const ModelConfig& c) const {
     return Status(ErrorCode::kUnimplemented, "CUDA backend: head_dim " + std::to_string(c.head_dim) +
                                                  " is not supported by the paged attention kernels (64 and 128 are)");
   if (c.vocab_size >= (1 << 24)) return invalid_argument("CUDA backend: vocab_size must be below 2^24");
-  return check_tensor_parallel(c, tp_.size);
+  ORIGAMI_RETURN_IF_ERROR(check_tensor_parallel(c, tp_.size));
+  if (uses_fp8(options_, c)) {
+    // cuBLASLt's FP8 GEMMs need K and N (per rank) in multiples of 16.
+    const ModelConfig s = shard_config(c, tp_.size);
+    for (auto [value, name] : {std::pair{c.hidden_size, "hidden_size"}, std::pair{s.q_size(), "q size per GPU"},
+                               std::pair{s.kv_size(), "kv size per GPU"},
+                               std::pair{s.intermediate_size, "intermediate_size per GPU"}})
+      if (value % 16 != 0)
+        return Status(ErrorCode::kUnimplemented, std::string("CUDA backend: FP8 projections need the ") + name +
+                                                     " to be a multiple of 16, got " + std::to_string(value));
+  }
+  return Status::ok();
 }
 
 Status CudaBackend::check_tensor_parallel(const ModelConfig& c, int size) {
@@ -168,6 +215,14 @@ Status CudaBackend::check_tensor_parallel(const ModelConfig& c, int size) {
 Status CudaBackend::allocate_weights(const ModelConfig& full) {
   const ModelConfig c = shard_config(full, tp_.size);
   vocab_shard_ = (full.vocab_size + tp_.size - 1) / tp_.size;
+  fp8_ = uses_fp8(options_, full);
+  if (fp8_) {
+    fp8_gemm_ = std::make_unique<Fp8Gemm>();
+    // Without outer-vector scaling in this cuBLASLt, every step takes the epilogue path.
+    fp8_epilogue_ = !fp8_gemm_->outer_vector_supported(Fp8Gemm::kEpilogueMaxRows + 1, c.q_size() + 2 * c.kv_size(),
+                                                       c.hidden_size);
+    if (fp8_epilogue_) fp8_gemm_->force_scaling(Fp8Gemm::Scaling::kEpilogue);
+  }
   const size_t h = c.hidden_size, qkv_rows = c.q_size() + 2 * c.kv_size(), inter = c.intermediate_size;
   embed_ = device_alloc_bf16(static_cast<size_t>(vocab_shard_) * h);
   lm_head_ = c.tie_word_embeddings ? embed_ : device_alloc_bf16(static_cast<size_t>(vocab_shard_) * h);
@@ -180,13 +235,13 @@ Status CudaBackend::allocate_weights(const ModelConfig& full) {
       l.q_norm = device_alloc_bf16(c.head_dim);
       l.k_norm = device_alloc_bf16(c.head_dim);
     }
-    l.qkv = device_alloc_bf16(qkv_rows * h);
+    l.qkv = alloc_linear(qkv_rows, h);
     if (c.qkv_bias) l.qkv_bias = device_alloc_bf16(qkv_rows);
-    l.o = device_alloc_bf16(h * c.q_size());
-    l.gate_up = device_alloc_bf16(2 * inter * h);
-    l.down = device_alloc_bf16(h * inter);
-    if (l.input_norm == nullptr || l.post_attn_norm == nullptr || l.qkv == nullptr || l.o == nullptr ||
-        l.gate_up == nullptr || l.down == nullptr || (c.qk_norm && l.k_norm == nullptr) ||
+    l.o = alloc_linear(h, c.q_size());
+    l.gate_up = alloc_linear(2 * inter, h);
+    l.down = alloc_linear(h, inter);
+    if (l.input_norm == nullptr || l.post_attn_norm == nullptr || l.qkv.data == nullptr || l.o.data == nullptr ||
+        l.gate_up.data == nullptr || l.down.data == nullptr || (c.qk_norm && l.k_norm == nullptr) ||
         (c.qkv_bias && l.qkv_bias == nullptr))
       return Status(ErrorCode::kResourceExhausted, "CUDA backend: out of device memory for the weights");
   }
@@ -231,6 +286,51 @@ Status CudaBackend::load(const ModelConfig& config, const ModelWeights& w) {
   ORIGAMI_RETURN_IF_ERROR(upload(embed_, w.embed_tokens, Split::kRows, vocab));
   if (!config.tie_word_embeddings) ORIGAMI_RETURN_IF_ERROR(upload(lm_head_, w.lm_head, Split::kRows, vocab));
   ORIGAMI_RETURN_IF_ERROR(upload(final_norm_, w.final_norm));
+  // FP8: each projection quantized (or taken from the checkpoint) on the host, exactly as the CPU
+  // backend does, then this rank's shard: rows and their scales (column-parallel) or columns with
+  // every scale (row-parallel).
+  auto upload_fp8 = [&](const LinearWeights& dst, const Fp8Matrix& m) -> Status {
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpy(const_cast<void*>(dst.data), m.codes.data(), m.codes.size(),
+                                            cudaMemcpyHostToDevice));
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpy(const_cast<float*>(dst.scales), m.scales.data(),
+                                            m.scales.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return Status::ok();
+  };
+  auto static_scale = [&](LinearWeights* dst, float scale) -> Status {
+    if (!(scale > 0.0f)) return Status::ok();  // dynamic per token
+    float* p = static_cast<float*>(device_alloc(sizeof(float)));
+    if (p == nullptr) return Status(ErrorCode::kResourceExhausted, "CUDA backend: out of device memory for the weights");
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, &scale, sizeof(float), cudaMemcpyHostToDevice));
+    dst->input_scale = p;
+    return Status::ok();
+  };
+  auto upload_fp8_layer = [&](const LayerWeights& lw, Layer& l) -> Status {
+    std::array<Fp8Matrix, 7> m;
+    const auto linears = lw.linears();
+    for (size_t i = 0; i < linears.size(); ++i) {
+      if (linears[i].weight->empty()) return invalid_argument("CUDA backend: missing tensor " + linears[i].weight->name);
+      auto r = fp8_matrix(*linears[i].weight, *linears[i].scales);
+      if (!r.has_value()) return Status(r.status().code(), "CUDA backend: " + r.status().message());
+      m[i] = std::move(r).value();
+    }
+    const int64_t rank = tp_.rank;
+    const bool split = tp_.size > 1;
+    auto rows = [&](const Fp8Matrix& x, int64_t shard) { return split ? fp8_rows(x, rank * shard, shard) : x; };
+    auto cols = [&](const Fp8Matrix& x, int64_t shard) { return split ? fp8_cols(x, rank * shard, shard) : x; };
+    const Fp8Matrix qs = rows(m[0], q), ks = rows(m[1], kv), vs = rows(m[2], kv);
+    const Fp8Matrix qkv = stack_fp8_rows({&qs, &ks, &vs});
+    const Fp8Matrix gs = rows(m[4], inter), us = rows(m[5], inter);
+    const Fp8Matrix gate_up = stack_fp8_rows({&gs, &us});
+    const Fp8Matrix o = cols(m[3], q), down = cols(m[6], inter);
+    ORIGAMI_RETURN_IF_ERROR(upload_fp8(l.qkv, qkv));
+    ORIGAMI_RETURN_IF_ERROR(static_scale(&l.qkv, qkv.input_scale));
+    ORIGAMI_RETURN_IF_ERROR(upload_fp8(l.o, o));
+    ORIGAMI_RETURN_IF_ERROR(static_scale(&l.o, o.input_scale));
+    ORIGAMI_RETURN_IF_ERROR(upload_fp8(l.gate_up, gate_up));
+    ORIGAMI_RETURN_IF_ERROR(static_scale(&l.gate_up, gate_up.input_scale));
+    ORIGAMI_RETURN_IF_ERROR(upload_fp8(l.down, down));
+    return static_scale(&l.down, down.input_scale);
+  };
   for (int i = 0; i < config.num_layers; ++i) {
     const LayerWeights& lw = w.layers[i];
     Layer& l = layers_[i];
@@ -242,18 +342,24 @@ Status CudaBackend::load(const ModelConfig& config, const ModelWeights& w) {
     }
     // q|k|v and gate|up are stacked row-wise so each takes one GEMM; with tensor parallelism
     // each is this rank's rows (column-parallel) and o/down its columns (row-parallel).
-    ORIGAMI_RETURN_IF_ERROR(upload(l.qkv, lw.q_proj, Split::kRows, q));
-    ORIGAMI_RETURN_IF_ERROR(upload(l.qkv + q * h, lw.k_proj, Split::kRows, kv));
-    ORIGAMI_RETURN_IF_ERROR(upload(l.qkv + (q + kv) * h, lw.v_proj, Split::kRows, kv));
+    if (fp8_) {
+      ORIGAMI_RETURN_IF_ERROR(upload_fp8_layer(lw, l));
+    } else {
+      bf16* qkv = const_cast<bf16*>(l.qkv.bf16());
+      ORIGAMI_RETURN_IF_ERROR(upload(qkv, lw.q_proj, Split::kRows, q));
+      ORIGAMI_RETURN_IF_ERROR(upload(qkv + q * h, lw.k_proj, Split::kRows, kv));
+      ORIGAMI_RETURN_IF_ERROR(upload(qkv + (q + kv) * h, lw.v_proj, Split::kRows, kv));
+      ORIGAMI_RETURN_IF_ERROR(upload(const_cast<bf16*>(l.o.bf16()), lw.o_proj, Split::kCols, q));
+      bf16* gate_up = const_cast<bf16*>(l.gate_up.bf16());
+      ORIGAMI_RETURN_IF_ERROR(upload(gate_up, lw.gate_proj, Split::kRows, inter));
+      ORIGAMI_RETURN_IF_ERROR(upload(gate_up + inter * h, lw.up_proj, Split::kRows, inter));
+      ORIGAMI_RETURN_IF_ERROR(upload(const_cast<bf16*>(l.down.bf16()), lw.down_proj, Split::kCols, inter));
+    }
     if (config.qkv_bias) {
       ORIGAMI_RETURN_IF_ERROR(upload(l.qkv_bias, lw.q_bias, Split::kRows, q));
       ORIGAMI_RETURN_IF_ERROR(upload(l.qkv_bias + q, lw.k_bias, Split::kRows, kv));
       ORIGAMI_RETURN_IF_ERROR(upload(l.qkv_bias + q + kv, lw.v_bias, Split::kRows, kv));
     }
-    ORIGAMI_RETURN_IF_ERROR(upload(l.o, lw.o_proj, Split::kCols, q));
-    ORIGAMI_RETURN_IF_ERROR(upload(l.gate_up, lw.gate_proj, Split::kRows, inter));
-    ORIGAMI_RETURN_IF_ERROR(upload(l.gate_up + inter * h, lw.up_proj, Split::kRows, inter));
-    ORIGAMI_RETURN_IF_ERROR(upload(l.down, lw.down_proj, Split::kCols, inter));
   }
   loaded_ = true;
   return Status::ok();
@@ -268,6 +374,18 @@ Status CudaBackend::load_dummy(const ModelConfig& config, uint64_t seed) {
   uint64_t tensor_seed = seed * 1000003ull + static_cast<uint64_t>(tp_.rank) * 7919ull;
   auto normal = [&](bf16* p, size_t n) { launch_fill_random_bf16(p, n, 0.02f, 0.0f, ++tensor_seed, stream_); };
   auto ones = [&](bf16* p, size_t n) { launch_fill_random_bf16(p, n, 0.0f, 1.0f, 0, stream_); };
+  // FP8: random bf16 rows in a staging buffer, quantized per channel by the activation kernel.
+  bf16* staging = nullptr;
+  if (fp8_) {
+    const size_t largest = std::max({qkv_rows * h, h * static_cast<size_t>(c.q_size()), 2 * inter * h, h * inter});
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMalloc(&staging, largest * sizeof(bf16)));
+  }
+  auto matrix = [&](const LinearWeights& w, size_t rows, size_t cols) {
+    if (!w.fp8()) return normal(const_cast<bf16*>(w.bf16()), rows * cols);
+    normal(staging, rows * cols);
+    launch_quantize_rows_fp8(staging, static_cast<int>(rows), static_cast<int>(cols), nullptr,
+                             const_cast<uint8_t*>(w.codes()), const_cast<float*>(w.scales), stream_);
+  };
   normal(embed_, static_cast<size_t>(vocab_shard_) * h);
   if (!config.tie_word_embeddings) normal(lm_head_, static_cast<size_t>(vocab_shard_) * h);
   ones(final_norm_, h);
@@ -278,13 +396,14 @@ Status CudaBackend::load_dummy(const ModelConfig& config, uint64_t seed) {
       ones(l.q_norm, c.head_dim);
       ones(l.k_norm, c.head_dim);
     }
-    normal(l.qkv, qkv_rows * h);
+    matrix(l.qkv, qkv_rows, h);
     if (c.qkv_bias) normal(l.qkv_bias, qkv_rows);
-    normal(l.o, h * c.q_size());
-    normal(l.gate_up, 2 * inter * h);
-    normal(l.down, h * inter);
+    matrix(l.o, h, c.q_size());
+    matrix(l.gate_up, 2 * inter, h);
+    matrix(l.down, h, inter);
   }
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  if (staging != nullptr) cudaFree(staging);
   loaded_ = true;
   return Status::ok();
 }
@@ -348,6 +467,15 @@ Status CudaBackend::ensure_capacity(int tokens, int seqs, int pages) {
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&delta_, t * h * 2));
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&gate_up_, t * 2 * c.intermediate_size * 2));
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&act_, t * c.intermediate_size * 2));
+    if (fp8_) {
+      const size_t widest_in = std::max<size_t>({h, static_cast<size_t>(c.q_size()), static_cast<size_t>(c.intermediate_size)});
+      ORIGAMI_RETURN_IF_ERROR(realloc_dev(&fp8_x_, t * widest_in));
+      ORIGAMI_RETURN_IF_ERROR(realloc_dev(&fp8_x_scales_, t * sizeof(float)));
+      const size_t widest_out = std::max<size_t>({h, static_cast<size_t>(c.q_size() + 2 * c.kv_size()),
+                                                  2 * static_cast<size_t>(c.intermediate_size)});
+      const size_t acc_rows = fp8_epilogue_ ? t : std::min<size_t>(t, Fp8Gemm::kEpilogueMaxRows);
+      ORIGAMI_RETURN_IF_ERROR(realloc_dev(&fp8_acc_, acc_rows * widest_out * sizeof(float)));
+    }
     if (gates_.loaded()) ORIGAMI_RETURN_IF_ERROR(gates_.reserve(next.tokens));
   }
   if (logits_ == nullptr) {
@@ -521,7 +649,7 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
       gd.block_size = kv_layout_.block_size;
       gates_.fork(li, normed_, num_tokens, gd, stream_);
     }
-    gemm_->linear(normed_, num_tokens, h, l.qkv, qkv_cols, qkv_, false);
+    linear(normed_, num_tokens, h, l.qkv, qkv_cols, qkv_);
     if (l.qkv_bias != nullptr) launch_bias_add(qkv_, l.qkv_bias, num_tokens, qkv_cols, stream_);
     RopeArgs ra;
     ra.qkv = qkv_;
@@ -576,13 +704,13 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
       aa.ragged = ragged_.layer(li, uniform_splits, kv_page_elems_);
     }
     ORIGAMI_CUDA_CHECK(paged_attention(aa, plan, attn_workspace_, attn_workspace_bytes_, stream_));
-    gemm_->linear(attn_out_, num_tokens, c.q_size(), l.o, h, delta_, false);
+    linear(attn_out_, num_tokens, c.q_size(), l.o, h, delta_);
     all_reduce(delta_, static_cast<size_t>(num_tokens) * h, NcclDataType::kBFloat16);
     if (gate_scores) gates_.join(stream_);
     launch_add_rmsnorm(residual_, delta_, l.post_attn_norm, c.rms_norm_eps, num_tokens, h, normed_, stream_);
-    gemm_->linear(normed_, num_tokens, h, l.gate_up, 2 * c.intermediate_size, gate_up_, false);
+    linear(normed_, num_tokens, h, l.gate_up, 2 * c.intermediate_size, gate_up_);
     launch_silu_and_mul(gate_up_, num_tokens, c.intermediate_size, act_, stream_);
-    gemm_->linear(act_, num_tokens, c.intermediate_size, l.down, h, delta_, false);
+    linear(act_, num_tokens, c.intermediate_size, l.down, h, delta_);
     all_reduce(delta_, static_cast<size_t>(num_tokens) * h, NcclDataType::kBFloat16);
   }
   launch_add_rmsnorm(residual_, delta_, final_norm_, c.rms_norm_eps, num_tokens, h, normed_, stream_);

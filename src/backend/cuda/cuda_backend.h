@@ -13,7 +13,9 @@
 #include "backend/compression_stepper.h"
 #include "backend/cuda/cuda_compression.h"
 #include "backend/cuda/cuda_graph_runner.h"
+#include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/linear_weights.h"
 #include "backend/cuda/nccl_library.h"
 #include "backend/cuda/paged_attention.h"
 #include "backend/cuda/ragged_heads.h"
@@ -85,11 +87,11 @@ class CudaBackend : public Backend {
     bf16* post_attn_norm = nullptr;  // [hidden]
     bf16* q_norm = nullptr;          // [head_dim] (Qwen3) or null
     bf16* k_norm = nullptr;
-    bf16* qkv = nullptr;             // [q_size + 2 * kv_size, hidden]
+    LinearWeights qkv;               // [q_size + 2 * kv_size, hidden]
     bf16* qkv_bias = nullptr;        // [q_size + 2 * kv_size] (Qwen2) or null
-    bf16* o = nullptr;               // [hidden, q_size]
-    bf16* gate_up = nullptr;         // [2 * intermediate, hidden]
-    bf16* down = nullptr;            // [hidden, intermediate]
+    LinearWeights o;                 // [hidden, q_size]
+    LinearWeights gate_up;           // [2 * intermediate, hidden]
+    LinearWeights down;              // [hidden, intermediate]
   };
   // Capacities of the step buffers; growing one drops the captured graphs.
   struct Capacity {
@@ -122,6 +124,13 @@ class CudaBackend : public Backend {
   // In-place sum over the tensor-parallel ranks (no-op on one GPU).
   void all_reduce(void* buffer, size_t count, NcclDataType type);
   bf16* device_alloc_bf16(size_t count);
+  void* device_alloc(size_t bytes);
+  // A projection's storage: bf16, or (fp8_) E4M3 codes, per-channel scales and a static input
+  // scale slot. Null data when out of memory.
+  LinearWeights alloc_linear(size_t rows, size_t cols);
+  // y [m, n] = x [m, k] . W^T: the bf16 GEMM, or (FP8 weights) x quantized per token (or with
+  // the static scale) into fp8_x_ and the FP8 GEMM.
+  void linear(const bf16* x, int m, int k, const LinearWeights& w, int n, bf16* y);
 
   BackendOptions options_;
   TensorParallelRank tp_;
@@ -133,6 +142,12 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   int num_sms_ = 0;
   std::unique_ptr<Gemm> gemm_;
+  // FP8 projections (uses_fp8): the cuBLASLt GEMM. Its epilogue path (steps of at most
+  // Fp8Gemm::kEpilogueMaxRows tokens, and every step where this cuBLASLt lacks outer-vector
+  // scaling: fp8_epilogue_) needs the fp32 product in fp8_acc_.
+  bool fp8_ = false;
+  bool fp8_epilogue_ = false;
+  std::unique_ptr<Fp8Gemm> fp8_gemm_;
   std::vector<void*> allocations_;  // weights, freed at destruction
 
   bf16* embed_ = nullptr;        // [vocab_shard, hidden]
@@ -164,6 +179,9 @@ class CudaBackend : public Backend {
   bf16* delta_ = nullptr;      // [tokens, hidden]
   bf16* gate_up_ = nullptr;    // [tokens, 2 * intermediate]
   bf16* act_ = nullptr;        // [tokens, intermediate]
+  uint8_t* fp8_x_ = nullptr;   // FP8: [tokens, widest projection input] E4M3 activations
+  float* fp8_x_scales_ = nullptr;  // FP8: [tokens] their per-token scales
+  float* fp8_acc_ = nullptr;   // FP8 epilogue path: [rows, widest projection output] fp32
   static constexpr int kLogitRows = 256;  // rows of logits computed per lm_head GEMM
   bf16* logit_hidden_ = nullptr;  // [kLogitRows, hidden]
   float* logits_ = nullptr;       // [kLogitRows, logits_stride()]

@@ -1,0 +1,97 @@
+#include "backend/cuda/fp8_gemm.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fp8_kernels.h"
+#include "core/check.h"
+
+namespace origami::cuda {
+
+Fp8Gemm::Fp8Gemm() {
+  ORIGAMI_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  workspace_bytes_ = 32u << 20;  // fixed: no allocation inside graph capture
+  ORIGAMI_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+}
+
+Fp8Gemm::~Fp8Gemm() {
+  for (auto& [key, p] : plans_) destroy(p);
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+  if (workspace_ != nullptr) cudaFree(workspace_);
+}
+
+void Fp8Gemm::destroy(Plan& p) {
+  if (p.desc != nullptr) cublasLtMatmulDescDestroy(p.desc);
+  for (cublasLtMatrixLayout_t l : {p.a, p.b, p.d})
+    if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
+  p = Plan{};
+}
+
+Fp8Gemm::Plan& Fp8Gemm::plan(int m, int n, int k, Scaling scaling) {
+  const auto key = std::make_tuple(m, n, k, static_cast<int>(scaling));
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan& p = plans_[key];
+  // Column-major view, as in Gemm: D^T [n, m] = op(A) [n, k] * B [k, m], A = w stored [k, n]
+  // column-major (ld k) and transposed, B = x^T [k, m] (ld k). Scale of A: per row of op(A) = per
+  // output channel; scale of B: per column = per token.
+  const bool outer = scaling == Scaling::kOuterVector;
+  ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t));
+  ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n));
+  if (outer) {
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));
+    ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode));
+    // Placeholder pointers for the heuristic (the real ones are set per call); any device address.
+    const void* any = workspace_;
+    ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &any, sizeof any));
+    ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &any, sizeof any));
+  }
+  ORIGAMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, k, n, k));
+  ORIGAMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, k, m, k));
+  ORIGAMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, outer ? CUDA_R_16BF : CUDA_R_32F, n, m, n));
+  cublasLtMatmulPreference_t pref = nullptr;
+  ORIGAMI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  ORIGAMI_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                            &workspace_bytes_, sizeof workspace_bytes_));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+  if (p.ok) p.algo = result.algo;
+  return p;
+}
+
+bool Fp8Gemm::outer_vector_supported(int m, int n, int k) { return plan(m, n, k, Scaling::kOuterVector).ok; }
+
+Fp8Gemm::Scaling Fp8Gemm::scaling_for(int m, int n, int k) {
+  if (has_forced_) return forced_;
+  if (m <= kEpilogueMaxRows) return Scaling::kEpilogue;
+  return outer_vector_supported(m, n, k) ? Scaling::kOuterVector : Scaling::kEpilogue;
+}
+
+void Fp8Gemm::linear(const uint8_t* x, const float* x_scales, int m, int k, const uint8_t* w, const float* w_scales,
+                     int n, __nv_bfloat16* y, float* acc, cudaStream_t stream) {
+  if (m == 0) return;
+  const Scaling scaling = scaling_for(m, n, k);
+  Plan& p = plan(m, n, k, scaling);
+  ORIGAMI_CHECK_MSG(p.ok, "cuBLASLt has no FP8 GEMM for this shape (k and n must be multiples of 16)");
+  const float alpha = 1.0f, beta = 0.0f;
+  if (scaling == Scaling::kOuterVector) {
+    ORIGAMI_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof w_scales));
+    ORIGAMI_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof x_scales));
+    ORIGAMI_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo,
+                                        workspace_, workspace_bytes_, stream));
+    return;
+  }
+  ORIGAMI_CHECK_MSG(acc != nullptr, "FP8 GEMM epilogue path without its fp32 scratch");
+  ORIGAMI_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, acc, p.d, acc, p.d, &p.algo,
+                                      workspace_, workspace_bytes_, stream));
+  launch_scale_fp8_product(acc, m, n, x_scales, w_scales, y, stream);
+}
+
+}  // namespace origami::cuda

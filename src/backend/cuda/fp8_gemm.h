@@ -1,0 +1,63 @@
+#pragma once
+// FP8 Linear layers through cuBLASLt on Hopper: y[m, n] = (x[m, k] . w[n, k]^T) * x_scale[i] *
+// w_scale[j], x and w E4M3 codes, both K-major (cuBLASLt's FP8 "TN" layout, which is HF's [n, k]),
+// fp32 accumulation, y bf16. The per-token and per-channel scales are applied either by
+// cuBLASLt's outer-vector scaling (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F), or by an
+// "epilogue": the GEMM writes fp32 with unit scales and a small kernel scales it into y (which
+// needs an fp32 scratch of [m, n]). Measured on H100 (docs/kernels.md, FP8 GEMMs), the epilogue
+// is faster up to kEpilogueMaxRows rows (decode) and the outer-vector kernels above; the epilogue
+// also serves every shape where the library lacks outer-vector scaling. Like Gemm, a fixed workspace and a plan cache
+// per shape keep every call graph-capturable once a shape has been planned.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+namespace origami::cuda {
+
+class Fp8Gemm {
+ public:
+  enum class Scaling { kOuterVector, kEpilogue };
+  static constexpr int kEpilogueMaxRows = 64;
+
+  Fp8Gemm();
+  ~Fp8Gemm();
+  Fp8Gemm(const Fp8Gemm&) = delete;
+  Fp8Gemm& operator=(const Fp8Gemm&) = delete;
+
+  // Whether cuBLASLt runs outer-vector scaled FP8 GEMMs of this shape; decided once per shape.
+  bool outer_vector_supported(int m, int n, int k);
+  // Forces a scaling path (tests and benchmarks compare both).
+  void force_scaling(Scaling scaling) { forced_ = scaling; has_forced_ = true; }
+  void clear_forced_scaling() { has_forced_ = false; }
+  // The path linear() takes for this shape.
+  Scaling scaling_for(int m, int n, int k);
+
+  // k and n multiples of 16. acc: fp32 [m, n] scratch, used only on the epilogue path (may be
+  // null when scaling_for() is kOuterVector: m > kEpilogueMaxRows with outer-vector support).
+  void linear(const uint8_t* x, const float* x_scales, int m, int k, const uint8_t* w, const float* w_scales, int n,
+              __nv_bfloat16* y, float* acc, cudaStream_t stream);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool ok = false;
+  };
+  // Plans y (bf16, outer-vector scales) or acc (fp32, unit scales) for (m, n, k).
+  Plan& plan(int m, int n, int k, Scaling scaling);
+  void destroy(Plan& p);
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<std::tuple<int, int, int, int>, Plan> plans_;
+  Scaling forced_ = Scaling::kOuterVector;
+  bool has_forced_ = false;
+};
+
+}  // namespace origami::cuda

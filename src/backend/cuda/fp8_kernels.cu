@@ -1,0 +1,88 @@
+#include "backend/cuda/fp8_kernels.h"
+
+#include <cuda_fp8.h>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace origami::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ inline float row_scale(float amax) {
+  const float s = amax / 448.0f;  // IEEE division, as the host's fp8_row_scale
+  return s > 1.17549435e-38f ? s : 1.17549435e-38f;
+}
+
+// One block per row; 8 bf16 per thread per step (16-byte loads), codes stored 8 at a time.
+__global__ void quantize_rows_kernel(const __nv_bfloat16* __restrict__ x, int cols, const float* static_scale,
+                                     uint8_t* __restrict__ codes, float* __restrict__ scales) {
+  const size_t row = blockIdx.x;
+  const __nv_bfloat16* in = x + row * cols;
+  uint8_t* out = codes + row * cols;
+  __shared__ float s_scale;
+  if (static_scale != nullptr) {
+    if (threadIdx.x == 0) s_scale = *static_scale;
+  } else {
+    float amax = 0.0f;
+    for (int c = threadIdx.x * 8; c < cols; c += blockDim.x * 8) {
+      const uint4 v = *reinterpret_cast<const uint4*>(in + c);
+      const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(__bfloat162float(e[i])));
+    }
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    __shared__ float warp_max[kThreads / 32];
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float m = 0.0f;
+      for (int w = 0; w < (blockDim.x + 31) / 32; ++w) m = fmaxf(m, warp_max[w]);
+      s_scale = row_scale(m);
+    }
+  }
+  __syncthreads();
+  const float s = s_scale;
+  if (threadIdx.x == 0) scales[row] = s;
+  for (int c = threadIdx.x * 8; c < cols; c += blockDim.x * 8) {
+    const uint4 v = *reinterpret_cast<const uint4*>(in + c);
+    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
+    uint8_t q[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      q[i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(__bfloat162float(e[i]) / s, __NV_SATFINITE, __NV_E4M3));
+    *reinterpret_cast<uint2*>(out + c) = *reinterpret_cast<const uint2*>(q);
+  }
+}
+
+__global__ void scale_product_kernel(const float* __restrict__ acc, int rows, int cols,
+                                     const float* __restrict__ row_scale_v, const float* __restrict__ col_scale_v,
+                                     __nv_bfloat16* __restrict__ y) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t r = i / cols, c = i % cols;
+    y[i] = __float2bfloat16(acc[i] * row_scale_v[r] * col_scale_v[c]);
+  }
+}
+
+}  // namespace
+
+void launch_quantize_rows_fp8(const __nv_bfloat16* x, int rows, int cols, const float* static_scale, uint8_t* codes,
+                              float* scales, cudaStream_t stream) {
+  if (rows == 0) return;
+  const int threads = cols >= 8 * kThreads ? kThreads : ((cols / 8 + 31) / 32) * 32;
+  quantize_rows_kernel<<<rows, threads > 0 ? threads : 32, 0, stream>>>(x, cols, static_scale, codes, scales);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_scale_fp8_product(const float* acc, int rows, int cols, const float* row_scale_v, const float* col_scale_v,
+                              __nv_bfloat16* y, cudaStream_t stream) {
+  if (rows == 0) return;
+  const size_t n = static_cast<size_t>(rows) * cols;
+  const int blocks = static_cast<int>(std::min<size_t>((n + 255) / 256, 4096));
+  scale_product_kernel<<<blocks, 256, 0, stream>>>(acc, rows, cols, row_scale_v, col_scale_v, y);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace origami::cuda

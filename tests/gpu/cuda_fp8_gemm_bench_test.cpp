@@ -1,0 +1,104 @@
+// FP8 vs bf16 GEMM time of the decode step's projections at the Llama-3.1-8B shapes (hidden 4096,
+// 32 q / 8 kv heads of 128, intermediate 14336) for m = 1, 64, 256, 1024 tokens, next to the time
+// the weight bytes take at the device's copy bandwidth. FP8 = the per-token quantize kernel + the
+// cuBLASLt GEMM (outer-vector scales; the epilogue path beside it). ORIGAMI_CUDA_BENCH=1.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+
+#include "backend/cuda/fp8_gemm.h"
+#include "backend/cuda/fp8_kernels.h"
+#include "backend/cuda/gemm.h"
+#include "bench_util.h"
+#include "cuda_test_util.h"
+
+namespace origami::cuda {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::graph_ms;
+using testing::median_ms;
+
+TEST(Fp8GemmBench, Llama31_8BProjections) {
+  if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
+  cudaStream_t stream;
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // Copy bandwidth (read + write), the floor's yardstick.
+  const size_t copy_n = size_t(1) << 30;
+  double copy_gbps;
+  {
+    DeviceBuffer<char> a(copy_n), b(copy_n);
+    ORIGAMI_CUDA_CHECK(cudaMemsetAsync(a.get(), 1, copy_n, stream));
+    const float ms = median_ms(stream, 10, [&](int) {
+      ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), copy_n, cudaMemcpyDeviceToDevice, stream));
+    });
+    copy_gbps = 2.0 * copy_n / ms / 1e6;
+  }
+  struct Shape {
+    const char* name;
+    int n, k;
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+  const int ms_list[] = {1, 64, 256, 1024};
+  Gemm bf16_gemm;
+  bf16_gemm.set_stream(stream);
+  Fp8Gemm fp8_gemm;
+  std::mt19937 rng(1);
+  std::printf("FP8BENCH device copy bandwidth %.0f GB/s; Llama-3.1-8B projections, one layer (x32 layers per step)\n",
+              copy_gbps);
+  // fp8 ms: the path the backend takes at this m (Fp8Gemm::scaling_for); outer / epilogue: each
+  // path with its quantize kernel; gemm only: the outer-vector GEMM without it.
+  std::printf("FP8BENCH %-8s %5s | %9s %9s | %9s %9s %9s %9s | %7s %7s\n", "shape", "m", "bf16 ms", "floor", "fp8 ms",
+              "outer", "gemm only", "epilogue", "floor", "speedup");
+  for (int m : ms_list) {
+    double sum_bf16 = 0, sum_fp8 = 0;
+    for (const Shape& s : shapes) {
+      const size_t wn = static_cast<size_t>(s.n) * s.k;
+      DeviceBuffer<__nv_bfloat16> w(wn), x(static_cast<size_t>(m) * s.k), y(static_cast<size_t>(m) * s.n);
+      {
+        std::vector<float> xv = testing::random_bf16_values(static_cast<size_t>(m) * s.k, rng, 1.0f);
+        x.upload(testing::to_device_bf16(xv));
+      }
+      ORIGAMI_CUDA_CHECK(cudaMemsetAsync(w.get(), 0x3c, wn * 2, stream));  // ~0.01: any finite values
+      DeviceBuffer<uint8_t> wq(wn), xq(static_cast<size_t>(m) * s.k);
+      DeviceBuffer<float> ws(s.n), xs(m), acc(static_cast<size_t>(m) * s.n);
+      launch_quantize_rows_fp8(w.get(), s.n, s.k, nullptr, wq.get(), ws.get(), stream);
+      const float t_bf16 = graph_ms(stream, 50, [&] { bf16_gemm.linear(x.get(), m, s.k, w.get(), s.n, y.get(), false); });
+      fp8_gemm.force_scaling(Fp8Gemm::Scaling::kOuterVector);
+      const bool outer = fp8_gemm.outer_vector_supported(m, s.n, s.k);
+      if (!outer) fp8_gemm.force_scaling(Fp8Gemm::Scaling::kEpilogue);
+      fp8_gemm.linear(xq.get(), xs.get(), m, s.k, wq.get(), ws.get(), s.n, y.get(), acc.get(), stream);  // plan
+      const float t_outer = graph_ms(stream, 50, [&] {
+        launch_quantize_rows_fp8(x.get(), m, s.k, nullptr, xq.get(), xs.get(), stream);
+        fp8_gemm.linear(xq.get(), xs.get(), m, s.k, wq.get(), ws.get(), s.n, y.get(), acc.get(), stream);
+      });
+      const float t_gemm = graph_ms(stream, 50, [&] {
+        fp8_gemm.linear(xq.get(), xs.get(), m, s.k, wq.get(), ws.get(), s.n, y.get(), acc.get(), stream);
+      });
+      fp8_gemm.force_scaling(Fp8Gemm::Scaling::kEpilogue);
+      fp8_gemm.linear(xq.get(), xs.get(), m, s.k, wq.get(), ws.get(), s.n, y.get(), acc.get(), stream);
+      const float t_epi = graph_ms(stream, 50, [&] {
+        launch_quantize_rows_fp8(x.get(), m, s.k, nullptr, xq.get(), xs.get(), stream);
+        fp8_gemm.linear(xq.get(), xs.get(), m, s.k, wq.get(), ws.get(), s.n, y.get(), acc.get(), stream);
+      });
+      fp8_gemm.clear_forced_scaling();
+      const float t_fp8 = fp8_gemm.scaling_for(m, s.n, s.k) == Fp8Gemm::Scaling::kEpilogue ? t_epi : t_outer;
+      // Bytes each must move at least: weights + activations in + outputs (read once / written once).
+      const double act = static_cast<double>(m) * (s.k + s.n) * 2;
+      const double floor_bf16 = (2.0 * wn + act) / (copy_gbps / 2) / 1e6;  // copy GB/s counts read + write
+      const double floor_fp8 = (1.0 * wn + 4.0 * s.n + act) / (copy_gbps / 2) / 1e6;
+      std::printf("FP8BENCH %-8s %5d | %9.4f %9.4f | %9.4f %9.4f %9.4f %9.4f | %7.4f %6.2fx%s\n", s.name, m, t_bf16,
+                  floor_bf16, t_fp8, t_outer, t_gemm, t_epi, floor_fp8, t_bf16 / t_fp8,
+                  outer ? "" : " (no outer-vector: epilogue)");
+      sum_bf16 += t_bf16;
+      sum_fp8 += t_fp8;
+    }
+    std::printf("FP8BENCH layer    %5d | %9.4f           | %9.4f                               |         %6.2fx\n", m,
+                sum_bf16, sum_fp8, sum_bf16 / sum_fp8);
+  }
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace origami::cuda
