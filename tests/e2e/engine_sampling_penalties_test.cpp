@@ -17,13 +17,13 @@ namespace {
 
 const std::vector<int32_t> kPrompt = {463, 4592, 301, 270, 5936, 3001, 77, 1200, 8, 4242, 17, 903, 2500, 61, 3333, 12, 99};
 
-struct Run {
+struct Decoded {
   std::vector<int32_t> tokens;
   FinishReason reason = FinishReason::kNone;
 };
 
-Run run_one(Engine& engine, const std::vector<int32_t>& prompt, const SamplingParams& sp) {
-  Run run;
+Decoded run_one(Engine& engine, const std::vector<int32_t>& prompt, const SamplingParams& sp) {
+  Decoded run;
   auto id = engine.add_request(prompt, sp);
   EXPECT_TRUE(id.has_value()) << id.status().to_string();
   if (!id) return run;
@@ -88,7 +88,7 @@ TEST(EngineSamplingPenalties, PenalizedGreedyDecodeDiffersAndMatchesTheReference
   auto engine = make_engine(cpu_config(tiny_qwen3_dir()));
   ASSERT_NE(engine, nullptr);
   const std::vector<int32_t>& eos = engine->model_config().eos_token_ids;
-  const Run plain = run_one(*engine, kPrompt, greedy(24));
+  const Decoded plain = run_one(*engine, kPrompt, greedy(24));
   ASSERT_EQ(plain.tokens.size(), 24u);
   SamplingParams repetition = greedy(24);
   repetition.repetition_penalty = 1.5f;
@@ -96,7 +96,7 @@ TEST(EngineSamplingPenalties, PenalizedGreedyDecodeDiffersAndMatchesTheReference
   frequency.frequency_penalty = 1.5f;
   frequency.presence_penalty = 0.5f;
   for (const SamplingParams& sp : {repetition, frequency}) {
-    const Run penalized = run_one(*engine, kPrompt, sp);
+    const Decoded penalized = run_one(*engine, kPrompt, sp);
     ASSERT_EQ(penalized.tokens.size(), 24u);
     EXPECT_NE(penalized.tokens, plain.tokens);
     expect_reference_greedy(kPrompt, sp, eos, penalized.tokens);
@@ -115,7 +115,7 @@ TEST(EngineSamplingPenalties, PenalizedGreedyDecodeDiffersAndMatchesTheReference
 TEST(EngineSamplingPenalties, LogitBiasForcesAToken) {
   auto engine = make_engine(cpu_config(tiny_qwen3_dir()));
   ASSERT_NE(engine, nullptr);
-  const Run plain = run_one(*engine, kPrompt, greedy(8));
+  const Decoded plain = run_one(*engine, kPrompt, greedy(8));
   const int32_t forced = plain.tokens[0] == 1234 ? 1235 : 1234;
   SamplingParams sp = greedy(8);
   sp.logit_bias = {{forced, 100.0f}};
@@ -140,12 +140,12 @@ TEST(EngineSamplingPenalties, MinTokensDelaysEos) {
   SamplingParams sp = greedy(20);
   sp.ignore_eos = false;
   sp.logit_bias = {{eos[0], 100.0f}};
-  const Run immediate = run_one(*engine, kPrompt, sp);
+  const Decoded immediate = run_one(*engine, kPrompt, sp);
   EXPECT_EQ(immediate.tokens, std::vector<int32_t>{eos[0]});
   EXPECT_EQ(immediate.reason, FinishReason::kEos);
   // With min_tokens = 5, EOS is masked for five tokens and comes sixth.
   sp.min_tokens = 5;
-  const Run delayed = run_one(*engine, kPrompt, sp);
+  const Decoded delayed = run_one(*engine, kPrompt, sp);
   ASSERT_EQ(delayed.tokens.size(), 6u);
   EXPECT_EQ(delayed.tokens.back(), eos[0]);
   EXPECT_EQ(delayed.reason, FinishReason::kEos);
@@ -157,7 +157,7 @@ TEST(EngineSamplingPenalties, MinTokensDelaysEos) {
   stop.stop_token_ids = {777};
   stop.logit_bias = {{777, 100.0f}};
   stop.min_tokens = 3;
-  const Run stopped = run_one(*engine, kPrompt, stop);
+  const Decoded stopped = run_one(*engine, kPrompt, stop);
   ASSERT_EQ(stopped.tokens.size(), 4u);
   EXPECT_EQ(stopped.tokens.back(), 777);
   EXPECT_EQ(stopped.reason, FinishReason::kStop);
