@@ -4,8 +4,8 @@
 
 namespace origami {
 
-LogitAdjustments::LogitAdjustments(const SamplingParams& params, std::span<const int32_t> prompt,
-                                   std::span<const int32_t> eos_token_ids, int vocab_size)
+LogitAdjustments::LogitAdjustments(const SamplingParams& params, const std::vector<int32_t>& prompt,
+                                   const std::vector<int32_t>& eos_token_ids, int vocab_size)
     : repetition_penalty_(params.repetition_penalty),
       frequency_penalty_(params.frequency_penalty),
       presence_penalty_(params.presence_penalty),

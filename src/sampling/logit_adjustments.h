@@ -11,9 +11,9 @@
 // that the prompt (only under a repetition penalty), the output (only under a penalty),
 // logit_bias or the min_tokens mask names. Entries are updated in place as tokens are generated
 // (O(1) per token); a request without any adjustment has no entries and costs nothing. The CUDA
-// sampling kernel applies the same entries (backend/cuda/sampling_kernels.h).
+// sampling kernel applies the same entries (backend/cuda/sampling_kernels.h); this header is
+// also compiled as CUDA C++17, hence vectors rather than spans.
 #include <cstdint>
-#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -38,14 +38,14 @@ class LogitAdjustments {
   // `prompt` and `eos_token_ids` are read here only; params must be valid (validate()) with
   // logit_bias ids below vocab_size. Stop token ids at or above vocab_size are never sampled and
   // so need no mask.
-  LogitAdjustments(const SamplingParams& params, std::span<const int32_t> prompt,
-                   std::span<const int32_t> eos_token_ids, int vocab_size);
+  LogitAdjustments(const SamplingParams& params, const std::vector<int32_t>& prompt,
+                   const std::vector<int32_t>& eos_token_ids, int vocab_size);
 
   // Records a token appended to the output (sampled or forced).
   void add_output_token(int32_t token);
 
   bool empty() const { return entries_.empty(); }
-  std::span<const LogitAdjustment> entries() const { return entries_; }
+  const std::vector<LogitAdjustment>& entries() const { return entries_; }
   float repetition_penalty() const { return repetition_penalty_; }
   float presence_penalty() const { return presence_penalty_; }
 

@@ -788,7 +788,7 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
       rp.adjust_begin = static_cast<int>(num_adjust);
       rp.adjust_count = 0;
       if (s.logits_mode != LogitsMode::kNone && s.logit_adjustments != nullptr) {
-        const std::span<const LogitAdjustment> entries = s.logit_adjustments->entries();
+        const std::vector<LogitAdjustment>& entries = s.logit_adjustments->entries();
         std::copy(entries.begin(), entries.end(), host_adjust_ + num_adjust);
         num_adjust += entries.size();
         rp.adjust_count = static_cast<int>(entries.size());
