@@ -68,7 +68,7 @@ bool is_null_or(const nlohmann::json& v, bool (*is_default)(const nlohmann::json
 struct UnsupportedField {
   const char* name;
   bool (*is_default)(const nlohmann::json&);  // besides null
-  const char* what;                          // the default, for the message
+  const char* what;                          // the default, for the message; null: only null
 };
 
 bool never(const nlohmann::json&) { return false; }
@@ -78,7 +78,8 @@ bool is_empty_list(const nlohmann::json& v) { return v.is_array() && v.empty(); 
 bool is_empty_string(const nlohmann::json& v) { return v.is_string() && v.get<std::string>().empty(); }
 bool is_none_choice(const nlohmann::json& v) { return v.is_string() && v.get<std::string>() == "none"; }
 bool is_one(const nlohmann::json& v) { return v.is_number() && v.get<double>() == 1.0; }
-bool is_text_format(const nlohmann::json& v) { return v.is_object() && v.size() == 1 && v.value("type", "") == "text"; }
+// (json::value() would throw on a non-string "type"; == compares without throwing.)
+bool is_text_format(const nlohmann::json& v) { return v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text"; }
 bool is_text_modality(const nlohmann::json& v) { return v.is_array() && v.size() == 1 && v[0] == "text"; }
 
 constexpr UnsupportedField kUnsupportedFields[] = {
@@ -91,29 +92,29 @@ constexpr UnsupportedField kUnsupportedFields[] = {
     {"suffix", is_empty_string, "\"\""},
     {"use_beam_search", is_false, "false"},
     {"length_penalty", is_one, "1"},
-    {"guided_json", never, "null"},
-    {"guided_regex", never, "null"},
-    {"guided_choice", never, "null"},
-    {"guided_grammar", never, "null"},
-    {"guided_decoding_backend", never, "null"},
-    {"guided_whitespace_pattern", never, "null"},
-    {"structured_outputs", never, "null"},
-    {"prompt_logprobs", never, "null"},
-    {"allowed_token_ids", never, "null"},
+    {"guided_json", never, nullptr},
+    {"guided_regex", never, nullptr},
+    {"guided_choice", never, nullptr},
+    {"guided_grammar", never, nullptr},
+    {"guided_decoding_backend", never, nullptr},
+    {"guided_whitespace_pattern", never, nullptr},
+    {"structured_outputs", never, nullptr},
+    {"prompt_logprobs", never, nullptr},
+    {"allowed_token_ids", never, nullptr},
     {"bad_words", is_empty_list, "[]"},
-    {"logits_processors", never, "null"},
+    {"logits_processors", never, nullptr},
     {"skip_special_tokens", is_true, "true"},
     {"spaces_between_special_tokens", is_true, "true"},
-    {"truncate_prompt_tokens", never, "null"},
+    {"truncate_prompt_tokens", never, nullptr},
     {"return_tokens_as_token_ids", is_false, "false"},
-    {"chat_template", never, "null"},
+    {"chat_template", never, nullptr},
     {"add_generation_prompt", is_true, "true"},
     {"continue_final_message", is_false, "false"},
-    {"audio", never, "null"},
+    {"audio", never, nullptr},
     {"modalities", is_text_modality, "[\"text\"]"},
-    {"prediction", never, "null"},
-    {"reasoning_effort", never, "null"},
-    {"web_search_options", never, "null"},
+    {"prediction", never, nullptr},
+    {"reasoning_effort", never, nullptr},
+    {"web_search_options", never, nullptr},
 };
 
 // Fields accepted and ignored: they do not change what is generated.
@@ -145,9 +146,9 @@ std::optional<ApiError> check_fields(const nlohmann::json& body, ApiKind kind) {
   for (const UnsupportedField& f : kUnsupportedFields) {
     const auto it = body.find(f.name);
     if (it == body.end() || is_null_or(*it, f.is_default)) continue;
-    return ApiError::bad_request(std::string("'") + f.name + "' is not supported by origami (only " + f.what +
-                                     " or null is accepted)",
-                                 f.name);
+    std::string msg = std::string("'") + f.name + "' is not supported by origami";
+    if (f.what != nullptr) msg += std::string(" (only ") + f.what + " or null is accepted)";
+    return ApiError::bad_request(msg, f.name);
   }
   return std::nullopt;
 }

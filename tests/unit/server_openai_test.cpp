@@ -97,6 +97,7 @@ TEST_F(ServerOpenAITest, ErrorsNameTheFieldAndStatus) {
       {R"({"prompt": "a", "echo": true})", ApiKind::kCompletion, 400, "echo"},
       {R"({"prompt": "a", "suffix": "z"})", ApiKind::kCompletion, 400, "suffix"},
       {R"({"prompt": "a", "guided_json": {}})", ApiKind::kCompletion, 400, "guided_json"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": 5}})", ApiKind::kChat, 400, "response_format"},
       {R"({"prompt": "a", "use_beam_search": true})", ApiKind::kCompletion, 400, "use_beam_search"},
       {R"({"prompt": "a", "logit_bias": {"x1": 2}})", ApiKind::kCompletion, 400, ""},
       {R"({"prompt": "a", "logit_bias": {"3": 200}})", ApiKind::kCompletion, 400, ""},
