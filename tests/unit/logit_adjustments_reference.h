@@ -14,8 +14,8 @@ namespace origami::testing {
 // vLLM's sampler, step by step over the whole vocabulary (v1 Sampler.forward: min-tokens and
 // logit-bias processors, then apply_penalties: repetition, frequency, presence).
 inline std::vector<float> reference_adjusted(const std::vector<float>& raw, const SamplingParams& p,
-                                      const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
-                                      const std::vector<int32_t>& eos) {
+                                             const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
+                                             const std::vector<int32_t>& eos) {
   const size_t vocab = raw.size();
   std::vector<int> output_count(vocab, 0);
   std::vector<bool> in_prompt(vocab, false);
