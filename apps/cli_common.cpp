@@ -207,6 +207,12 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams* p, std::string* seed_text
   cmd->add_flag("--ignore-eos", p->ignore_eos, "Keep generating after EOS");
   cmd->add_option("--stop", p->stop, "Stop string (repeatable)");
   cmd->add_option("--stop-token-ids", p->stop_token_ids, "Stop token ids");
+  cmd->add_option("--presence-penalty", p->presence_penalty, "Subtract from tokens already generated, in [-2, 2]");
+  cmd->add_option("--frequency-penalty", p->frequency_penalty,
+                  "Subtract this times each token's count in the output, in [-2, 2]");
+  cmd->add_option("--repetition-penalty", p->repetition_penalty,
+                  "Divide positive / multiply negative logits of prompt and output tokens (> 0; 1 = off)");
+  cmd->add_option("--min-tokens", p->min_tokens, "Generate at least this many tokens before EOS or a stop");
 }
 
 bool finalize_sampling_flags(SamplingParams* p, const std::string& seed_text) {

@@ -7,6 +7,7 @@
 
 #include "kv/block_table.h"
 #include "kv/compression.h"
+#include "sampling/logit_adjustments.h"
 #include "sampling/logprob.h"
 #include "sampling/sampling_params.h"
 
@@ -41,6 +42,9 @@ struct SequenceInput {
   const SamplingParams* sampling = nullptr;
   uint64_t seed = 0;
   int sample_index = 0;  // index of the token being sampled in the output (keys the RNG)
+  // Applied to the sampled row's logits before sampling (not to logprobs, which stay raw as in
+  // vLLM); null or empty: none.
+  const LogitAdjustments* logit_adjustments = nullptr;
   // >= 0 (with kLast or kAll): also return log p(logprob_token) under the logits the token is
   // sampled from, at temperature 1 (teacher forcing: the forced token's log-probability). Cheap
   // on both backends, and unlike kAll it keeps decode steps in CUDA graphs.

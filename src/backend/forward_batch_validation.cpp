@@ -96,6 +96,11 @@ Status validate_forward_batch(const ForwardBatch& batch, const ForwardBatchLimit
       }
     }
     if (seq.logits_mode != LogitsMode::kNone && !seq.sampling) return invalid_argument(where.str() + ": no sampling parameters");
+    if (seq.logit_adjustments != nullptr)
+      for (const LogitAdjustment& a : seq.logit_adjustments->entries())
+        if (a.token < 0 || a.token >= limits.vocab_size)
+          return invalid_argument(where.str() + ": logit adjustment of token " + std::to_string(a.token) +
+                                  ", outside the vocabulary [0, " + std::to_string(limits.vocab_size) + ")");
     if (seq.query_slot < -1)
       return invalid_argument(where.str() + ": query_slot must be -1 (no capture) or a slot index, got " +
                               std::to_string(seq.query_slot));

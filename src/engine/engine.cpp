@@ -272,6 +272,11 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   if (options.logprobs < -1 || options.logprobs > kMaxTopLogprobs)
     return invalid_argument("logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "] (or -1 for none), got " +
                             std::to_string(options.logprobs));
+  for (const auto& [t, bias] : params.logit_bias) {
+    if (t >= vocab)
+      return invalid_argument("logit_bias names token " + std::to_string(t) + ", outside the vocabulary [0, " +
+                              std::to_string(vocab) + ")");
+  }
   for (size_t i = 0; i < options.forced_output_tokens.size(); ++i) {
     const int32_t t = options.forced_output_tokens[i];
     if (t < 0 || t >= vocab)
@@ -306,6 +311,7 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   r.prompt_token_ids = std::move(prompt_token_ids);
   r.sampling = params;
   r.seed = resolve_seed(params, config_.seed, seed_counter_++);
+  r.logit_adjustments = LogitAdjustments(params, r.prompt_token_ids, model_config_.eos_token_ids, vocab);
   r.arrival_time = now();
   tracked->decoder = std::make_unique<StreamingDecoder>(tokenizer_, /*skip_special_tokens=*/true);
   const RequestId id = r.id;
@@ -384,6 +390,7 @@ void Engine::append_token(Tracked& tracked, int32_t token, bool forced, RequestO
   Request& r = tracked.request;
   const SamplingParams& sp = r.sampling;
   r.output_token_ids.push_back(token);
+  r.logit_adjustments.add_output_token(token);
   if (r.first_token_time < 0) r.first_token_time = now();
   ++metrics_.num_generated_tokens;
   output->new_token_ids.push_back(token);
@@ -399,7 +406,8 @@ void Engine::append_token(Tracked& tracked, int32_t token, bool forced, RequestO
   } else {
     const size_t before = tracked.text.size();
     tracked.text += tracked.decoder->push(token);
-    if (!sp.stop.empty() && !forced) {
+    // As in vLLM, stop strings are not looked for in the first min_tokens tokens.
+    if (!sp.stop.empty() && !forced && static_cast<int>(r.output_token_ids.size()) > sp.min_tokens) {
       const StopMatch match = find_stop_string(tracked.text, before, sp.stop, sp.include_stop_str_in_output);
       if (match.found) {
         tracked.text.resize(match.truncate_at);

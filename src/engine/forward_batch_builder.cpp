@@ -83,6 +83,7 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatch
     in.sampling = &r.sampling;
     in.seed = r.seed;
     in.sample_index = static_cast<int>(r.output_token_ids.size());
+    in.logit_adjustments = r.logit_adjustments.empty() ? nullptr : &r.logit_adjustments;
     // The row that predicts a forced token is the one sampled.
     if (completes_prompt && options.logprob_token) in.logprob_token = options.logprob_token(r);
     if (completes_prompt && options.num_top_logprobs) in.num_top_logprobs = options.num_top_logprobs(r);

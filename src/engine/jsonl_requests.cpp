@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "engine/request_fields.h"
 #include "engine/request_options_json.h"
 #include "engine/sampling_json.h"
 
@@ -16,40 +17,12 @@ std::vector<std::string> known_fields() {
   return fields;
 }
 
-// Levenshtein distance, for "did you mean" hints.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
 }  // namespace
 
 std::string check_request_fields(const nlohmann::json& request) {
   if (!request.is_object()) return "a request must be a JSON object, got " + request.dump();
   static const std::vector<std::string> kKnown = known_fields();
-  for (const auto& [key, value] : request.items()) {
-    if (std::find(kKnown.begin(), kKnown.end(), key) != kKnown.end()) continue;
-    std::string closest;
-    size_t best = 3;  // suggest only near misses
-    for (const std::string& k : kKnown) {
-      const size_t d = edit_distance(key, k);
-      if (d < best) {
-        best = d;
-        closest = k;
-      }
-    }
-    std::string msg = "unknown field '" + key + "'";
-    if (!closest.empty()) msg += " (did you mean '" + closest + "'?)";
+  if (std::string msg = unknown_field_error(request, kKnown); !msg.empty()) {
     std::string all;
     for (const std::string& k : kKnown) all += (all.empty() ? "" : ", ") + k;
     return msg + "; known fields: " + all;

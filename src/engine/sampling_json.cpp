@@ -39,12 +39,42 @@ Status read_bool(const nlohmann::json& obj, const char* field, bool* out) {
   return Status::ok();
 }
 
+// An excerpt of user text for an error message: at most ~100 bytes.
+std::string excerpt(const std::string& s) {
+  constexpr size_t kMax = 100;
+  return s.size() <= kMax ? s : s.substr(0, kMax) + "...";
+}
+
+// OpenAI's {"token id as a string": bias}; JSON object keys are strings, so the ids are parsed
+// here (plain decimal digits only). Range checks are SamplingParams::validate()'s and the engine's.
+Status read_logit_bias(const nlohmann::json& obj, std::vector<std::pair<int32_t, float>>* out) {
+  if (!obj.contains("logit_bias") || obj["logit_bias"].is_null()) return Status::ok();
+  const auto& v = obj["logit_bias"];
+  if (!v.is_object()) return invalid_argument("field 'logit_bias' must be an object {\"token id\": bias}");
+  if (v.size() > static_cast<size_t>(SamplingParams::kMaxLogitBiasEntries))
+    return invalid_argument("field 'logit_bias' has " + std::to_string(v.size()) + " entries; at most " +
+                            std::to_string(SamplingParams::kMaxLogitBiasEntries) + " are allowed");
+  out->clear();
+  for (const auto& [key, bias] : v.items()) {
+    const bool digits = !key.empty() && key.size() <= 9 && key.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits)
+      return invalid_argument("field 'logit_bias' has key '" + excerpt(key) +
+                              "'; keys must be token ids (non-negative integers, as strings)");
+    if (!bias.is_number())
+      return invalid_argument("field 'logit_bias' entry '" + key + "' must be a number in [-100, 100]");
+    out->emplace_back(static_cast<int32_t>(std::stol(key)), bias.get<float>());
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 const std::vector<std::string>& sampling_json_fields() {
   static const std::vector<std::string> kFields = {"temperature", "top_p",          "top_k", "min_p",
                                                    "max_tokens",  "ignore_eos",     "seed",  "stop",
-                                                   "stop_token_ids", "include_stop_str_in_output"};
+                                                   "stop_token_ids", "include_stop_str_in_output",
+                                                   "presence_penalty", "frequency_penalty", "repetition_penalty",
+                                                   "min_tokens", "logit_bias"};
   return kFields;
 }
 
@@ -58,6 +88,11 @@ Expected<SamplingParams> sampling_params_from_json(const nlohmann::json& obj, co
   ORIGAMI_RETURN_IF_ERROR(read_int(obj, "max_tokens", &p.max_tokens));
   ORIGAMI_RETURN_IF_ERROR(read_bool(obj, "ignore_eos", &p.ignore_eos));
   ORIGAMI_RETURN_IF_ERROR(read_bool(obj, "include_stop_str_in_output", &p.include_stop_str_in_output));
+  ORIGAMI_RETURN_IF_ERROR(read_float(obj, "presence_penalty", &p.presence_penalty));
+  ORIGAMI_RETURN_IF_ERROR(read_float(obj, "frequency_penalty", &p.frequency_penalty));
+  ORIGAMI_RETURN_IF_ERROR(read_float(obj, "repetition_penalty", &p.repetition_penalty));
+  ORIGAMI_RETURN_IF_ERROR(read_int(obj, "min_tokens", &p.min_tokens));
+  ORIGAMI_RETURN_IF_ERROR(read_logit_bias(obj, &p.logit_bias));
   if (obj.contains("seed") && !obj["seed"].is_null()) {
     // A negative seed (llama.cpp's -1 = "random") would wrap to a fixed 64-bit seed: omit the
     // field for an unseeded request instead.

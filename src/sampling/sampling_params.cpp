@@ -41,6 +41,27 @@ Status SamplingParams::validate() const {
       return bad_field(("stop_token_ids[" + std::to_string(i) + "]").c_str(), std::to_string(stop_token_ids[i]),
                        "token ids must be >= 0");
   }
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty))
+    return bad_field("repetition_penalty", format_float(repetition_penalty), "must be finite and > 0 (1 disables it)");
+  if (!(std::fabs(frequency_penalty) <= kMaxFrequencyPresencePenalty))
+    return bad_field("frequency_penalty", format_float(frequency_penalty), "must be in [-2, 2] (0 disables it)");
+  if (!(std::fabs(presence_penalty) <= kMaxFrequencyPresencePenalty))
+    return bad_field("presence_penalty", format_float(presence_penalty), "must be in [-2, 2] (0 disables it)");
+  if (min_tokens < 0) return bad_field("min_tokens", std::to_string(min_tokens), "must be >= 0");
+  if (min_tokens > max_tokens)
+    return bad_field("min_tokens", std::to_string(min_tokens),
+                     ("must be <= max_tokens (" + std::to_string(max_tokens) + ")").c_str());
+  if (logit_bias.size() > static_cast<size_t>(kMaxLogitBiasEntries))
+    return bad_field("logit_bias", std::to_string(logit_bias.size()) + " entries", "must have at most 300 entries");
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const auto& [id, bias] = logit_bias[i];
+    const std::string where = "logit_bias[" + std::to_string(id) + "]";
+    if (id < 0) return bad_field("logit_bias", std::to_string(id), "token ids must be >= 0");
+    if (!(std::fabs(bias) <= kMaxLogitBias))
+      return bad_field(where.c_str(), format_float(bias), "must be in [-100, 100]");
+    for (size_t j = 0; j < i; ++j)
+      if (logit_bias[j].first == id) return bad_field("logit_bias", std::to_string(id), "token ids must not repeat");
+  }
   return Status::ok();
 }
 

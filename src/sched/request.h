@@ -10,6 +10,7 @@
 #include "kv/block_table.h"
 #include "kv/kv_sequence.h"
 #include "policy/kv_policy.h"
+#include "sampling/logit_adjustments.h"
 #include "sampling/sampling_params.h"
 
 namespace origami {
@@ -129,6 +130,8 @@ struct Request : KVSequence {
   RequestId id = 0;
   SamplingParams sampling;
   uint64_t seed = 0;  // resolved seed (sampling.seed or drawn by the engine)
+  // Penalties, logit_bias and the min_tokens mask, kept up to date with the output.
+  LogitAdjustments logit_adjustments;
 
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;

@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include "engine/request_fields.h"
 #include "engine/request_options_json.h"
 #include "engine/sampling_json.h"
 #include "sampling/logprob.h"
@@ -57,20 +58,98 @@ std::optional<ApiError> read_messages(const nlohmann::json& body, const RequestC
   return std::nullopt;
 }
 
-// Fields OpenAI defines that origami does not implement: refused rather than ignored, so that a
-// client never gets an answer to a different question than it asked.
-std::optional<ApiError> refuse_unsupported(const nlohmann::json& body) {
-  for (const char* f : {"presence_penalty", "frequency_penalty"})
-    if (body.contains(f) && !body[f].is_null() && !(body[f].is_number() && body[f].get<double>() == 0.0))
-      return ApiError::bad_request(std::string("'") + f + "' is not supported by origami", f);
-  if (body.contains("logit_bias") && !body["logit_bias"].is_null() && !body["logit_bias"].empty())
-    return ApiError::bad_request("'logit_bias' is not supported by origami", "logit_bias");
-  if (body.contains("echo") && body["echo"].is_boolean() && body["echo"].get<bool>())
-    return ApiError::bad_request("'echo' is not supported by origami", "echo");
-  if (body.contains("suffix") && !body["suffix"].is_null())
-    return ApiError::bad_request("'suffix' is not supported by origami", "suffix");
-  if (body.contains("tools") && !body["tools"].is_null() && !body["tools"].empty())
-    return ApiError::bad_request("'tools' are not supported by origami", "tools");
+bool is_null_or(const nlohmann::json& v, bool (*is_default)(const nlohmann::json&)) {
+  return v.is_null() || is_default(v);
+}
+
+// A field that OpenAI or vLLM defines and origami does not implement: accepted only at its
+// default value (what a client that does not use it may still send), refused by name otherwise,
+// so that a client never gets an answer to a different question than it asked.
+struct UnsupportedField {
+  const char* name;
+  bool (*is_default)(const nlohmann::json&);  // besides null
+  const char* what;                          // the default, for the message; null: only null
+};
+
+bool never(const nlohmann::json&) { return false; }
+bool is_false(const nlohmann::json& v) { return v.is_boolean() && !v.get<bool>(); }
+bool is_true(const nlohmann::json& v) { return v.is_boolean() && v.get<bool>(); }
+bool is_empty_list(const nlohmann::json& v) { return v.is_array() && v.empty(); }
+bool is_empty_string(const nlohmann::json& v) { return v.is_string() && v.get<std::string>().empty(); }
+bool is_none_choice(const nlohmann::json& v) { return v.is_string() && v.get<std::string>() == "none"; }
+bool is_one(const nlohmann::json& v) { return v.is_number() && v.get<double>() == 1.0; }
+// (json::value() would throw on a non-string "type"; == compares without throwing.)
+bool is_text_format(const nlohmann::json& v) { return v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text"; }
+bool is_text_modality(const nlohmann::json& v) { return v.is_array() && v.size() == 1 && v[0] == "text"; }
+
+constexpr UnsupportedField kUnsupportedFields[] = {
+    {"response_format", is_text_format, "{\"type\": \"text\"}"},
+    {"tools", is_empty_list, "[]"},
+    {"tool_choice", is_none_choice, "\"none\""},
+    {"functions", is_empty_list, "[]"},
+    {"function_call", is_none_choice, "\"none\""},
+    {"echo", is_false, "false"},
+    {"suffix", is_empty_string, "\"\""},
+    {"use_beam_search", is_false, "false"},
+    {"length_penalty", is_one, "1"},
+    {"guided_json", never, nullptr},
+    {"guided_regex", never, nullptr},
+    {"guided_choice", never, nullptr},
+    {"guided_grammar", never, nullptr},
+    {"guided_decoding_backend", never, nullptr},
+    {"guided_whitespace_pattern", never, nullptr},
+    {"structured_outputs", never, nullptr},
+    {"prompt_logprobs", never, nullptr},
+    {"allowed_token_ids", never, nullptr},
+    {"bad_words", is_empty_list, "[]"},
+    {"logits_processors", never, nullptr},
+    {"skip_special_tokens", is_true, "true"},
+    {"spaces_between_special_tokens", is_true, "true"},
+    {"truncate_prompt_tokens", never, nullptr},
+    {"return_tokens_as_token_ids", is_false, "false"},
+    {"chat_template", never, nullptr},
+    {"add_generation_prompt", is_true, "true"},
+    {"continue_final_message", is_false, "false"},
+    {"audio", never, nullptr},
+    {"modalities", is_text_modality, "[\"text\"]"},
+    {"prediction", never, nullptr},
+    {"reasoning_effort", never, nullptr},
+    {"web_search_options", never, nullptr},
+};
+
+// Fields accepted and ignored: they do not change what is generated.
+constexpr const char* kIgnoredFields[] = {"user", "metadata", "store", "service_tier", "parallel_tool_calls",
+                                          "prompt_cache_key", "safety_identifier"};
+
+// The fields each endpoint reads (besides the sampling and request-option fields).
+const std::vector<std::string>& known_fields(ApiKind kind) {
+  auto build = [](std::vector<std::string> own) {
+    for (const auto* list : {&sampling_json_fields(), &request_options_json_fields()})
+      own.insert(own.end(), list->begin(), list->end());
+    for (const char* f : kIgnoredFields) own.emplace_back(f);
+    for (const UnsupportedField& f : kUnsupportedFields) own.emplace_back(f.name);
+    return own;
+  };
+  static const std::vector<std::string> kCompletion =
+      build({"model", "prompt", "n", "best_of", "logprobs", "top_logprobs", "stream", "stream_options"});
+  static const std::vector<std::string> kChat =
+      build({"model", "messages", "n", "best_of", "logprobs", "top_logprobs", "max_completion_tokens", "stream",
+             "stream_options", "chat_template_kwargs"});
+  return kind == ApiKind::kChat ? kChat : kCompletion;
+}
+
+// Unknown fields (a typo) and unsupported fields at a non-default value are 400s naming them.
+std::optional<ApiError> check_fields(const nlohmann::json& body, ApiKind kind) {
+  std::string unknown;
+  if (std::string msg = unknown_field_error(body, known_fields(kind), &unknown); !msg.empty())
+    return ApiError::bad_request(msg, unknown);
+  for (const UnsupportedField& f : kUnsupportedFields) {
+    const auto it = body.find(f.name);
+    if (it == body.end() || is_null_or(*it, f.is_default)) continue;
+    std::string msg = std::string("'") + f.name + "' is not supported by origami";
+    if (f.what != nullptr) msg += std::string(" (only ") + f.what + " or null is accepted)";
+    return ApiError::bad_request(msg, f.name);
+  }
   return std::nullopt;
 }
 
@@ -174,7 +253,7 @@ std::optional<ApiError> parse_generation_request(const nlohmann::json& body, Api
   if (!body.is_object()) return ApiError::bad_request("the request body must be a JSON object");
   out->kind = kind;
   if (auto e = check_model(body, ctx.served_model_name)) return e;
-  if (auto e = refuse_unsupported(body)) return e;
+  if (auto e = check_fields(body, kind)) return e;
   if (auto e = kind == ApiKind::kChat ? read_messages(body, ctx, &out->prompts) : read_prompts(body, ctx, &out->prompts)) return e;
 
   size_t longest = 0;

@@ -95,6 +95,25 @@ TEST_F(JsonlRequests, UnknownFieldsAreErrorsWithASuggestion) {
   EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {}})"), "");
 }
 
+TEST_F(JsonlRequests, PenaltiesMinTokensAndLogitBias) {
+  std::vector<JsonlRequest> r = read(
+      R"({"prompt": "x", "presence_penalty": 1.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1,)"
+      R"( "min_tokens": 2, "logit_bias": {"5": 10}})" "\n");
+  ASSERT_EQ(r.size(), 1u);
+  ASSERT_EQ(r[0].item.error, "");
+  const SamplingParams& sp = r[0].item.sampling;
+  EXPECT_EQ(sp.presence_penalty, 1.5f);
+  EXPECT_EQ(sp.frequency_penalty, -0.5f);
+  EXPECT_EQ(sp.repetition_penalty, 1.1f);
+  EXPECT_EQ(sp.min_tokens, 2);
+  EXPECT_EQ(sp.logit_bias, (std::vector<std::pair<int32_t, float>>{{5, 10.0f}}));
+  EXPECT_NE(error_of(R"({"prompt": "x", "repetition_penalty": 0})").find("repetition_penalty"), std::string::npos);
+  EXPECT_NE(error_of(R"({"prompt": "x", "frequency_penalty": -3})").find("frequency_penalty"), std::string::npos);
+  EXPECT_NE(error_of(R"({"prompt": "x", "logit_bias": [1]})").find("logit_bias"), std::string::npos);
+  EXPECT_NE(error_of(R"({"prompt": "x", "logit_bias": {"-1": 1}})").find("token ids"), std::string::npos);
+  EXPECT_NE(error_of(R"({"prompt": "x", "temprature": 1})").find("did you mean 'temperature'"), std::string::npos);
+}
+
 TEST_F(JsonlRequests, HeadBudgetsAreAPath) {
   std::vector<JsonlRequest> r = read(R"({"prompt": "x", "kv_policy": "tangram", "kv_head_budgets": "b.json"})" "\n");
   ASSERT_EQ(r.size(), 1u);

@@ -87,7 +87,20 @@ TEST_F(ServerOpenAITest, ErrorsNameTheFieldAndStatus) {
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", ApiKind::kChat, 400, "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false, "top_logprobs": 2, "stream": true})", ApiKind::kChat, 400, "top_logprobs"},
       {R"({"prompt": "a", "stream_options": {"include_usage": true}})", ApiKind::kCompletion, 400, "stream_options"},
-      {R"({"prompt": "a", "presence_penalty": 0.5})", ApiKind::kCompletion, 400, "presence_penalty"},
+      {R"({"prompt": "a", "presence_penalty": 2.5})", ApiKind::kCompletion, 400, ""},
+      {R"({"prompt": "a", "temprature": 0.5})", ApiKind::kCompletion, 400, "temprature"},
+      {R"({"prompt": "a", "messages": []})", ApiKind::kCompletion, 400, "messages"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "prompt": "a"})", ApiKind::kChat, 400, "prompt"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", ApiKind::kChat, 400, "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", ApiKind::kChat, 400, "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})", ApiKind::kChat, 400, "tool_choice"},
+      {R"({"prompt": "a", "echo": true})", ApiKind::kCompletion, 400, "echo"},
+      {R"({"prompt": "a", "suffix": "z"})", ApiKind::kCompletion, 400, "suffix"},
+      {R"({"prompt": "a", "guided_json": {}})", ApiKind::kCompletion, 400, "guided_json"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": 5}})", ApiKind::kChat, 400, "response_format"},
+      {R"({"prompt": "a", "use_beam_search": true})", ApiKind::kCompletion, 400, "use_beam_search"},
+      {R"({"prompt": "a", "logit_bias": {"x1": 2}})", ApiKind::kCompletion, 400, ""},
+      {R"({"prompt": "a", "logit_bias": {"3": 200}})", ApiKind::kCompletion, 400, ""},
       {R"({"prompt": "a", "max_tokens": "many"})", ApiKind::kCompletion, 400, ""},
       {R"({"messages": [{"content": "no role"}]})", ApiKind::kChat, 400, "messages"},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", ApiKind::kChat, 400, "messages"},
@@ -107,6 +120,38 @@ TEST_F(ServerOpenAITest, ErrorsNameTheFieldAndStatus) {
   auto e = parse_generation_request(nlohmann::json{{"prompt", ids}}, ApiKind::kCompletion, context(), &r);
   ASSERT_TRUE(e.has_value());
   EXPECT_NE(e->message.find("maximum context length is 64"), std::string::npos);
+}
+
+TEST_F(ServerOpenAITest, SamplingControlsAndAcceptedFields) {
+  GenerationRequest r;
+  ASSERT_FALSE(parse(R"({"prompt": "a", "presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.2,
+                        "min_tokens": 3, "logit_bias": {"7": -100, "12": 2.5}, "user": "u", "echo": false,
+                        "suffix": null, "response_format": null, "best_of": 1})",
+                     ApiKind::kCompletion, &r));
+  EXPECT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(r.sampling.frequency_penalty, -1.0f);
+  EXPECT_EQ(r.sampling.repetition_penalty, 1.2f);
+  EXPECT_EQ(r.sampling.min_tokens, 3);
+  ASSERT_EQ(r.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(r.sampling.logit_bias[0], (std::pair<int32_t, float>{12, 2.5f}));  // object keys in sorted order
+  EXPECT_EQ(r.sampling.logit_bias[1], (std::pair<int32_t, float>{7, -100.0f}));
+  // Chat: OpenAI fields at their defaults and harmless ones pass.
+  ASSERT_FALSE(parse(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "text"},
+                        "tool_choice": "none", "tools": [], "metadata": {"a": "b"}, "store": false,
+                        "parallel_tool_calls": true, "modalities": ["text"]})",
+                     ApiKind::kChat, &r));
+  // A typo names the closest field; a huge unknown name is not echoed whole.
+  auto e = parse(R"({"prompt": "a", "temprature": 0.5})", ApiKind::kCompletion, &r);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->message, "unknown field 'temprature' (did you mean 'temperature'?)");
+  e = parse(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokns": 3})", ApiKind::kChat, &r);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NE(e->message.find("did you mean 'max_completion_tokens'?"), std::string::npos) << e->message;
+  const std::string huge(5000, 'q');
+  e = parse_generation_request(nlohmann::json{{"prompt", "a"}, {huge, 1}}, ApiKind::kCompletion, context(), &r);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_LT(e->message.size(), 200u);
+  EXPECT_EQ(e->message.find("did you mean"), std::string::npos);
 }
 
 TEST_F(ServerOpenAITest, LogprobsFieldsOfBothApis) {

@@ -460,7 +460,15 @@ Status CpuBackend::forward(const ForwardBatch& batch, StepOutput* out) {
     const int count = seq.logits_mode == LogitsMode::kAll ? seq.num_query_tokens : 1;
     const float* first = logits.data() + static_cast<size_t>(first_row[s]) * vocab;
     const float* last = first + static_cast<size_t>(count - 1) * vocab;
-    out->sampled_tokens[s] = sample_token(last, vocab, *seq.sampling, seq.seed, seq.sample_index);
+    if (seq.logit_adjustments != nullptr && !seq.logit_adjustments->empty()) {
+      // An adjusted copy: logprobs below stay on the raw logits.
+      thread_local std::vector<float> adjusted;
+      adjusted.assign(last, last + vocab);
+      seq.logit_adjustments->apply(adjusted.data());
+      out->sampled_tokens[s] = sample_token(adjusted.data(), vocab, *seq.sampling, seq.seed, seq.sample_index);
+    } else {
+      out->sampled_tokens[s] = sample_token(last, vocab, *seq.sampling, seq.seed, seq.sample_index);
+    }
     if (seq.logprob_token >= 0) out->token_logprobs[s] = log_softmax_at(last, vocab, seq.logprob_token);
     if (seq.num_top_logprobs >= 0) {
       const int32_t chosen = seq.logprob_token >= 0 ? seq.logprob_token : out->sampled_tokens[s];

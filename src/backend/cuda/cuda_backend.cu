@@ -125,9 +125,10 @@ CudaBackend::~CudaBackend() {
                   static_cast<void*>(fp8_acc_), static_cast<void*>(logit_hidden_), static_cast<void*>(logits_),
                   static_cast<void*>(logits_shard_), static_cast<void*>(logits_gathered_),
                   attn_workspace_, static_cast<void*>(dev_inputs_), static_cast<void*>(dev_params_),
-                  static_cast<void*>(dev_tokens_), static_cast<void*>(dev_logprobs_), static_cast<void*>(dev_top_), kv_pool_})
+                  static_cast<void*>(dev_tokens_), static_cast<void*>(dev_logprobs_), static_cast<void*>(dev_top_), kv_pool_,
+                  static_cast<void*>(dev_adjust_), static_cast<void*>(dev_adjust_saved_)})
     if (p != nullptr) cudaFree(p);
-  for (void* p : {static_cast<void*>(host_inputs_), static_cast<void*>(host_params_),
+  for (void* p : {static_cast<void*>(host_adjust_), static_cast<void*>(host_inputs_), static_cast<void*>(host_params_),
                   static_cast<void*>(host_tokens_), static_cast<void*>(host_logprobs_),
                   static_cast<void*>(host_top_)})
     if (p != nullptr) cudaFreeHost(p);
@@ -520,6 +521,30 @@ Status CudaBackend::ensure_attention_workspace(size_t bytes) {
   return Status::ok();
 }
 
+Status CudaBackend::ensure_adjustment_capacity(size_t entries) {
+  if (entries <= adjust_capacity_) return Status::ok();
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  graphs_.clear();  // captured graphs point at the old buffers
+  // Room for a few long penalized prompts from the first step on, so graphs are rarely recaptured.
+  constexpr size_t kMinEntries = 4096;
+  const size_t grown = std::max({entries, 2 * adjust_capacity_, kMinEntries});
+  for (void* p : {static_cast<void*>(dev_adjust_), static_cast<void*>(dev_adjust_saved_)})
+    if (p != nullptr) cudaFree(p);
+  if (host_adjust_ != nullptr) cudaFreeHost(host_adjust_);
+  dev_adjust_ = nullptr;
+  dev_adjust_saved_ = nullptr;
+  host_adjust_ = nullptr;
+  adjust_capacity_ = 0;
+  if (cudaMalloc(&dev_adjust_, grown * sizeof(LogitAdjustment)) != cudaSuccess ||
+      cudaMalloc(&dev_adjust_saved_, grown * sizeof(float)) != cudaSuccess ||
+      cudaMallocHost(&host_adjust_, grown * sizeof(LogitAdjustment)) != cudaSuccess) {
+    cudaGetLastError();
+    return Status(ErrorCode::kResourceExhausted, "CUDA backend: out of memory for the step's logit adjustments");
+  }
+  adjust_capacity_ = grown;
+  return Status::ok();
+}
+
 size_t CudaBackend::available_kv_bytes(size_t requested_bytes) const {
   size_t free_bytes = 0, total_bytes = 0;
   ORIGAMI_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -718,7 +743,8 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     const int rows = std::min(kLogitRows, num_sample_rows - r0);
     launch_gather_rows(normed_, dev_inputs_ + in.sample_rows + r0, rows, h, logit_hidden_, stream_);
     lm_head_logits(logit_hidden_, rows);
-    launch_sample_rows(logits_, rows, c.vocab_size, logits_stride(), dev_params_ + r0, dev_tokens_ + r0, stream_);
+    launch_sample_rows(logits_, rows, c.vocab_size, logits_stride(), dev_params_ + r0, dev_tokens_ + r0, stream_,
+                       dev_adjust_, dev_adjust_saved_);
     launch_row_logprobs(logits_, rows, c.vocab_size, logits_stride(), dev_params_ + r0, dev_tokens_ + r0,
                         dev_logprobs_ + r0, dev_top_ + static_cast<size_t>(r0) * kMaxTopLogprobs, stream_);
   }
@@ -818,6 +844,13 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
   const int run_seqs = use_graph ? graphs_.bucket_for(num_seqs) : num_seqs;
   const int run_tokens = use_graph ? run_seqs : num_tokens;
   ORIGAMI_RETURN_IF_ERROR(ensure_capacity(run_tokens, run_seqs, total_pages + G * run_seqs));
+  // Logit adjustments of the sampled rows (penalties, logit_bias, min_tokens).
+  size_t num_adjust = 0;
+  for (const SequenceInput& s : batch.sequences)
+    if (s.logits_mode != LogitsMode::kNone && s.logit_adjustments != nullptr)
+      num_adjust += s.logit_adjustments->entries().size();
+  ORIGAMI_RETURN_IF_ERROR(ensure_adjustment_capacity(num_adjust));
+  num_adjust = 0;
 
   // Fill the pinned staging buffer.
   const InputLayout in = input_layout(cap_);
@@ -880,6 +913,16 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
       rp.u = sampling_uniform(s.seed, static_cast<uint64_t>(s.sample_index));
       rp.logprob_token = s.logits_mode == LogitsMode::kNone ? -1 : s.logprob_token;
       rp.num_top_logprobs = s.logits_mode == LogitsMode::kNone ? -1 : s.num_top_logprobs;
+      rp.adjust_begin = static_cast<int>(num_adjust);
+      rp.adjust_count = 0;
+      if (s.logits_mode != LogitsMode::kNone && s.logit_adjustments != nullptr) {
+        const std::vector<LogitAdjustment>& entries = s.logit_adjustments->entries();
+        std::copy(entries.begin(), entries.end(), host_adjust_ + num_adjust);
+        num_adjust += entries.size();
+        rp.adjust_count = static_cast<int>(entries.size());
+        rp.repetition_penalty = s.logit_adjustments->repetition_penalty();
+        rp.presence_penalty = s.logit_adjustments->presence_penalty();
+      }
       hi[in.sample_rows + num_sample_rows] = s.query_start + s.num_query_tokens - 1;
       ++num_sample_rows;
     }
@@ -915,6 +958,9 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_params_, host_params_,
                                                  num_sample_rows * sizeof(RowSamplingParams), cudaMemcpyHostToDevice,
                                                  stream_));
+  if (num_adjust > 0)
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_adjust_, host_adjust_, num_adjust * sizeof(LogitAdjustment),
+                                                 cudaMemcpyHostToDevice, stream_));
 
   const AttentionShape shape{run_seqs, run_tokens, c.num_heads, c.num_kv_heads, c.head_dim, bs};
   // Head groups with non-uniform budgets: splits sized by the mean group length

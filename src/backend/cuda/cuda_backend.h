@@ -108,6 +108,7 @@ class CudaBackend : public Backend {
   Status allocate_weights(const ModelConfig& config);
   Status ensure_capacity(int tokens, int seqs, int pages);
   Status ensure_attention_workspace(size_t bytes);
+  Status ensure_adjustment_capacity(size_t entries);
   InputLayout input_layout(const Capacity& cap) const;
   // Enqueues the forward pass and the sampling of `num_sample_rows` rows.
   // capture_queries: copy each layer's queries into the query cache rows of the step input
@@ -201,6 +202,14 @@ class CudaBackend : public Backend {
   float* dev_logprobs_ = nullptr;
   TopLogprob* host_top_ = nullptr;  // [seqs, kMaxTopLogprobs] top log-probabilities, pinned
   TopLogprob* dev_top_ = nullptr;
+  // The step's logit adjustments (penalties, logit_bias, min_tokens), every sampled row's slice
+  // back to back (RowSamplingParams::adjust_begin), and the device scratch holding the raw
+  // logits they replace while the sampling kernel runs. Grown (never shrunk) by
+  // ensure_adjustment_capacity(), which drops the captured graphs that point at the old buffers.
+  LogitAdjustment* host_adjust_ = nullptr;  // pinned
+  LogitAdjustment* dev_adjust_ = nullptr;
+  float* dev_adjust_saved_ = nullptr;
+  size_t adjust_capacity_ = 0;  // entries
 
   std::unique_ptr<CudaCompressor> compressor_;  // null until configure_compression()
   DeviceSinkGates gates_;                       // not loaded: no gate scores are written

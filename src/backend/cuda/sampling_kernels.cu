@@ -116,16 +116,22 @@ __device__ uint64_t radix_select(const RowContext& c, unsigned long long target,
   return s.prefix;
 }
 
-__global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __restrict__ logits_all, int vocab,
-                                                               int row_stride, const RowSamplingParams* params,
-                                                               int32_t* tokens) {
-  __shared__ SelectSmem s;
-  __shared__ float red_val[kThreads / 32];
-  __shared__ int red_idx[kThreads / 32];
-  const int row = blockIdx.x;
-  const float* logits = logits_all + static_cast<size_t>(row) * row_stride;
-  const RowSamplingParams p = params[row];
+// adjusted_logit() of sampling/logit_adjustments.cpp, each step one correctly rounded operation
+// (the _rn intrinsics are never fused into multiply-adds), so that CPU and GPU agree bit for bit.
+__device__ __forceinline__ float adjusted_logit_rn(float logit, const LogitAdjustment& a, float repetition_penalty,
+                                                   float presence_penalty) {
+  if (a.flags & LogitAdjustment::kMasked) return -INFINITY;
+  float l = __fadd_rn(logit, a.bias);
+  if (a.flags & LogitAdjustment::kPenalized)
+    l = l > 0.0f ? __fdiv_rn(l, repetition_penalty) : __fmul_rn(l, repetition_penalty);
+  l = __fsub_rn(l, a.frequency_term);
+  if (a.output_count > 0) l = __fsub_rn(l, presence_penalty);
+  return l;
+}
 
+// The row's token (valid in thread 0); every thread of the block calls it.
+__device__ int select_token(const float* __restrict__ logits, int vocab, const RowSamplingParams& p, SelectSmem& s,
+                            float* red_val, int* red_idx) {
   // Argmax: the largest logit, ties to the lowest id; NaN counts as -inf.
   float best = -INFINITY;
   int best_id = 0x7fffffff;
@@ -163,10 +169,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __re
   }
   __syncthreads();
   const float max_logit = red_val[0];
-  if (p.greedy || !isfinite(max_logit)) {
-    if (threadIdx.x == 0) tokens[row] = red_idx[0];
-    return;
-  }
+  if (p.greedy || !isfinite(max_logit)) return red_idx[0];
 
   RowContext c{logits, vocab, 1.0f / p.temperature, max_logit / p.temperature};
   // The cut of every filter is a key threshold: tokens with key >= keep are kept.
@@ -192,15 +195,47 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __re
   const unsigned long long target =
       static_cast<unsigned long long>(static_cast<double>(p.u) * static_cast<double>(kept_mass));
   const uint64_t drawn = radix_select(c, target, true, true, s);
-  if (threadIdx.x == 0) tokens[row] = key_id(drawn);
+  return key_id(drawn);
+}
+
+__global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* __restrict__ logits_all, int vocab,
+                                                               int row_stride, const RowSamplingParams* params,
+                                                               int32_t* tokens, const LogitAdjustment* adjustments,
+                                                               float* saved_logits) {
+  __shared__ SelectSmem s;
+  __shared__ float red_val[kThreads / 32];
+  __shared__ int red_idx[kThreads / 32];
+  const int row = blockIdx.x;
+  float* logits = logits_all + static_cast<size_t>(row) * row_stride;
+  const RowSamplingParams p = params[row];
+  // Tokens within a row's slice are distinct, so each logit has one writer.
+  const bool adjusted = p.adjust_count > 0 && adjustments != nullptr;
+  if (adjusted) {
+    for (int j = threadIdx.x; j < p.adjust_count; j += kThreads) {
+      const LogitAdjustment a = adjustments[p.adjust_begin + j];
+      const float raw = logits[a.token];
+      saved_logits[p.adjust_begin + j] = raw;
+      logits[a.token] = adjusted_logit_rn(raw, a, p.repetition_penalty, p.presence_penalty);
+    }
+    __syncthreads();
+  }
+  const int token = select_token(logits, vocab, p, s, red_val, red_idx);
+  if (threadIdx.x == 0) tokens[row] = token;
+  if (adjusted) {
+    __syncthreads();  // every read of the adjusted row is done
+    for (int j = threadIdx.x; j < p.adjust_count; j += kThreads)
+      logits[adjustments[p.adjust_begin + j].token] = saved_logits[p.adjust_begin + j];
+  }
 }
 
 }  // namespace
 
-void launch_sample_rows(const float* logits, int num_rows, int vocab, int row_stride, const RowSamplingParams* params,
-                        int32_t* tokens, cudaStream_t stream) {
+void launch_sample_rows(float* logits, int num_rows, int vocab, int row_stride, const RowSamplingParams* params,
+                        int32_t* tokens, cudaStream_t stream, const LogitAdjustment* adjustments,
+                        float* saved_logits) {
   if (num_rows == 0) return;
-  sample_rows_kernel<<<num_rows, kThreads, 0, stream>>>(logits, vocab, row_stride, params, tokens);
+  sample_rows_kernel<<<num_rows, kThreads, 0, stream>>>(logits, vocab, row_stride, params, tokens, adjustments,
+                                                        saved_logits);
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 

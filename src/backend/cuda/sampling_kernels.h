@@ -5,9 +5,17 @@
 // without a finite maximum logit yields kNonFiniteLogits, as on the CPU. The
 // uniform `u` of each row is computed on the host with sampling_uniform(seed, sample_index), so
 // both backends draw with the same number.
+//
+// Logit adjustments (sampling/logit_adjustments.h: min_tokens mask, logit_bias, penalties) come
+// as a flat device array of LogitAdjustment, each row naming its slice: the kernel applies them
+// to the row in place before selecting (with the same single-rounding float operations as the
+// CPU), and puts the raw logits back before it returns, so the logprob kernel that follows reads
+// raw logits as vLLM reports them. Rows without adjustments do no extra work.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "sampling/logit_adjustments.h"
 
 namespace origami::cuda {
 
@@ -20,11 +28,20 @@ struct RowSamplingParams {
   int greedy = 1;     // nonzero: argmax
   int logprob_token = -1;  // >= 0: also report log p(this token) (logprob_kernels.h)
   int num_top_logprobs = -1;  // >= 0: also report log p(the row's token) and the top N (logprob_kernels.h)
+  int adjust_begin = 0;   // the row's logit adjustments: adjustments[adjust_begin, + adjust_count)
+  int adjust_count = 0;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
 };
 
 // logits [num_rows, row_stride] fp32 (the first `vocab` columns are used), params [num_rows]
 // (device), tokens [num_rows] (device). Enqueues one kernel; no allocation, graph-capturable.
-void launch_sample_rows(const float* logits, int num_rows, int vocab, int row_stride, const RowSamplingParams* params,
-                        int32_t* tokens, cudaStream_t stream);
+// adjustments (device, the rows' slices; tokens distinct within a slice and < vocab) and
+// saved_logits (device, as many floats: the raw values while the kernel runs) may be null when
+// no row has adjustments. The logits of adjusted rows are written during the kernel and are
+// raw again when it ends.
+void launch_sample_rows(float* logits, int num_rows, int vocab, int row_stride, const RowSamplingParams* params,
+                        int32_t* tokens, cudaStream_t stream, const LogitAdjustment* adjustments = nullptr,
+                        float* saved_logits = nullptr);
 
 }  // namespace origami::cuda
