@@ -86,14 +86,20 @@ net::awaitable<std::optional<T>> run_off_io_threads(ServerContext& ctx, std::fun
   };
   auto executor = co_await net::this_coro::executor;
   auto state = std::make_shared<State>(executor);
-  const bool queued = ctx.prompt_workers->try_post([state, executor, job = std::move(job)]() mutable {
+  MetricsRegistry* metrics = ctx.metrics;
+  metrics->prompt_started();
+  const bool queued = ctx.prompt_workers->try_post([state, executor, metrics, job = std::move(job)]() mutable {
     T result = job();
+    metrics->prompt_finished();
     net::post(executor, [state, result = std::move(result)]() mutable {
       state->result = std::move(result);
       state->timer.cancel();
     });
   });
-  if (!queued) co_return std::nullopt;
+  if (!queued) {
+    metrics->prompt_finished();
+    co_return std::nullopt;
+  }
   while (!state->result) {
     beast::error_code ec;
     co_await state->timer.async_wait(net::redirect_error(net::use_awaitable, ec));

@@ -54,6 +54,9 @@ class MetricsRegistry {
   void connection_closed() { --connections_open_; }
   int connections_open() const { return connections_open_.load(); }
   void record_connection_refused() { ++connections_refused_; }
+  // Requests handed to the prompt workers and not yet back (queued or being prepared).
+  void prompt_started() { ++prompts_preparing_; }
+  void prompt_finished() { --prompts_preparing_; }
 
   std::string render() const;
   EngineSnapshot snapshot() const;
@@ -67,6 +70,7 @@ class MetricsRegistry {
   int64_t num_rejected_ = 0;
   std::atomic<int> connections_open_{0};
   std::atomic<int64_t> connections_refused_{0};
+  std::atomic<int> prompts_preparing_{0};
 };
 
 }  // namespace origami::server
