@@ -285,14 +285,15 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   }
   // A request's own head budgets replace the engine's shares of the same (fixed) head groups.
   CompressionSupport request_support;
-  if (!options.kv_head_budgets.empty()) {
+  if (options.kv_head_budgets != nullptr) {
     request_support = compression_support_;
-    ORIGAMI_ASSIGN_OR_RETURN(request_support.group_ratios, request_group_shares(options.kv_head_budgets));
+    ORIGAMI_ASSIGN_OR_RETURN(request_support.group_ratios,
+                             request_group_shares(*options.kv_head_budgets, options.kv_head_budgets_source));
     request_support.calibrated_head_budgets = true;
   }
   ORIGAMI_ASSIGN_OR_RETURN(
       RequestCompression compression,
-      resolve_request_compression(config_, options.kv_head_budgets.empty() ? compression_support_ : request_support,
+      resolve_request_compression(config_, options.kv_head_budgets == nullptr ? compression_support_ : request_support,
                                   options));
   // Under prefill chunk compression a prompt holds at most its threshold plus one chunk.
   const int blocks_needed = kv_->blocks_needed(max_prefill_entries(
@@ -320,21 +321,19 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   return id;
 }
 
-Expected<std::vector<float>> Engine::request_group_shares(const std::string& path) {
-  auto cached = request_group_shares_.find(path);
-  if (cached != request_group_shares_.end()) return cached->second;
+Expected<std::vector<float>> Engine::request_group_shares(const HeadBudgets& budgets, const std::string& source) const {
+  const std::string name = "kv_head_budgets" + (source.empty() || source == "kv_head_budgets" ? "" : " " + source);
   const KVLayout& layout = kv_->layout();
   if (!layout.shared_pool)
-    return invalid_argument("kv_head_budgets " + path +
+    return invalid_argument(name +
                             ": the engine has no head groups (pages belong to groups fixed at start); start it with "
                             "--kv-head-budgets FILE or --heads-per-group below the model's " +
                             std::to_string(model_config_.num_kv_heads) + " KV heads");
-  Expected<HeadBudgets> budgets = load_head_budgets_for_model(path, model_config_);
-  if (!budgets) return invalid_argument("kv_head_budgets: " + budgets.status().message());
-  // The engine's groups stay; each takes its heads' largest ratio from this file.
-  std::vector<float> shares = layout_group_shares(budgets->ratios, layout);
+  const Status fits = check_head_budgets_model(budgets, model_identity(model_config_));
+  if (!fits.is_ok()) return invalid_argument(name + ": " + fits.message());
+  // The engine's groups stay; each takes its heads' largest ratio from these budgets.
+  std::vector<float> shares = layout_group_shares(budgets.ratios, layout);
   if (std::all_of(shares.begin(), shares.end(), [](float r) { return r == 1.0f; })) shares.clear();
-  request_group_shares_.emplace(path, shares);
   return shares;
 }
 

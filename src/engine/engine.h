@@ -88,10 +88,9 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<RequestId, std::unique_ptr<Tracked>> requests_;
   CompressionSupport compression_support_;
-  // A request's own head budget file (RequestOptions::kv_head_budgets) as shares of the engine's
-  // fixed head groups (layout_group_shares), loaded once per path.
-  Expected<std::vector<float>> request_group_shares(const std::string& path);
-  std::map<std::string, std::vector<float>> request_group_shares_;
+  // A request's own head budgets (RequestOptions::kv_head_budgets, already read and validated)
+  // checked against the model, as shares of the engine's fixed head groups (layout_group_shares).
+  Expected<std::vector<float>> request_group_shares(const HeadBudgets& budgets, const std::string& source) const;
   std::vector<RequestId> pending_aborts_;
   RequestId next_request_id_ = 1;
   uint64_t seed_counter_ = 0;

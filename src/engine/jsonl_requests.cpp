@@ -35,6 +35,9 @@ Expected<std::vector<JsonlRequest>> read_jsonl_requests(const std::string& path,
   std::ifstream in(path);
   if (!in) return not_found("cannot open '" + path + "'");
   std::vector<JsonlRequest> requests;
+  // A line's "kv_head_budgets" path is the operator's own file: read here, once per path, as the
+  // line is parsed (never on the engine thread), and refused unless a small regular file.
+  const HeadBudgetsResolver head_budgets = head_budgets_file_resolver();
   std::string line;
   int line_no = 0;
   while (std::getline(in, line)) {
@@ -59,7 +62,7 @@ Expected<std::vector<JsonlRequest>> read_jsonl_requests(const std::string& path,
     }
     Expected<std::vector<int32_t>> ids = builder.from_json(obj);
     Expected<SamplingParams> sp = sampling_params_from_json(obj, defaults);
-    Expected<RequestOptions> opts = request_options_from_json(obj);
+    Expected<RequestOptions> opts = request_options_from_json(obj, {}, head_budgets);
     if (!ids) item.error = where + ids.status().message();
     else if (!sp) item.error = where + sp.status().message();
     else if (!opts) item.error = where + opts.status().message();

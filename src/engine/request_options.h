@@ -2,8 +2,11 @@
 // Per-request options beyond sampling: the KV compression policy and budget, and teacher forcing.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "kv/head_budgets.h"
 
 namespace origami {
 
@@ -14,12 +17,14 @@ struct RequestOptions {
   std::string kv_policy;
   int kv_budget = 0;
   std::map<std::string, std::string> kv_policy_options;
-  // A calibrated head budget file (`origami calibrate`) for this request instead of the engine's
-  // --kv-head-budgets; empty = the engine's. Checked against the model; the engine's head groups
-  // are fixed at start, so each group takes its heads' largest ratio from this file
-  // (Engine::add_request; docs/policies.md, "Per-request head budgets"). Read once per engine
-  // and path.
-  std::string kv_head_budgets;
+  // Calibrated head budgets for this request (`origami calibrate`'s format) instead of the
+  // engine's --kv-head-budgets; null = the engine's. Already read and validated by whoever parsed
+  // the request (an inline object, a file the server's operator loaded at start, a JSONL line's
+  // file read when the line was parsed): the engine thread never opens a file for a request.
+  // Checked against the model; the engine's head groups are fixed at start, so each group takes
+  // its heads' largest ratio (Engine::add_request; docs/policies.md, "Per-request head budgets").
+  std::shared_ptr<const HeadBudgets> kv_head_budgets;
+  std::string kv_head_budgets_source;  // what names them in errors (a path, a name, "kv_head_budgets")
   // Teacher forcing: the first outputs are these tokens instead of sampled ones, one per decode
   // step, so decode-time compression runs through them (stream-mode evaluation, perplexity).
   // Stop conditions do not apply to forced tokens; max_tokens counts them.

@@ -1,14 +1,22 @@
 #include "engine/request_options_json.h"
 
 #include <limits>
+#include <map>
 
 #include "engine/json_token_ids.h"
 
 namespace origami {
 namespace {
 
+// A value as quoted in an error: at most ~100 bytes of it, so an error never echoes a whole body.
+std::string quoted(const nlohmann::json& v) {
+  std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (s.size() > 100) s = s.substr(0, 100) + "... (" + std::to_string(s.size()) + " bytes)";
+  return s;
+}
+
 Status type_error(const char* field, const char* expected, const nlohmann::json& got) {
-  return invalid_argument(std::string("field '") + field + "' must be " + expected + ", got " + got.dump());
+  return invalid_argument(std::string("field '") + field + "' must be " + expected + ", got " + quoted(got));
 }
 
 bool present(const nlohmann::json& obj, const char* field) { return obj.contains(field) && !obj[field].is_null(); }
@@ -22,8 +30,9 @@ const std::vector<std::string>& request_options_json_fields() {
   return kFields;
 }
 
-Expected<RequestOptions> request_options_from_json(const nlohmann::json& obj, const RequestOptions& defaults) {
-  if (!obj.is_object()) return invalid_argument("a request must be a JSON object, got " + obj.dump());
+Expected<RequestOptions> request_options_from_json(const nlohmann::json& obj, const RequestOptions& defaults,
+                                                   const HeadBudgetsResolver& head_budgets) {
+  if (!obj.is_object()) return invalid_argument("a request must be a JSON object, got " + quoted(obj));
   RequestOptions o = defaults;
   if (present(obj, "kv_policy")) {
     if (!obj["kv_policy"].is_string()) return type_error("kv_policy", "a policy name", obj["kv_policy"]);
@@ -37,9 +46,22 @@ Expected<RequestOptions> request_options_from_json(const nlohmann::json& obj, co
     o.kv_budget = static_cast<int>(v.get<int64_t>());
   }
   if (present(obj, "kv_head_budgets")) {
-    if (!obj["kv_head_budgets"].is_string() || obj["kv_head_budgets"].get<std::string>().empty())
-      return type_error("kv_head_budgets", "the path of a head budget file (origami calibrate)", obj["kv_head_budgets"]);
-    o.kv_head_budgets = obj["kv_head_budgets"].get<std::string>();
+    const auto& v = obj["kv_head_budgets"];
+    if (v.is_object()) {
+      Expected<HeadBudgets> inline_budgets = parse_head_budgets_json(v, "kv_head_budgets");
+      if (!inline_budgets) return invalid_argument(inline_budgets.status().message());
+      o.kv_head_budgets = std::make_shared<const HeadBudgets>(std::move(*inline_budgets));
+      o.kv_head_budgets_source = "kv_head_budgets";
+    } else if (v.is_string() && !v.get<std::string>().empty() && head_budgets) {
+      const std::string name = v.get<std::string>();
+      ORIGAMI_ASSIGN_OR_RETURN(o.kv_head_budgets, head_budgets(name));
+      o.kv_head_budgets_source = name.size() > 100 ? name.substr(0, 100) + "..." : name;
+    } else {
+      return type_error("kv_head_budgets",
+                        head_budgets ? "a head budget object (origami calibrate's format) or the name of budgets loaded at start"
+                                     : "a head budget object (origami calibrate's format)",
+                        v);
+    }
   }
   if (present(obj, "kv_policy_options")) {
     const auto& v = obj["kv_policy_options"];
@@ -53,8 +75,8 @@ Expected<RequestOptions> request_options_from_json(const nlohmann::json& obj, co
       } else if (value.is_number()) {
         o.kv_policy_options[key] = value.dump();
       } else {
-        return invalid_argument("field 'kv_policy_options." + key + "' must be a string, number or boolean, got " +
-                                value.dump());
+        return invalid_argument("field 'kv_policy_options." + key.substr(0, 100) +
+                                "' must be a string, number or boolean, got " + quoted(value));
       }
     }
   }
@@ -67,6 +89,19 @@ Expected<RequestOptions> request_options_from_json(const nlohmann::json& obj, co
     o.return_forced_logprobs = obj["return_forced_logprobs"].get<bool>();
   }
   return o;
+}
+
+HeadBudgetsResolver head_budgets_file_resolver() {
+  auto cache = std::make_shared<std::map<std::string, std::shared_ptr<const HeadBudgets>>>();
+  return [cache](const std::string& path) -> Expected<std::shared_ptr<const HeadBudgets>> {
+    auto it = cache->find(path);
+    if (it != cache->end()) return it->second;
+    Expected<HeadBudgets> loaded = load_head_budgets(path);
+    if (!loaded) return invalid_argument("kv_head_budgets: " + loaded.status().message());
+    auto budgets = std::make_shared<const HeadBudgets>(std::move(*loaded));
+    cache->emplace(path, budgets);
+    return budgets;
+  };
 }
 
 }  // namespace origami

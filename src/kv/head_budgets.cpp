@@ -262,8 +262,7 @@ Status validate_head_budgets(const HeadBudgets& b) {
 Status check_head_budgets_model(const HeadBudgets& b, const ModelIdentity& model) {
   const std::string hint = " (the budgets were calibrated for another model: run `origami calibrate` for this one)";
   if (b.model.model_type != model.model_type)
-    return invalid_argument("model.model_type is '" + b.model.model_type + "' but the model's is '" +
-                            model.model_type + "'" + hint);
+    return invalid_argument("model.model_type is not the model's '" + model.model_type + "'" + hint);
   const std::tuple<const char*, int, int> sizes[] = {
       {"num_layers", b.model.num_layers, model.num_layers},
       {"num_kv_heads", b.model.num_kv_heads, model.num_kv_heads},
@@ -307,14 +306,19 @@ Expected<HeadBudgets> parse_head_budgets(const std::string& text, const std::str
   try {
     j = json::parse(text);
   } catch (const json::parse_error& e) {
-    return invalid_file(source + ": malformed JSON: " + e.what());
+    // Only the position: the parser's own message quotes the bytes it last read.
+    return invalid_file(source + ": malformed JSON at byte " + std::to_string(e.byte));
   }
+  return parse_head_budgets_json(j, source);
+}
+
+Expected<HeadBudgets> parse_head_budgets_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) return invalid_file(source + ": expected a JSON object (a head budget file)");
   const Reader r(source);
   std::string format;
   ORIGAMI_RETURN_IF_ERROR(r.string(j, "format", "format", &format));
   if (format != kHeadBudgetsFormat)
-    return invalid_file(source + ": field 'format' is '" + format + "', expected '" + kHeadBudgetsFormat + "'");
+    return invalid_file(source + ": field 'format' is not '" + kHeadBudgetsFormat + "' (not a head budget file)");
   HeadBudgets b;
   ORIGAMI_RETURN_IF_ERROR(r.integer(j, "version", "version", &b.version));
   if (b.version != kHeadBudgetsVersion)
@@ -347,7 +351,7 @@ Expected<HeadBudgets> parse_head_budgets(const std::string& text, const std::str
 }
 
 Expected<HeadBudgets> load_head_budgets(const std::string& path, const ModelIdentity* model) {
-  ORIGAMI_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  ORIGAMI_ASSIGN_OR_RETURN(std::string text, read_small_regular_file(path, kMaxHeadBudgetsFileBytes));
   ORIGAMI_ASSIGN_OR_RETURN(HeadBudgets b, parse_head_budgets(text, path));
   if (model != nullptr) {
     Status st = check_head_budgets_model(b, *model);

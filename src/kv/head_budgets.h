@@ -16,9 +16,12 @@
 // Loading checks the format, the version, every field's presence and type, the shapes, every
 // ratio in (0, 1] (NaN included, which JSON writes as null) and, given the model, that the file
 // was calibrated for it; every error names the file and the field.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 
@@ -26,6 +29,8 @@ namespace origami {
 
 inline constexpr const char* kHeadBudgetsFormat = "origami-head-budgets";
 inline constexpr int kHeadBudgetsVersion = 1;
+// Files larger than this are refused unread: a budget file of 128 layers x 64 heads is ~0.5 MB.
+inline constexpr size_t kMaxHeadBudgetsFileBytes = size_t{16} << 20;
 
 // What identifies the model a budget file belongs to: its KV shape and a fingerprint of its
 // config (the kv module does not see ModelConfig; engine/head_budget_loader.h builds this).
@@ -94,9 +99,14 @@ Status check_head_budgets_model(const HeadBudgets& budgets, const ModelIdentity&
 
 // JSON text (2-space indent, trailing newline). `budgets` must be valid (validate_head_budgets).
 std::string head_budgets_to_json(const HeadBudgets& budgets);
-// Parses and validates JSON text; `source` names the file in errors.
+// Parses and validates JSON text; `source` names the file in errors, which never quote the text.
 Expected<HeadBudgets> parse_head_budgets(const std::string& json_text, const std::string& source);
-// Reads, parses and validates `path`; with `model`, also checks that it belongs to that model.
+// Validates an already parsed object (a request's inline "kv_head_budgets", checked as a file).
+// Errors name `source` and the field, and never quote the object's strings.
+Expected<HeadBudgets> parse_head_budgets_json(const nlohmann::json& j, const std::string& source);
+// Reads (a regular file of at most kMaxHeadBudgetsFileBytes, opened without blocking: never a
+// FIFO or device), parses and validates `path`; with `model`, also checks that it belongs to
+// that model.
 Expected<HeadBudgets> load_head_budgets(const std::string& path, const ModelIdentity* model = nullptr);
 // Validates, then writes `path` (through a temporary file renamed over it, so a failed write
 // never leaves half a file).

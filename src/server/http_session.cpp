@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <functional>
+#include <optional>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -25,6 +27,10 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 using Request = http::request<http::string_body>;
 
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
 // Wakes the session when the engine pushed outputs or the client went away: a timer that never
 // expires, cancelled on the session's strand.
 struct Wakeup {
@@ -41,9 +47,13 @@ struct InFlight {
   ServerContext& ctx;
 };
 
-// Watches the socket while a generation request runs: readable with nothing to read (a peek of
-// 0 bytes) or an error means the client closed the connection. The peek never blocks: a
-// readiness report can be spurious (the watch is then armed again).
+// Watches the socket while a generation request runs, for a client that goes away. An error
+// (a reset) is a disconnect. End of stream is not: it is also what a client that half-closes
+// after sending its request (`shutdown(SHUT_WR)`, `nc -N`, some proxies) looks like, and such a
+// client still reads the answer; the two cannot be told apart on the wire until the server
+// writes. So after end of stream the watch stops, and a client that has really gone is noticed
+// by the first write that fails (streamed: a chunk or two later; not streamed: the answer). The
+// peek never blocks: a readiness report can be spurious (the watch is then armed again).
 void watch_disconnect(tcp::socket& socket, std::shared_ptr<Wakeup> wake) {
   wake->watching = true;
   socket.async_wait(tcp::socket::wait_read, [&socket, wake](const beast::error_code& ec) {
@@ -52,8 +62,9 @@ void watch_disconnect(tcp::socket& socket, std::shared_ptr<Wakeup> wake) {
     if (!ec) {
       char byte;
       const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n > 0) return;  // the client sent its next request early; it is read after this one
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      if (n > 0) return;   // the client sent its next request early; it is read after this one
+      if (n == 0) return;  // half-closed (or closed): answered until a write fails
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
         watch_disconnect(socket, wake);
         return;
       }
@@ -61,6 +72,77 @@ void watch_disconnect(tcp::socket& socket, std::shared_ptr<Wakeup> wake) {
     wake->disconnected = true;
     wake->timer.cancel();
   });
+}
+
+// Runs `job` on the prompt workers and waits for its result without holding an I/O thread;
+// nullopt when their queue is full (the caller answers 503 at once). The result is handed back
+// on the session's strand.
+template <class T>
+net::awaitable<std::optional<T>> run_off_io_threads(ServerContext& ctx, std::function<T()> job) {
+  struct State {
+    explicit State(net::any_io_executor ex) : timer(ex, net::steady_timer::time_point::max()) {}
+    net::steady_timer timer;
+    std::optional<T> result;
+  };
+  auto executor = co_await net::this_coro::executor;
+  auto state = std::make_shared<State>(executor);
+  MetricsRegistry* metrics = ctx.metrics;
+  metrics->prompt_started();
+  const bool queued = ctx.prompt_workers->try_post([state, executor, metrics, job = std::move(job)]() mutable {
+    T result = job();
+    metrics->prompt_finished();
+    net::post(executor, [state, result = std::move(result)]() mutable {
+      state->result = std::move(result);
+      state->timer.cancel();
+    });
+  });
+  if (!queued) {
+    metrics->prompt_finished();
+    co_return std::nullopt;
+  }
+  while (!state->result) {
+    beast::error_code ec;
+    co_await state->timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+  }
+  co_return std::move(state->result);
+}
+
+ApiError prompt_queue_full(ServerContext& ctx) {
+  ctx.metrics->record_rejected();
+  return ApiError::unavailable("the server is busy: " + std::to_string(ctx.config.max_queued_prompts) +
+                               " requests are already waiting to be prepared (--max-queued-prompts); retry later");
+}
+
+// What a prompt worker makes of a generation body.
+struct ParsedGeneration {
+  std::optional<ApiError> error;
+  GenerationRequest gen;
+};
+
+// Runs on a prompt worker: JSON, chat template, tokenizer, and the checks that need the prompts.
+ParsedGeneration parse_generation(const std::string& body_text, ApiKind kind, const ServerContext& ctx) {
+  ParsedGeneration p;
+  try {
+    nlohmann::json body;
+    p.error = parse_json_body(body_text, &body);
+    if (!p.error) p.error = parse_generation_request(body, kind, ctx.request_context(), &p.gen);
+    // More choices than --max-waiting could never be admitted: a 503 "retry later" would be
+    // retried forever. A client error, as vLLM-like servers treat a request that can never be
+    // served (TGI: best_of above --max-best-of is a 422); admitting it past the cap would break
+    // the bound the operator set.
+    const int64_t choices = static_cast<int64_t>(p.gen.prompts.size()) * p.gen.n;
+    if (!p.error && ctx.config.max_waiting > 0 && choices > ctx.config.max_waiting)
+      p.error = ApiError::bad_request(
+          "this request asks for " + std::to_string(choices) + " choices (n = " + std::to_string(p.gen.n) + " x " +
+              std::to_string(p.gen.prompts.size()) + " prompt(s)), more than the " +
+              std::to_string(ctx.config.max_waiting) +
+              " this server ever queues (--max-waiting): it could never be admitted; ask for at most " +
+              std::to_string(ctx.config.max_waiting),
+          "n");
+  } catch (const std::exception& e) {  // std::bad_alloc on a huge prompt: this request fails, not the server
+    p.error = ApiError::bad_request(std::string("the request could not be prepared: ") + e.what());
+  }
+  return p;
 }
 
 net::awaitable<bool> write_response(beast::tcp_stream& stream, const Request& req, const SimpleResponse& r, int timeout_s) {
@@ -89,11 +171,12 @@ net::awaitable<bool> write_chunk(beast::tcp_stream& stream, const std::string& t
 net::awaitable<bool> serve_generation(beast::tcp_stream& stream, const Request& req, ServerContext& ctx, ApiKind kind) {
   const int timeout_s = ctx.config.write_timeout_s;
   if (ctx.draining) co_return co_await write_response(stream, req, SimpleResponse::error(ApiError::unavailable("the server is shutting down")), timeout_s);
-  nlohmann::json body;
-  GenerationRequest gen;
-  std::optional<ApiError> error = parse_json_body(req.body(), &body);
-  if (!error) error = parse_generation_request(body, kind, ctx.request_context(), &gen);
-  if (error) co_return co_await write_response(stream, req, SimpleResponse::error(*error), timeout_s);
+  // Named, not a temporary: GCC mishandles temporaries with destructors inside co_await expressions.
+  std::function<ParsedGeneration()> parse = [body = req.body(), kind, &ctx] { return parse_generation(body, kind, ctx); };
+  std::optional<ParsedGeneration> parsed = co_await run_off_io_threads(ctx, std::move(parse));
+  if (!parsed) co_return co_await write_response(stream, req, SimpleResponse::error(prompt_queue_full(ctx)), timeout_s);
+  if (parsed->error) co_return co_await write_response(stream, req, SimpleResponse::error(*parsed->error), timeout_s);
+  GenerationRequest& gen = parsed->gen;
 
   // Hand the request to the engine thread: one engine request per (prompt, choice).
   auto channel = std::make_shared<RequestChannel>(static_cast<int>(gen.prompts.size()) * gen.n);
@@ -203,30 +286,63 @@ net::awaitable<bool> handle_request(beast::tcp_stream& stream, const Request& re
     const SimpleResponse r = SimpleResponse::error(ApiError::not_found("no route for " + method + " " + target));
     co_return co_await write_response(stream, req, r, ctx.config.write_timeout_s);
   }
+  if (route == Route::kTokenize || route == Route::kDetokenize) {  // the tokenizer and chat template: off the I/O threads
+    std::function<SimpleResponse()> handle = [body = req.body(), route, &ctx] {
+      try {
+        return handle_simple(ctx, route, body);
+      } catch (const std::exception& e) {
+        return SimpleResponse::error(ApiError::bad_request(std::string("the request could not be prepared: ") + e.what()));
+      }
+    };
+    std::optional<SimpleResponse> r = co_await run_off_io_threads(ctx, std::move(handle));
+    const SimpleResponse response = r ? std::move(*r) : SimpleResponse::error(prompt_queue_full(ctx));
+    co_return co_await write_response(stream, req, response, ctx.config.write_timeout_s);
+  }
+  // /health, /metrics, /v1/models: answered here at once, whatever the prompt workers are doing.
   co_return co_await write_response(stream, req, handle_simple(ctx, route, req.body()), ctx.config.write_timeout_s);
 }
 
 }  // namespace
 
 net::awaitable<void> run_http_session(tcp::socket socket, std::shared_ptr<ServerContext> ctx) {
+  struct Open {  // counted open by the listener; closed when the session ends
+    MetricsRegistry& metrics;
+    ~Open() { metrics.connection_closed(); }
+  } open{*ctx->metrics};
+  const ServerConfig& cfg = ctx->config;
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
-    http::request_parser<http::string_body> parser;
-    parser.body_limit(ctx->config.max_body_bytes);
     beast::error_code ec;
-    stream.expires_after(std::chrono::seconds(ctx->config.idle_timeout_s));
-    co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+    // Idle (before the first request, between requests): the first byte of the next request
+    // must come within the keep-alive timeout, unless it already came with the last one.
+    if (buffer.size() == 0) {
+      stream.expires_after(seconds(cfg.timeout_keep_alive_s));
+      const size_t n = co_await stream.async_read_some(buffer.prepare(4096), net::redirect_error(net::use_awaitable, ec));
+      buffer.commit(n);
+      if (ec) break;  // closed (a half-close before a request is a close), reset, or idle too long
+    }
+    // Then the whole header within its timeout from that byte (a client sending one header byte
+    // a second is closed), then the whole body within its own.
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(cfg.max_body_bytes);
+    stream.expires_after(seconds(cfg.timeout_header_s));
+    co_await http::async_read_header(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+    if (!ec && !parser.is_done()) {
+      stream.expires_after(seconds(cfg.timeout_body_s));
+      co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+    }
     stream.expires_never();
     if (ec == http::error::body_limit) {
       Request req;
       req.version(11);
       req.keep_alive(false);
-      co_await write_response(stream, req, SimpleResponse::error(ApiError::too_large(ctx->config.max_body_bytes)),
-                              ctx->config.write_timeout_s);
+      co_await write_response(stream, req, SimpleResponse::error(ApiError::too_large(cfg.max_body_bytes)), cfg.write_timeout_s);
       break;
     }
-    if (ec) break;  // closed, timed out, or not HTTP
+    // A timeout (the stream is closed by then), end of stream before the request was complete
+    // (a disconnect), a reset, or not HTTP: nothing to answer.
+    if (ec) break;
     Request req = parser.release();
     if (!co_await handle_request(stream, req, *ctx)) break;
   }

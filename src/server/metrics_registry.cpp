@@ -133,6 +133,12 @@ std::string MetricsRegistry::render() const {
     sample(&out, "origami:request_success_total", l + ",finished_reason=\"" + reason + "\"", static_cast<double>(n));
   header(&out, "origami:num_requests_rejected_total", "counter", "Requests refused before reaching the engine.");
   sample(&out, "origami:num_requests_rejected_total", l, static_cast<double>(num_rejected_));
+  header(&out, "origami:http_connections_open", "gauge", "HTTP connections open (capped by --max-connections).");
+  sample(&out, "origami:http_connections_open", l, connections_open_.load());
+  header(&out, "origami:http_connections_refused_total", "counter", "HTTP connections refused at --max-connections.");
+  sample(&out, "origami:http_connections_refused_total", l, static_cast<double>(connections_refused_.load()));
+  header(&out, "origami:num_requests_preparing", "gauge", "Requests queued for or on the prompt workers (body, chat template, tokenizer).");
+  sample(&out, "origami:num_requests_preparing", l, prompts_preparing_.load());
   return out;
 }
 

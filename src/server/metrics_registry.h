@@ -2,6 +2,7 @@
 // The server's Prometheus metrics (GET /metrics), named as vLLM names them with an `origami:`
 // prefix. The engine thread records into it after each step; HTTP threads render it. Every
 // access takes one mutex: updates are a few per step, renders are rare.
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -47,6 +48,15 @@ class MetricsRegistry {
   // One finished choice. ttft < 0: it produced no token. `finish_reason` is OpenAI's name.
   void record_finished(const std::string& finish_reason, double ttft, double e2e, int num_output_tokens);
   void record_rejected();  // refused before reaching the engine (queue full, engine error)
+  // HTTP connections: open now (what --max-connections caps), and refused with a 503 or closed
+  // at once because the cap was reached.
+  void connection_opened() { ++connections_open_; }
+  void connection_closed() { --connections_open_; }
+  int connections_open() const { return connections_open_.load(); }
+  void record_connection_refused() { ++connections_refused_; }
+  // Requests handed to the prompt workers and not yet back (queued or being prepared).
+  void prompt_started() { ++prompts_preparing_; }
+  void prompt_finished() { --prompts_preparing_; }
 
   std::string render() const;
   EngineSnapshot snapshot() const;
@@ -58,6 +68,9 @@ class MetricsRegistry {
   Histogram ttft_, tpot_, e2e_;
   std::map<std::string, int64_t> finished_by_reason_;
   int64_t num_rejected_ = 0;
+  std::atomic<int> connections_open_{0};
+  std::atomic<int64_t> connections_refused_{0};
+  std::atomic<int> prompts_preparing_{0};
 };
 
 }  // namespace origami::server

@@ -277,7 +277,8 @@ std::optional<ApiError> parse_generation_request(const nlohmann::json& body, Api
   if (!sp) return ApiError::bad_request(sp.status().message());
   out->sampling = std::move(*sp);
 
-  Expected<RequestOptions> opts = request_options_from_json(body);
+  Expected<RequestOptions> opts =
+      request_options_from_json(body, {}, ctx.head_budgets != nullptr ? *ctx.head_budgets : HeadBudgetsResolver{});
   if (!opts) return ApiError::bad_request(opts.status().message());
   out->options = std::move(*opts);
   if (auto e = read_logprobs(body, kind, &out->options.logprobs)) return e;

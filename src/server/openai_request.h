@@ -16,6 +16,7 @@
 
 #include "engine/prompt_builder.h"
 #include "engine/request_options.h"
+#include "engine/request_options_json.h"
 #include "sampling/sampling_params.h"
 #include "server/api_error.h"
 
@@ -42,6 +43,9 @@ struct RequestContext {
   std::string served_model_name;
   int max_model_len = 0;
   int max_n = 128;
+  // What a string "kv_head_budgets" names (the budgets the operator loaded at start); null: only
+  // inline objects are accepted.
+  const HeadBudgetsResolver* head_budgets = nullptr;
 };
 
 // Parses a JSON body (any route's) or produces the 400 for it: not JSON, or not an object.

@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <csignal>
+#include <cstdio>
 #include <thread>
 
 #include <boost/asio/co_spawn.hpp>
@@ -17,6 +18,8 @@
 #include "server/engine_worker.h"
 #include "server/http_listener.h"
 #include "server/metrics_registry.h"
+#include "server/named_head_budgets.h"
+#include "server/prompt_workers.h"
 #include "server/server_context.h"
 
 namespace origami::server {
@@ -51,11 +54,22 @@ net::awaitable<void> drain_and_stop(net::io_context& ioc, ServerContext& ctx) {
 Status serve(const ServerConfig& config, std::unique_ptr<Engine> engine,
              const std::function<void(const std::string& url)>& on_ready) {
   ServerConfig cfg = config;
+  ORIGAMI_RETURN_IF_ERROR(check_named_head_budgets(cfg.named_head_budgets, engine->model_config()));
+  // Connections: as many as the open-file limit allows, less a reserve for everything else.
+  const int fd_limit = raise_open_file_limit();
+  const int fd_cap = std::max(16, fd_limit - kReservedFileDescriptors);
+  if (cfg.max_connections > fd_cap)
+    std::fprintf(stderr,
+                 "origami: warning: --max-connections %d is more than the open-file limit (%d) allows; capped at %d\n",
+                 cfg.max_connections, fd_limit, fd_cap);
+  cfg.max_connections = cfg.max_connections > 0 ? std::min(cfg.max_connections, fd_cap) : fd_cap;
   MetricsRegistry metrics(cfg.served_model_name);
   auto worker = std::make_unique<EngineWorker>(std::move(engine), &metrics, cfg.max_waiting);
-  auto ctx = std::make_shared<ServerContext>(cfg, worker.get(), &metrics);
 
   net::io_context ioc(std::max(1, cfg.io_threads));
+  // After the I/O context (its jobs post into it), so destroyed before it: joined first.
+  auto prompt_workers = std::make_unique<PromptWorkers>(cfg.prompt_workers, cfg.max_queued_prompts);
+  auto ctx = std::make_shared<ServerContext>(cfg, worker.get(), &metrics, prompt_workers.get());
   auto accept_strand = net::make_strand(ioc);
   tcp::acceptor acceptor(accept_strand);
   boost::system::error_code ec;
@@ -88,7 +102,8 @@ Status serve(const ServerConfig& config, std::unique_ptr<Engine> engine,
   for (int i = 1; i < cfg.io_threads; ++i) threads.emplace_back([&] { ioc.run(); });
   ioc.run();
   for (auto& t : threads) t.join();
-  // The engine thread stops before the I/O context it notifies goes away.
+  // The prompt workers and the engine thread stop before the I/O context they notify goes away.
+  prompt_workers.reset();
   worker.reset();
   return Status::ok();
 }

@@ -11,8 +11,8 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 export const BIN = process.env.ORIGAMI_BIN ?? path.resolve(here, '../../build-dev/origami');
 export const MODEL = process.env.ORIGAMI_MODEL ?? path.resolve(here, '../../../shared/models/origami-tiny-qwen3');
 
-export async function startServer(extraArgs = []) {
-  const args = ['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--threads', '1', ...extraArgs];
+export async function startServer(extraArgs = [], { model = MODEL } = {}) {
+  const args = ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1', ...extraArgs];
   const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';

@@ -6,9 +6,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/jsonl_requests.h"
+#include "kv/head_budgets.h"
 
 namespace origami {
 namespace {
@@ -22,8 +24,25 @@ class JsonlRequests : public ::testing::Test {
     ASSERT_TRUE(tokenizer.has_value()) << tokenizer.status().message();
     builder_ = std::make_unique<PromptBuilder>(*tokenizer);
     path_ = fs::temp_directory_path() / ("origami_jsonl_" + std::to_string(::getpid()) + ".jsonl");
+    budgets_path_ = fs::temp_directory_path() / ("origami_jsonl_budgets_" + std::to_string(::getpid()) + ".json");
+    std::ofstream(budgets_path_) << head_budgets_to_json(sample_budgets());
   }
-  void TearDown() override { fs::remove(path_); }
+  void TearDown() override {
+    fs::remove(path_);
+    fs::remove(budgets_path_);
+  }
+
+  static HeadBudgets sample_budgets() {
+    HeadBudgets b;
+    b.model = {"qwen3", 2, 4, 8, 64, 512, 8192};
+    b.scorer = "snapkv";
+    b.samples = 1;
+    b.sample_tokens = {512};
+    b.ratios = {{0.1, 0.25, 0.5, 1.0}, {0.3, 0.2, 0.7, 0.05}};
+    b.mean = b.ratios;
+    b.stddev = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    return b;
+  }
 
   std::vector<JsonlRequest> read(const std::string& text) {
     { std::ofstream(path_, std::ios::binary) << text; }
@@ -41,6 +60,7 @@ class JsonlRequests : public ::testing::Test {
 
   std::unique_ptr<PromptBuilder> builder_;
   fs::path path_;
+  fs::path budgets_path_;
 };
 
 TEST_F(JsonlRequests, EveryLineGetsAnItemIncludingBlankOnes) {
@@ -89,7 +109,7 @@ TEST_F(JsonlRequests, UnknownFieldsAreErrorsWithASuggestion) {
   EXPECT_EQ(error_of(R"({"id": 7, "prompt": "x", "temperature": 0.5, "top_p": 0.9, "top_k": 5, "min_p": 0.1,)"
                      R"( "max_tokens": 4, "ignore_eos": true, "seed": 3, "stop": ["a"], "stop_token_ids": [2],)"
                      R"( "include_stop_str_in_output": false, "kv_policy": "streaming", "kv_budget": 64,)"
-                     R"( "kv_policy_options": {"sinks": 4}, "kv_head_budgets": "b.json", "forced_output_tokens": [1],)"
+                     R"( "kv_policy_options": {"sinks": 4}, "kv_head_budgets": ")" + budgets_path_.string() + R"(", "forced_output_tokens": [1],)"
                      R"( "return_forced_logprobs": true})"),
             "");
   EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {}})"), "");
@@ -114,14 +134,40 @@ TEST_F(JsonlRequests, PenaltiesMinTokensAndLogitBias) {
   EXPECT_NE(error_of(R"({"prompt": "x", "temprature": 1})").find("did you mean 'temperature'"), std::string::npos);
 }
 
-TEST_F(JsonlRequests, HeadBudgetsAreAPath) {
-  std::vector<JsonlRequest> r = read(R"({"prompt": "x", "kv_policy": "tangram", "kv_head_budgets": "b.json"})" "\n");
+// A line's kv_head_budgets is a file (the operator's: read as the line is parsed, once per path)
+// or the budget object itself; never a FIFO or device, which would stall or exhaust the reader.
+TEST_F(JsonlRequests, HeadBudgetsAreAFileReadAtParseOrAnObject) {
+  const std::string line = R"({"prompt": "x", "kv_policy": "tangram", "kv_head_budgets": ")" + budgets_path_.string() + R"("})";
+  std::vector<JsonlRequest> r = read(line + "\n" + line + "\n");
+  ASSERT_EQ(r.size(), 2u);
+  ASSERT_EQ(r[0].item.error, "");
+  ASSERT_NE(r[0].item.options.kv_head_budgets, nullptr);
+  EXPECT_EQ(r[0].item.options.kv_head_budgets->ratios, sample_budgets().ratios);
+  EXPECT_EQ(r[0].item.options.kv_head_budgets, r[1].item.options.kv_head_budgets) << "read once per path";
+  fs::remove(budgets_path_);  // already read: a later line naming it uses the copy read
+
+  r = read(R"({"prompt": "x", "kv_head_budgets": )" + nlohmann::json::parse(head_budgets_to_json(sample_budgets())).dump() + "}\n");
   ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].item.options.kv_head_budgets, "b.json");
+  ASSERT_EQ(r[0].item.error, "") << "an inline object is read as the file's content";
+  EXPECT_EQ(r[0].item.options.kv_head_budgets->ratios, sample_budgets().ratios);
+
+  const fs::path fifo = fs::temp_directory_path() / ("origami_jsonl_fifo_" + std::to_string(::getpid()));
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string e = error_of(R"({"prompt": "x", "kv_head_budgets": ")" + fifo.string() + R"("})");
+  EXPECT_NE(e.find("is not a regular file"), std::string::npos) << e;
+  fs::remove(fifo);
+  e = error_of(R"({"prompt": "x", "kv_head_budgets": "/dev/zero"})");
+  EXPECT_NE(e.find("/dev/zero: is not a regular file"), std::string::npos) << e;
+  e = error_of(R"({"prompt": "x", "kv_head_budgets": "/no/such/budgets.json"})");
+  EXPECT_NE(e.find("/no/such/budgets.json: cannot open file"), std::string::npos) << e;
   for (const char* bad : {R"({"prompt": "x", "kv_head_budgets": 3})", R"({"prompt": "x", "kv_head_budgets": ""})"}) {
-    const std::string e = error_of(bad);
-    EXPECT_NE(e.find("field 'kv_head_budgets' must be the path of a head budget file"), std::string::npos) << e;
+    e = error_of(bad);
+    EXPECT_NE(e.find("field 'kv_head_budgets' must be a head budget object"), std::string::npos) << e;
   }
+  e = error_of(R"({"prompt": "x", "kv_head_budgets": {"format": "sk-live-secret"}})");
+  EXPECT_NE(e.find("kv_head_budgets: field 'format' is not 'origami-head-budgets'"), std::string::npos) << e;
+  EXPECT_EQ(e.find("sk-live"), std::string::npos) << e;
 }
 
 TEST_F(JsonlRequests, NegativeSeedIsAnError) {

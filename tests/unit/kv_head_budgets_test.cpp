@@ -4,6 +4,7 @@
 #include "kv/head_budgets.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -98,7 +99,7 @@ TEST(HeadBudgets, SaveAndLoadThroughAFileCheckingTheModel) {
 TEST(HeadBudgets, EveryModelFieldIsChecked) {
   const HeadBudgets b = sample_budgets();
   const std::pair<const char*, std::function<void(ModelIdentity&)>> cases[] = {
-      {"model.model_type is 'qwen3' but the model's is 'llama'", [](ModelIdentity& m) { m.model_type = "llama"; }},
+      {"model.model_type is not the model's 'llama'", [](ModelIdentity& m) { m.model_type = "llama"; }},
       {"model.num_layers", [](ModelIdentity& m) { m.num_layers = 3; }},
       {"model.num_kv_heads is 4 but the model's is 8", [](ModelIdentity& m) { m.num_kv_heads = 8; }},
       {"model.num_attention_heads", [](ModelIdentity& m) { m.num_attention_heads = 16; }},
@@ -123,7 +124,7 @@ TEST(HeadBudgets, MalformedFilesAreErrorsNamingTheField) {
   };
   const Case cases[] = {
       {"missing field 'format'", [](nlohmann::json& j) { j.erase("format"); }},
-      {"field 'format' is 'other'", [](nlohmann::json& j) { j["format"] = "other"; }},
+      {"field 'format' is not 'origami-head-budgets'", [](nlohmann::json& j) { j["format"] = "other"; }},
       {"missing field 'version'", [](nlohmann::json& j) { j.erase("version"); }},
       {"version 2 is not supported", [](nlohmann::json& j) { j["version"] = 2; }},
       {"field 'version' must be an integer", [](nlohmann::json& j) { j["version"] = "1"; }},
@@ -182,6 +183,60 @@ TEST(HeadBudgets, MalformedJsonAndNonObjects) {
     EXPECT_TRUE(m.find("malformed JSON") != std::string::npos || m.find("expected a JSON object") != std::string::npos)
         << m;
   }
+}
+
+// Errors never quote what the file holds (a file that is not a budget file may hold secrets):
+// neither a wrong format string, nor a model type, nor the bytes a JSON parse error stopped at.
+TEST(HeadBudgets, ErrorsNeverQuoteTheFilesStrings) {
+  const std::string secret = "sk-live-0123456789";
+  const std::string message = error_after([&](nlohmann::json& j) { j["format"] = secret; });
+  EXPECT_EQ(message.find(secret), std::string::npos) << message;
+  HeadBudgets other = sample_budgets();
+  other.model.model_type = secret;
+  const Status st = check_head_budgets_model(other, sample_budgets().model);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_EQ(st.message().find(secret), std::string::npos) << st.message();
+  for (const std::string& text : {"{\"format\": " + secret, secret + " = true", "[\"" + secret + "\", }"}) {
+    Expected<HeadBudgets> b = parse_head_budgets(text, "f.json");
+    ASSERT_FALSE(b.has_value());
+    EXPECT_NE(b.status().message().find("malformed JSON at byte"), std::string::npos) << b.status().message();
+    EXPECT_EQ(b.status().message().find("sk-live"), std::string::npos) << b.status().message();
+  }
+}
+
+// An inline object (a request's "kv_head_budgets": {...}) is checked exactly as a file is.
+TEST(HeadBudgets, InlineObjectsAreParsedAsFiles) {
+  const HeadBudgets b = sample_budgets();
+  const nlohmann::json j = nlohmann::json::parse(head_budgets_to_json(b));
+  Expected<HeadBudgets> parsed = parse_head_budgets_json(j, "kv_head_budgets");
+  ASSERT_TRUE(parsed.has_value()) << parsed.status().message();
+  EXPECT_EQ(parsed->ratios, b.ratios);
+  nlohmann::json bad = j;
+  bad["ratios"][0][0] = 2.0;
+  Expected<HeadBudgets> refused = parse_head_budgets_json(bad, "kv_head_budgets");
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.status().message().find("kv_head_budgets: ratios[0][0] = 2 is not in (0, 1]"), std::string::npos)
+      << refused.status().message();
+}
+
+// Loading never blocks on or streams from something that is not a regular file.
+TEST(HeadBudgets, LoadRefusesFifosDevicesAndLargeFiles) {
+  const std::string fifo = ::testing::TempDir() + "head_budgets_fifo_" + std::to_string(::getpid());
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Expected<HeadBudgets> from_fifo = load_head_budgets(fifo);  // would block forever if opened blocking
+  ASSERT_FALSE(from_fifo.has_value());
+  EXPECT_NE(from_fifo.status().message().find("is not a regular file"), std::string::npos) << from_fifo.status().message();
+  std::filesystem::remove(fifo);
+  Expected<HeadBudgets> from_zero = load_head_budgets("/dev/zero");
+  ASSERT_FALSE(from_zero.has_value());
+  EXPECT_NE(from_zero.status().message().find("is not a regular file"), std::string::npos) << from_zero.status().message();
+  const std::string big = ::testing::TempDir() + "head_budgets_big_" + std::to_string(::getpid()) + ".json";
+  { std::ofstream(big) << std::string(kMaxHeadBudgetsFileBytes + 1, ' '); }
+  Expected<HeadBudgets> from_big = load_head_budgets(big);
+  ASSERT_FALSE(from_big.has_value());
+  EXPECT_NE(from_big.status().message().find("more than the limit"), std::string::npos) << from_big.status().message();
+  std::filesystem::remove(big);
 }
 
 TEST(HeadBudgets, ValidateRejectsNaNInMemory) {
