@@ -112,6 +112,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_option("--max-model-len", c.max_model_len, "Longest prompt + output (default and maximum: the model's context)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   cmd->add_option("--kv-cache-memory", flags->kv_cache_memory, "KV cache size, e.g. 2GiB (default: CPU 1GiB, CUDA from free memory)");
+  cmd->add_option("--kv-cache-dtype", flags->kv_cache_dtype,
+                  "KV cache element type: auto (the model's: bf16 on CUDA, fp32 on the CPU), bf16, or fp8 (E4M3 with a "
+                  "scale per token and KV head; about half the bytes of bf16; the CPU emulates its rounding)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp8"}))->capture_default_str();
   cmd->add_option("--num-kv-blocks", c.num_kv_blocks, "KV cache size in blocks (overrides --kv-cache-memory)")
       ->check(CLI::Range(1, 1 << 30));
   cmd->add_flag("--enable-prefix-caching", c.enable_prefix_caching, "Reuse KV blocks of shared prompt prefixes");
@@ -185,6 +189,10 @@ bool finalize_engine_flags(EngineFlags* flags, bool build_default_policy) {
       print_error("--group-budget-ratios: " + std::to_string(ratio) + " is not in (0, 1]: each head group's share of the KV budget must be positive and at most 1");
       return false;
     }
+  }
+  if (!parse_kv_cache_dtype(flags->kv_cache_dtype, &flags->config.kv_cache_dtype)) {
+    print_error("--kv-cache-dtype: expected auto, bf16 or fp8");
+    return false;
   }
   if (!flags->kv_cache_memory.empty()) {
     int64_t bytes = 0;

@@ -26,6 +26,7 @@ inline constexpr int kExitUsage = 2;
 struct EngineFlags {
   EngineConfig config;
   std::string kv_cache_memory;  // "2GiB", "512MiB", "1000000" (bytes)
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto | bf16 | fp8
   std::vector<std::string> kv_policy_opts;  // "key=value" (--kv-policy-opt, repeatable)
 };
 

@@ -51,6 +51,10 @@ class Backend {
   // Bytes available for the KV cache after the weights and activations, given a requested cap
   // (0 = as much as the backend allows).
   virtual size_t available_kv_bytes(size_t requested_bytes) const = 0;
+  // Bytes one page of group 0 of `layout` takes in this backend's memory (what the KV memory
+  // plan divides by): the layout's own size (KVLayout::page_bytes) unless the backend stores
+  // entries differently (the CPU emulates bf16 and fp8 in fp32).
+  virtual size_t kv_page_bytes(const KVLayout& layout) const { return layout.page_bytes(0); }
   // Allocates the paged KV storage.
   virtual Status allocate_kv_cache(const KVLayout& layout) = 0;
   // One step: starts the batch's compressions, runs the model on its sequences and samples (see

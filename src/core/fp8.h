@@ -13,45 +13,15 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/fp8_e4m3.h"
+
 namespace origami {
 
-inline constexpr float kFp8E4M3Max = 448.0f;
 inline constexpr uint8_t kFp8E4M3MaxCode = 0x7e;
 inline constexpr uint8_t kFp8E4M3NaN = 0x7f;
 
-// Decodes one code (NaN codes decode to NaN).
-inline float fp8_e4m3_to_f32(uint8_t code) {
-  const uint32_t exp = (code >> 3) & 0xfu, mant = code & 0x7u;
-  float mag;
-  if (exp == 0xf && mant == 0x7) {
-    mag = std::nanf("");
-  } else if (exp == 0) {
-    mag = std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant / 8 * 2^-6
-  } else {
-    mag = std::ldexp(static_cast<float>(8 + mant), static_cast<int>(exp) - 10);  // (1 + mant / 8) * 2^(exp - 7)
-  }
-  return (code & 0x80) ? -mag : mag;
-}
-
-// Round to nearest even, saturating to +-448 (infinities too); NaN gives 0x7f with x's sign.
-inline uint8_t f32_to_fp8_e4m3(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
-  const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | kFp8E4M3NaN;
-  float a;
-  std::memcpy(&a, &abs, 4);
-  if (a >= kFp8E4M3Max) return sign | kFp8E4M3MaxCode;
-  if (abs < 0x3c800000u) {  // below 2^-6: subnormal steps of 2^-9 (scaling by 512 is exact)
-    const float steps = std::nearbyint(a * 512.0f);  // the default rounding mode: to nearest even
-    return sign | static_cast<uint8_t>(steps);        // 8 steps is code 0x08, the smallest normal
-  }
-  uint32_t r = abs - (120u << 23);  // rebias the exponent 127 -> 7
-  r += 0x7ffffu + ((r >> 20) & 1u);  // round the 20 dropped mantissa bits to nearest even
-  const uint32_t code = r >> 20;
-  return sign | static_cast<uint8_t>(code > kFp8E4M3MaxCode ? kFp8E4M3MaxCode : code);
-}
+// kFp8E4M3Max, fp8_e4m3_to_f32 and f32_to_fp8_e4m3 (round to nearest even, saturating to +-448,
+// NaN kept) come from core/fp8_e4m3.h, host and device alike, shared with the FP8 KV cache.
 
 // The scale of a row whose largest magnitude is `amax`: amax / 448, so that the row's largest
 // element maps to the largest finite code; never zero (an all-zero row keeps zero codes).

@@ -142,8 +142,13 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
 
   // KV pool (an explicit block count wins, then a byte budget, then the backend's default),
   // split with the query slots and global-score pages compression needs.
-  KVLayout layout = KVLayout::full(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.block_size, 0,
-                                   config.device == "cpu" ? DType::kF32 : DType::kBF16);
+  // --kv-cache-dtype: auto is the backend's native KV dtype (fp32 on the CPU, bf16 on CUDA); bf16
+  // and fp8 on the CPU round its fp32 entries the way those caches would (kv/kv_cache_dtype.h).
+  const DType kv_dtype = config.kv_cache_dtype == KVCacheDType::kBF16 ? DType::kBF16
+                         : config.device == "cpu"                     ? DType::kF32
+                                                                      : DType::kBF16;
+  KVLayout layout = KVLayout::full(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.block_size, 0, kv_dtype);
+  layout.fp8 = config.kv_cache_dtype == KVCacheDType::kFP8;
   ORIGAMI_ASSIGN_OR_RETURN(KVMemoryPlan memory, plan_kv_memory(config, mc, layout, *engine->backend_));
   int num_blocks = memory.num_blocks;
   layout.groups[0].num_blocks = num_blocks;
@@ -168,6 +173,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
                                   layout.dtype,
                                   calibrated ? calibrated->grouping.groups
                                              : KVLayout::adjacent_heads(mc.num_layers, mc.num_kv_heads, hp)));
+    layout.fp8 = config.kv_cache_dtype == KVCacheDType::kFP8;
   }
   // Each group's share of the request's budget: its largest head's ratio over the largest group's.
   if (calibrated) grouped_config.group_budget_ratios = layout_group_shares(calibrated->budgets.ratios, layout);

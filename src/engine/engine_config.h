@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kv/kv_cache_dtype.h"
 
 namespace origami {
 
@@ -26,6 +27,9 @@ struct EngineConfig {
   std::string quantization = "none";
 
   int block_size = 16;
+  // --kv-cache-dtype: the KV cache's element type (auto = the model's: bf16 on CUDA, fp32 on the
+  // CPU; fp8 = E4M3 with a per-(token, KV head) scale, emulated bit-exactly on the CPU).
+  KVCacheDType kv_cache_dtype = KVCacheDType::kAuto;
   int64_t kv_cache_bytes = 0;  // 0: backend default (CPU: 1 GiB; CUDA: from free memory)
   int num_kv_blocks = 0;       // overrides kv_cache_bytes when > 0
   bool enable_prefix_caching = false;

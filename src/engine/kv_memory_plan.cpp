@@ -55,7 +55,9 @@ Expected<KVMemoryPlan> plan_kv_memory(const EngineConfig& config, const ModelCon
   // A full-KV default engine keeps score pages so that requests may choose any policy.
   cc.global_scores = plan.compression && (needs.global_scores || !p.compresses());
 
-  const int64_t block_bytes = static_cast<int64_t>(layout.page_bytes(0));
+  // What one block takes in the backend's memory: FP8 entries (E4M3 + a scale per head vector)
+  // fit about twice the blocks of bf16 in the same bytes on CUDA.
+  const int64_t block_bytes = static_cast<int64_t>(backend.kv_page_bytes(layout));
   const int64_t page_bytes = cc.global_scores
                                  ? int64_t{model.num_layers} * model.num_kv_heads * config.block_size * int64_t{sizeof(float)}
                                  : 0;

@@ -30,6 +30,7 @@ nlohmann::json engine_config_json(const EngineConfig& c) {
           {"dummy_weights", c.dummy_weights},
           {"quantization", c.quantization},
           {"block_size", c.block_size},
+          {"kv_cache_dtype", kv_cache_dtype_name(c.kv_cache_dtype)},
           {"max_num_seqs", c.max_num_seqs},
           {"max_num_batched_tokens", c.max_num_batched_tokens},
           {"enable_chunked_prefill", c.enable_chunked_prefill},

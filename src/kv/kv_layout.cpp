@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "kv/kv_cache_dtype.h"
 
 namespace origami {
 
@@ -91,16 +92,19 @@ HeadGroupSlot KVLayout::group_of(int layer, int head) const {
   return {};
 }
 
+size_t KVLayout::head_vector_bytes() const {
+  return fp8 ? static_cast<size_t>(head_dim) + kKVFp8ScaleBytes : static_cast<size_t>(head_dim) * dtype_size(dtype);
+}
+
 size_t KVLayout::page_bytes(int group) const {
   ORIGAMI_CHECK(group >= 0 && group < static_cast<int>(groups.size()));
   const HeadGroup& g = groups[static_cast<size_t>(group)];
-  // K and V, for each of the group's layers: [num_group_heads, block_size, head_dim].
-  return size_t{2} * g.layers.size() * g.kv_heads.size() * static_cast<size_t>(block_size) *
-         static_cast<size_t>(head_dim) * dtype_size(dtype);
+  // K and V, for each of the group's layers: [num_group_heads, block_size, head vector].
+  return size_t{2} * g.layers.size() * g.kv_heads.size() * static_cast<size_t>(block_size) * head_vector_bytes();
 }
 
 int KVLayout::groups_per_full_block() const {
-  const size_t full = size_t{2} * num_layers * num_kv_heads * block_size * head_dim * dtype_size(dtype);
+  const size_t full = size_t{2} * num_layers * num_kv_heads * block_size * head_vector_bytes();
   return static_cast<int>(full / page_bytes(0));
 }
 

@@ -41,6 +41,9 @@ struct KVLayout {
   int head_dim = 0;
   int block_size = 16;
   DType dtype = DType::kF32;
+  // FP8 entries (--kv-cache-dtype fp8, kv/kv_cache_dtype.h): each head vector of K and of V is
+  // head_dim E4M3 codes plus one fp32 scale; `dtype` is then the precision reads dequantize to.
+  bool fp8 = false;
   std::vector<HeadGroup> groups;
   // Every group allocates from one pool of groups[0].num_blocks pages (grouped layouts).
   bool shared_pool = false;
@@ -66,6 +69,8 @@ struct KVLayout {
   int heads_per_group() const { return groups.empty() ? 0 : static_cast<int>(groups[0].kv_heads.size()); }
   // The group holding (layer, head) and the head's slot in it.
   HeadGroupSlot group_of(int layer, int head) const;
+  // Bytes of one head vector of K (or V) of one token: head_dim elements, plus its scale if FP8.
+  size_t head_vector_bytes() const;
   // Bytes of one page of group g (K and V, all its layers and heads).
   size_t page_bytes(int group) const;
   // Pages of a grouped layout that hold as much as `num_blocks` pages of the full layout

@@ -220,8 +220,10 @@ std::vector<BatchItem> matrix_items() {
 }
 
 // The invariants above for one policy (the matrix options plus `extra`), with and without prefix
-// caching, with `heads_per_group` KV heads per head group (0: the one-group layout).
-void check_policy_invariants(const std::string& name, const PolicyOptionMap& extra, int heads_per_group) {
+// caching, with `heads_per_group` KV heads per head group (0: the one-group layout) and a KV cache
+// of `kv_dtype`.
+void check_policy_invariants(const std::string& name, const PolicyOptionMap& extra, int heads_per_group,
+                             KVCacheDType kv_dtype = KVCacheDType::kAuto) {
   const PolicyRegistry& registry = PolicyRegistry::builtin();
   PolicyOptionMap base = matrix_options(name);
   for (const auto& [k, v] : extra) base[k] = v;
@@ -234,9 +236,11 @@ void check_policy_invariants(const std::string& name, const PolicyOptionMap& ext
       PolicyOptionMap options = matrix_options(**policy, /*flip=*/!prefix, &chunked);
       for (const auto& [k, v] : extra) options[k] = v;
       SCOPED_TRACE(name + (prefix ? " with prefix caching" : "") + (chunked ? ", prefill chunk compression" : "") +
-                   (heads_per_group > 0 ? ", heads per group " + std::to_string(heads_per_group) : ""));
+                   (heads_per_group > 0 ? ", heads per group " + std::to_string(heads_per_group) : "") + ", " +
+                   kv_cache_dtype_name(kv_dtype) + " KV");
       EngineConfig c = cpu_config(tiny_qwen3_dir());
       c.block_size = kBlock;
+      c.kv_cache_dtype = kv_dtype;
       c.heads_per_group = heads_per_group;
       c.kv_policy = name;
       if ((*policy)->needs().gate_scores) c.kv_gates = tiny_qwen3_gates();
@@ -342,6 +346,19 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariants) {
     check_policy_invariants(info.name, {}, 0);
   }
   EXPECT_GE(num_policies, 3);
+}
+
+// The same over an FP8 KV cache (emulated E4M3 entries; moved entries keep their values bit for
+// bit, so the window and prefix checks hold as they do in fp32), and on per-head pages.
+TEST(EngineCompressionMatrix, EveryRegisteredPolicyKeepsTheInvariantsWithFp8KV) {
+  const PolicyRegistry& registry = PolicyRegistry::builtin();
+  for (const PolicyInfo& info : registry.policies()) {
+    auto policy = registry.create(info.name, matrix_options(info.name));
+    ASSERT_TRUE(policy.has_value()) << info.name << ": " << policy.status().to_string();
+    if (!(*policy)->compresses()) continue;
+    check_policy_invariants(info.name, {}, 0, KVCacheDType::kFP8);
+  }
+  check_policy_invariants("fastkvzip", {{"allocation", "global"}}, 1, KVCacheDType::kFP8);
 }
 
 // Runtime allocations (the backend chooses each group's count) on the one-group layout and on

@@ -36,7 +36,13 @@ struct Case {
   int recent = 0;  // ScoreRecipe::recent
 };
 
-TEST(CpuCompression, CompactionEqualsBruteForceTopKPerHead) {
+// Over fp32 and the emulated bf16 and fp8 caches: the brute force scores the dequantized entries
+// the cache holds, and a kept entry must arrive with its own value (and, in fp8, its own scale:
+// rows are matched bit for bit).
+class CpuCompressionKV : public ::testing::TestWithParam<KVCacheDType> {};
+
+TEST_P(CpuCompressionKV, CompactionEqualsBruteForceTopKPerHead) {
+  const KVCacheDType kv_dtype = GetParam();
   const Case cases[] = {{16, 2, 2, RedundancyMode::kLightning},
                         {16, 2, 4, RedundancyMode::kFlash},
                         {1, 2, 8, RedundancyMode::kLightning},
@@ -45,7 +51,7 @@ TEST(CpuCompression, CompactionEqualsBruteForceTopKPerHead) {
   for (const Case& c : cases) {
     const int n = 97, num_keep = 40;
     const int src_pages = (n + c.block_size - 1) / c.block_size;
-    Rig rig = make_rig(c.block_size, src_pages + 2, c.kv_heads, c.q_heads, 2);
+    Rig rig = make_rig(c.block_size, src_pages + 2, c.kv_heads, c.q_heads, 2, 2, true, kv_dtype);
     const auto src = pages(1, src_pages);
     fill_entries(rig, src, 0, n, 11);
     fill_slot(rig, 0, 12);
@@ -89,6 +95,10 @@ TEST(CpuCompression, CompactionEqualsBruteForceTopKPerHead) {
       }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(KVDTypes, CpuCompressionKV,
+                         ::testing::Values(KVCacheDType::kAuto, KVCacheDType::kBF16, KVCacheDType::kFP8),
+                         [](const auto& info) { return std::string(kv_cache_dtype_name(info.param)); });
 
 TEST(CpuCompression, RecencyKeepsExactlyTheNewestEntries) {
   const int bs = 16, n = 100, num_keep = 33;

@@ -1,8 +1,11 @@
 // A sequence's logits are bit-identical however it is computed: one prefill or chunks of 1, 7,
 // 16 tokens; pages of 1, 16 or 32 entries; alone or batched with 31 other sequences that are
-// prefilling and decoding in the same steps; on any number of threads.
+// prefilling and decoding in the same steps; on any number of threads; with an fp32, bf16 or fp8
+// KV cache (the emulated narrower caches round each entry on its own, so nothing above may change
+// their values either).
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "backend_cpu_test_util.h"
 
@@ -36,9 +39,10 @@ std::vector<std::vector<int32_t>> other_prompts(const nlohmann::json& golden, in
 
 // Logits of the target's last prompt token and of its next kDecodeSteps greedy decodes.
 std::vector<std::vector<float>> run_target(const std::string& model, const std::vector<int32_t>& prompt,
-                                           const Variant& v, const nlohmann::json& golden) {
+                                           const Variant& v, const nlohmann::json& golden,
+                                           KVCacheDType kv_dtype) {
   const int num_blocks = 1 + 32 * ((160 + v.block_size - 1) / v.block_size);
-  auto backend = make_cpu_backend(model, v.block_size, num_blocks, v.num_threads);
+  auto backend = make_cpu_backend(model, v.block_size, num_blocks, v.num_threads, kv_dtype);
   if (!backend) return {};
   const int vocab = backend->config().vocab_size;
   PageCounter pages;
@@ -100,34 +104,44 @@ std::vector<std::vector<float>> run_target(const std::string& model, const std::
   return result;
 }
 
-class CpuInvariance : public ::testing::TestWithParam<std::string> {};
+class CpuInvariance : public ::testing::TestWithParam<std::tuple<std::string, KVCacheDType>> {};
 
 TEST_P(CpuInvariance, LogitsBitIdenticalAcrossChunkingPagingAndBatching) {
-  const std::string model = GetParam();
+  const auto [model, kv_dtype] = GetParam();
   const nlohmann::json golden = load_golden(model);
   const std::vector<int32_t> prompt = golden["greedy"][2]["prompt_ids"].get<std::vector<int32_t>>();
-  const auto reference = run_target(model, prompt, {16, 0, false}, golden);
+  const auto reference = run_target(model, prompt, {16, 0, false}, golden, kv_dtype);
   ASSERT_EQ(reference.size(), 1u + kDecodeSteps);
+  if (kv_dtype != KVCacheDType::kAuto) {
+    // The emulation must actually round: its logits differ from the fp32 cache's.
+    const auto fp32 = run_target(model, prompt, {16, 0, false}, golden, KVCacheDType::kAuto);
+    ASSERT_EQ(fp32.size(), reference.size());
+    EXPECT_FALSE(fp32.back() == reference.back()) << kv_cache_dtype_name(kv_dtype) << " KV gives the fp32 logits";
+  }
   const std::vector<Variant> variants = {
       {1, 0, false},  {32, 0, false}, {16, 1, false}, {16, 7, false}, {16, 16, false},
       {1, 7, false},  {32, 7, false}, {16, 0, true},  {16, 7, true},  {1, 16, true},
       {16, 7, true, 1}, {32, 0, false, 1}, {16, 7, true, 3},
   };
   for (const Variant& v : variants) {
-    const auto got = run_target(model, prompt, v, golden);
+    const auto got = run_target(model, prompt, v, golden, kv_dtype);
     ASSERT_EQ(got.size(), reference.size());
     for (size_t i = 0; i < got.size(); ++i)
-      EXPECT_TRUE(got[i] == reference[i]) << model << ": block_size " << v.block_size << ", chunk " << v.chunk
-                                          << (v.batched ? ", batched" : ", alone") << ", threads " << v.num_threads << ": logits of step " << i
-                                          << " differ";
+      EXPECT_TRUE(got[i] == reference[i]) << model << " " << kv_cache_dtype_name(kv_dtype) << ": block_size "
+                                          << v.block_size << ", chunk " << v.chunk
+                                          << (v.batched ? ", batched" : ", alone") << ", threads " << v.num_threads
+                                          << ": logits of step " << i << " differ";
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CpuInvariance, ::testing::Values("stories260k", "origami-tiny-qwen3"),
+INSTANTIATE_TEST_SUITE_P(Models, CpuInvariance,
+                         ::testing::Combine(::testing::Values("stories260k", "origami-tiny-qwen3"),
+                                            ::testing::Values(KVCacheDType::kAuto, KVCacheDType::kBF16,
+                                                              KVCacheDType::kFP8)),
                          [](const auto& info) {
-                           std::string n = info.param;
+                           std::string n = std::get<0>(info.param);
                            std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
+                           return n + "_" + kv_cache_dtype_name(std::get<1>(info.param));
                          });
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
+#include "kv/kv_cache_dtype.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -26,8 +27,18 @@ inline nlohmann::json load_golden(const std::string& model) {
 }
 
 // A loaded model on a CPU backend with a KV pool of `num_blocks` pages of `block_size`.
+// The full layout of a CPU test cache of the given KV dtype (bf16 and fp8 are emulated in fp32).
+inline KVLayout cpu_test_layout(const ModelConfig& config, int block_size, int num_blocks,
+                                KVCacheDType kv_dtype = KVCacheDType::kAuto) {
+  KVLayout layout = KVLayout::full(config.num_layers, config.num_kv_heads, config.head_dim, block_size, num_blocks,
+                                   kv_dtype == KVCacheDType::kBF16 ? DType::kBF16 : DType::kF32);
+  layout.fp8 = kv_dtype == KVCacheDType::kFP8;
+  return layout;
+}
+
 inline std::unique_ptr<CpuBackend> make_cpu_backend(const std::string& model, int block_size, int num_blocks,
-                                                    int num_threads = 0) {
+                                                    int num_threads = 0,
+                                                    KVCacheDType kv_dtype = KVCacheDType::kAuto) {
   auto config = load_model_config(model_dir(model));
   EXPECT_TRUE(config.has_value()) << config.status().to_string();
   if (!config) return nullptr;
@@ -39,8 +50,7 @@ inline std::unique_ptr<CpuBackend> make_cpu_backend(const std::string& model, in
   auto backend = std::make_unique<CpuBackend>(options);
   Status st = backend->load(*config, *weights);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
-  st = backend->allocate_kv_cache(
-      KVLayout::full(config->num_layers, config->num_kv_heads, config->head_dim, block_size, num_blocks, DType::kF32));
+  st = backend->allocate_kv_cache(cpu_test_layout(*config, block_size, num_blocks, kv_dtype));
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   return st.is_ok() ? std::move(backend) : nullptr;
 }

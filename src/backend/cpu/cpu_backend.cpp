@@ -187,6 +187,13 @@ size_t CpuBackend::available_kv_bytes(size_t requested_bytes) const {
   return kDefaultKvBytes;
 }
 
+size_t CpuBackend::kv_page_bytes(const KVLayout& layout) const {
+  KVLayout stored = layout;
+  stored.dtype = DType::kF32;
+  stored.fp8 = false;
+  return stored.page_bytes(0);
+}
+
 Status CpuBackend::allocate_kv_cache(const KVLayout& layout) {
   if (loaded_ && (layout.num_layers != config_.num_layers || layout.num_kv_heads != config_.num_kv_heads ||
                   layout.head_dim != config_.head_dim))
@@ -359,8 +366,12 @@ void CpuBackend::run_layer(int layer_idx, const ForwardBatch& batch, int num_tok
         const cpu::HeadTable& table = seq_tables[static_cast<size_t>(g)];
         const int slot = table.num_cached_entries + t;
         const BlockId block = table.block_table[slot / bs];
-        std::memcpy(kv_.key_at(layer_idx, block, g, slot % bs), row + q_size + g * d, d * sizeof(float));
-        std::memcpy(kv_.value_at(layer_idx, block, g, slot % bs), row + q_size + kv_size + g * d, d * sizeof(float));
+        float* key = kv_.key_at(layer_idx, block, g, slot % bs);
+        float* value = kv_.value_at(layer_idx, block, g, slot % bs);
+        std::memcpy(key, row + q_size + g * d, d * sizeof(float));
+        std::memcpy(value, row + q_size + kv_size + g * d, d * sizeof(float));
+        kv_.round_entry(key);
+        kv_.round_entry(value);
       }
     }
     att_seqs.push_back({seq.query_start, seq.num_query_tokens, seq.num_cached_entries, seq.block_table->data(),

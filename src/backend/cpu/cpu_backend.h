@@ -24,6 +24,8 @@ class CpuBackend : public Backend {
   std::string name() const override { return "cpu"; }
   Status load(const ModelConfig& config, const ModelWeights& weights) override;
   size_t available_kv_bytes(size_t requested_bytes) const override;
+  // fp32 entries whatever the KV dtype (narrower ones are emulated: cpu/cpu_kv_cache.h).
+  size_t kv_page_bytes(const KVLayout& layout) const override;
   Status allocate_kv_cache(const KVLayout& layout) override;
   Status execute(const ForwardBatch& batch, StepOutput* out) override;
   void copy_block(int group, BlockId src, BlockId dst) override;

@@ -5,14 +5,15 @@
 #include <string>
 
 #include "kv/compression_validation.h"
+#include "kv/kv_cache_dtype.h"
 
 namespace origami::cpu {
 
 Status CpuKVCache::allocate(const KVLayout& layout) {
   if (layout.num_layers <= 0 || layout.num_kv_heads <= 0 || layout.head_dim <= 0 || layout.block_size <= 0)
     return invalid_argument("KV layout: num_layers, num_kv_heads, head_dim and block_size must be positive");
-  if (layout.dtype != DType::kF32)
-    return invalid_argument(std::string("KV layout: the CPU backend stores the KV cache in float32, got ") +
+  if (layout.dtype != DType::kF32 && layout.dtype != DType::kBF16)
+    return invalid_argument(std::string("KV layout: the CPU backend's KV cache is float32 or bfloat16 (emulated), got ") +
                             dtype_name(layout.dtype));
   if (layout.shared_pool) {
     // Grouped: KVLayout::grouped() checked the groups; every head must have its slot.
@@ -105,6 +106,15 @@ Status CpuKVCache::configure_compression(const CompressionConfig& config, int nu
   scores_ = std::move(scores);
   compression_configured_ = true;
   return Status::ok();
+}
+
+void CpuKVCache::round_entry(float* v) const {
+  const int d = layout_.head_dim;
+  if (layout_.fp8) {
+    round_head_vector_fp8(v, d);
+  } else if (layout_.dtype == DType::kBF16) {
+    for (int i = 0; i < d; ++i) v[i] = bf16_to_f32(f32_to_bf16(v[i]));
+  }
 }
 
 HeadPages CpuKVCache::head(int layer, int kv_head) const {

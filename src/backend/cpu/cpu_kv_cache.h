@@ -1,5 +1,11 @@
 #pragma once
-// The CPU backend's paged KV storage, fp32 (see kv/kv_layout.h):
+// The CPU backend's paged KV storage, fp32 (see kv/kv_layout.h). Narrower KV dtypes (bf16, fp8:
+// KVLayout::dtype / fp8) are emulated: entries stay fp32 but every entry written goes through
+// round_entry(), which leaves exactly the value the narrower cache would dequantize to (for fp8
+// the E4M3 codes times the entry's own scale, kv/kv_cache_dtype.h). Every reader and every move
+// (compaction, copies) then sees the CUDA cache's values with no code of its own, and a moved
+// entry carries its scale implicitly.
+// Layouts:
 //  - full layout (one group): per layer one K and one V array [num_blocks, num_kv_heads,
 //    block_size, head_dim]; global scores F[L, num_blocks, h_kv, block_size];
 //  - grouped layout (shared pool of group pages): pages [num_pages, 2 (K, V), H_p, block_size,
@@ -61,6 +67,13 @@ class CpuKVCache {
     const HeadPages p = this->head(layer, head);
     return p.v + static_cast<size_t>(block) * p.block_stride + static_cast<size_t>(offset) * layout_.head_dim;
   }
+
+  // Rounds one head vector (head_dim floats) in place to what the layout's KV dtype stores:
+  // unchanged for fp32, through bf16, or through E4M3 with the vector's own scale. Every write of
+  // a new entry into the cache goes through it.
+  void round_entry(float* v) const;
+  // Whether round_entry changes anything (the cache is not plain fp32).
+  bool rounds_entries() const { return layout_.fp8 || layout_.dtype != DType::kF32; }
 
   // Copies one page (full layout: every layer; grouped: the group page; K and V, and its global
   // scores if kept) onto another.

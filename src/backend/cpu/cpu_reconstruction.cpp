@@ -59,9 +59,14 @@ Status CpuBackend::kvzip_reconstruction(const KVzipReconstruction& rec, float* s
 
   // The private cache: sinks, chunk and reconstruction in pages 1.. (page 0 is the null page).
   const int pages = (std::min(rec.num_sinks, n) + 2 * chunk + p + bs - 1) / bs;
-  if (!scratch_.allocated() || scratch_.num_blocks() < pages + 1 || scratch_.layout().block_size != bs)
-    ORIGAMI_RETURN_IF_ERROR(
-        scratch_.allocate(KVLayout::full(c.num_layers, c.num_kv_heads, d, bs, pages + 1, DType::kF32)));
+  // It stores entries as the main cache does (its KV dtype), so the pass sees what CUDA would.
+  const KVLayout& main = kv_.layout();
+  if (!scratch_.allocated() || scratch_.num_blocks() < pages + 1 || scratch_.layout().block_size != bs ||
+      scratch_.layout().dtype != main.dtype || scratch_.layout().fp8 != main.fp8) {
+    KVLayout layout = KVLayout::full(c.num_layers, c.num_kv_heads, d, bs, pages + 1, main.dtype);
+    layout.fp8 = main.fp8;
+    ORIGAMI_RETURN_IF_ERROR(scratch_.allocate(layout));
+  }
   std::vector<BlockId> table;
   for (int page = 1; page <= pages; ++page) table.push_back(page);
   std::vector<float> cos(half), sin(half);
@@ -87,7 +92,11 @@ Status CpuBackend::kvzip_reconstruction(const KVzipReconstruction& rec, float* s
           std::memcpy(key, kv_.key_at(l, src[e / bs], h, e % bs), d * sizeof(float));
           std::memcpy(scratch_.value_at(l, table[i / bs], h, i % bs), kv_.value_at(l, src[e / bs], h, e % bs),
                       d * sizeof(float));
-          if (i < sinks) cpu::apply_rope(key, 1, d, cos.data(), sin.data());
+          if (i < sinks) {
+            // A rotated sink is a new entry: it is stored (rounded) like any other.
+            cpu::apply_rope(key, 1, d, cos.data(), sin.data());
+            scratch_.round_entry(key);
+          }
         }
 
     ForwardBatch batch;

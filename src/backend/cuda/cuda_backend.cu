@@ -565,6 +565,9 @@ Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
   if (layout.groups.empty()) return invalid_argument("CUDA backend: KV layout has no head group");
   if (layout.dtype != DType::kBF16)
     return invalid_argument(std::string("CUDA backend: KV dtype must be bf16, layout has ") + dtype_name(layout.dtype));
+  if (layout.fp8)
+    return Status(ErrorCode::kUnimplemented,
+                  "CUDA backend: --kv-cache-dtype fp8 is not implemented on CUDA yet (the CPU backend emulates it)");
   if (layout.num_layers != config_.num_layers || layout.num_kv_heads != config_.num_kv_heads ||
       layout.head_dim != config_.head_dim)
     return invalid_argument("CUDA backend: KV layout does not match the model (layers/kv heads/head_dim)");

@@ -34,4 +34,18 @@ struct KVWriteArgs {
 // of 8, non-positive counts); num_tokens == 0 is a no-op.
 cudaError_t write_kv_cache(const KVWriteArgs& args, cudaStream_t stream);
 
+// The FP8 cache (--kv-cache-dtype fp8, kv/kv_cache_dtype.h): the same addressing (KVWriteArgs
+// with k_cache / v_cache unused), but each (token, head) row is stored as head_dim E4M3 codes at
+// the element offset the bf16 cache would use, and its fp32 scale (amax / 448) at that offset /
+// head_dim in k_scales / v_scales: [num_blocks, num_kv_heads, block_size] (ragged: page_stride /
+// head_dim scales per page). The codes times the scale are bit for bit the CPU backend's
+// emulation (round_head_vector_fp8) of the same bf16 row. head_dim 32..256, a multiple of 32.
+struct KVWriteFp8Out {
+  uint8_t* k_codes = nullptr;
+  uint8_t* v_codes = nullptr;
+  float* k_scales = nullptr;
+  float* v_scales = nullptr;
+};
+cudaError_t write_kv_cache_fp8(const KVWriteArgs& args, const KVWriteFp8Out& out, cudaStream_t stream);
+
 }  // namespace origami::cuda
