@@ -8,6 +8,7 @@
 #include <new>
 
 #include "engine/engine_setup_check.h"
+#include "policy/kv_budget.h"
 #include "policy/policy_options.h"
 #include "policy/policy_registry.h"
 
@@ -134,7 +135,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_option("--kv-policy", c.kv_policy, "KV compression policy of requests that name none (see `origami policies`)")
       ->capture_default_str();
   cmd->add_option("--kv-budget", c.kv_budget, "Tokens of KV per request after compression (0 = the policy's default)")
-      ->check(CLI::Range(0, 1 << 30));
+      ->check(CLI::Range(0, kMaxKvBudget));
   cmd->add_option("--kv-policy-opt", flags->kv_policy_opts, "Policy option key=value, e.g. window=16 (repeatable)");
   cmd->add_flag("!--no-async-compression", c.async_compression, "Wait for each compression instead of overlapping it with decoding");
   cmd->add_flag("!--no-kv-reservation", c.reserve_bounded_kv,
