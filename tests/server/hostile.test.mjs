@@ -109,7 +109,7 @@ const BOUNDARIES = ['0', '1', '-1', '2147483647', '2147483648', '4294967296', '9
 test('numeric fields at every integer boundary: a 400 with a message or a success, never a crash', async () => {
   const fields = {
     // [endpoint, body with @ for the value, the values that must succeed]
-    kv_budget_streaming: ['/v1/completions', '{"prompt":"Once upon a time","max_tokens":4,"kv_policy":"streaming","kv_budget":@}', ['0', '1']],
+    kv_budget_streaming: ['/v1/completions', '{"prompt":"Once upon a time","max_tokens":4,"kv_policy":"streaming","kv_budget":@}', ['0']],
     kv_budget_pagedeviction: ['/v1/completions', '{"prompt":"Once upon a time","max_tokens":4,"kv_policy":"pagedeviction","kv_budget":@}', ['0']],
     kv_budget_zipage: ['/v1/completions', '{"prompt":"Once upon a time","max_tokens":4,"kv_policy":"zipage","kv_budget":@}', ['0']],
     max_tokens: ['/v1/completions', '{"prompt":"Once upon a time","max_tokens":@}', ['1', '2147483647']],

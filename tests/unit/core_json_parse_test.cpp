@@ -114,14 +114,18 @@ TEST(JsonDepth, MatchesRecursiveDescentOnRandomJson) {
     const std::string text = gen.value(trial % 9);
     ASSERT_FALSE(nlohmann::json::parse(text, nullptr, false).is_discarded()) << text;  // the generator writes JSON
     for (int limit : {0, 1, 2, 3, 5}) {
-      DescentDepth brute{text, limit};
+      DescentDepth brute;
+      brute.text = text;
+      brute.limit = limit;
       brute.value(0);
       ASSERT_EQ(brute.pos, text.size()) << text;
       ASSERT_EQ(json_nesting_depth(text), brute.deepest) << text;
       ASSERT_EQ(find_json_depth_excess(text, limit), brute.first_excess) << "limit " << limit << ": " << text;
       Expected<nlohmann::json> parsed = parse_json(text, limit);
       ASSERT_EQ(parsed.has_value(), !brute.first_excess) << text;
-      if (parsed) EXPECT_EQ(*parsed, nlohmann::json::parse(text));
+      if (parsed) {
+        EXPECT_EQ(*parsed, nlohmann::json::parse(text));
+      }
     }
   }
 }
