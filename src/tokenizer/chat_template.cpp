@@ -26,9 +26,9 @@ Expected<ChatTemplate> ChatTemplate::from_tokenizer_config(const std::string& pa
   if (!in) return not_found("cannot open tokenizer config " + path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) return invalid_file(path + ": read error");
-  Expected<nlohmann::json> parsed = parse_json(text, kFileJsonMaxDepth);
-  if (!parsed) return invalid_file(path + ": " + parsed.status().message());
-  const nlohmann::json config = std::move(*parsed);
+  Expected<nlohmann::json> json = parse_json(text, kFileJsonMaxDepth);
+  if (!json) return invalid_file(path + ": " + json.status().message());
+  const nlohmann::json config = std::move(*json);
   if (!config.is_object()) return invalid_file(path + ": not a JSON object");
   auto it = config.find("chat_template");
   if (it == config.end() || it->is_null()) return not_found(path + ": no field 'chat_template'");

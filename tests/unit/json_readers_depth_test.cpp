@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/json_parse.h"
 #include "eval/head_calibration.h"
 #include "eval/retrieval_task.h"
 #include "engine/jsonl_requests.h"
