@@ -113,6 +113,9 @@ test('numeric fields at every integer boundary: a 400 with a message or a succes
     kv_budget_pagedeviction: ['/v1/completions', '{"prompt":"Once upon a time","max_tokens":4,"kv_policy":"pagedeviction","kv_budget":@}', ['0']],
     kv_budget_zipage: ['/v1/completions', '{"prompt":"Once upon a time","max_tokens":4,"kv_policy":"zipage","kv_budget":@}', ['0']],
     max_tokens: ['/v1/completions', '{"prompt":"Once upon a time","max_tokens":@}', ['1', '2147483647']],
+    // Under a compressing policy the scheduler reserves for prompt + max_tokens: capped at the context.
+    max_tokens_zipage: ['/v1/completions', '{"prompt":"Once upon a time","kv_policy":"zipage","kv_budget":32,"max_tokens":@}', ['1', '2147483647']],
+    max_tokens_pagedeviction: ['/v1/completions', '{"prompt":"Once upon a time","kv_policy":"pagedeviction","kv_budget":32,"max_tokens":@}', ['1', '2147483647']],
     max_completion_tokens: ['/v1/chat/completions', '{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":@}', ['1', '2147483647']],
     n: ['/v1/completions', '{"prompt":"Once upon a time","max_tokens":2,"n":@}', ['1']],
     top_k: ['/v1/completions', '{"prompt":"Once upon a time","max_tokens":2,"top_k":@}', ['0', '1', '-1', '2147483647']],
