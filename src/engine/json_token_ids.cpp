@@ -1,7 +1,8 @@
-#include "core/json_excerpt.h"
 #include "engine/json_token_ids.h"
 
 #include <limits>
+
+#include "core/json_excerpt.h"
 
 namespace origami {
 

@@ -1,9 +1,9 @@
-#include "core/json_excerpt.h"
 #include "engine/request_options_json.h"
 
 #include <limits>
 #include <map>
 
+#include "core/json_excerpt.h"
 #include "engine/json_token_ids.h"
 #include "policy/kv_budget.h"
 

@@ -1,6 +1,6 @@
-#include "core/json_excerpt.h"
 #include "engine/sampling_json.h"
 
+#include "core/json_excerpt.h"
 #include "engine/json_token_ids.h"
 
 #include <cmath>
