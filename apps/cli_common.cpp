@@ -182,7 +182,7 @@ bool finalize_engine_flags(EngineFlags* flags, bool build_default_policy) {
     }
     // A budget the policy cannot run (below one block, within what it always protects) is the
     // flag's error, as a request's kv_budget is the request's.
-    if (policy) {
+    if (flags->config.kv_budget > 0) {
       if (Status st = (*policy)->check_budget(flags->config.kv_budget, flags->config.block_size); !st.is_ok()) {
         print_error("--kv-budget: " + st.message());
         return false;
@@ -234,8 +234,6 @@ bool finalize_sampling_flags(SamplingParams* p, const std::string& seed_text) {
     }
     try {
       size_t pos = 0;
-      // stoull reads "-1" as 2^64 - 1: a sign is refused, as a request's negative seed is.
-      if (seed_text.find_first_of("+-") != std::string::npos) throw std::invalid_argument("sign");
       p->seed = std::stoull(seed_text, &pos);
       if (pos != seed_text.size()) throw std::invalid_argument("trailing");
     } catch (...) {
