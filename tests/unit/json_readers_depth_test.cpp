@@ -1,7 +1,7 @@
 // Every JSON reader of origami refuses input nested 10^6 levels deep with an error that says so
 // (core/json_parse.h), instead of overflowing the stack in what follows the parse: HTTP bodies,
-// JSONL requests, model config.json and generation_config.json, safetensors headers and index,
-// tokenizer.json and tokenizer_config.json, head budget files, and eval data.
+// JSONL requests, model config.json, generation_config.json and hf_quant_config.json, safetensors
+// headers and index, tokenizer.json and tokenizer_config.json, head budget files, and eval data.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -15,6 +15,7 @@
 #include "engine/jsonl_requests.h"
 #include "kv/head_budgets.h"
 #include "model/config.h"
+#include "model/quantization_config.h"
 #include "model/safetensors.h"
 #include "server/openai_request.h"
 #include "tokenizer/chat_template.h"
@@ -94,6 +95,13 @@ TEST_F(JsonReadersDepth, ModelConfigAndGenerationConfig) {
   ASSERT_FALSE(g.has_value());
   EXPECT_NE(g.status().message().find("generation_config.json"), std::string::npos);
   expect_depth_error(g.status().message(), kFileJsonMaxDepth);
+}
+
+TEST_F(JsonReadersDepth, ModelOptQuantizationFile) {
+  QuantizationConfig q;
+  const Status st = parse_modelopt_quant_file(deep_json(), "hf_quant_config.json", &q);
+  ASSERT_FALSE(st.is_ok());
+  expect_depth_error(st.message(), kFileJsonMaxDepth);
 }
 
 TEST_F(JsonReadersDepth, SafetensorsHeaderAndIndex) {
