@@ -59,7 +59,17 @@ Expected<nlohmann::json> parse_json(std::string_view text, int max_depth) {
     return invalid_argument("JSON nested deeper than " + std::to_string(max_depth) + " levels at byte offset " +
                             std::to_string(*at));
   nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return invalid_argument("not valid JSON");
+  if (j.is_discarded()) {
+    // Parsed again to learn where (only on this error path, the input already depth-bounded);
+    // nlohmann's message itself is not used: it quotes the bytes it last read.
+    size_t at = text.size();
+    try {
+      (void)nlohmann::json::parse(text.begin(), text.end());
+    } catch (const nlohmann::json::parse_error& e) {
+      at = e.byte;
+    }
+    return invalid_argument("not valid JSON at byte " + std::to_string(at));
+  }
   return j;
 }
 

@@ -28,7 +28,8 @@ int json_nesting_depth(std::string_view text);
 
 // Parses `text` as one JSON value nested at most `max_depth` levels. Errors (kInvalidArgument;
 // file readers re-wrap them with their path) never quote the input:
-//   "JSON nested deeper than 64 levels at byte offset N", "not valid JSON".
+//   "JSON nested deeper than 64 levels at byte offset N", "not valid JSON at byte N" (nlohmann's
+//   count: the 1-based position of the byte where parsing failed).
 Expected<nlohmann::json> parse_json(std::string_view text, int max_depth = kRequestJsonMaxDepth);
 
 }  // namespace origami

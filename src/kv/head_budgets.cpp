@@ -304,7 +304,7 @@ std::string head_budgets_to_json(const HeadBudgets& b) {
 
 Expected<HeadBudgets> parse_head_budgets(const std::string& text, const std::string& source) {
   Expected<json> parsed = parse_json(text, kFileJsonMaxDepth);
-  // Never nlohmann's own message: it quotes the bytes the parser last read.
+  // Never nlohmann's own message: it quotes the bytes the parser last read (parse_json gives where).
   if (!parsed) return invalid_file(source + ": malformed JSON: " + parsed.status().message());
   return parse_head_budgets_json(*parsed, source);
 }

@@ -161,10 +161,11 @@ TEST(JsonDepth, LimitIsInclusiveAndFilesGetMore) {
 }
 
 TEST(JsonDepth, InvalidJsonIsAnErrorThatQuotesNothing) {
+  EXPECT_EQ(parse_json("[1, 2, x]").status().message(), "not valid JSON at byte 8");
   for (const std::string text : {"", "{", "[1,]", "{\"a\" 1}", "tru", "\"unterminated", "]]]][[[[", "{} {}", "[1] x"}) {
     Expected<nlohmann::json> j = parse_json(text);
     ASSERT_FALSE(j.has_value()) << text;
-    EXPECT_EQ(j.status().message(), "not valid JSON") << text;
+    EXPECT_EQ(j.status().message().rfind("not valid JSON at byte ", 0), 0u) << j.status().message();
   }
 }
 
