@@ -4,6 +4,7 @@
 // arriving as a Poisson process of --request-rate (inf: all at once) with at most
 // --max-concurrency in flight, and reports request throughput, output tokens/s, TTFT, TPOT and
 // ITL (mean, median, p99) and failed requests. The client is Boost.Beast on one thread.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +26,8 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "core/json_excerpt.h"
+#include "core/json_parse.h"
 #include "latency_stats.h"
 #include "progress_bar.h"
 
@@ -127,6 +130,21 @@ net::awaitable<int> http_exchange(const Target& target, http::verb verb, const s
   co_return status;
 }
 
+// A field of a server's answer, or `fallback` when the answer is not shaped as expected: a
+// misbehaving server counts as failed requests, never an exception out of the client.
+std::string string_field(const nlohmann::json& obj, const char* key, const char* fallback) {
+  if (!obj.is_object()) return fallback;
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+int int_field(const nlohmann::json& obj, const char* key, int fallback) {
+  if (!obj.is_object()) return fallback;
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number_integer()) return fallback;
+  const int64_t v = it->is_number_unsigned() ? std::numeric_limits<int>::max() : it->get<int64_t>();
+  return static_cast<int>(std::clamp<int64_t>(v, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+}
+
 // Sends one streaming completion and times its SSE events.
 net::awaitable<RequestResult> run_request(const Target& target, const std::string& body) {
   RequestResult r;
@@ -142,13 +160,13 @@ net::awaitable<RequestResult> run_request(const Target& target, const std::strin
       const std::string event = pending.substr(0, pos);
       pending.erase(0, pos + 2);
       if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
-      const nlohmann::json j = nlohmann::json::parse(event.substr(6), nullptr, false);
-      if (j.is_discarded()) continue;
-      if (j.contains("error")) r.error = j["error"].value("message", "error event");
-      if (j.contains("usage") && j["usage"].is_object()) r.output_tokens = j["usage"].value("completion_tokens", 0);
-      if (!j.contains("choices") || j["choices"].empty()) continue;
-      const auto& c = j["choices"][0];
-      const std::string text = c.value("text", "");
+      Expected<nlohmann::json> parsed = parse_json(std::string_view(event).substr(6), kRequestJsonMaxDepth);
+      if (!parsed || !parsed->is_object()) continue;
+      const nlohmann::json& j = *parsed;
+      if (j.contains("error")) r.error = string_field(j["error"], "message", "error event");
+      if (j.contains("usage")) r.output_tokens = int_field(j["usage"], "completion_tokens", 0);
+      if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) continue;
+      const std::string text = string_field(j["choices"][0], "text", "");
       if (text.empty()) continue;
       const Clock::time_point now = Clock::now();
       if (first) {
@@ -180,13 +198,14 @@ net::awaitable<void> fetch_model(const Target& target, std::string* model, int* 
     if (error->empty()) *error = "GET /v1/models: HTTP " + std::to_string(status);
     co_return;
   }
-  const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty()) {
-    *error = "GET /v1/models: no model in " + body;
+  Expected<nlohmann::json> parsed = parse_json(body, kRequestJsonMaxDepth);
+  if (!parsed || !parsed->is_object() || !parsed->contains("data") || !(*parsed)["data"].is_array() || (*parsed)["data"].empty()) {
+    *error = "GET /v1/models: no model in " + text_excerpt(body);
     co_return;
   }
-  if (model->empty()) *model = j["data"][0].value("id", "");
-  if (*vocab <= 0) *vocab = j["data"][0].value("vocab_size", 0);
+  const nlohmann::json& j = *parsed;
+  if (model->empty()) *model = string_field(j["data"][0], "id", "");
+  if (*vocab <= 0) *vocab = int_field(j["data"][0], "vocab_size", 0);
 }
 
 int run_bench_serve(const BenchServeFlags& f) {

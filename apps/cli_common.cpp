@@ -8,6 +8,7 @@
 #include <new>
 
 #include "engine/engine_setup_check.h"
+#include "policy/kv_budget.h"
 #include "policy/policy_options.h"
 #include "policy/policy_registry.h"
 
@@ -138,7 +139,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_option("--kv-policy", c.kv_policy, "KV compression policy of requests that name none (see `origami policies`)")
       ->capture_default_str();
   cmd->add_option("--kv-budget", c.kv_budget, "Tokens of KV per request after compression (0 = the policy's default)")
-      ->check(CLI::Range(0, 1 << 30));
+      ->check(CLI::Range(0, kMaxKvBudget));
   cmd->add_option("--kv-policy-opt", flags->kv_policy_opts, "Policy option key=value, e.g. window=16 (repeatable)");
   cmd->add_flag("!--no-async-compression", c.async_compression, "Wait for each compression instead of overlapping it with decoding");
   cmd->add_flag("!--no-kv-reservation", c.reserve_bounded_kv,
@@ -182,6 +183,14 @@ bool finalize_engine_flags(EngineFlags* flags, bool build_default_policy) {
       print_error("--kv-budget " + std::to_string(flags->config.kv_budget) + " is given, but KV policy '" +
                   flags->config.kv_policy + "' does not compress (it keeps every token); name a compressing --kv-policy");
       return false;
+    }
+    // A budget the policy cannot run (below one block, within what it always protects) is the
+    // flag's error, as a request's kv_budget is the request's.
+    if (flags->config.kv_budget > 0) {
+      if (Status st = (*policy)->check_budget(flags->config.kv_budget, flags->config.block_size); !st.is_ok()) {
+        print_error("--kv-budget: " + st.message());
+        return false;
+      }
     }
   }
   for (double ratio : flags->config.group_budget_ratios) {

@@ -7,6 +7,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "core/json_parse.h"
 #include "engine/batch_runner.h"
 #include "engine/engine.h"
 #include "engine/jsonl_requests.h"
@@ -154,11 +155,13 @@ int run_generate(GenerateFlags& f) {
     print_error("--output is for --input batches; a --prompt completion is printed to stdout");
     return kExitUsage;
   }
-  nlohmann::json kwargs = nlohmann::json::parse(f.chat_template_kwargs, nullptr, false);
-  if (kwargs.is_discarded() || !kwargs.is_object()) {
-    print_error("--chat-template-kwargs must be a JSON object");
+  Expected<nlohmann::json> kwargs_json = parse_json(f.chat_template_kwargs, kRequestJsonMaxDepth);
+  if (!kwargs_json || !kwargs_json->is_object()) {
+    print_error("--chat-template-kwargs must be a JSON object" +
+                (kwargs_json ? std::string() : " (" + kwargs_json.status().message() + ")"));
     return kExitUsage;
   }
+  const nlohmann::json kwargs = std::move(*kwargs_json);
   // A FIFO, /dev/stdin, <(...) or "-" is fine: it is read once, after the model loads.
   if (batch_mode) {
     if (Status st = check_input_path("--input", f.input_path); !st.is_ok()) {

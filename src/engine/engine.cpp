@@ -317,6 +317,9 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   r.id = next_request_id_++;
   r.prompt_token_ids = std::move(prompt_token_ids);
   r.sampling = params;
+  // No request generates past the context: capped here, prompt + max_tokens <= max_model_len, so
+  // the scheduler's sums of the two (reservations, peak blocks) stay within int.
+  r.sampling.max_tokens = std::min(params.max_tokens, max_len - static_cast<int>(r.prompt_token_ids.size()));
   r.seed = resolve_seed(params, config_.seed, seed_counter_++);
   r.logit_adjustments = LogitAdjustments(params, r.prompt_token_ids, model_config_.eos_token_ids, vocab);
   r.arrival_time = now();

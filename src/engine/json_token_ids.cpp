@@ -2,11 +2,13 @@
 
 #include <limits>
 
+#include "core/json_excerpt.h"
+
 namespace origami {
 
 Expected<std::vector<int32_t>> token_ids_from_json(const nlohmann::json& value, const std::string& field) {
   if (!value.is_array())
-    return invalid_argument("field '" + field + "' must be a list of token ids (integers), got " + value.dump());
+    return invalid_argument("field '" + field + "' must be a list of token ids (integers), got " + json_excerpt(value));
   constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max();
   std::vector<int32_t> ids;
   ids.reserve(value.size());
@@ -18,9 +20,9 @@ Expected<std::vector<int32_t>> token_ids_from_json(const nlohmann::json& value, 
                                                   : false;
     if (!e.is_number_integer())
       return invalid_argument("field '" + field + "'[" + std::to_string(i) + "] must be a token id (an integer), got " +
-                              e.dump());
+                              json_excerpt(e));
     if (!in_range)
-      return invalid_argument("field '" + field + "'[" + std::to_string(i) + "] = " + e.dump() +
+      return invalid_argument("field '" + field + "'[" + std::to_string(i) + "] = " + json_excerpt(e) +
                               " is not a token id (ids are integers in [0, " + std::to_string(kMaxId) + "])");
     ids.push_back(static_cast<int32_t>(e.get<int64_t>()));
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <fstream>
 
+#include "core/json_excerpt.h"
+#include "core/json_parse.h"
 #include "engine/request_fields.h"
 #include "engine/request_options_json.h"
 #include "engine/sampling_json.h"
@@ -20,7 +22,7 @@ std::vector<std::string> known_fields() {
 }  // namespace
 
 std::string check_request_fields(const nlohmann::json& request) {
-  if (!request.is_object()) return "a request must be a JSON object, got " + request.dump();
+  if (!request.is_object()) return "a request must be a JSON object, got " + json_excerpt(request);
   static const std::vector<std::string> kKnown = known_fields();
   if (std::string msg = unknown_field_error(request, kKnown); !msg.empty()) {
     std::string all;
@@ -50,11 +52,12 @@ Expected<std::vector<JsonlRequest>> read_jsonl_requests(const std::string& path,
       item.error = where + "blank line (every line must be one request; results keep index = line number - 1)";
       continue;
     }
-    nlohmann::json obj = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (obj.is_discarded()) {
-      item.error = where + "not valid JSON";
+    Expected<nlohmann::json> parsed = parse_json(line, kRequestJsonMaxDepth);
+    if (!parsed) {
+      item.error = where + parsed.status().message();
       continue;
     }
+    nlohmann::json obj = std::move(*parsed);
     if (obj.is_object() && obj.contains(kRequestIdField)) r.id = obj[kRequestIdField];
     if (std::string bad = check_request_fields(obj); !bad.empty()) {
       item.error = where + bad;

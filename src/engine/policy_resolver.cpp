@@ -52,7 +52,12 @@ Expected<RequestCompression> resolve_request_compression(const EngineConfig& con
   if (c.policy->budget_split() == BudgetSplit::kCalibrated) {
     ORIGAMI_RETURN_IF_ERROR(check_head_budgets(*c.policy, support));
     // Its budget is the average over every (layer, KV head): the group keeping most keeps more.
-    c.budget = lead_budget_for_average(c.budget, c.group_ratios);
+    const int average = c.budget;
+    c.budget = lead_budget_for_average(average, c.group_ratios);
+    if (c.budget > kMaxKvBudget)
+      return invalid_argument("KV budget " + std::to_string(average) +
+                              " on average needs " + std::to_string(c.budget) + " tokens for the head group keeping most, "
+                              "above the limit of " + std::to_string(kMaxKvBudget) + "; lower the budget");
   }
   if (!support.available)
     return invalid_argument("KV policy " + name + " compresses the KV cache, which this engine cannot do on the " +

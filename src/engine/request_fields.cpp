@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/json_excerpt.h"
+
 namespace origami {
 
 size_t edit_distance(std::string_view a, std::string_view b) {
@@ -35,10 +37,7 @@ std::string closest_field(std::string_view name, const std::vector<std::string>&
   return closest;
 }
 
-std::string field_excerpt(std::string_view name) {
-  constexpr size_t kMax = 100;
-  return name.size() <= kMax ? std::string(name) : std::string(name.substr(0, kMax)) + "...";
-}
+std::string field_excerpt(std::string_view name) { return text_excerpt(name); }  // cut at a UTF-8 boundary
 
 std::string unknown_field_error(const nlohmann::json& request, const std::vector<std::string>& known,
                                 std::string* unknown) {

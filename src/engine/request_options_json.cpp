@@ -3,20 +3,15 @@
 #include <limits>
 #include <map>
 
+#include "core/json_excerpt.h"
 #include "engine/json_token_ids.h"
+#include "policy/kv_budget.h"
 
 namespace origami {
 namespace {
 
-// A value as quoted in an error: at most ~100 bytes of it, so an error never echoes a whole body.
-std::string quoted(const nlohmann::json& v) {
-  std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (s.size() > 100) s = s.substr(0, 100) + "... (" + std::to_string(s.size()) + " bytes)";
-  return s;
-}
-
 Status type_error(const char* field, const char* expected, const nlohmann::json& got) {
-  return invalid_argument(std::string("field '") + field + "' must be " + expected + ", got " + quoted(got));
+  return invalid_argument(std::string("field '") + field + "' must be " + expected + ", got " + json_excerpt(got));
 }
 
 bool present(const nlohmann::json& obj, const char* field) { return obj.contains(field) && !obj[field].is_null(); }
@@ -32,7 +27,7 @@ const std::vector<std::string>& request_options_json_fields() {
 
 Expected<RequestOptions> request_options_from_json(const nlohmann::json& obj, const RequestOptions& defaults,
                                                    const HeadBudgetsResolver& head_budgets) {
-  if (!obj.is_object()) return invalid_argument("a request must be a JSON object, got " + quoted(obj));
+  if (!obj.is_object()) return invalid_argument("a request must be a JSON object, got " + json_excerpt(obj));
   RequestOptions o = defaults;
   if (present(obj, "kv_policy")) {
     if (!obj["kv_policy"].is_string()) return type_error("kv_policy", "a policy name", obj["kv_policy"]);
@@ -40,9 +35,12 @@ Expected<RequestOptions> request_options_from_json(const nlohmann::json& obj, co
   }
   if (present(obj, "kv_budget")) {
     const auto& v = obj["kv_budget"];
-    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0) ||
-        (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())))
-      return type_error("kv_budget", "a non-negative integer (tokens)", v);
+    // Compared as unsigned when it is one: a value above 2^63 - 1 does not fit int64_t.
+    const bool in_range = v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(kMaxKvBudget)
+                          : v.is_number_integer() ? v.get<int64_t>() >= 0 && v.get<int64_t>() <= kMaxKvBudget
+                                                  : false;
+    if (!in_range)
+      return type_error("kv_budget", ("an integer in [0, " + std::to_string(kMaxKvBudget) + "] (tokens)").c_str(), v);
     o.kv_budget = static_cast<int>(v.get<int64_t>());
   }
   if (present(obj, "kv_head_budgets")) {
@@ -73,10 +71,10 @@ Expected<RequestOptions> request_options_from_json(const nlohmann::json& obj, co
       } else if (value.is_boolean()) {
         o.kv_policy_options[key] = value.get<bool>() ? "1" : "0";
       } else if (value.is_number()) {
-        o.kv_policy_options[key] = value.dump();
+        o.kv_policy_options[key] = value.dump();  // a number: short
       } else {
-        return invalid_argument("field 'kv_policy_options." + key.substr(0, 100) +
-                                "' must be a string, number or boolean, got " + quoted(value));
+        return invalid_argument("field 'kv_policy_options." + text_excerpt(key) +
+                                "' must be a string, number or boolean, got " + json_excerpt(value));
       }
     }
   }

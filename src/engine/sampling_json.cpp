@@ -1,5 +1,6 @@
 #include "engine/sampling_json.h"
 
+#include "core/json_excerpt.h"
 #include "engine/json_token_ids.h"
 
 #include <cmath>
@@ -9,7 +10,7 @@ namespace origami {
 namespace {
 
 Status type_error(const char* field, const char* expected, const nlohmann::json& got) {
-  return invalid_argument(std::string("field '") + field + "' must be " + expected + ", got " + got.dump());
+  return invalid_argument(std::string("field '") + field + "' must be " + expected + ", got " + json_excerpt(got));
 }
 
 Status read_float(const nlohmann::json& obj, const char* field, float* out) {
@@ -27,7 +28,7 @@ Status read_int(const nlohmann::json& obj, const char* field, int* out) {
   const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max());
   const int64_t x = huge ? 0 : v.get<int64_t>();
   if (huge || x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
-    return invalid_argument(std::string("field '") + field + "' is out of range: " + v.dump());
+    return invalid_argument(std::string("field '") + field + "' is out of range: " + json_excerpt(v));
   *out = static_cast<int>(x);
   return Status::ok();
 }
@@ -79,7 +80,7 @@ const std::vector<std::string>& sampling_json_fields() {
 }
 
 Expected<SamplingParams> sampling_params_from_json(const nlohmann::json& obj, const SamplingParams& defaults) {
-  if (!obj.is_object()) return invalid_argument("a request must be a JSON object, got " + obj.dump());
+  if (!obj.is_object()) return invalid_argument("a request must be a JSON object, got " + json_excerpt(obj));
   SamplingParams p = defaults;
   ORIGAMI_RETURN_IF_ERROR(read_float(obj, "temperature", &p.temperature));
   ORIGAMI_RETURN_IF_ERROR(read_float(obj, "top_p", &p.top_p));

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/compression_ops.h"
 #include "core/check.h"
+#include "core/json_parse.h"
 #include "eval/perplexity_task.h"
 #include "policy/policy_registry.h"
 
@@ -74,12 +75,9 @@ Expected<std::vector<CalibrationSample>> read_calibration_samples(const std::str
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       if (!wanted(d++)) continue;
       const std::string where = path + ":" + std::to_string(line_no);
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::parse_error& e) {
-        return invalid_argument(where + ": invalid JSON: " + e.what());
-      }
+      Expected<nlohmann::json> parsed = parse_json(line, kRequestJsonMaxDepth);
+      if (!parsed) return invalid_argument(where + ": invalid JSON: " + parsed.status().message());
+      const nlohmann::json j = std::move(*parsed);
       if (!j.is_object()) return invalid_argument(where + ": expected a JSON object with \"prompt\" or \"messages\"");
       Expected<std::vector<int32_t>> ids = builder.from_json(j);
       if (!ids) return invalid_argument(where + ": " + ids.status().message());

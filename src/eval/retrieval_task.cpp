@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_excerpt.h"
+#include "core/json_parse.h"
+
 namespace origami::eval {
 namespace {
 
@@ -24,8 +27,10 @@ Expected<std::vector<RetrievalExample>> load_retrieval_examples(const std::strin
     if (limit > 0 && static_cast<int>(examples.size()) >= limit) break;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(line_no) + ": ";
-    nlohmann::json obj = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (obj.is_discarded() || !obj.is_object()) return invalid_file(where + "not a JSON object");
+    Expected<nlohmann::json> parsed = parse_json(line, kRequestJsonMaxDepth);
+    if (!parsed) return invalid_file(where + parsed.status().message());
+    const nlohmann::json obj = std::move(*parsed);
+    if (!obj.is_object()) return invalid_file(where + "not a JSON object");
     RetrievalExample ex;
     if (!obj.contains("prompt") || !obj["prompt"].is_string() || obj["prompt"].get<std::string>().empty())
       return invalid_file(where + "\"prompt\" must be a non-empty string");
@@ -35,7 +40,7 @@ Expected<std::vector<RetrievalExample>> load_retrieval_examples(const std::strin
     ex.answer = obj["answer"].get<std::string>();
     if (ex.answer.size() != 4 || !is_digit(ex.answer[0]) || !is_digit(ex.answer[1]) || !is_digit(ex.answer[2]) ||
         !is_digit(ex.answer[3]))
-      return invalid_file(where + "\"answer\" must be 4 digits, got \"" + ex.answer + "\"");
+      return invalid_file(where + "\"answer\" must be 4 digits, got \"" + text_excerpt(ex.answer) + "\"");
     if (obj.contains("id")) ex.id = obj["id"].is_string() ? obj["id"].get<std::string>() : obj["id"].dump();
     else ex.id = std::to_string(examples.size());
     examples.push_back(std::move(ex));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "policy/kv_budget.h"
 #include "policy/policy_registry.h"
 
 namespace origami::eval {
@@ -56,7 +57,7 @@ Expected<std::vector<int>> parse_budget_list(std::string_view text) {
     const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), value);
     if (ec != std::errc() || end != p.data() + p.size())
       return invalid_argument("--kv-budget: '" + std::string(p) + "' is not a whole number of tokens");
-    if (value < 1 || value > (1 << 30))
+    if (value < 1 || value > kMaxKvBudget)
       return invalid_argument("--kv-budget: " + std::string(p) + " is out of range; a budget is a positive number of tokens");
     if (std::find(budgets.begin(), budgets.end(), static_cast<int>(value)) != budgets.end())
       return invalid_argument("--kv-budget: " + std::string(p) + " is listed twice");

@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "core/file_io.h"
+#include "core/json_parse.h"
 
 namespace origami {
 namespace {
@@ -302,14 +303,10 @@ std::string head_budgets_to_json(const HeadBudgets& b) {
 }
 
 Expected<HeadBudgets> parse_head_budgets(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // Only the position: the parser's own message quotes the bytes it last read.
-    return invalid_file(source + ": malformed JSON at byte " + std::to_string(e.byte));
-  }
-  return parse_head_budgets_json(j, source);
+  Expected<json> parsed = parse_json(text, kFileJsonMaxDepth);
+  // Never nlohmann's own message: it quotes the bytes the parser last read (parse_json gives where).
+  if (!parsed) return invalid_file(source + ": malformed JSON: " + parsed.status().message());
+  return parse_head_budgets_json(*parsed, source);
 }
 
 Expected<HeadBudgets> parse_head_budgets_json(const nlohmann::json& j, const std::string& source) {

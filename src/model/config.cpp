@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
+#include "core/json_excerpt.h"
+#include "core/json_parse.h"
 
 namespace origami {
 namespace {
@@ -71,7 +73,7 @@ Status read_token_ids(const json& j, const char* key, const std::string& source,
   if (it == j.end() || it->is_null()) return Status::ok();
   auto push = [&](const json& v) -> Status {
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > std::numeric_limits<int>::max()) {
-      return invalid_file(field_error(source, key, "must hold non-negative token ids, got " + v.dump()));
+      return invalid_file(field_error(source, key, "must hold non-negative token ids, got " + json_excerpt(v)));
     }
     const int id = static_cast<int>(v.get<int64_t>());
     if (std::find(out->begin(), out->end(), id) == out->end()) out->push_back(id);
@@ -278,8 +280,9 @@ double ModelConfig::parameter_count() const {
 }
 
 Expected<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source) {
-  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return invalid_file(source + ": not valid JSON");
+  Expected<json> parsed = parse_json(json_text, kFileJsonMaxDepth);
+  if (!parsed) return invalid_file(source + ": " + parsed.status().message());
+  const json j = std::move(*parsed);
   if (!j.is_object()) return invalid_file(source + ": expected a JSON object at the top level");
 
   ModelConfig c;
@@ -353,9 +356,10 @@ Expected<ModelConfig> load_model_config(const std::filesystem::path& model_dir) 
   const std::filesystem::path gen_path = model_dir / "generation_config.json";
   if (std::filesystem::is_regular_file(gen_path, ec)) {
     ORIGAMI_ASSIGN_OR_RETURN(std::string gen_text, read_file(gen_path));
-    json g = json::parse(gen_text, nullptr, /*allow_exceptions=*/false);
     const std::string gen_source = gen_path.string();
-    if (g.is_discarded()) return invalid_file(gen_source + ": not valid JSON");
+    Expected<json> parsed = parse_json(gen_text, kFileJsonMaxDepth);
+    if (!parsed) return invalid_file(gen_source + ": " + parsed.status().message());
+    const json g = std::move(*parsed);
     if (!g.is_object()) return invalid_file(gen_source + ": expected a JSON object at the top level");
     ORIGAMI_RETURN_IF_ERROR(read_token_ids(g, "eos_token_id", gen_source, &config.eos_token_ids));
     for (int id : config.eos_token_ids) {

@@ -2,17 +2,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_excerpt.h"
+#include "core/json_parse.h"
+
 namespace origami {
 namespace {
 
 using json = nlohmann::json;
 
 // A JSON value for an error message, cut to about 100 bytes (values come from the file).
-std::string quoted(const json& v) {
-  std::string s = v.dump();
-  if (s.size() > 100) s = s.substr(0, 100) + "...";
-  return s;
-}
+std::string quoted(const json& v) { return json_excerpt(v); }
 
 Status error(const std::string& source, const std::string& field, const std::string& what) {
   return invalid_file(source + ": " + field + " " + what);
@@ -137,8 +136,10 @@ Status parse_quantization_config(const json& j, const std::string& source, Quant
 }
 
 Status parse_modelopt_quant_file(const std::string& text, const std::string& source, QuantizationConfig* out) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return invalid_file(source + ": not a JSON object");
+  Expected<json> parsed = parse_json(text, kFileJsonMaxDepth);
+  if (!parsed) return invalid_file(source + ": " + parsed.status().message());
+  const json j = std::move(*parsed);
+  if (!j.is_object()) return invalid_file(source + ": not a JSON object");
   auto q = j.find("quantization");
   if (q == j.end() || !q->is_object()) return error(source, "quantization", "is missing or not an object");
   auto algo = q->find("quant_algo");

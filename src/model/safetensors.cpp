@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
+#include "core/json_excerpt.h"
+#include "core/json_parse.h"
 
 namespace origami {
 namespace {
@@ -32,7 +34,7 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 Expected<uint64_t> read_u64(const json& v, const std::string& what) {
   if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) {
-    return invalid_file(what + " must be a non-negative integer, got " + v.dump());
+    return invalid_file(what + " must be a non-negative integer, got " + json_excerpt(v));
   }
   return v.get<uint64_t>();
 }
@@ -106,8 +108,9 @@ bool is_plain_relative(const std::string& name) {
 Expected<std::vector<SafetensorsTensorInfo>> parse_safetensors_header(std::string_view header_json, uint64_t data_size,
                                                                       const std::string& source,
                                                                       std::map<std::string, std::string>* metadata) {
-  json header = json::parse(header_json.begin(), header_json.end(), nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded()) return invalid_file(source + ": safetensors header is not valid JSON (corrupted file?)");
+  Expected<json> parsed = parse_json(header_json, kFileJsonMaxDepth);
+  if (!parsed) return invalid_file(source + ": safetensors header: " + parsed.status().message() + " (corrupted file?)");
+  const json header = std::move(*parsed);
   if (!header.is_object()) return invalid_file(source + ": safetensors header is not a JSON object");
 
   std::vector<SafetensorsTensorInfo> tensors;
@@ -210,8 +213,9 @@ Expected<std::shared_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open(con
     const std::string source = index_path.string();
     ckpt->source_ = source;
     ORIGAMI_ASSIGN_OR_RETURN(const std::string text, read_file(index_path));
-    json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (index.is_discarded()) return invalid_file(source + ": not valid JSON");
+    Expected<json> parsed = parse_json(text, kFileJsonMaxDepth);
+    if (!parsed) return invalid_file(source + ": " + parsed.status().message());
+    json index = std::move(*parsed);
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
       return invalid_file(source + ": field 'weight_map' is missing or not an object");
     }

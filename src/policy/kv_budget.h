@@ -8,6 +8,11 @@
 
 namespace origami {
 
+// The largest KV budget, in tokens, for every way of giving one (--kv-budget, a request's
+// kv_budget, eval sweeps): 2^30 keeps N_max * b, and every sum of a budget with a block or a
+// window, far inside int.
+inline constexpr int kMaxKvBudget = 1 << 30;
+
 // The budget a request runs with, in tokens: the request's if set (> 0), else the engine's, else
 // the policy's default. The one place this order is written.
 int resolve_kv_budget(int request_budget, int engine_budget, int policy_default);

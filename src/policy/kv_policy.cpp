@@ -49,7 +49,7 @@ bool KVPolicy::supports_prefill_chunk_compression() const {
 int KVPolicy::prefill_chunk_threshold(int budget, int max_blocks, int block_size) const {
   if (!supports_prefill_chunk_compression() || !options_.get_bool(kPrefillChunkCompressionOption)) return -1;
   switch (trigger()) {
-    case CompressionTrigger::kCacheFull: return max_blocks * block_size - 1;
+    case CompressionTrigger::kCacheFull: return static_cast<int>(int64_t{max_blocks} * block_size - 1);
     case CompressionTrigger::kPrefillEnd: return budget;
     default: return -1;
   }
@@ -64,6 +64,8 @@ Status KVPolicy::check_budget(int budget, int block_size) const {
   };
   const std::string where = "policy " + name_ + " with KV budget " + std::to_string(budget);
   if (budget < 1) return invalid_argument(where + ": the budget must be >= 1 token");
+  if (budget > kMaxKvBudget)
+    return invalid_argument(where + ": the budget must be at most " + std::to_string(kMaxKvBudget) + " tokens");
   if (trigger() == CompressionTrigger::kCacheFull) {
     if (budget < block_size)
       return invalid_argument(where + ": the budget must hold at least one block of " + std::to_string(block_size) +

@@ -1,18 +1,26 @@
 #include "policy/triggers.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace origami {
+namespace {
+
+// N_max * b entries, in 64 bits: budgets are bounded (kMaxKvBudget) well inside int, but a trigger
+// must not wrap into firing on an unchecked one.
+int64_t full_level(const TriggerState& s) { return int64_t{s.max_blocks} * s.block_size; }
+
+}  // namespace
 
 TriggerDecision cache_full_due(const TriggerState& s) {
   TriggerDecision d;
-  d.compress = !s.tokens_pending && s.entries >= s.max_blocks * s.block_size;
+  d.compress = !s.tokens_pending && s.entries >= full_level(s);
   return d;
 }
 
 int cache_full_capture_from(const TriggerState& s) {
   if (s.window <= 0) return -1;
-  return std::max(s.max_blocks * s.block_size, s.entries_after_known) - s.window;
+  return static_cast<int>(std::max<int64_t>(full_level(s), s.entries_after_known) - s.window);
 }
 
 TriggerDecision prefill_end_due(const TriggerState& s) {
@@ -33,10 +41,10 @@ TriggerDecision paged_eviction_due(const TriggerState& s) {
   if (s.tokens_pending) return d;
   if (!s.prefill_checked) {
     d.prefill_checked = true;
-    d.compress = s.entries > (s.max_blocks - 1) * s.block_size;
+    d.compress = s.entries > full_level(s) - s.block_size;
     return d;
   }
-  d.compress = d.evict_block = s.entries >= s.max_blocks * s.block_size;
+  d.compress = d.evict_block = s.entries >= full_level(s);
   return d;
 }
 

@@ -487,7 +487,7 @@ int Scheduler::joint_peak_blocks(const Request& request) const {
     // keeps the bound above).
     const ScoreRecipe& recipe = c.policy->score_recipe();
     const bool whole_pages = recipe.page_aligned && groups == heads && c.num_keep % b == 0 &&
-                             request.num_preemptions == 0 && request.num_prompt_tokens() <= c.max_blocks * b;
+                             request.num_preemptions == 0 && request.num_prompt_tokens() <= static_cast<long long>(c.max_blocks) * b;
     if (whole_pages) {
       const long long keep_pages = c.num_keep / b;
       return static_cast<int>(std::min(bound, std::min(cap, groups * std::max<long long>(c.max_blocks, keep_pages + 1))));

@@ -1,7 +1,8 @@
 #pragma once
 // An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}} with
 // its HTTP status (400 bad request, 401 no/wrong API key, 404 unknown route or model, 413 body
-// too large, 503 queue full or shutting down).
+// too large, 500 a request the server failed to read (a bug, caught at the route), 503 queue full
+// or shutting down).
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -35,6 +36,9 @@ struct ApiError {
   static ApiError too_large(size_t limit) {
     return ApiError{413, "Request body exceeds the limit of " + std::to_string(limit) + " bytes",
                     "invalid_request_error", "", "request_too_large"};
+  }
+  static ApiError internal(std::string message) {
+    return ApiError{500, std::move(message), "server_error", "", "internal_error"};
   }
   static ApiError unavailable(std::string message) {
     return ApiError{503, std::move(message), "server_error", "", "service_unavailable"};

@@ -1,5 +1,6 @@
 #include "server/api_routes.h"
 
+#include "core/json_excerpt.h"
 #include "server/openai_response.h"
 
 namespace origami::server {
@@ -38,7 +39,7 @@ SimpleResponse handle_detokenize(const ServerContext& ctx, const nlohmann::json&
   for (const auto& t : body["tokens"]) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
       return SimpleResponse::error(
-          ApiError::bad_request("'tokens' holds " + t.dump() + ", not a token id in [0, " + std::to_string(vocab) + ")", "tokens"));
+          ApiError::bad_request("'tokens' holds " + json_excerpt(t) + ", not a token id in [0, " + std::to_string(vocab) + ")", "tokens"));
     ids.push_back(t.get<int32_t>());
   }
   return SimpleResponse::json({{"prompt", ctx.worker->tokenizer()->decode(ids)}});
@@ -71,7 +72,9 @@ std::optional<ApiError> check_api_key(const ServerContext& ctx, const std::strin
   return ApiError::unauthorized();
 }
 
-SimpleResponse handle_simple(const ServerContext& ctx, Route route, const std::string& body) {
+namespace {
+
+SimpleResponse route_simple(const ServerContext& ctx, Route route, const std::string& body) {
   switch (route) {
     case Route::kHealth: return SimpleResponse{200, "application/json", "{}"};
     case Route::kModels:
@@ -87,6 +90,19 @@ SimpleResponse handle_simple(const ServerContext& ctx, Route route, const std::s
     default: break;
   }
   return SimpleResponse::error(ApiError::not_found("no route for this method and path"));
+}
+
+}  // namespace
+
+SimpleResponse handle_simple(const ServerContext& ctx, Route route, const std::string& body) {
+  // As parse_generation_request: an exception a handler missed answers 500, never a dropped connection.
+  try {
+    return route_simple(ctx, route, body);
+  } catch (const std::exception& e) {
+    return SimpleResponse::error(ApiError::internal("handling the request failed: " + text_excerpt(e.what())));
+  } catch (...) {
+    return SimpleResponse::error(ApiError::internal("handling the request failed"));
+  }
 }
 
 }  // namespace origami::server

@@ -1,5 +1,7 @@
 #include "server/openai_request.h"
 
+#include "core/json_excerpt.h"
+#include "core/json_parse.h"
 #include "engine/request_fields.h"
 #include "engine/request_options_json.h"
 #include "engine/sampling_json.h"
@@ -160,7 +162,7 @@ std::optional<ApiError> read_logprob_count(const nlohmann::json& body, const cha
   if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(kMaxTopLogprobs)
                                                         : v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTopLogprobs))
     return ApiError::bad_request(std::string("'") + field + "' must be an integer in [0, " +
-                                     std::to_string(kMaxTopLogprobs) + "], got " + v.dump(),
+                                     std::to_string(kMaxTopLogprobs) + "], got " + json_excerpt(v),
                                  field);
   *out = v.get<int>();
   return std::nullopt;
@@ -190,6 +192,27 @@ std::optional<ApiError> read_logprobs(const nlohmann::json& body, ApiKind kind, 
   return std::nullopt;
 }
 
+// One content part of a chat message: {"type": "text", "text": "..."}; anything else is a 400
+// naming the part and what is wrong with it.
+std::optional<ApiError> read_text_part(const nlohmann::json& part, const std::string& where, std::string* text) {
+  if (!part.is_object())
+    return ApiError::bad_request(where + " must be an object {\"type\": \"text\", \"text\": ...}, got " + json_excerpt(part),
+                                 "messages");
+  const auto type = part.find("type");
+  if (type == part.end() || !type->is_string())
+    return ApiError::bad_request(where + ".type must be the string \"text\", got " +
+                                     (type == part.end() ? std::string("nothing") : json_excerpt(*type)),
+                                 "messages");
+  if (type->get_ref<const std::string&>() != "text")
+    return ApiError::bad_request(where + ".type " + json_excerpt(*type) + " is not supported (only text parts are)", "messages");
+  const auto t = part.find("text");
+  if (t == part.end() || !t->is_string())
+    return ApiError::bad_request(where + ".text must be a string, got " + (t == part.end() ? std::string("nothing") : json_excerpt(*t)),
+                                 "messages");
+  *text = t->get<std::string>();
+  return std::nullopt;
+}
+
 std::optional<ApiError> read_bool(const nlohmann::json& obj, const char* field, bool* out) {
   if (!obj.contains(field) || obj[field].is_null()) return std::nullopt;
   if (!obj[field].is_boolean()) return ApiError::bad_request(std::string("'") + field + "' must be true or false", field);
@@ -200,8 +223,9 @@ std::optional<ApiError> read_bool(const nlohmann::json& obj, const char* field, 
 }  // namespace
 
 std::optional<ApiError> parse_json_body(std::string_view body, nlohmann::json* out) {
-  *out = nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (out->is_discarded()) return ApiError::bad_request("the request body is not valid JSON");
+  Expected<nlohmann::json> parsed = parse_json(body, kRequestJsonMaxDepth);
+  if (!parsed) return ApiError::bad_request("the request body: " + parsed.status().message());
+  *out = std::move(*parsed);
   if (!out->is_object()) return ApiError::bad_request("the request body must be a JSON object");
   return std::nullopt;
 }
@@ -211,7 +235,7 @@ std::optional<ApiError> check_model(const nlohmann::json& body, const std::strin
   if (!body["model"].is_string()) return ApiError::bad_request("'model' must be a string", "model");
   const std::string model = body["model"].get<std::string>();
   if (model != served_model_name)
-    return ApiError::not_found("The model '" + model + "' does not exist (this server serves '" + served_model_name + "')",
+    return ApiError::not_found("The model '" + text_excerpt(model) + "' does not exist (this server serves '" + served_model_name + "')",
                                "model_not_found");
   return std::nullopt;
 }
@@ -233,11 +257,10 @@ std::optional<ApiError> normalize_messages(const nlohmann::json& messages, nlohm
       // A list of text parts is the concatenation of their texts, one per line (as vLLM does).
       std::string text;
       for (size_t j = 0; j < content.size(); ++j) {
-        const auto& part = content[j];
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-          return ApiError::bad_request(where + ".content[" + std::to_string(j) + "] must be {\"type\": \"text\", \"text\": ...} (only text parts are supported)", "messages");
+        std::string part_text;
+        if (auto e = read_text_part(content[j], where + ".content[" + std::to_string(j) + "]", &part_text)) return e;
         if (j > 0) text += "\n";
-        text += part["text"].get<std::string>();
+        text += part_text;
       }
       msg["content"] = text;
     } else if (!content.is_string()) {
@@ -248,8 +271,10 @@ std::optional<ApiError> normalize_messages(const nlohmann::json& messages, nlohm
   return std::nullopt;
 }
 
-std::optional<ApiError> parse_generation_request(const nlohmann::json& body, ApiKind kind, const RequestContext& ctx,
-                                                 GenerationRequest* out) {
+namespace {
+
+std::optional<ApiError> read_generation_request(const nlohmann::json& body, ApiKind kind, const RequestContext& ctx,
+                                                GenerationRequest* out) {
   if (!body.is_object()) return ApiError::bad_request("the request body must be a JSON object");
   out->kind = kind;
   if (auto e = check_model(body, ctx.served_model_name)) return e;
@@ -285,7 +310,7 @@ std::optional<ApiError> parse_generation_request(const nlohmann::json& body, Api
 
   if (body.contains("n") && !body["n"].is_null()) {
     if (!body["n"].is_number_integer() || body["n"].get<int64_t>() < 1 || body["n"].get<int64_t>() > ctx.max_n)
-      return ApiError::bad_request("'n' must be an integer in [1, " + std::to_string(ctx.max_n) + "], got " + body["n"].dump(), "n");
+      return ApiError::bad_request("'n' must be an integer in [1, " + std::to_string(ctx.max_n) + "], got " + json_excerpt(body["n"]), "n");
     out->n = body["n"].get<int>();
   }
   if (body.contains("best_of") && !body["best_of"].is_null() &&
@@ -300,6 +325,21 @@ std::optional<ApiError> parse_generation_request(const nlohmann::json& body, Api
     if (auto e = read_bool(so, "continuous_usage_stats", &out->continuous_usage)) return e;
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> parse_generation_request(const nlohmann::json& body, ApiKind kind, const RequestContext& ctx,
+                                                 GenerationRequest* out) {
+  // The readers check every type before they read it; an exception that still escapes one (a
+  // conversion missed) must cost this request a 500, not the connection or the process.
+  try {
+    return read_generation_request(body, kind, ctx, out);
+  } catch (const std::exception& e) {
+    return ApiError::internal("reading the request failed: " + text_excerpt(e.what()));
+  } catch (...) {
+    return ApiError::internal("reading the request failed");
+  }
 }
 
 }  // namespace origami::server

@@ -1,7 +1,10 @@
 #include "tokenizer/chat_template.h"
 
 #include <fstream>
+#include <iterator>
 #include <sstream>
+
+#include "core/json_parse.h"
 
 namespace origami {
 
@@ -21,8 +24,12 @@ Expected<ChatTemplate> ChatTemplate::parse(const std::string& source, const Chat
 Expected<ChatTemplate> ChatTemplate::from_tokenizer_config(const std::string& path, const ChatTemplateOptions& options) {
   std::ifstream in(path);
   if (!in) return not_found("cannot open tokenizer config " + path);
-  nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) return invalid_file(path + ": not a JSON object");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return invalid_file(path + ": read error");
+  Expected<nlohmann::json> json = parse_json(text, kFileJsonMaxDepth);
+  if (!json) return invalid_file(path + ": " + json.status().message());
+  const nlohmann::json config = std::move(*json);
+  if (!config.is_object()) return invalid_file(path + ": not a JSON object");
   auto it = config.find("chat_template");
   if (it == config.end() || it->is_null()) return not_found(path + ": no field 'chat_template'");
   std::string source;

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
+#include "core/json_excerpt.h"
+#include "core/json_parse.h"
 #include "tokenizer/json_fields.h"
 #include "tokenizer/unicode.h"
 
@@ -14,8 +16,9 @@ namespace {
 using nlohmann::json;
 
 Expected<json> parse_json_object(std::string_view text, const std::string& where) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return invalid_file(where + ": not valid JSON");
+  Expected<json> parsed = parse_json(text, kFileJsonMaxDepth);
+  if (!parsed) return invalid_file(where + ": " + parsed.status().message());
+  json j = std::move(*parsed);
   if (!j.is_object()) return invalid_file(where + ": the top level must be a JSON object");
   return j;
 }
@@ -87,7 +90,7 @@ Status parse_post_processor(const json& p, const std::string& where,
       for (const json& id : listed) {
         // The ids are emitted as they are: each must be a token of this vocabulary.
         if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
-          return invalid_file(where + ": TemplateProcessing special token '" + name + "' has id " + id.dump() +
+          return invalid_file(where + ": TemplateProcessing special token '" + name + "' has id " + json_excerpt(id) +
                               ", not in the vocabulary (" + std::to_string(vocab_size) + " ids)");
         }
         ids.push_back(static_cast<int32_t>(id.get<int64_t>()));

@@ -10,6 +10,7 @@
 
 #include "engine/prompt_builder.h"
 #include "fuzz_util.h"
+#include "policy/kv_budget.h"
 #include "policy/policy_registry.h"
 #include "sampling/logprob.h"
 #include "server/openai_request.h"
@@ -52,7 +53,7 @@ void check_accepted(const nlohmann::json& body, ApiKind kind, const RequestConte
   FUZZ_CHECK(r.n >= 1 && r.n <= ctx.max_n, "n out of range: " + std::to_string(r.n));
   FUZZ_CHECK(r.sampling.validate().is_ok(), "accepted sampling parameters fail validation");
   FUZZ_CHECK(!r.include_usage || r.stream, "include_usage without stream");
-  FUZZ_CHECK(r.options.kv_budget >= 0, "negative kv_budget accepted");
+  FUZZ_CHECK(r.options.kv_budget >= 0 && r.options.kv_budget <= kMaxKvBudget, "kv_budget out of range accepted");
   // Log-probabilities: what the body asked for, within what the engine accepts.
   const int lp = r.options.logprobs;
   FUZZ_CHECK(lp >= -1 && lp <= kMaxTopLogprobs, "logprobs out of range: " + std::to_string(lp));

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_parse.h"
 #include "engine/prompt_builder.h"
 #include "engine/request_options_json.h"
 #include "engine/sampling_json.h"
@@ -36,8 +37,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   while (!rest.empty()) {
     auto [line, next] = fuzz::split_once(rest, "\n");
     rest = next;
-    const nlohmann::json obj = nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-    if (obj.is_discarded()) continue;
+    Expected<nlohmann::json> parsed = parse_json(line, kRequestJsonMaxDepth);  // as read_jsonl_requests
+    if (!parsed) continue;
+    const nlohmann::json& obj = *parsed;
     Expected<std::vector<int32_t>> ids = builder.from_json(obj);
     if (!ids) FUZZ_CHECK(!ids.status().message().empty(), "prompt error without a message");
     Expected<SamplingParams> sp = sampling_params_from_json(obj, defaults);

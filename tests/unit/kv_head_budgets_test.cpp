@@ -199,7 +199,7 @@ TEST(HeadBudgets, ErrorsNeverQuoteTheFilesStrings) {
   for (const std::string& text : {"{\"format\": " + secret, secret + " = true", "[\"" + secret + "\", }"}) {
     Expected<HeadBudgets> b = parse_head_budgets(text, "f.json");
     ASSERT_FALSE(b.has_value());
-    EXPECT_NE(b.status().message().find("malformed JSON at byte"), std::string::npos) << b.status().message();
+    EXPECT_NE(b.status().message().find("malformed JSON: not valid JSON at byte"), std::string::npos) << b.status().message();
     EXPECT_EQ(b.status().message().find("sk-live"), std::string::npos) << b.status().message();
   }
 }

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "policy/policy_registry.h"
+#include "policy/triggers.h"
+
 #include <cmath>
 #include <vector>
 
@@ -21,6 +24,34 @@ TEST(KVBudget, MaxBlocksAndKeep) {
   EXPECT_EQ(entries_kept_for_budget(100, 16), 96);
   EXPECT_EQ(max_blocks_for_budget(5, 16), 1);
   EXPECT_EQ(entries_kept_for_budget(5, 16), 0);
+}
+
+// The budget limit: every policy refuses a budget above kMaxKvBudget by name, and at the limit
+// the cache-full level N_max * b stays inside int. Above it (2^31 - 16 at b = 16) N_max * b used
+// to wrap negative and fire a compression of a request holding a few entries (an internal check).
+TEST(KVBudget, BudgetsAboveTheLimitAreRefusedAndTriggersDoNotWrap) {
+  for (const char* name : {"streaming", "zipage", "pagedeviction", "snapkv"}) {
+    auto policy = PolicyRegistry::builtin().create(name, {});
+    ASSERT_TRUE(policy.has_value()) << name;
+    EXPECT_TRUE((*policy)->check_budget(kMaxKvBudget, 16).is_ok()) << name;
+    for (int budget : {kMaxKvBudget + 1, 2147483632, 2147483647}) {
+      const Status st = (*policy)->check_budget(budget, 16);
+      ASSERT_FALSE(st.is_ok()) << name << " " << budget;
+      EXPECT_NE(st.message().find("at most 1073741824"), std::string::npos) << st.message();
+    }
+  }
+  EXPECT_LE(static_cast<int64_t>(max_blocks_for_budget(kMaxKvBudget, 1024)) * 1024, int64_t{1} << 31);
+  // A level of 2^31 entries (N_max = 2^27 blocks of 16), which int arithmetic wraps to -2^31.
+  TriggerState s;
+  s.entries = 20;
+  s.entries_after_known = 21;
+  s.max_blocks = 1 << 27;
+  s.block_size = 16;
+  EXPECT_FALSE(cache_full_due(s).compress);
+  s.prefill_checked = true;
+  EXPECT_FALSE(paged_eviction_due(s).compress);
+  s.prefill_checked = false;
+  EXPECT_FALSE(paged_eviction_due(s).compress);
 }
 
 // Calibrated budgets: the lead group's count makes the groups keep the average on average.
