@@ -122,7 +122,15 @@ TEST(CudaSamplingPenalties, KernelMatchesCpuAndRestoresLogits) {
         }
       }
       EXPECT_LE(mismatches, 1) << "vocab " << vocab << " T " << cfg.temperature;
-      EXPECT_GT(changed, rows / 4) << "the adjustments should change many tokens";
+      // The test's power: the adjustments must change the answer. Greedy rows change wherever an
+      // adjustment moves the argmax (most rows); a sampled draw with the same u moves only when the
+      // adjusted mass crosses it, which at vocab 151936 and T >= 1 is a few rows in 16 (measured on
+      // the H100: 1 to 15 of 16-64 rows).
+      if (cfg.temperature == 0.0f) {
+        EXPECT_GT(changed, rows / 4) << "the adjustments should change many greedy tokens, vocab " << vocab;
+      } else {
+        EXPECT_GE(changed, 1) << "the adjustments should change some sampled tokens, vocab " << vocab;
+      }
     }
   }
 }
@@ -206,12 +214,16 @@ TEST(CudaSamplingPenalties, EngineHonoursThemWithAndWithoutGraphs) {
   EXPECT_EQ(cpu[3].tokens, graphs[3].tokens);
   ASSERT_EQ(cpu[4].tokens.size(), 6u);
   // bf16 on the GPU and fp32 on the CPU drift apart eventually; report how long they agree.
+  // Greedy requests must agree on their first token (its CPU logit gap is far above bf16 noise
+  // here); a sampled draw on logits that differ by bf16 rounding may part at any token, even the
+  // first (measured: request 5 parted at its first token), so it is reported only: the kernel
+  // test above checks sampled draws on identical logits.
   for (size_t i = 0; i < params.size(); ++i) {
     size_t agree = 0;
     while (agree < cpu[i].tokens.size() && agree < graphs[i].tokens.size() && cpu[i].tokens[agree] == graphs[i].tokens[agree])
       ++agree;
     std::printf("[penalties] request %zu: CPU and CUDA agree for %zu/%zu tokens\n", i, agree, cpu[i].tokens.size());
-    EXPECT_GE(agree, 1u) << "request " << i;
+    if (params[i].is_greedy()) EXPECT_GE(agree, 1u) << "request " << i;
   }
 }
 
