@@ -244,7 +244,7 @@ TEST_F(EvalCli, BadInputIsAnErrorThatNamesTheProblem) {
     std::string message;
   } cases[] = {
       {retrieval + "--data " + path("missing.jsonl"), "missing.jsonl"},
-      {retrieval + "--data " + path("bad.jsonl"), "bad.jsonl:2: not a JSON object"},
+      {retrieval + "--data " + path("bad.jsonl"), "bad.jsonl:2: not valid JSON at byte"},
       {retrieval + docs + "--kv-policy full,no-such-policy", "unknown policy 'no-such-policy'"},
       {retrieval + docs + "--kv-policy streaming --kv-budget 64,abc", "'abc'"},
       {retrieval + docs + "--kv-policy streaming --kv-budget 64,,128", "--kv-budget"},

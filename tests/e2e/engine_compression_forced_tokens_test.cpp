@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "engine_test_util.h"
+#include "teacher_forced_logits.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -39,41 +40,14 @@ ForcedRun run_one(Engine& engine, const std::vector<int32_t>& prompt, const Samp
 
 // log p(tokens[i] | prompt + tokens[:i]) from one kAll prefill of prompt + tokens[:-1].
 std::vector<double> teacher_forced_logprobs(const std::vector<int32_t>& prompt, const std::vector<int32_t>& tokens) {
-  auto config = load_model_config(tiny_qwen3_dir());
-  EXPECT_TRUE(config.has_value());
-  auto weights = load_model_weights(tiny_qwen3_dir(), *config);
-  EXPECT_TRUE(weights.has_value());
-  BackendOptions bo;
-  bo.device = "cpu";
-  auto backend = create_backend(bo);
-  EXPECT_TRUE(backend.has_value());
-  EXPECT_TRUE((*backend)->load(*config, *weights).is_ok());
-  KVLayout layout = KVLayout::full(config->num_layers, config->num_kv_heads, config->head_dim, 16, 64, DType::kF32);
-  EXPECT_TRUE((*backend)->allocate_kv_cache(layout).is_ok());
-  std::vector<int32_t> seq = prompt;
-  seq.insert(seq.end(), tokens.begin(), tokens.end() - 1);
-  std::vector<BlockId> table;
-  for (int b = 0; b * 16 < static_cast<int>(seq.size()); ++b) table.push_back(b + 1);
-  SamplingParams sp = greedy(1);
-  ForwardBatch batch;
-  batch.token_ids = seq;
-  for (size_t i = 0; i < seq.size(); ++i) batch.positions.push_back(static_cast<int32_t>(i));
-  SequenceInput in;
-  in.num_query_tokens = static_cast<int>(seq.size());
-  in.block_table = &table;
-  in.logits_mode = LogitsMode::kAll;
-  in.sampling = &sp;
-  batch.sequences.push_back(in);
-  StepOutput out;
-  EXPECT_TRUE((*backend)->execute(batch, &out).is_ok());
-  const int vocab = config->vocab_size;
   std::vector<double> lp;
+  const std::vector<std::vector<float>> rows = teacher_forced_logits(prompt, tokens);
   for (size_t i = 0; i < tokens.size(); ++i) {
-    const float* row = out.all_logits[0].data() + (prompt.size() - 1 + i) * vocab;
+    const std::vector<float>& row = rows[i];
     double m = row[0];
-    for (int v = 0; v < vocab; ++v) m = std::max<double>(m, row[v]);
+    for (float x : row) m = std::max<double>(m, x);
     double sum = 0;
-    for (int v = 0; v < vocab; ++v) sum += std::exp(row[v] - m);
+    for (float x : row) sum += std::exp(x - m);
     lp.push_back(row[tokens[i]] - m - std::log(sum));
   }
   return lp;

@@ -80,6 +80,17 @@ Status CpuBackend::load(const ModelConfig& c, const ModelWeights& w) {
   const bool tied = w.lm_head.empty() || w.lm_head.data == w.embed_tokens.data;
   if (!tied) ORIGAMI_RETURN_IF_ERROR(take_tensor(w.lm_head, {vocab, hidden}, &lm_head_));
 
+  // Qwen2's q/k/v biases, fused in q, k, v order as the weights are (both weight paths).
+  auto take_qkv_bias = [&](const LayerWeights& lw, Layer* layer) -> Status {
+    std::vector<float> qb, kb, vb;
+    ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.q_bias, {q_size}, &qb));
+    ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.k_bias, {kv_size}, &kb));
+    ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.v_bias, {kv_size}, &vb));
+    append(&layer->qkv.bias, qb);
+    append(&layer->qkv.bias, kb);
+    append(&layer->qkv.bias, vb);
+    return Status::ok();
+  };
   layers_.assign(c.num_layers, Layer{});
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = w.layers[l];
@@ -103,13 +114,7 @@ Status CpuBackend::load(const ModelConfig& c, const ModelWeights& w) {
       }
       ORIGAMI_RETURN_IF_ERROR(load_fp8_linears(lw, &layer));
       if (c.qkv_bias) {
-        std::vector<float> qb, kb, vb;
-        ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.q_bias, {q_size}, &qb));
-        ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.k_bias, {kv_size}, &kb));
-        ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.v_bias, {kv_size}, &vb));
-        append(&layer.qkv.bias, qb);
-        append(&layer.qkv.bias, kb);
-        append(&layer.qkv.bias, vb);
+        ORIGAMI_RETURN_IF_ERROR(take_qkv_bias(lw, &layer));
       }
       continue;
     }
@@ -130,13 +135,7 @@ Status CpuBackend::load(const ModelConfig& c, const ModelWeights& w) {
     append(&layer.qkv.weight, k);
     append(&layer.qkv.weight, v);
     if (c.qkv_bias) {
-      std::vector<float> qb, kb, vb;
-      ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.q_bias, {q_size}, &qb));
-      ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.k_bias, {kv_size}, &kb));
-      ORIGAMI_RETURN_IF_ERROR(take_tensor(lw.v_bias, {kv_size}, &vb));
-      append(&layer.qkv.bias, qb);
-      append(&layer.qkv.bias, kb);
-      append(&layer.qkv.bias, vb);
+      ORIGAMI_RETURN_IF_ERROR(take_qkv_bias(lw, &layer));
     }
     layer.o = {std::move(o), {}, c.hidden_size, static_cast<int>(q_size)};
     layer.gate_up = {{}, {}, static_cast<int>(2 * inter), c.hidden_size};
