@@ -28,7 +28,7 @@ export ORIGAMI_SHARED_DIR=${ORIGAMI_SHARED_DIR:-$(cd "$ROOT/.." && pwd)/shared}
 # ---------------------------------------------------------------- build
 if [ "${FUZZ_NO_BUILD:-0}" != 1 ]; then
   CXX_BIN=${FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || true)}
-  [ -n "$CXX_BIN" ] || { echo "scripts/fuzz.sh needs clang++ (scripts/install-deps.sh installs it)" >&2; exit 2; }
+  [ -n "$CXX_BIN" ] || { echo "scripts/fuzz.sh needs clang++ (scripts/install-deps.sh --test installs it)" >&2; exit 2; }
   launcher=(); command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$CXX_BIN" "${launcher[@]}" \
     -DORIGAMI_FUZZ=ON -DORIGAMI_TESTS=OFF -DORIGAMI_CUDA=OFF -DORIGAMI_SHARED_DIR="$ORIGAMI_SHARED_DIR" >/dev/null \

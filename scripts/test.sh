@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
-# The server tests' openai client (tests/server/node_modules), when install-deps.sh has not run.
+# The server tests' openai client (tests/server/node_modules), when install-deps.sh --test has not run.
 if command -v npm >/dev/null 2>&1 && [ ! -d tests/server/node_modules/openai ]; then
   (cd tests/server && npm ci --no-audit --no-fund --loglevel=error)
 fi
