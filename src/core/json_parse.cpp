@@ -67,6 +67,9 @@ Expected<nlohmann::json> parse_json(std::string_view text, int max_depth) {
       (void)nlohmann::json::parse(text.begin(), text.end());
     } catch (const nlohmann::json::parse_error& e) {
       at = e.byte;
+    } catch (const nlohmann::json::exception&) {
+      // A number out of range (e.g. 1e999) is an out_of_range error, which carries no byte.
+      return invalid_argument("not valid JSON: a number is out of range");
     }
     return invalid_argument("not valid JSON at byte " + std::to_string(at));
   }

@@ -169,6 +169,16 @@ TEST(JsonDepth, InvalidJsonIsAnErrorThatQuotesNothing) {
   }
 }
 
+// nlohmann reports a number beyond double's range as out_of_range, not parse_error: found by the
+// fuzzers (a bare body "1e3082" used to terminate the server).
+TEST(JsonDepth, NumberOutOfRangeIsAnError) {
+  for (const std::string text : {"1e3082", "[1e999]", "{\"max_tokens\": -1e400}"}) {
+    Expected<nlohmann::json> j = parse_json(text);
+    ASSERT_FALSE(j.has_value()) << text;
+    EXPECT_EQ(j.status().message(), "not valid JSON: a number is out of range") << text;
+  }
+}
+
 TEST(JsonExcerpt, ShortValuesAreTheirCompactJson) {
   for (const char* text : {"null", "true", "-3", "1.5", "\"hi\"", "[]", "{}", "[1,[2,{\"a\":[]}],\"x\"]", "{\"a\":1,\"b\":[true]}"}) {
     const nlohmann::json v = nlohmann::json::parse(text);
