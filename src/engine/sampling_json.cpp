@@ -40,12 +40,6 @@ Status read_bool(const nlohmann::json& obj, const char* field, bool* out) {
   return Status::ok();
 }
 
-// An excerpt of user text for an error message: at most ~100 bytes.
-std::string excerpt(const std::string& s) {
-  constexpr size_t kMax = 100;
-  return s.size() <= kMax ? s : s.substr(0, kMax) + "...";
-}
-
 // OpenAI's {"token id as a string": bias}; JSON object keys are strings, so the ids are parsed
 // here (plain decimal digits only). Range checks are SamplingParams::validate()'s and the engine's.
 Status read_logit_bias(const nlohmann::json& obj, std::vector<std::pair<int32_t, float>>* out) {
@@ -59,7 +53,7 @@ Status read_logit_bias(const nlohmann::json& obj, std::vector<std::pair<int32_t,
   for (const auto& [key, bias] : v.items()) {
     const bool digits = !key.empty() && key.size() <= 9 && key.find_first_not_of("0123456789") == std::string::npos;
     if (!digits)
-      return invalid_argument("field 'logit_bias' has key '" + excerpt(key) +
+      return invalid_argument("field 'logit_bias' has key '" + text_excerpt(key) +
                               "'; keys must be token ids (non-negative integers, as strings)");
     if (!bias.is_number())
       return invalid_argument("field 'logit_bias' entry '" + key + "' must be a number in [-100, 100]");
