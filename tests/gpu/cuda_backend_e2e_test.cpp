@@ -20,6 +20,7 @@ namespace {
 
 using testing::rel_err;
 using testing::shared_dir;
+using testing::teacher_forced_logits;
 
 constexpr int kBlockSize = 16;
 constexpr int kNumBlocks = 256;
@@ -113,26 +114,6 @@ void generate(Backend& backend, std::vector<Seq>& seqs, int num_new, int chunk, 
   FAIL() << "generation did not finish";
 }
 
-std::vector<float> teacher_forced_logits(Backend& backend, const std::vector<int32_t>& ids) {
-  std::vector<BlockId> blocks;
-  for (int i = 0; i < (static_cast<int>(ids.size()) + kBlockSize - 1) / kBlockSize; ++i) blocks.push_back(1 + i);
-  ForwardBatch batch;
-  batch.token_ids = ids;
-  for (size_t i = 0; i < ids.size(); ++i) batch.positions.push_back(static_cast<int32_t>(i));
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  SequenceInput in;
-  in.num_query_tokens = static_cast<int>(ids.size());
-  in.block_table = &blocks;
-  in.logits_mode = LogitsMode::kAll;
-  in.sampling = &greedy;
-  batch.sequences.push_back(in);
-  StepOutput out;
-  const Status st = backend.execute(batch, &out);
-  EXPECT_TRUE(st.is_ok()) << st.to_string();
-  return out.all_logits.empty() ? std::vector<float>{} : out.all_logits[0];
-}
-
 std::unique_ptr<Backend> make_cuda(const Fixture& f, bool graphs) {
   BackendOptions opt;
   opt.device = "cuda";
@@ -177,7 +158,7 @@ TEST(CudaBackendE2E, TinyQwen3LogprobsMatchCpu) {
     const Seq& s = seqs[0];
     ASSERT_EQ(s.logprobs.size(), s.generated.size());
     const std::vector<int32_t> forced(s.tokens.begin(), s.tokens.end() - 1);
-    const std::vector<float> c = teacher_forced_logits(*cpu, forced);
+    const std::vector<float> c = teacher_forced_logits(*cpu, forced, kBlockSize);
     ASSERT_EQ(c.size(), forced.size() * vocab);
     for (int t = 0; t < kNew; ++t) {
       const float* row = c.data() + static_cast<size_t>(s.prompt_len - 1 + t) * vocab;
@@ -204,8 +185,8 @@ TEST(CudaBackendE2E, TinyQwen3TeacherForcedLogitsMatchCpuAndGolden) {
   const int vocab = f.config.vocab_size;
   for (const auto& sample : f.golden["teacher_forced"]) {
     const std::vector<int32_t> ids = sample["ids"].get<std::vector<int32_t>>();
-    const std::vector<float> g = teacher_forced_logits(*gpu, ids);
-    const std::vector<float> c = teacher_forced_logits(*cpu, ids);
+    const std::vector<float> g = teacher_forced_logits(*gpu, ids, kBlockSize);
+    const std::vector<float> c = teacher_forced_logits(*cpu, ids, kBlockSize);
     ASSERT_EQ(g.size(), ids.size() * vocab);
     const double err = rel_err(g, c);
     std::printf("[tiny-qwen3] teacher-forced %zu tokens: rel err GPU vs CPU %.3e\n", ids.size(), err);
@@ -255,7 +236,7 @@ void check_greedy(bool graphs, int chunk) {
       // The oracle's view of the step where they part.
       std::vector<int32_t> prefix(cpu_seqs[i].tokens.begin(), cpu_seqs[i].tokens.begin() + gpu_seqs[i].prompt_len + agree_cpu);
       auto fresh_cpu = make_cpu(f);
-      const std::vector<float> logits = teacher_forced_logits(*fresh_cpu, prefix);
+      const std::vector<float> logits = teacher_forced_logits(*fresh_cpu, prefix, kBlockSize);
       const float* last = logits.data() + (prefix.size() - 1) * static_cast<size_t>(f.config.vocab_size);
       const float gap = last[cpu_seqs[i].generated[agree_cpu]] - last[gpu_seqs[i].generated[agree_cpu]];
       std::printf("[tiny-qwen3]   parted at generated token %d: CPU logit gap between the two choices %.4f\n", agree_cpu,
@@ -282,7 +263,7 @@ TEST(CudaBackendE2E, TinyQwen3LongTeacherForcedMatchesCpu) {
   std::vector<int32_t> ids(1500);
   for (int32_t& t : ids) t = static_cast<int32_t>(rng() % f.config.vocab_size);
   auto cpu = make_cpu(f);
-  const std::vector<float> want = teacher_forced_logits(*cpu, ids);
+  const std::vector<float> want = teacher_forced_logits(*cpu, ids, kBlockSize);
   for (int chunk : {1500, 97}) {
     auto gpu = make_cuda(f, true);
     std::vector<BlockId> blocks;

@@ -27,6 +27,7 @@ namespace {
 
 using testing::DeviceBuffer;
 using testing::rel_err;
+using testing::teacher_forced_logits;
 
 TEST(Fp8Kernels, QuantizeRowsMatchesHostBitForBit) {
   std::mt19937 rng(5);
@@ -158,26 +159,6 @@ std::unique_ptr<Backend> make(const Model& m, const std::string& device, bool fp
   return b;
 }
 
-std::vector<float> all_logits(Backend& backend, const std::vector<int32_t>& ids) {
-  std::vector<BlockId> blocks;
-  for (int i = 0; i * kBlockSize < static_cast<int>(ids.size()); ++i) blocks.push_back(1 + i);
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  ForwardBatch batch;
-  batch.token_ids = ids;
-  for (size_t i = 0; i < ids.size(); ++i) batch.positions.push_back(static_cast<int32_t>(i));
-  SequenceInput in;
-  in.num_query_tokens = static_cast<int>(ids.size());
-  in.block_table = &blocks;
-  in.logits_mode = LogitsMode::kAll;
-  in.sampling = &greedy;
-  batch.sequences.push_back(in);
-  StepOutput out;
-  const Status st = backend.execute(batch, &out);
-  EXPECT_TRUE(st.is_ok()) << st.to_string();
-  return out.all_logits.empty() ? std::vector<float>{} : out.all_logits[0];
-}
-
 // Greedy runs of several prompts together: the prompt in one step, then decode-only steps
 // (CUDA graphs on the GPU).
 std::vector<std::vector<int32_t>> greedy(Backend& backend, const std::vector<std::vector<int32_t>>& prompts, int n) {
@@ -264,8 +245,8 @@ TEST(Fp8Engine, TeacherForcedLogitsMatchCpuEmulation) {
   auto gpu = make(m, "cuda", true), cpu = make(m, "cpu", true), cpu_full = make(m, "cpu", false);
   auto gpu_bf16 = make(m, "cuda", false);
   const std::vector<int32_t> ids = wikitext_ids(256);
-  const std::vector<float> g = all_logits(*gpu, ids), c = all_logits(*cpu, ids), f = all_logits(*cpu_full, ids);
-  const std::vector<float> b = all_logits(*gpu_bf16, ids);
+  const std::vector<float> g = teacher_forced_logits(*gpu, ids, kBlockSize), c = teacher_forced_logits(*cpu, ids, kBlockSize), f = teacher_forced_logits(*cpu_full, ids, kBlockSize);
+  const std::vector<float> b = teacher_forced_logits(*gpu_bf16, ids, kBlockSize);
   const double err = rel_err(g, c), fp8_effect = rel_err(c, f), bf16_err = rel_err(b, f);
   const double ppl_g = perplexity(g, ids, vocab), ppl_c = perplexity(c, ids, vocab), ppl_f = perplexity(f, ids, vocab);
   std::printf("[tiny-qwen3 fp8] wikitext %zu tokens: rel err CUDA FP8 vs CPU FP8 %.3e; CPU FP8 vs CPU fp32 %.3e; CUDA "
@@ -296,7 +277,7 @@ TEST(Fp8Engine, GreedyMatchesCpuEmulation) {
       std::vector<int32_t> prefix = prompts[s];
       prefix.insert(prefix.end(), c[s].begin(), c[s].begin() + agree);
       auto oracle = make(m, "cpu", true), gpu_tf = make(m, "cuda", true, false);
-      const std::vector<float> lc = all_logits(*oracle, prefix), lg = all_logits(*gpu_tf, prefix);
+      const std::vector<float> lc = teacher_forced_logits(*oracle, prefix, kBlockSize), lg = teacher_forced_logits(*gpu_tf, prefix, kBlockSize);
       const float* last_c = lc.data() + (prefix.size() - 1) * vocab;
       const float* last_g = lg.data() + (prefix.size() - 1) * vocab;
       double var = 0;
@@ -326,13 +307,13 @@ TEST(Fp8Engine, CheckpointsMatch) {
   std::vector<int32_t> ids(96);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 11) % bf16.config.vocab_size);
   auto a = make(ckpt, "cuda", false), b = make(bf16, "cuda", true);
-  EXPECT_EQ(all_logits(*a, ids), all_logits(*b, ids));
+  EXPECT_EQ(teacher_forced_logits(*a, ids, kBlockSize), teacher_forced_logits(*b, ids, kBlockSize));
   // Static scales: the same comparison as the dynamic case (closer to the emulation than FP8 is
   // to full precision).
   const std::vector<int32_t> text = wikitext_ids(256);
   auto g = make(modelopt, "cuda", false), c = make(modelopt, "cpu", false), f = make(bf16, "cpu", false);
-  const std::vector<float> lc = all_logits(*c, text);
-  const double err = rel_err(all_logits(*g, text), lc), effect = rel_err(lc, all_logits(*f, text));
+  const std::vector<float> lc = teacher_forced_logits(*c, text, kBlockSize);
+  const double err = rel_err(teacher_forced_logits(*g, text, kBlockSize), lc), effect = rel_err(lc, teacher_forced_logits(*f, text, kBlockSize));
   std::printf("[tiny-qwen3 fp8] ModelOpt static scales: rel err CUDA vs CPU %.3e, CPU FP8 vs fp32 %.3e\n", err, effect);
   EXPECT_LT(err, effect);
 }
@@ -349,7 +330,7 @@ TEST(Fp8Engine, DummyWeightsRun) {
   ASSERT_TRUE(b->allocate_kv_cache(KVLayout::full(m.config.num_layers, m.config.num_kv_heads, m.config.head_dim,
                                                   kBlockSize, kNumBlocks, DType::kBF16))
                   .is_ok());
-  const std::vector<float> l = all_logits(*b, {1, 2, 3, 4, 5, 6, 7, 8});
+  const std::vector<float> l = teacher_forced_logits(*b, {1, 2, 3, 4, 5, 6, 7, 8}, kBlockSize);
   ASSERT_EQ(l.size(), 8u * m.config.vocab_size);
   double sum = 0;
   for (float v : l) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/dtype.h"
 
@@ -137,6 +138,29 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
   }
   if (den == 0) return num == 0 ? 0 : INFINITY;
   return std::sqrt(num / den);
+}
+
+// Every position's logits from one prefill (LogitsMode::kAll) of `ids` on a backend whose KV cache
+// is allocated with pages of `block_size` (page p of the sequence in block p + 1): the reference
+// the CUDA tests compare backends by.
+inline std::vector<float> teacher_forced_logits(Backend& backend, const std::vector<int32_t>& ids, int block_size) {
+  std::vector<BlockId> blocks;
+  for (int i = 0; i < (static_cast<int>(ids.size()) + block_size - 1) / block_size; ++i) blocks.push_back(1 + i);
+  ForwardBatch batch;
+  batch.token_ids = ids;
+  for (size_t i = 0; i < ids.size(); ++i) batch.positions.push_back(static_cast<int32_t>(i));
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  SequenceInput in;
+  in.num_query_tokens = static_cast<int>(ids.size());
+  in.block_table = &blocks;
+  in.logits_mode = LogitsMode::kAll;
+  in.sampling = &greedy;
+  batch.sequences.push_back(in);
+  StepOutput out;
+  const Status st = backend.execute(batch, &out);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  return out.all_logits.empty() ? std::vector<float>{} : out.all_logits[0];
 }
 
 }  // namespace origami::cuda::testing
