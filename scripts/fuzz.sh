@@ -30,7 +30,8 @@ if [ "${FUZZ_NO_BUILD:-0}" != 1 ]; then
   CXX_BIN=${FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || true)}
   [ -n "$CXX_BIN" ] || { echo "scripts/fuzz.sh needs clang++ (scripts/install-deps.sh --test installs it)" >&2; exit 2; }
   launcher=(); command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$CXX_BIN" "${launcher[@]}" \
+  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DCMAKE_CXX_COMPILER="$CXX_BIN" "${launcher[@]}" \
     -DORIGAMI_FUZZ=ON -DORIGAMI_TESTS=OFF -DORIGAMI_CUDA=OFF -DORIGAMI_SHARED_DIR="$ORIGAMI_SHARED_DIR" >/dev/null \
     || { echo "fuzz: configure failed" >&2; exit 1; }
   cmake --build "$BUILD" -j"$(nproc)" --target "${targets[@]/#/fuzz_}" || { echo "fuzz: build failed" >&2; exit 1; }

@@ -10,6 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+# Each phase's wall time, printed when the next begins (CI has a time budget; see README).
+phase_start=$SECONDS
+phase() { echo "origami: phase '$1' took $((SECONDS - phase_start)) s" >&2; phase_start=$SECONDS; }
 
 # The server tests' openai client (tests/server/node_modules), when install-deps.sh --test has not run.
 if command -v npm >/dev/null 2>&1 && [ ! -d tests/server/node_modules/openai ]; then
@@ -20,7 +23,11 @@ gpu_label_filter=(-LE gpu)
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then gpu_label_filter=(); fi
 (cd build && ctest --output-on-failure -j"$jobs" "${gpu_label_filter[@]}")
 
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DORIGAMI_SANITIZE=ON -DORIGAMI_CUDA=OFF >/dev/null
+phase "release build and tests"
+# -O1 -g1: the sanitizers' usual level, with line tables for their stack traces; measured 2.4x
+# faster to compile than RelWithDebInfo's -O2 -g (engine.cpp 24.7 s -> 10.5 s on 2 cores).
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+  -DORIGAMI_SANITIZE=ON -DORIGAMI_CUDA=OFF >/dev/null
 # Only what this phase runs: the unit tests and the server (origami_cli) for the load test.
 asan_targets=(origami_cli)
 for f in tests/unit/*_test.cpp; do asan_targets+=("$(basename "${f%.cpp}")"); done
@@ -40,5 +47,7 @@ else
   echo "origami: WARNING: no node or tests/server/node_modules: the ASan server load test did not run" >&2
 fi
 
+phase "sanitizer build and tests"
 scripts/fuzz.sh all "${FUZZ_SECONDS:-20}"
+phase "fuzz build and runs"
 echo "origami: all tests passed"
