@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# FP8 weights on the GPU machine: builds the FP8 tests and benchmarks (CUDA backend), runs
+# FP8 weights and the FP8 KV cache on the GPU machine: builds the FP8 tests and benchmarks (CUDA
+# backend), runs
+#   cuda_kv_fp8_write_test   the FP8 KV write kernel = the CPU emulation, bit for bit
+#   attention_paged_test     paged attention over bf16 and FP8 caches against an fp64 twin
 #   cuda_fp8_test            quantize kernel = host, FP8 GEMM vs CPU reference, engine FP8 = CPU FP8
+#                            (weights, KV cache, both)
 #   cuda_backend_e2e_test    the bf16 path, unchanged
 #   cuda_fp8_gemm_bench_test bf16 vs FP8 GEMM time at the Llama-3.1-8B shapes, m = 1/64/256/1024
 #   cuda_decode_bench_test   decode steps of Llama-3.1-8B (dummy weights), bf16 and FP8, batch
-#                            1/64/256 at context 1024 (FP8_DECODE=0 skips it)
+#                            1/64/256 at context 1024, bf16 / FP8 weights / FP8 weights + FP8 KV
+#                            (FP8_DECODE=0 skips it)
 # and prints a summary table last (about 75 s on an H100 with a cold build). Logs go to $OUT (or
 # /tmp/origami-gpu). Fixtures come from .devdata (scripts/lib/gpu_common.sh): shared/ with
 # configs, golden, data/wikitext2_test_dev.txt and models/{origami-tiny-qwen3,stories260k}, and,
@@ -21,11 +26,18 @@ declare -A RESULT
 gpu_device_info "$OUT/build.log"
 RESULT[0_device]="$GPU_DEVICE"
 
-targets=(cuda_fp8_test cuda_fp8_gemm_bench_test cuda_backend_e2e_test)
+targets=(cuda_fp8_test cuda_kv_fp8_write_test attention_paged_test cuda_fp8_gemm_bench_test cuda_backend_e2e_test)
 [ "${FP8_DECODE:-1}" = 1 ] && targets+=(cuda_decode_bench_test)
 gpu_build "$BUILD" "$OUT/build.log" "${targets[@]}" || exit 1
 RESULT[1_build]="rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s)"
 grep -E "error|FAILED" "$OUT/build.log" | head -20
+
+for t in cuda_kv_fp8_write_test attention_paged_test; do
+  t0=$(date +%s)
+  OMP_NUM_THREADS=16 timeout 300 "$BUILD/tests/$t" > "$OUT/$t.log" 2>&1
+  RESULT[2_$t]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$t.log" | tr '\n' ' ')"
+  grep -E "Failure|FAILED|Expected|Which is|fp8 " "$OUT/$t.log" | head -30
+done
 
 t0=$(date +%s)
 OMP_NUM_THREADS=16 timeout 300 "$BUILD/tests/cuda_fp8_test" > "$OUT/fp8_test.log" 2>&1
@@ -45,16 +57,18 @@ n=0
 while read -r line; do n=$((n+1)); RESULT[4_gemm_layer_$n]="$line"; done < <(grep "FP8BENCH layer" "$OUT/gemm_bench.log")
 
 if [ "${FP8_DECODE:-1}" = 1 ]; then
-  for q in none fp8; do
+  for q in none fp8 fp8+kv; do
     t0=$(date +%s)
-    ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=$q ORIGAMI_BENCH_CONTEXTS=1024 \
+    kv=bf16; [ "$q" = fp8+kv ] && kv=fp8
+    ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=${q%+kv} ORIGAMI_BENCH_KV_DTYPE=$kv \
+      ORIGAMI_BENCH_CONTEXTS=${FP8_CONTEXTS:-1024} \
       ORIGAMI_BENCH_BATCHES=${FP8_BATCHES:-1,64,256} timeout 200 "$BUILD/tests/cuda_decode_bench_test" \
       --gtest_filter='*Roofline*' > "$OUT/decode_$q.log" 2>&1
     RESULT[5_decode_$q]="rc=$? ($(( $(date +%s) - t0 ))s)"
     grep -E "^(BENCH|ROOFLINE)" "$OUT/decode_$q.log"
     n=0
     while read -r line; do n=$((n+1)); RESULT[5_decode_${q}_$n]="$line"; done < <(grep ROOFLINE "$OUT/decode_$q.log" \
-      | sed -E 's/^ROOFLINE llama-3.1-8b( fp8)? graphs=1 //; s/ \(weights.*\)//')
+      | sed -E 's/^ROOFLINE llama-3.1-8b( fp8)?( kv-fp8)? graphs=1 //; s/ \(weights.*\)//')
   done
 fi
 gpu_print_summary "FP8 summary" "$OUT/summary.txt"

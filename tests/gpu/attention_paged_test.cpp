@@ -1,6 +1,8 @@
 // The paged attention and KV-write kernels against a straightforward fp64 CPU twin, on random
 // inputs with odd lengths, several page sizes and GQA ratios, shuffled page ids, and every plan
-// shape (one split, many splits, a plan made for a longer context as a captured graph would use).
+// shape (one split, many splits, a plan made for a longer context as a captured graph would use),
+// over a bf16 cache and an FP8 one (E4M3 codes + a scale per row, the twin reading the same
+// dequantized values).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +17,7 @@
 
 #include "backend/cuda/kv_cache_write.h"
 #include "backend/cuda/paged_attention.h"
+#include "kv/kv_cache_dtype.h"
 
 namespace origami::cuda {
 namespace {
@@ -80,11 +83,37 @@ struct Case {
   std::vector<int32_t> q_indptr, page_indptr, page_indices, kv_len;
   std::vector<uint16_t> q, k_cache, v_cache;  // bf16 bits
   float scale = 0.f;
+  // FP8 cache: each row of k_cache / v_cache quantized (codes at the same element offsets, one
+  // scale per row); kf / vf hold what reads see (bf16 values, or the dequantized codes).
+  bool fp8 = false;
+  std::vector<uint8_t> k_codes, v_codes;
+  std::vector<float> k_scales, v_scales;
+  std::vector<float> kf, vf;
 };
 
+// Quantizes every head_dim row of `cache` as the FP8 write kernel does (kv/kv_cache_dtype.h).
+void quantize_rows(const std::vector<uint16_t>& cache, int head_dim, std::vector<uint8_t>* codes,
+                   std::vector<float>* scales, std::vector<float>* values) {
+  codes->resize(cache.size());
+  values->resize(cache.size());
+  scales->resize(cache.size() / head_dim);
+  for (size_t r = 0; r < scales->size(); ++r) {
+    float amax = 0.f;
+    for (int d = 0; d < head_dim; ++d) amax = std::max(amax, std::fabs(from_bf16(cache[r * head_dim + d])));
+    const float sc = kv_fp8_scale(amax);
+    (*scales)[r] = sc;
+    for (int d = 0; d < head_dim; ++d) {
+      const size_t i = r * head_dim + d;
+      (*codes)[i] = kv_fp8_quantize(from_bf16(cache[i]), sc);
+      (*values)[i] = kv_fp8_dequantize((*codes)[i], sc);
+    }
+  }
+}
+
 Case make_case(const std::vector<SeqSpec>& seqs, int num_kv_heads, int group, int head_dim, int block_size,
-               std::mt19937& rng) {
+               std::mt19937& rng, bool fp8 = false) {
   Case c;
+  c.fp8 = fp8;
   c.seqs = seqs;
   c.shape.num_seqs = static_cast<int>(seqs.size());
   c.shape.num_kv_heads = num_kv_heads;
@@ -112,6 +141,13 @@ Case make_case(const std::vector<SeqSpec>& seqs, int num_kv_heads, int group, in
   c.v_cache = random_bf16(cache_elems, rng);
   c.q = random_bf16(static_cast<size_t>(c.shape.num_tokens) * c.shape.num_heads * head_dim, rng, 2.f);
   c.scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+  if (fp8) {
+    quantize_rows(c.k_cache, head_dim, &c.k_codes, &c.k_scales, &c.kf);
+    quantize_rows(c.v_cache, head_dim, &c.v_codes, &c.v_scales, &c.vf);
+  } else {
+    for (uint16_t x : c.k_cache) c.kf.push_back(from_bf16(x));
+    for (uint16_t x : c.v_cache) c.vf.push_back(from_bf16(x));
+  }
   return c;
 }
 
@@ -134,14 +170,14 @@ std::vector<double> reference(const Case& c) {
     const uint16_t* q = &c.q[(static_cast<size_t>(token) * s.num_heads + head) * D];
     std::vector<double> scores(visible);
     double mx = -INFINITY;
-    auto entry = [&](const std::vector<uint16_t>& cache, int e) {
+    auto entry = [&](const std::vector<float>& cache, int e) {
       const int page = c.page_indices[c.page_indptr[seq] + e / s.block_size];
       return &cache[((static_cast<size_t>(page) * s.num_kv_heads + kv_head) * s.block_size + e % s.block_size) * D];
     };
     for (int e = 0; e < visible; ++e) {
-      const uint16_t* k = entry(c.k_cache, e);
+      const float* k = entry(c.kf, e);
       double dot = 0;
-      for (int d = 0; d < D; ++d) dot += static_cast<double>(from_bf16(q[d])) * from_bf16(k[d]);
+      for (int d = 0; d < D; ++d) dot += static_cast<double>(from_bf16(q[d])) * k[d];
       scores[e] = dot * c.scale;
       mx = std::max(mx, scores[e]);
     }
@@ -149,8 +185,8 @@ std::vector<double> reference(const Case& c) {
     for (auto& x : scores) sum += (x = std::exp(x - mx));
     double* o = &out[(static_cast<size_t>(token) * s.num_heads + head) * D];
     for (int e = 0; e < visible; ++e) {
-      const uint16_t* v = entry(c.v_cache, e);
-      for (int d = 0; d < D; ++d) o[d] += scores[e] / sum * from_bf16(v[d]);
+      const float* v = entry(c.vf, e);
+      for (int d = 0; d < D; ++d) o[d] += scores[e] / sum * v[d];
     }
   }
   return out;
@@ -160,6 +196,8 @@ std::vector<double> reference(const Case& c) {
 // a NaN output (an unwritten element) returns infinity.
 double run_and_compare(const Case& c, const AttentionPlan& plan, const std::vector<double>& ref) {
   DeviceBuffer<uint16_t> q(c.q), k(c.k_cache), v(c.v_cache);
+  DeviceBuffer<uint8_t> k8(c.k_codes), v8(c.v_codes);
+  DeviceBuffer<float> ks(c.k_scales), vs(c.v_scales);
   DeviceBuffer<int32_t> q_indptr(c.q_indptr), page_indptr(c.page_indptr), page_indices(c.page_indices), kv_len(c.kv_len);
   DeviceBuffer<uint16_t> out(ref.size());
   const size_t ws_bytes = paged_attention_workspace_bytes(plan, c.shape);
@@ -173,6 +211,13 @@ double run_and_compare(const Case& c, const AttentionPlan& plan, const std::vect
   args.out = reinterpret_cast<__nv_bfloat16*>(out.ptr);
   args.k_cache = reinterpret_cast<const __nv_bfloat16*>(k.ptr);
   args.v_cache = reinterpret_cast<const __nv_bfloat16*>(v.ptr);
+  if (c.fp8) {
+    args.k_cache = args.v_cache = nullptr;
+    args.k_codes = k8.ptr;
+    args.v_codes = v8.ptr;
+    args.k_scales = ks.ptr;
+    args.v_scales = vs.ptr;
+  }
   args.q_indptr = q_indptr.ptr;
   args.page_indptr = page_indptr.ptr;
   args.page_indices = page_indices.ptr;
@@ -213,14 +258,15 @@ std::vector<std::pair<std::string, AttentionPlan>> plans_for(const Case& c) {
 }
 
 void check_case(const std::vector<SeqSpec>& seqs, int num_kv_heads, int group, int head_dim, int block_size,
-                std::mt19937& rng) {
-  const Case c = make_case(seqs, num_kv_heads, group, head_dim, block_size, rng);
+                std::mt19937& rng, bool fp8 = false) {
+  const Case c = make_case(seqs, num_kv_heads, group, head_dim, block_size, rng, fp8);
   const auto ref = reference(c);
   for (const auto& [name, plan] : plans_for(c)) {
     const double err = run_and_compare(c, plan, ref);
-    std::printf("  D=%3d group=%d block=%3d plan=%-9s splits=%3d  rel_err=%.2e\n", head_dim, group, block_size,
-                name.c_str(), plan.num_splits, err);
-    EXPECT_LT(err, 1e-2) << "D=" << head_dim << " group=" << group << " block=" << block_size << " plan=" << name;
+    std::printf("  %s D=%3d group=%d block=%3d plan=%-9s splits=%3d  rel_err=%.2e\n", fp8 ? "fp8 " : "bf16", head_dim,
+                group, block_size, name.c_str(), plan.num_splits, err);
+    EXPECT_LT(err, 1e-2) << (fp8 ? "fp8" : "bf16") << " D=" << head_dim << " group=" << group
+                         << " block=" << block_size << " plan=" << name;
   }
 }
 
@@ -239,6 +285,20 @@ TEST(PagedAttention, PrefillAndMixedBatchMatchCpuTwin) {
   for (int head_dim : {64, 128})
     for (int group : {1, 4, 8})
       for (int block_size : {1, 16, 256}) check_case(seqs, group == 1 ? 2 : 1, group, head_dim, block_size, rng);
+}
+
+// The FP8 cache: the same kernel converts codes to bf16 and applies each row's scale in fp32, so
+// against the twin reading the dequantized values it errs as little as the bf16 cache does.
+TEST(PagedAttention, Fp8CacheMatchesCpuTwinOfTheDequantizedEntries) {
+  std::mt19937 rng(4242);
+  const std::vector<SeqSpec> decode = {{1, 1}, {97, 1}, {1000, 1}, {4097, 1}};
+  const std::vector<SeqSpec> mixed = {{7, 7}, {97, 33}, {1000, 130}, {300, 300}, {33, 1}};
+  for (int head_dim : {64, 128})
+    for (int group : {1, 4})
+      for (int block_size : {1, 16, 256}) {
+        check_case(decode, 2, group, head_dim, block_size, rng, true);
+        check_case(mixed, 2, group, head_dim, block_size, rng, true);
+      }
 }
 
 TEST(PagedAttention, OddGroupAndPageSize) {

@@ -12,7 +12,8 @@
 // cudaProfilerStart/Stop for `ncu --profile-from-start off` (scripts/gpu_run.sh profile).
 // Environment: ORIGAMI_BENCH_CONFIG (configs/ folder name, default qwen3-8b), ORIGAMI_BENCH_BATCHES
 // (default 1,64,256), ORIGAMI_BENCH_CONTEXTS (default 1024,4096), ORIGAMI_BENCH_EAGER=1 to also
-// time steps without graphs.
+// time steps without graphs, ORIGAMI_BENCH_QUANTIZATION=fp8 for FP8 weights,
+// ORIGAMI_BENCH_KV_DTYPE=fp8 for the FP8 KV cache (1-byte codes + a 4-byte scale per head row).
 #include <cuda_profiler_api.h>
 #include <gtest/gtest.h>
 
@@ -72,7 +73,16 @@ double decode_weight_bytes(const ModelConfig& c, bool fp8 = false) {
   return c.num_layers * (proj_bytes + 2.0 * other) + 2.0 * (static_cast<double>(c.vocab_size) * h + h);
 }
 
-double kv_bytes_per_token(const ModelConfig& c) { return 2.0 * 2.0 * c.num_layers * c.num_kv_heads * c.head_dim; }
+bool bench_kv_fp8() {
+  const char* v = std::getenv("ORIGAMI_BENCH_KV_DTYPE");
+  return v != nullptr && std::string(v) == "fp8";
+}
+
+// K and V of one token, all layers: bf16, or FP8 codes plus one fp32 scale per head row.
+double kv_bytes_per_token(const ModelConfig& c) {
+  const double row = bench_kv_fp8() ? c.head_dim + 4.0 : 2.0 * c.head_dim;
+  return 2.0 * c.num_layers * c.num_kv_heads * row;
+}
 
 // Step time (ms, host clock, CUDA graphs as configured) at `batch` sequences of `context` entries,
 // or a negative value when the KV cache does not fit. With `profile`, one more step runs between
@@ -83,9 +93,11 @@ double time_decode_steps(Backend& backend, const ModelConfig& c, int batch, int 
   const int num_blocks = 1 + batch * pages_per_seq;
   const size_t need = static_cast<size_t>(num_blocks) * block_size * static_cast<size_t>(kv_bytes_per_token(c));
   if (backend.available_kv_bytes(0) < need) return -1.0;
-  EXPECT_TRUE(backend.allocate_kv_cache(KVLayout::full(c.num_layers, c.num_kv_heads, c.head_dim, block_size,
-                                                       num_blocks, DType::kBF16))
-                  .is_ok());
+  KVLayout layout = KVLayout::full(c.num_layers, c.num_kv_heads, c.head_dim, block_size, num_blocks, DType::kBF16);
+  layout.fp8 = bench_kv_fp8();
+  const Status alloc = backend.allocate_kv_cache(layout);
+  EXPECT_TRUE(alloc.is_ok()) << alloc.to_string();
+  if (!alloc.is_ok()) return -1.0;
   std::vector<std::vector<BlockId>> tables(batch);
   for (int s = 0; s < batch; ++s)
     for (int p = 0; p < pages_per_seq; ++p) tables[s].push_back(1 + s * pages_per_seq + p);
@@ -206,8 +218,8 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
 
   const double copy_gbps = measure_copy_gbps(stream);
   const double wbytes = decode_weight_bytes(c, fp8), kv_tok = kv_bytes_per_token(c);
-  std::printf("BENCH %s%s: device-to-device copy %.0f GB/s (read+write); weights read per step %.2f GB; KV %.0f KB/token\n",
-              cfg_name.c_str(), fp8 ? " fp8" : "", copy_gbps, wbytes / 1e9, kv_tok / 1e3);
+  std::printf("BENCH %s%s%s: device-to-device copy %.0f GB/s (read+write); weights read per step %.2f GB; KV %.0f KB/token\n",
+              cfg_name.c_str(), fp8 ? " fp8" : "", bench_kv_fp8() ? " kv-fp8" : "", copy_gbps, wbytes / 1e9, kv_tok / 1e3);
 
   struct Row {
     int batch, context;
@@ -226,15 +238,16 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
         const double kv_gb = static_cast<double>(batch) * (context + 8) * kv_tok / 1e9;
         if (ms < 0) {
           std::printf("ROOFLINE %s%s graphs=%d batch=%d context=%d: KV %.1f GB does not fit\n", cfg_name.c_str(),
-                      fp8 ? " fp8" : "", graphs, batch, context, kv_gb);
+                      fp8 ? (bench_kv_fp8() ? " fp8 kv-fp8" : " fp8") : (bench_kv_fp8() ? " kv-fp8" : ""), graphs, batch, context, kv_gb);
           continue;
         }
         const double floor_ms = (wbytes / 1e9 + kv_gb) / copy_gbps * 1e3;
         std::printf("ROOFLINE %s%s graphs=%d batch=%d context=%d: %.3f ms/step, floor %.3f ms (weights %.2f GB + KV %.2f GB "
                     "at %.0f GB/s) -> %.0f%% of floor, %.0f tok/s\n",
-                    cfg_name.c_str(), fp8 ? " fp8" : "", graphs, batch, context, ms, floor_ms, wbytes / 1e9, kv_gb, copy_gbps,
+                    cfg_name.c_str(), fp8 ? (bench_kv_fp8() ? " fp8 kv-fp8" : " fp8") : (bench_kv_fp8() ? " kv-fp8" : ""),
+                    graphs, batch, context, ms, floor_ms, wbytes / 1e9, kv_gb, copy_gbps,
                     100.0 * floor_ms / ms, batch * 1000.0 / ms);
-        if (graphs && !fp8) rows.push_back({batch, context, ms});  // the breakdown times bf16 GEMMs
+        if (graphs && !fp8 && !bench_kv_fp8()) rows.push_back({batch, context, ms});  // the breakdown times bf16 GEMMs
       }
   }
 

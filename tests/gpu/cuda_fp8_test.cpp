@@ -138,7 +138,8 @@ Model load(const std::string& dir) {
   return m;
 }
 
-std::unique_ptr<Backend> make(const Model& m, const std::string& device, bool fp8, bool graphs = true) {
+std::unique_ptr<Backend> make(const Model& m, const std::string& device, bool fp8, bool graphs = true,
+                              bool kv_fp8 = false) {
   BackendOptions opt;
   opt.device = device;
   opt.enable_cuda_graphs = graphs;
@@ -153,8 +154,10 @@ std::unique_ptr<Backend> make(const Model& m, const std::string& device, bool fp
   }
   Status st = b->load(m.config, m.weights);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
-  st = b->allocate_kv_cache(KVLayout::full(m.config.num_layers, m.config.num_kv_heads, m.config.head_dim, kBlockSize,
-                                           kNumBlocks, device == "cuda" ? DType::kBF16 : DType::kF32));
+  KVLayout layout = KVLayout::full(m.config.num_layers, m.config.num_kv_heads, m.config.head_dim, kBlockSize,
+                                   kNumBlocks, device == "cuda" ? DType::kBF16 : DType::kF32);
+  layout.fp8 = kv_fp8;
+  st = b->allocate_kv_cache(layout);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   return b;
 }
@@ -257,36 +260,36 @@ TEST(Fp8Engine, TeacherForcedLogitsMatchCpuEmulation) {
 }
 
 // Greedy: as in cuda_backend_e2e_test, a divergence passes only at a near-tie, here measured
-// against the two backends' FP8 logit noise at that position: the CPU FP8 model's gap between its
-// token and the GPU's must be within 4 standard deviations of the CPU-GPU logit difference
-// (teacher-forced on the common prefix).
-TEST(Fp8Engine, GreedyMatchesCpuEmulation) {
-  const Model m = load(tiny_dir());
+// against the two backends' logit noise at that position: the CPU model's gap between its token
+// and the GPU's must be within 4 standard deviations of the CPU-GPU logit difference
+// (teacher-forced on the common prefix). CUDA graphs on and off.
+void expect_greedy_matches_cpu(const Model& m, bool fp8_weights, bool kv_fp8, const char* tag) {
   const int vocab = m.config.vocab_size;
   const auto prompts = golden_prompts();
   const int n = 32;
   for (bool graphs : {true, false}) {
-    auto gpu = make(m, "cuda", true, graphs), cpu = make(m, "cpu", true);
+    auto gpu = make(m, "cuda", fp8_weights, graphs, kv_fp8), cpu = make(m, "cpu", fp8_weights, true, kv_fp8);
     const auto g = greedy(*gpu, prompts, n), c = greedy(*cpu, prompts, n);
     for (size_t s = 0; s < prompts.size(); ++s) {
       int agree = 0;
       while (agree < n && g[s][agree] == c[s][agree]) ++agree;
-      std::printf("[tiny-qwen3 fp8] graphs=%d prompt %zu: CUDA FP8 greedy agrees with CPU FP8 for %d/%d tokens\n",
-                  graphs, s, agree, n);
+      std::printf("[tiny-qwen3 %s] graphs=%d prompt %zu: CUDA greedy agrees with the CPU emulation for %d/%d tokens\n",
+                  tag, graphs, s, agree, n);
       if (agree == n) continue;
       std::vector<int32_t> prefix = prompts[s];
       prefix.insert(prefix.end(), c[s].begin(), c[s].begin() + agree);
-      auto oracle = make(m, "cpu", true), gpu_tf = make(m, "cuda", true, false);
-      const std::vector<float> lc = teacher_forced_logits(*oracle, prefix, kBlockSize), lg = teacher_forced_logits(*gpu_tf, prefix, kBlockSize);
+      auto oracle = make(m, "cpu", fp8_weights, true, kv_fp8), gpu_tf = make(m, "cuda", fp8_weights, false, kv_fp8);
+      const std::vector<float> lc = teacher_forced_logits(*oracle, prefix, kBlockSize);
+      const std::vector<float> lg = teacher_forced_logits(*gpu_tf, prefix, kBlockSize);
       const float* last_c = lc.data() + (prefix.size() - 1) * vocab;
       const float* last_g = lg.data() + (prefix.size() - 1) * vocab;
       double var = 0;
       for (int v = 0; v < vocab; ++v) var += (last_c[v] - last_g[v]) * (last_c[v] - last_g[v]);
       const double sigma = std::sqrt(var / vocab);
       const float gap = last_c[c[s][agree]] - last_c[g[s][agree]];
-      std::printf("[tiny-qwen3 fp8]   parted at token %d: CPU FP8 logit gap %.4f, CPU-GPU logit noise sigma %.4f\n",
+      std::printf("[tiny-qwen3 %s]   parted at token %d: CPU logit gap %.4f, CPU-GPU logit noise sigma %.4f\n", tag,
                   agree, gap, sigma);
-      EXPECT_LT(gap, 4 * sigma) << "prompt " << s << " parted at a clear choice";
+      EXPECT_LT(gap, 4 * sigma) << tag << " prompt " << s << " parted at a clear choice";
     }
     if (graphs) {
       auto* cuda = dynamic_cast<CudaBackend*>(gpu.get());
@@ -294,6 +297,39 @@ TEST(Fp8Engine, GreedyMatchesCpuEmulation) {
       EXPECT_GT(cuda->num_graph_steps(), 0);
     }
   }
+}
+
+TEST(Fp8Engine, GreedyMatchesCpuEmulation) { expect_greedy_matches_cpu(load(tiny_dir()), true, false, "fp8"); }
+
+// The FP8 KV cache on the GPU (bf16 weights) implements the CPU's emulation: its logits are
+// closer to the CPU with the FP8 cache than to the CPU without it (wrong codes, scales or
+// addressing would not be), with the same perplexity within 1%; then FP8 weights and FP8 KV
+// together, against the CPU emulating both.
+TEST(Fp8KvCache, TeacherForcedLogitsFollowTheCpuEmulation) {
+  const Model m = load(tiny_dir());
+  const int vocab = m.config.vocab_size;
+  const std::vector<int32_t> ids = wikitext_ids(256);
+  for (bool fp8_weights : {false, true}) {
+    auto gpu = make(m, "cuda", fp8_weights, true, true);
+    auto cpu = make(m, "cpu", fp8_weights, true, true), cpu_bf16_kv = make(m, "cpu", fp8_weights);
+    const std::vector<float> g = teacher_forced_logits(*gpu, ids, kBlockSize);
+    const std::vector<float> c = teacher_forced_logits(*cpu, ids, kBlockSize);
+    const std::vector<float> cb = teacher_forced_logits(*cpu_bf16_kv, ids, kBlockSize);
+    const double to_emulation = rel_err(g, c), to_unquantized = rel_err(g, cb), kv_effect = rel_err(c, cb);
+    const double ppl_g = perplexity(g, ids, vocab), ppl_c = perplexity(c, ids, vocab), ppl_cb = perplexity(cb, ids, vocab);
+    std::printf("[tiny-qwen3 kv fp8] weights %s: rel err CUDA FP8-KV vs CPU FP8-KV %.3e, vs CPU unquantized KV %.3e; "
+                "FP8 KV effect on the CPU %.3e; perplexity CUDA %.4f, CPU FP8-KV %.4f, CPU unquantized KV %.4f\n",
+                fp8_weights ? "fp8" : "bf16", to_emulation, to_unquantized, kv_effect, ppl_g, ppl_c, ppl_cb);
+    EXPECT_LT(to_emulation, to_unquantized);
+    EXPECT_LT(std::fabs(ppl_g / ppl_c - 1), 0.01);
+  }
+}
+
+// Greedy with the FP8 KV cache (bf16 weights, then FP8 weights too).
+TEST(Fp8KvCache, GreedyMatchesCpuEmulation) {
+  const Model m = load(tiny_dir());
+  expect_greedy_matches_cpu(m, false, true, "kv fp8");
+  expect_greedy_matches_cpu(m, true, true, "fp8 + kv fp8");
 }
 
 // An FP8 checkpoint on the GPU: compressed-tensors per channel = on-load quantization (the same

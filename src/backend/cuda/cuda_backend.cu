@@ -565,9 +565,9 @@ Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
   if (layout.groups.empty()) return invalid_argument("CUDA backend: KV layout has no head group");
   if (layout.dtype != DType::kBF16)
     return invalid_argument(std::string("CUDA backend: KV dtype must be bf16, layout has ") + dtype_name(layout.dtype));
-  if (layout.fp8)
-    return Status(ErrorCode::kUnimplemented,
-                  "CUDA backend: --kv-cache-dtype fp8 is not implemented on CUDA yet (the CPU backend emulates it)");
+  if (layout.fp8 && layout.head_dim % 32 != 0)
+    return Status(ErrorCode::kUnimplemented, "CUDA backend: --kv-cache-dtype fp8 needs head_dim a multiple of 32, the model has " +
+                                                 std::to_string(layout.head_dim));
   if (layout.num_layers != config_.num_layers || layout.num_kv_heads != config_.num_kv_heads ||
       layout.head_dim != config_.head_dim)
     return invalid_argument("CUDA backend: KV layout does not match the model (layers/kv heads/head_dim)");
@@ -593,9 +593,13 @@ Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
   const size_t head_page = static_cast<size_t>(layout.block_size) * layout.head_dim;  // one head's page, elements
   const int hp = grouped ? layout.heads_per_group() : layout.num_kv_heads;
   kv_page_elems_ = static_cast<long long>(2 * hp * head_page);
-  kv_layer_bytes_ = grouped ? 0 : static_cast<size_t>(g.num_blocks) * layout.num_kv_heads * head_page * 2;
-  const size_t total = grouped ? static_cast<size_t>(g.num_blocks) * kv_page_elems_ * 2
-                               : 2 * kv_layer_bytes_ * layout.num_layers;
+  kv_layer_elems_ = grouped ? 0 : static_cast<size_t>(g.num_blocks) * layout.num_kv_heads * head_page;
+  const size_t total_elems = grouped ? static_cast<size_t>(g.num_blocks) * kv_page_elems_
+                                     : 2 * kv_layer_elems_ * layout.num_layers;
+  kv_fp8_ = layout.fp8;
+  // FP8: codes (1 byte per element), then the scales, 256-byte aligned.
+  kv_codes_bytes_ = kv_fp8_ ? (total_elems + 255) / 256 * 256 : total_elems * sizeof(bf16);
+  const size_t total = kv_codes_bytes_ + (kv_fp8_ ? total_elems / layout.head_dim * sizeof(float) : 0);
   if (cudaMalloc(&kv_pool_, total) != cudaSuccess) {
     cudaGetLastError();
     return Status(ErrorCode::kResourceExhausted,
@@ -603,15 +607,23 @@ Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
   }
   // Zeroed so that reads of the null block (padding rows) see finite values.
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_pool_, 0, total, stream_));
-  k_cache_.resize(layout.num_layers);
-  v_cache_.resize(layout.num_layers);
+  for (auto* v : {&k_cache_, &v_cache_}) v->assign(layout.num_layers, nullptr);
+  for (auto* v : {&k_codes_, &v_codes_}) v->assign(layout.num_layers, nullptr);
+  for (auto* v : {&k_scales_, &v_scales_}) v->assign(layout.num_layers, nullptr);
+  uint8_t* codes = static_cast<uint8_t*>(kv_pool_);
+  float* scales = reinterpret_cast<float*>(codes + kv_codes_bytes_);
   for (int l = 0; l < layout.num_layers; ++l) {
-    if (grouped) {  // every layer's groups share the pool; V follows K inside each page
-      k_cache_[l] = static_cast<bf16*>(kv_pool_);
-      v_cache_[l] = k_cache_[l] + static_cast<size_t>(hp) * head_page;
+    // Element offsets of the layer's K and V: head groups share the pool, V after K in each page.
+    const size_t k_off = grouped ? 0 : 2 * l * kv_layer_elems_;
+    const size_t v_off = grouped ? static_cast<size_t>(hp) * head_page : (2 * l + 1) * kv_layer_elems_;
+    if (kv_fp8_) {
+      k_codes_[l] = codes + k_off;
+      v_codes_[l] = codes + v_off;
+      k_scales_[l] = scales + k_off / layout.head_dim;
+      v_scales_[l] = scales + v_off / layout.head_dim;
     } else {
-      k_cache_[l] = reinterpret_cast<bf16*>(static_cast<char*>(kv_pool_) + (2 * l) * kv_layer_bytes_);
-      v_cache_[l] = reinterpret_cast<bf16*>(static_cast<char*>(kv_pool_) + (2 * l + 1) * kv_layer_bytes_);
+      k_cache_[l] = static_cast<bf16*>(kv_pool_) + k_off;
+      v_cache_[l] = static_cast<bf16*>(kv_pool_) + v_off;
     }
   }
   kv_layout_ = layout;
@@ -626,18 +638,28 @@ Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
 
 void CudaBackend::copy_block(int group, BlockId src, BlockId dst) {
   ORIGAMI_CHECK(group >= 0 && group < num_groups_ && kv_pool_ != nullptr);
+  const size_t elem_bytes = kv_fp8_ ? 1 : sizeof(bf16);
+  const size_t head_dim = static_cast<size_t>(kv_layout_.head_dim);
+  auto copy_page = [&](void* base, size_t page_bytes) {
+    char* b = static_cast<char*>(base);
+    ORIGAMI_CUDA_CHECK(
+        cudaMemcpyAsync(b + dst * page_bytes, b + src * page_bytes, page_bytes, cudaMemcpyDeviceToDevice, stream_));
+  };
   if (kv_layout_.shared_pool) {  // a group page is one contiguous [2, H_p, block_size, head_dim]
-    const size_t page = static_cast<size_t>(kv_page_elems_) * sizeof(bf16);
-    char* b = static_cast<char*>(kv_pool_);
-    ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(b + dst * page, b + src * page, page, cudaMemcpyDeviceToDevice, stream_));
+    copy_page(kv_pool_, static_cast<size_t>(kv_page_elems_) * elem_bytes);
+    if (kv_fp8_) copy_page(k_scales_[0], static_cast<size_t>(kv_page_elems_) / head_dim * sizeof(float));
     if (compressor_ != nullptr) compressor_->copy_scores(src, dst, stream_);
     return;
   }
-  const size_t page = kv_layer_bytes_ / kv_layout_.groups[0].num_blocks;
+  const size_t page_elems = kv_layer_elems_ / kv_layout_.groups[0].num_blocks;
   for (int l = 0; l < kv_layout_.num_layers; ++l) {
-    for (bf16* base : {k_cache_[l], v_cache_[l]}) {
-      char* b = reinterpret_cast<char*>(base);
-      ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(b + dst * page, b + src * page, page, cudaMemcpyDeviceToDevice, stream_));
+    if (kv_fp8_) {
+      for (void* base : {static_cast<void*>(k_codes_[l]), static_cast<void*>(v_codes_[l])}) copy_page(base, page_elems);
+      for (void* base : {static_cast<void*>(k_scales_[l]), static_cast<void*>(v_scales_[l])})
+        copy_page(base, page_elems / head_dim * sizeof(float));
+    } else {
+      for (void* base : {static_cast<void*>(k_cache_[l]), static_cast<void*>(v_cache_[l])})
+        copy_page(base, page_elems * elem_bytes);
     }
   }
   if (compressor_ != nullptr) compressor_->copy_scores(src, dst, stream_);  // F moves with its page
@@ -714,7 +736,12 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
       wa.head_slot = ragged_.head_slot(li);
       wa.page_stride = kv_page_elems_;
     }
-    ORIGAMI_CUDA_CHECK(write_kv_cache(wa, stream_));
+    if (kv_fp8_) {
+      ORIGAMI_CUDA_CHECK(write_kv_cache_fp8(wa, KVWriteFp8Out{k_codes_[li], v_codes_[li], k_scales_[li], v_scales_[li]},
+                                            stream_));
+    } else {
+      ORIGAMI_CUDA_CHECK(write_kv_cache(wa, stream_));
+    }
     AttentionArgs aa;
     aa.shape = AttentionShape{num_seqs, num_tokens, c.num_heads, c.num_kv_heads, c.head_dim, kv_layout_.block_size};
     aa.softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
@@ -722,6 +749,12 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     aa.out = attn_out_;
     aa.k_cache = k_cache_[li];
     aa.v_cache = v_cache_[li];
+    if (kv_fp8_) {
+      aa.k_codes = k_codes_[li];
+      aa.v_codes = v_codes_[li];
+      aa.k_scales = k_scales_[li];
+      aa.v_scales = v_scales_[li];
+    }
     aa.q_indptr = dev_inputs_ + in.q_indptr;
     aa.page_indptr = dev_inputs_ + in.page_indptr;
     aa.page_indices = dev_inputs_ + in.page_indices;
@@ -761,7 +794,7 @@ void CudaBackend::lm_head_logits(const bf16* hidden, int rows) {
   gemm_->linear(hidden, rows, config_.hidden_size, lm_head_, vocab_shard_, logits_shard_, true);
   const Status st = tp_.comms->all_gather(tp_.rank, logits_shard_, logits_gathered_,
                                           static_cast<size_t>(rows) * vocab_shard_, NcclDataType::kFloat32, stream_);
-  ORIGAMI_CHECK_MSG(st.is_ok(), st.to_string());
+  ORIGAMI_CHECK_MSG(st.is_ok(), st.to_string().c_str());
   launch_unshard_logits(logits_gathered_, tp_.size, rows, vocab_shard_, logits_, stream_);
 }
 
@@ -769,7 +802,7 @@ void CudaBackend::all_reduce(void* buffer, size_t count, NcclDataType type) {
   if (tp_.size == 1) return;
   // A failing collective means a broken device or link, like a failing kernel launch: abort.
   const Status st = tp_.comms->all_reduce_sum(tp_.rank, buffer, count, type, stream_);
-  ORIGAMI_CHECK_MSG(st.is_ok(), st.to_string());
+  ORIGAMI_CHECK_MSG(st.is_ok(), st.to_string().c_str());
 }
 
 Status CudaBackend::compute_all_logits(const ForwardBatch& batch, StepOutput* out) {
@@ -1031,7 +1064,13 @@ Status CudaBackend::configure_compression(const CompressionConfig& config) {
   g.num_blocks = kv_layout_.groups[0].num_blocks;
   g.k = k_cache_[0];
   g.v = v_cache_[0];
-  g.kv_layer_pitch = 2 * kv_layer_bytes_ / sizeof(bf16);
+  if (kv_fp8_) {
+    g.k8 = k_codes_[0];
+    g.v8 = v_codes_[0];
+    g.k_scales = k_scales_[0];
+    g.v_scales = v_scales_[0];
+  }
+  g.kv_layer_pitch = 2 * kv_layer_elems_;
   if (!ragged_.empty()) {  // head groups: the pool's pages, each group's layer and heads
     g.heads_per_group = kv_layout_.heads_per_group();
     for (const HeadGroup& hg : kv_layout_.groups) {

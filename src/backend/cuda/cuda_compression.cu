@@ -165,6 +165,8 @@ Status CudaCompressor::configure(const CompressionConfig& config, const Geometry
   if (g.head_dim % 32 != 0 || g.head_dim > 256)
     return Status(ErrorCode::kUnimplemented, "CUDA compression: head_dim " + std::to_string(g.head_dim) +
                                                  " is not supported (a multiple of 32 up to 256 is)");
+  if (g.k8 != nullptr)
+    return Status(ErrorCode::kUnimplemented, "CUDA compression: the kernels do not read an FP8 KV cache yet");
   ORIGAMI_RETURN_IF_ERROR(wait());
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   release();

@@ -25,6 +25,8 @@ namespace origami::cuda {
 namespace {
 
 using attn::cp_async_16;
+using attn::cp_async_4;
+using attn::e4m3x2_to_bf16x2;
 using attn::cp_async_commit;
 using attn::cp_async_wait;
 using attn::ldmatrix_x4;
@@ -39,12 +41,20 @@ constexpr int kMinChunk = 128;  // shortest KV split worth a CTA
 constexpr int kMinOneWaveSplits = 4;  // plan_ragged_attention: fewer, and two waves win
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int D>
+// bf16 cache: the Q tile + two stages of (K, V) bf16 tiles, filled by cp.async.
+// FP8 cache: the Q tile + one (K, V) pair of bf16 tiles that the MMAs read, and two stages of
+// (K, V) E4M3 code tiles and their per-entry scales, filled by cp.async and converted to bf16
+// (codes only: the scales multiply the fp32 scores and probabilities) after they land. The
+// codes' double buffer keeps the loads in flight under the MMAs, as the bf16 stages do, in
+// about the same shared memory (D 128: 86 KB against 87 KB), so two CTAs still fit an SM.
+template <int D, bool kFp8>
 struct TileGeom {
   static constexpr int kStride = D + 8;  // +16 B per row: the 8 rows of an ldmatrix hit distinct banks
   static constexpr int kTileElems = kTileKV * kStride;
-  // Q tile + two stages of (K, V)
-  static constexpr int kSmemBytes = 5 * kTileElems * static_cast<int>(sizeof(__nv_bfloat16));
+  static constexpr int kBf16Bytes = (kFp8 ? 3 : 5) * kTileElems * static_cast<int>(sizeof(__nv_bfloat16));
+  static constexpr int kCodeTileBytes = kTileKV * D;                     // one K (or V) tile of codes
+  static constexpr int kStageBytes = 2 * kCodeTileBytes + 2 * kTileKV * static_cast<int>(sizeof(float));
+  static constexpr int kSmemBytes = kBf16Bytes + (kFp8 ? 2 * kStageBytes : 0);
 };
 
 struct KernelParams {
@@ -61,9 +71,9 @@ __device__ __forceinline__ int tile_start(const int32_t* q_indptr, int seq, int 
   return static_cast<int>((static_cast<long long>(q_indptr[seq]) * group) / kTileRows) + seq;
 }
 
-template <int D>
+template <int D, bool kFp8>
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelParams p) {
-  using G = TileGeom<D>;
+  using G = TileGeom<D, kFp8>;
   constexpr int kChunksPerRow = D / 8;  // 16-byte pieces of a row
   const AttentionArgs& a = p.a;
   const int slot = blockIdx.x;
@@ -122,6 +132,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   // Stage st holds K at sQ + (1 + 2 st) tiles and V right after it (arithmetic, not a pointer
   // array: a run-time index into an array would put it in local memory).
   auto stage_k = [&](int st) { return sQ + (1 + 2 * st) * G::kTileElems; };
+  // FP8: stage st's K codes, V codes (kCodeTileBytes on), K scales and V scales (kTileKV on).
+  auto stage_codes = [&](int st) { return smem_raw + G::kBf16Bytes + st * G::kStageBytes; };
+  auto stage_scales = [&](int st) { return reinterpret_cast<float*>(stage_codes(st) + 2 * G::kCodeTileBytes); };
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -151,21 +164,45 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
 
   auto load_kv_tile = [&](int t, int stage) {
     const int base = kv_begin + t * kTileKV;
-    for (int c = tid; c < kTileKV * kChunksPerRow; c += kThreads) {
-      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-      const int e = base + r;
-      const bool valid = e < tile_kv_end;
-      const __nv_bfloat16* k_src = a.k_cache;
-      const __nv_bfloat16* v_src = a.v_cache;
-      if (valid) {
-        const long long page = pages[e / block_size];
-        const long long off = page * page_stride + head_base + static_cast<long long>(e % block_size) * D + col;
-        k_src += off;
-        v_src += off;
+    if constexpr (kFp8) {
+      // Codes sit at the element offsets of the bf16 layout, a row's scale at offset / D.
+      constexpr int kPieces = D / 16;  // 16-byte pieces of a row of codes
+      unsigned char* codes = stage_codes(stage);
+      for (int c = tid; c < kTileKV * kPieces; c += kThreads) {
+        const int r = c / kPieces, col = (c % kPieces) * 16;
+        const int e = base + r;
+        const bool valid = e < tile_kv_end;
+        long long off = 0;
+        if (valid) off = pages[e / block_size] * page_stride + head_base + static_cast<long long>(e % block_size) * D + col;
+        cp_async_16(codes + r * D + col, a.k_codes + off, valid);
+        cp_async_16(codes + G::kCodeTileBytes + r * D + col, a.v_codes + off, valid);
       }
-      __nv_bfloat16* k_dst = stage_k(stage) + r * G::kStride + col;
-      cp_async_16(k_dst, k_src, valid);
-      cp_async_16(k_dst + G::kTileElems, v_src, valid);
+      float* scales = stage_scales(stage);
+      for (int r = tid; r < kTileKV; r += kThreads) {
+        const int e = base + r;
+        const bool valid = e < tile_kv_end;
+        long long row = 0;
+        if (valid) row = (pages[e / block_size] * page_stride + head_base) / D + e % block_size;
+        cp_async_4(scales + r, a.k_scales + row, valid);
+        cp_async_4(scales + kTileKV + r, a.v_scales + row, valid);
+      }
+    } else {
+      for (int c = tid; c < kTileKV * kChunksPerRow; c += kThreads) {
+        const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+        const int e = base + r;
+        const bool valid = e < tile_kv_end;
+        const __nv_bfloat16* k_src = a.k_cache;
+        const __nv_bfloat16* v_src = a.v_cache;
+        if (valid) {
+          const long long page = pages[e / block_size];
+          const long long off = page * page_stride + head_base + static_cast<long long>(e % block_size) * D + col;
+          k_src += off;
+          v_src += off;
+        }
+        __nv_bfloat16* k_dst = stage_k(stage) + r * G::kStride + col;
+        cp_async_16(k_dst, k_src, valid);
+        cp_async_16(k_dst + G::kTileElems, v_src, valid);
+      }
     }
   };
 
@@ -191,8 +228,34 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
+    const float* k_scale = nullptr;  // FP8: this tile's per-entry scales
+    const float* v_scale = nullptr;
+    if constexpr (kFp8) {
+      // Every warp converts its share of the stage's codes into the bf16 tiles (exactly), so the
+      // MMAs below run as they do on a bf16 cache.
+      constexpr int kPieces = D / 16;
+      const unsigned char* codes = stage_codes(t & 1);
+      for (int c = tid; c < 2 * kTileKV * kPieces; c += kThreads) {
+        const int kv = c / (kTileKV * kPieces), rem = c % (kTileKV * kPieces);
+        const int r = rem / kPieces, col = (rem % kPieces) * 16;
+        const uint4 raw = *reinterpret_cast<const uint4*>(codes + kv * G::kCodeTileBytes + r * D + col);
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+        uint32_t out[8];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          out[2 * q] = e4m3x2_to_bf16x2(static_cast<uint16_t>(w[q] & 0xffffu));
+          out[2 * q + 1] = e4m3x2_to_bf16x2(static_cast<uint16_t>(w[q] >> 16));
+        }
+        uint4* dst = reinterpret_cast<uint4*>(stage_k(0) + kv * G::kTileElems + r * G::kStride + col);
+        dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
+        dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+      }
+      k_scale = stage_scales(t & 1);
+      v_scale = k_scale + kTileKV;
+      __syncthreads();
+    }
     if (warp_active) {
-      const __nv_bfloat16* k_tile = stage_k(t & 1);
+      const __nv_bfloat16* k_tile = kFp8 ? stage_k(0) : stage_k(t & 1);
       const __nv_bfloat16* v_tile = k_tile + G::kTileElems;
       // S = Q Kᵀ for 16 rows x 64 entries.
       float s[kTileKV / 8][4];
@@ -217,7 +280,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int e = base + n * 8 + 2 * t4 + (i & 1);
-          const float v = e < row_limit[i >> 1] ? s[n][i] * p.scale_log2 : -INFINITY;
+          float x = s[n][i];
+          if constexpr (kFp8) x *= k_scale[n * 8 + 2 * t4 + (i & 1)];  // q.k = scale * (q.codes)
+          const float v = e < row_limit[i >> 1] ? x * p.scale_log2 : -INFINITY;
           s[n][i] = v;
           row_max[i >> 1] = fmaxf(row_max[i >> 1], v);
         }
@@ -246,6 +311,14 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
       for (int j = 0; j < D / 8; ++j) {
         o[j][0] *= corr[0]; o[j][1] *= corr[0];
         o[j][2] *= corr[1]; o[j][3] *= corr[1];
+      }
+      // FP8: P scaled by each entry's V scale (sum_e p_e v_e = sum_e (p_e scale_e) codes_e); the
+      // row sums l above took the unscaled p.
+      if constexpr (kFp8) {
+#pragma unroll
+        for (int n = 0; n < kTileKV / 8; ++n)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) s[n][i] *= v_scale[n * 8 + 2 * t4 + (i & 1)];
       }
       // O += P V: two S accumulator tiles (16 entries) form one A fragment.
 #pragma unroll
@@ -347,7 +420,7 @@ bool shape_ok(const AttentionShape& s) {
 // parallelism launches this kernel on several GPUs from one process (a once-per-process flag
 // left every GPU but the first at the default and failed there with "invalid argument").
 constexpr int kMaxDevices = 64;
-template <int D>
+template <int D, bool kFp8>
 cudaError_t ensure_smem_limit() {
   static std::array<std::atomic<bool>, kMaxDevices> raised{};
   int device = 0;
@@ -355,15 +428,15 @@ cudaError_t ensure_smem_limit() {
   if (err != cudaSuccess) return err;
   if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
   if (raised[device].load(std::memory_order_acquire)) return cudaSuccess;
-  err = cudaFuncSetAttribute(paged_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             TileGeom<D>::kSmemBytes);
+  err = cudaFuncSetAttribute(paged_attention_kernel<D, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             TileGeom<D, kFp8>::kSmemBytes);
   if (err == cudaSuccess) raised[device].store(true, std::memory_order_release);
   return err;
 }
 
-template <int D>
+template <int D, bool kFp8>
 cudaError_t launch(const AttentionArgs& args, const AttentionPlan& plan, void* workspace, cudaStream_t stream) {
-  if (cudaError_t attr_status = ensure_smem_limit<D>(); attr_status != cudaSuccess) return attr_status;
+  if (cudaError_t attr_status = ensure_smem_limit<D, kFp8>(); attr_status != cudaSuccess) return attr_status;
   const AttentionShape& s = args.shape;
   KernelParams p;
   p.a = args;
@@ -376,7 +449,7 @@ cudaError_t launch(const AttentionArgs& args, const AttentionPlan& plan, void* w
   p.part_lse = p.part_o ? p.part_o + plan.num_splits * num_rows * D : nullptr;
   const bool ragged = args.ragged.num_tables > 0;
   const dim3 grid(plan.num_tile_slots, ragged ? args.ragged.num_work : s.num_kv_heads, ragged ? 1 : plan.num_splits);
-  paged_attention_kernel<D><<<grid, kThreads, TileGeom<D>::kSmemBytes, stream>>>(p);
+  paged_attention_kernel<D, kFp8><<<grid, kThreads, TileGeom<D, kFp8>::kSmemBytes, stream>>>(p);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || plan.num_splits == 1) return err;
   const unsigned merge_blocks = static_cast<unsigned>((num_rows + 7) / 8);
@@ -421,13 +494,13 @@ int resident_ctas_per_sm(int head_dim) {
   int n = 0;
   const cudaError_t err =
       head_dim == 64
-          ? (ensure_smem_limit<64>() == cudaSuccess
-                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<64>, kThreads,
-                                                                 TileGeom<64>::kSmemBytes)
+          ? (ensure_smem_limit<64, false>() == cudaSuccess
+                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<64, false>, kThreads,
+                                                                 TileGeom<64, false>::kSmemBytes)
                  : cudaErrorInvalidValue)
-          : (ensure_smem_limit<128>() == cudaSuccess
-                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<128>, kThreads,
-                                                                 TileGeom<128>::kSmemBytes)
+          : (ensure_smem_limit<128, false>() == cudaSuccess
+                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<128, false>, kThreads,
+                                                                 TileGeom<128, false>::kSmemBytes)
                  : cudaErrorInvalidValue);
   if (err != cudaSuccess || n < 1) {
     cudaGetLastError();
@@ -483,8 +556,12 @@ cudaError_t paged_attention(const AttentionArgs& args, const AttentionPlan& plan
                             rg.head_split0 == nullptr || rg.page_stride <= 0 || rg.num_work < s.num_kv_heads ||
                             rg.num_work > 65535 || rg.max_splits != plan.num_splits))
     return cudaErrorInvalidValue;
-  if (s.head_dim == 64) return launch<64>(args, plan, plan.num_splits > 1 ? workspace : nullptr, stream);
-  return launch<128>(args, plan, plan.num_splits > 1 ? workspace : nullptr, stream);
+  const bool fp8 = args.k_codes != nullptr;
+  if (fp8 && (args.v_codes == nullptr || args.k_scales == nullptr || args.v_scales == nullptr))
+    return cudaErrorInvalidValue;
+  void* ws = plan.num_splits > 1 ? workspace : nullptr;
+  if (s.head_dim == 64) return fp8 ? launch<64, true>(args, plan, ws, stream) : launch<64, false>(args, plan, ws, stream);
+  return fp8 ? launch<128, true>(args, plan, ws, stream) : launch<128, false>(args, plan, ws, stream);
 }
 
 }  // namespace origami::cuda

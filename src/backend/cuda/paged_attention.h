@@ -1,5 +1,5 @@
 #pragma once
-// Paged attention over the bf16 KV cache (fp32 accumulation, sm_90).
+// Paged attention over the bf16 or FP8 KV cache (fp32 accumulation, sm_90).
 //
 // One kernel serves decode, prefill and mixed batches: for every (sequence, KV head) the query
 // rows of that head's GQA group are packed as (new token, head-in-group) pairs into tiles of 64
@@ -62,6 +62,14 @@ struct AttentionArgs {
   __nv_bfloat16* out = nullptr;             // [num_tokens, num_heads, head_dim]
   const __nv_bfloat16* k_cache = nullptr;   // [num_blocks, num_kv_heads, block_size, head_dim]
   const __nv_bfloat16* v_cache = nullptr;   // [num_blocks, num_kv_heads, block_size, head_dim]
+  // FP8 cache (--kv-cache-dtype fp8; k_cache / v_cache unused): E4M3 codes at the element offsets
+  // above and one fp32 scale per (entry, KV head) at element offset / head_dim (kv_cache_write.h).
+  // The kernel converts the codes to bf16 exactly and applies the scales in fp32: to the scores
+  // (K) and to the probabilities before P.V (V, the softmax sums take the unscaled ones).
+  const uint8_t* k_codes = nullptr;
+  const uint8_t* v_codes = nullptr;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
   // Device arrays. The new tokens of sequence i are q rows q_indptr[i] .. q_indptr[i+1] and are
   // already written to the cache as its LAST q_len entries; kv_len[i] counts them (so
   // kv_len[i] >= q_len > 0). Query j (0-based within the sequence's new tokens) sees entries
