@@ -26,7 +26,10 @@ namespace {
 
 using attn::cp_async_16;
 using attn::cp_async_4;
-using attn::e4m3x2_to_bf16x2;
+using attn::e4m3x4_to_f16x4;
+using attn::kE4M3ToF16Scale;
+using attn::mma_f16_16816;
+using attn::pack_f16x2;
 using attn::cp_async_commit;
 using attn::cp_async_wait;
 using attn::ldmatrix_x4;
@@ -42,11 +45,13 @@ constexpr int kMinOneWaveSplits = 4;  // plan_ragged_attention: fewer, and two w
 constexpr float kLog2e = 1.4426950408889634f;
 
 // bf16 cache: the Q tile + two stages of (K, V) bf16 tiles, filled by cp.async.
-// FP8 cache: the Q tile + one (K, V) pair of bf16 tiles that the MMAs read, and two stages of
-// (K, V) E4M3 code tiles and their per-entry scales, filled by cp.async and converted to bf16
-// (codes only: the scales multiply the fp32 scores and probabilities) after they land. The
-// codes' double buffer keeps the loads in flight under the MMAs, as the bf16 stages do, in
-// about the same shared memory (D 128: 86 KB against 87 KB), so two CTAs still fit an SM.
+// FP8 cache: the Q tile + one (K, V) pair of f16 tiles that the MMAs read, and two stages of
+// (K, V) E4M3 code tiles and their per-entry scales, filled by cp.async and converted to f16
+// after they land (codes only, exactly, times 2^-8: the scales multiply the fp32 scores and
+// probabilities). The MMAs run in f16, Q converted once per CTA (exact for |q| in
+// [2^-14, 65504], saturated beyond). The codes' double buffer keeps the loads in flight under
+// the MMAs, as the bf16 stages do, in about the same shared memory (D 128: 86 KB against
+// 87 KB), so two CTAs still fit an SM.
 template <int D, bool kFp8>
 struct TileGeom {
   static constexpr int kStride = D + 8;  // +16 B per row: the 8 rows of an ldmatrix hit distinct banks
@@ -231,8 +236,17 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
     const float* k_scale = nullptr;  // FP8: this tile's per-entry scales
     const float* v_scale = nullptr;
     if constexpr (kFp8) {
-      // Every warp converts its share of the stage's codes into the bf16 tiles (exactly), so the
-      // MMAs below run as they do on a bf16 cache.
+      if (t == 0) {
+        // The Q tile (landed with tile 0) in f16, in place.
+        for (int c = tid; c < kTileRows * D / 2; c += kThreads) {
+          __nv_bfloat162* x = reinterpret_cast<__nv_bfloat162*>(sQ + (c / (D / 2)) * G::kStride + (c % (D / 2)) * 2);
+          const float2 f = __bfloat1622float2(*x);
+          constexpr float kF16Max = 65504.f;
+          *reinterpret_cast<uint32_t*>(x) =
+              pack_f16x2(fminf(fmaxf(f.x, -kF16Max), kF16Max), fminf(fmaxf(f.y, -kF16Max), kF16Max));
+        }
+      }
+      // Every warp converts its share of the stage's codes into the f16 tiles.
       constexpr int kPieces = D / 16;
       const unsigned char* codes = stage_codes(t & 1);
       for (int c = tid; c < 2 * kTileKV * kPieces; c += kThreads) {
@@ -242,10 +256,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
         const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
         uint32_t out[8];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          out[2 * q] = e4m3x2_to_bf16x2(static_cast<uint16_t>(w[q] & 0xffffu));
-          out[2 * q + 1] = e4m3x2_to_bf16x2(static_cast<uint16_t>(w[q] >> 16));
-        }
+        for (int q = 0; q < 4; ++q) e4m3x4_to_f16x4(w[q], out[2 * q], out[2 * q + 1]);
         uint4* dst = reinterpret_cast<uint4*>(stage_k(0) + kv * G::kTileElems + r * G::kStride + col);
         dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
         dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
@@ -268,8 +279,13 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
         for (int n2 = 0; n2 < kTileKV / 16; ++n2) {
           uint32_t kb[4];
           ldmatrix_x4(kb, k_tile + (n2 * 16 + (lane & 7) + (lane >> 4) * 8) * G::kStride + kk * 16 + ((lane >> 3) & 1) * 8);
-          mma_bf16_16816(s[2 * n2], qa, kb[0], kb[1]);
-          mma_bf16_16816(s[2 * n2 + 1], qa, kb[2], kb[3]);
+          if constexpr (kFp8) {
+            mma_f16_16816(s[2 * n2], qa, kb[0], kb[1]);
+            mma_f16_16816(s[2 * n2 + 1], qa, kb[2], kb[3]);
+          } else {
+            mma_bf16_16816(s[2 * n2], qa, kb[0], kb[1]);
+            mma_bf16_16816(s[2 * n2 + 1], qa, kb[2], kb[3]);
+          }
         }
       }
       // Scale, mask, online softmax (rows are shared by the 4 lanes of a quad).
@@ -281,7 +297,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
         for (int i = 0; i < 4; ++i) {
           const int e = base + n * 8 + 2 * t4 + (i & 1);
           float x = s[n][i];
-          if constexpr (kFp8) x *= k_scale[n * 8 + 2 * t4 + (i & 1)];  // q.k = scale * (q.codes)
+          if constexpr (kFp8) x *= k_scale[n * 8 + 2 * t4 + (i & 1)] * kE4M3ToF16Scale;  // q.k = scale (q.codes)
           const float v = e < row_limit[i >> 1] ? x * p.scale_log2 : -INFINITY;
           s[n][i] = v;
           row_max[i >> 1] = fmaxf(row_max[i >> 1], v);
@@ -318,22 +334,28 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
 #pragma unroll
         for (int n = 0; n < kTileKV / 8; ++n)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) s[n][i] *= v_scale[n * 8 + 2 * t4 + (i & 1)];
+          for (int i = 0; i < 4; ++i) s[n][i] *= v_scale[n * 8 + 2 * t4 + (i & 1)] * kE4M3ToF16Scale;
       }
       // O += P V: two S accumulator tiles (16 entries) form one A fragment.
 #pragma unroll
       for (int kk = 0; kk < kTileKV / 16; ++kk) {
         uint32_t pa[4];
-        pa[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-        pa[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-        pa[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        auto pack = [](float lo, float hi) { return kFp8 ? pack_f16x2(lo, hi) : pack_bf16x2(lo, hi); };
+        pa[0] = pack(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = pack(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
         for (int j2 = 0; j2 < D / 16; ++j2) {
           uint32_t vb[4];
           ldmatrix_x4_trans(vb, v_tile + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * G::kStride + j2 * 16 + (lane >> 4) * 8);
-          mma_bf16_16816(o[2 * j2], pa, vb[0], vb[1]);
-          mma_bf16_16816(o[2 * j2 + 1], pa, vb[2], vb[3]);
+          if constexpr (kFp8) {
+            mma_f16_16816(o[2 * j2], pa, vb[0], vb[1]);
+            mma_f16_16816(o[2 * j2 + 1], pa, vb[2], vb[3]);
+          } else {
+            mma_bf16_16816(o[2 * j2], pa, vb[0], vb[1]);
+            mma_bf16_16816(o[2 * j2 + 1], pa, vb[2], vb[3]);
+          }
         }
       }
     }
