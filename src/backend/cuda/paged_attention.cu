@@ -49,9 +49,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 // (K, V) E4M3 code tiles and their per-entry scales, filled by cp.async and converted to f16
 // after they land (codes only, exactly, times 2^-8: the scales multiply the fp32 scores and
 // probabilities). The MMAs run in f16, Q converted once per CTA (exact for |q| in
-// [2^-14, 65504], saturated beyond). The codes' double buffer keeps the loads in flight under
-// the MMAs, as the bf16 stages do, in about the same shared memory (D 128: 86 KB against
-// 87 KB), so two CTAs still fit an SM.
+// [2^-14, 65504], saturated beyond). Three stages of codes keep two tiles in flight per CTA:
+// with two, a CTA had 16 KB in flight where the bf16 path has 32 KB, too little to cover the
+// memory latency (batch 256: 38% of the bandwidth floor); D 128 takes 101 KB, two CTAs an SM.
 template <int D, bool kFp8>
 struct TileGeom {
   static constexpr int kStride = D + 8;  // +16 B per row: the 8 rows of an ldmatrix hit distinct banks
@@ -59,7 +59,8 @@ struct TileGeom {
   static constexpr int kBf16Bytes = (kFp8 ? 3 : 5) * kTileElems * static_cast<int>(sizeof(__nv_bfloat16));
   static constexpr int kCodeTileBytes = kTileKV * D;                     // one K (or V) tile of codes
   static constexpr int kStageBytes = 2 * kCodeTileBytes + 2 * kTileKV * static_cast<int>(sizeof(float));
-  static constexpr int kSmemBytes = kBf16Bytes + (kFp8 ? 2 * kStageBytes : 0);
+  static constexpr int kCodeStages = 3;
+  static constexpr int kSmemBytes = kBf16Bytes + (kFp8 ? kCodeStages * kStageBytes : 0);
 };
 
 struct KernelParams {
@@ -213,6 +214,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
 
   if (num_kv_tiles > 0) load_kv_tile(0, 0);
   cp_async_commit();
+  if constexpr (kFp8) {
+    if (num_kv_tiles > 1) load_kv_tile(1, 1);
+    cp_async_commit();
+  }
 
   // This lane's two rows (g and g + 8 of its warp's 16) and the first KV entry each may not see.
   const int g = lane >> 2, t4 = lane & 3;
@@ -229,9 +234,15 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   float l[2] = {0.f, 0.f};
 
   for (int t = 0; t < num_kv_tiles; ++t) {
-    if (t + 1 < num_kv_tiles) load_kv_tile(t + 1, (t + 1) & 1);
-    cp_async_commit();
-    cp_async_wait<1>();
+    if constexpr (kFp8) {
+      if (t + 2 < num_kv_tiles) load_kv_tile(t + 2, (t + 2) % G::kCodeStages);
+      cp_async_commit();
+      cp_async_wait<2>();
+    } else {
+      if (t + 1 < num_kv_tiles) load_kv_tile(t + 1, (t + 1) & 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    }
     __syncthreads();
     const float* k_scale = nullptr;  // FP8: this tile's per-entry scales
     const float* v_scale = nullptr;
@@ -248,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
       }
       // Every warp converts its share of the stage's codes into the f16 tiles.
       constexpr int kPieces = D / 16;
-      const unsigned char* codes = stage_codes(t & 1);
+      const unsigned char* codes = stage_codes(t % G::kCodeStages);
       for (int c = tid; c < 2 * kTileKV * kPieces; c += kThreads) {
         const int kv = c / (kTileKV * kPieces), rem = c % (kTileKV * kPieces);
         const int r = rem / kPieces, col = (rem % kPieces) * 16;
@@ -261,7 +272,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
         dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
         dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
       }
-      k_scale = stage_scales(t & 1);
+      k_scale = stage_scales(t % G::kCodeStages);
       v_scale = k_scale + kTileKV;
       __syncthreads();
     }
