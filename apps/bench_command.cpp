@@ -188,6 +188,7 @@ int run_bench(BenchFlags& f) {
   j["prefix_cached_tokens"] = m.num_prefix_cached_tokens;
   j["execute_seconds"] = m.execute_seconds;
   j["schedule_seconds"] = m.schedule_seconds;
+  j["schedule_ms_per_step"] = m.num_steps > 0 ? 1e3 * m.schedule_seconds / static_cast<double>(m.num_steps) : 0.0;
   j["kv_policy"] = f.engine.config.kv_policy;
   j["kv_budget"] = f.engine.config.kv_budget;
   j["kv_policy_options"] = f.engine.config.kv_policy_options;
@@ -219,6 +220,8 @@ int run_bench(BenchFlags& f) {
     std::printf("peak KV blocks      %d of %d (block size %d)\n", m.peak_kv_blocks_used, m.num_kv_blocks_total,
                 f.engine.config.block_size);
     std::printf("preemptions         %lld\n", static_cast<long long>(m.num_preemptions));
+    std::printf("steps               %lld (scheduler %.3f ms per step)\n", static_cast<long long>(m.num_steps),
+                j["schedule_ms_per_step"].get<double>());
     std::printf("KV policy           %s", f.engine.config.kv_policy.c_str());
     if (f.engine.config.kv_budget > 0) std::printf(" (budget %d)", f.engine.config.kv_budget);
     std::printf(", %d query slots\n", m.num_query_slots);

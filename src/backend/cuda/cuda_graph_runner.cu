@@ -5,8 +5,10 @@
 namespace origami::cuda {
 
 CudaGraphRunner::CudaGraphRunner() {
-  // Fine steps for small batches (where padding costs most), coarser ones for large.
-  buckets_ = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512};
+  // Fine steps for small batches (where padding costs most), coarser ones for large, up to the
+  // 2048 sequences of max-load serving (--max-num-seqs; graphs are captured on first use).
+  buckets_ = {1,   2,   4,   8,   16,  24,  32,   48,   64,   96,   128,  160,  192,  224, 256,
+              320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048};
 }
 
 CudaGraphRunner::~CudaGraphRunner() { clear(); }

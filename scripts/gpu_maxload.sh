@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Max-load throughput as trtllm-bench measures it: `origami bench` with every prompt submitted at
+# once, up to --max-num-seqs running, dummy weights (tokenizer-free random prompts), on one GPU.
+#   MAXLOAD_RUNS   space-separated runs, each  name:config:prompts:in:out:quant:kvdtype:policy:budget
+#                  (quant none|fp8, kvdtype bf16|fp8, policy full or a --kv-policy, budget tokens)
+#   MAXLOAD_SEQS   --max-num-seqs (default 2048), MAXLOAD_TOKENS --max-num-batched-tokens (8192)
+#   MAXLOAD_BLOCK  --block-size (default 256 under compression, 16 for full KV)
+# Logs and JSON per run go to $OUT (default /tmp/origami-gpu); a table is printed last, with
+# TensorRT-LLM's published FP8 numbers (one H100, Llama-3.1-8B) beside the shapes they cover.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib/gpu_common.sh
+OUT=${OUT:-/tmp/origami-gpu}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-gpu}
+gpu_shared_dir
+gpu_device_info "$OUT/build.log"
+gpu_build "$BUILD" "$OUT/build.log" origami_cli || exit 1
+echo "build rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s) on $GPU_DEVICE"
+# The bench draws random prompt ids from the model's vocabulary; the engine still loads a
+# tokenizer (any will do): the tiny model's is the smallest that travels with the tree.
+TOK=${MAXLOAD_TOKENIZER:-$SH/models/origami-tiny-qwen3}
+RUNS=${MAXLOAD_RUNS:-"full:llama-3.1-8b:1024:128:4096:fp8:fp8:full:0"}
+declare -A TRT=([128:2048]=22714 [128:4096]=14325 [1000:1000]=15220)
+rows=()
+for run in $RUNS; do
+  IFS=: read -r name cfg n in out quant kv pol budget <<< "$run"
+  flags=(--quantization "$quant" --kv-cache-dtype "$kv")
+  if [ "$pol" = full ]; then
+    flags+=(--query-slots -1 --block-size "${MAXLOAD_BLOCK:-16}")
+  else
+    flags+=(--kv-policy "$pol" --kv-budget "$budget" --block-size "${MAXLOAD_BLOCK:-256}")
+    [ "$pol" = fastkvzip ] && flags+=(--kv-gates random --heads-per-group 1 --kv-policy-opt allocation=global
+                                      --kv-policy-opt page_aligned=1)
+  fi
+  t0=$(date +%s)
+  timeout "${MAXLOAD_TIMEOUT:-420}" "$BUILD/origami" bench --model "$SH/configs/$cfg" --dummy-weights --tokenizer "$TOK" \
+    --device cuda --num-prompts "$n" --input-len "$in" --output-len "$out" --max-num-seqs "${MAXLOAD_SEQS:-2048}" \
+    --max-num-batched-tokens "${MAXLOAD_TOKENS:-8192}" "${flags[@]}" --quiet --json > "$OUT/maxload_$name.json" \
+    2> "$OUT/maxload_$name.err"
+  rc=$?
+  tail -3 "$OUT/maxload_$name.err"
+  rows+=("$(python3 - "$OUT/maxload_$name.json" "$name" "$cfg" "$n" "$in" "$out" "$quant" "$kv" "$pol" "$budget" \
+    "${TRT[$in:$out]:-}" "$rc" "$(( $(date +%s) - t0 ))" <<'PY'
+import json, sys
+f, name, cfg, n, i, o, q, kv, pol, budget, trt, rc, secs = sys.argv[1:]
+try:
+    j = json.load(open(f))
+except Exception:
+    print(f"| {name} | {cfg} | {n} x ({i} -> {o}) | {q}/{kv} | {pol} {budget} | failed rc={rc} ({secs} s) | | | | |"); sys.exit()
+tps = j["output_tokens_per_second"]
+vs = f"{tps / float(trt):.2f}x of {trt}" if trt else ""
+print(f"| {name} | {cfg} | {n} x ({i} -> {o}) | {q}/{kv} | {pol}{' ' + budget if pol != 'full' else ''} | "
+      f"{tps:,.0f} | {vs} | {j['peak_running_requests']} | {j['num_preemptions']} | "
+      f"{j.get('schedule_ms_per_step', 0):.3f} ms / {1e3 * j['wall_seconds'] / max(1, j['num_steps']):.1f} ms |")
+PY
+)")
+done
+echo
+echo "| run | model | workload | weights/KV | KV policy | output tok/s | vs TensorRT-LLM FP8 | peak running | preemptions | scheduler / wall per step |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
