@@ -9,6 +9,7 @@
 # TensorRT-LLM's published FP8 numbers (one H100, Llama-3.1-8B) beside the shapes they cover.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 source scripts/lib/gpu_common.sh
 OUT=${OUT:-/tmp/origami-gpu}
 mkdir -p "$OUT"
