@@ -9,7 +9,9 @@
 //     engine tests), the compressions are as many, and the pages held after the compactions
 //     (the joint counts the scheduler trims each table to) agree within 3%; StreamingLLM at the
 //     same budget on the GPU is at least 4x further off, so the GPU keeps the CPU's entries;
-//  3. every run ends without a request error and with every KV block returned (the scheduler's
+//  3. adakv once more on an FP8 KV cache (--kv-cache-dtype fp8 on both backends: the CUDA
+//     compression kernels read the codes, the CPU its emulation), under the same bounds;
+//  4. every run ends without a request error and with every KV block returned (the scheduler's
 //     trims and reservations hold under the counts the device chose).
 #include <gtest/gtest.h>
 
@@ -31,19 +33,22 @@ struct Case {
   const char* policy;
   PolicyOptionMap options;
   bool gates;
+  KVCacheDType kv_cache_dtype = KVCacheDType::kAuto;  // fp8: both backends' caches (the CPU emulates it)
 };
 
 std::vector<Case> cases() {
   return {{"adakv", {{"window", "16"}}, false},
           {"fastkvzip", {{"window", "16"}, {"allocation", "global"}}, true},
-          {"fastkvzip", {{"window", "16"}, {"allocation", "global"}, {"page_aligned", "1"}}, true}};
+          {"fastkvzip", {{"window", "16"}, {"allocation", "global"}, {"page_aligned", "1"}}, true},
+          {"adakv", {{"window", "16"}}, false, KVCacheDType::kFP8}};
 }
 
-// The case's name in traces and printed lines: the policy and its allocation options.
+// The case's name in traces and printed lines: the policy, its allocation options and the cache dtype.
 std::string label(const Case& c) {
   std::string name = c.policy;
   for (const char* key : {"allocation", "page_aligned"})
     if (auto it = c.options.find(key); it != c.options.end()) name += std::string(" ") + key + "=" + it->second;
+  if (c.kv_cache_dtype != KVCacheDType::kAuto) name += std::string(" kv=") + kv_cache_dtype_name(c.kv_cache_dtype);
   return name;
 }
 
@@ -52,6 +57,7 @@ EngineConfig joint_config(const Case& c, const std::string& device, bool graphs,
   config.kv_policy = c.policy;
   config.kv_policy_options = c.options;
   config.kv_budget = 64;
+  config.kv_cache_dtype = c.kv_cache_dtype;
   if (c.gates) config.kv_gates = std::string(ORIGAMI_SOURCE_DIR) + "/assets/gates/origami-tiny-qwen3.safetensors";
   return config;
 }

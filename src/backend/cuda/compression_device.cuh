@@ -8,7 +8,15 @@
 // tx + 16 j), with the head dimension streamed through shared memory 32 values at a time and
 // accumulated with fmaf in ascending order. A pair's dot product therefore does not depend on
 // where it sits in a tile.
+//
+// K/V rows come from either pool (KvRow): the bf16 cache, or the FP8 one (--kv-cache-dtype fp8,
+// GroupArgs::k8), whose rows are read as the CPU backend stores them, each code dequantized in
+// fp32 (e4m3 value times the row's scale, kv/kv_cache_dtype.h), so every fp32 kernel computes
+// from the same values as the CPU twin in the same fmaf order. Which pool is a property of the
+// whole launch, so the branch between them is uniform.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -49,11 +57,81 @@ __device__ __forceinline__ void load8(const bf16* src, float* dst) {
   }
 }
 
+// One K or V row of the paged cache: bf16 values (bf), or FP8 codes (f8) with the row's scale.
+// Both null: a zero row (past the end).
+struct KvRow {
+  const bf16* bf = nullptr;
+  const uint8_t* f8 = nullptr;
+  float scale = 0.0f;
+};
+
+// The value an FP8 code of a row with scale `scale` stands for, bit for bit kv_fp8_dequantize
+// (the CPU emulation's): the e4m3 value (exact in fp16, converted by the hardware) times the
+// scale, rounded once (never fused into a following add).
+__device__ __forceinline__ float fp8_value(uint8_t code, float scale) {
+  const __half h(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3));
+  return __fmul_rn(__half2float(h), scale);
+}
+
+// 8 values at `offset` of a row as floats; zeros for a null row.
+__device__ __forceinline__ void load8(const bf16* row, int offset, float* dst) {
+  load8(row != nullptr ? row + offset : nullptr, dst);
+}
+__device__ __forceinline__ void load8(const KvRow& row, int offset, float* dst) {
+  if (row.f8 == nullptr) {
+    load8(row.bf != nullptr ? row.bf + offset : nullptr, dst);
+    return;
+  }
+  const uint2 raw = *reinterpret_cast<const uint2*>(row.f8 + offset);  // 8 codes
+  const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[q], __NV_E4M3)));
+    dst[2 * q] = __fmul_rn(f.x, row.scale);
+    dst[2 * q + 1] = __fmul_rn(f.y, row.scale);
+  }
+}
+
+// Sum over x = lane, lane + 32, ... < d (ascending) of row[x]^2, fmaf into fp32: one lane's part
+// of a warp's sum of squares.
+__device__ __forceinline__ float lane_sum_squares(const KvRow& row, int lane, int d) {
+  float ss = 0.0f;
+  if (row.f8 != nullptr) {
+    for (int x = lane; x < d; x += 32) {
+      const float v = fp8_value(row.f8[x], row.scale);
+      ss = fmaf(v, v, ss);
+    }
+  } else {
+    for (int x = lane; x < d; x += 32) {
+      const float v = __bfloat162float(row.bf[x]);
+      ss = fmaf(v, v, ss);
+    }
+  }
+  return ss;
+}
+
+// Sum over x = lane, lane + 32, ... < d (ascending) of row[x] * w[x], fmaf into fp32.
+__device__ __forceinline__ float lane_dot(const KvRow& row, const float* w, int lane, int d) {
+  float dot = 0.0f;
+  if (row.f8 != nullptr) {
+    for (int x = lane; x < d; x += 32) dot = fmaf(fp8_value(row.f8[x], row.scale), w[x], dot);
+  } else {
+    for (int x = lane; x < d; x += 32) dot = fmaf(__bfloat162float(row.bf[x]), w[x], dot);
+  }
+  return dot;
+}
+
+// Value x of a row as fp32.
+__device__ __forceinline__ float kv_value(const KvRow& row, int x) {
+  return row.f8 != nullptr ? fp8_value(row.f8[x], row.scale) : __bfloat162float(row.bf[x]);
+}
+
 // acc[i][j] = dot(A row ty + 16 i, B row tx + 16 j) over d values. Thread t loads row t / 4 of
-// both tiles (a_row / b_row: that row's first value, or null for a zero row), 8 values at
-// d offset k0 + (t % 4) * 8 per step. Starts with a barrier, so callers may reuse shared memory
-// read after the previous call.
-__device__ __forceinline__ void tile_dots(const bf16* a_row, const bf16* b_row, int d, TileSmem& sm,
+// both tiles (a_row / b_row: a query row's first value, a KvRow, or null / an empty KvRow for a
+// zero row), 8 values at d offset k0 + (t % 4) * 8 per step. Starts with a barrier, so callers
+// may reuse shared memory read after the previous call.
+template <typename ARow, typename BRow>
+__device__ __forceinline__ void tile_dots(const ARow& a_row, const BRow& b_row, int d, TileSmem& sm,
                                           float (&acc)[4][4]) {
   const int t = threadIdx.x, lr = t >> 2, piece = (t & 3) * 8;
   const int ty = t >> 4, tx = t & 15;
@@ -64,10 +142,10 @@ __device__ __forceinline__ void tile_dots(const bf16* a_row, const bf16* b_row, 
   for (int k0 = 0; k0 < d; k0 += kDk) {
     float tmp[8];
     __syncthreads();
-    load8(a_row != nullptr ? a_row + k0 + piece : nullptr, tmp);
+    load8(a_row, k0 + piece, tmp);
 #pragma unroll
     for (int q = 0; q < 8; ++q) sm.a[lr][piece + q] = tmp[q];
-    load8(b_row != nullptr ? b_row + k0 + piece : nullptr, tmp);
+    load8(b_row, k0 + piece, tmp);
 #pragma unroll
     for (int q = 0; q < 8; ++q) sm.b[lr][piece + q] = tmp[q];
     __syncthreads();
@@ -116,13 +194,46 @@ __device__ __forceinline__ size_t slot_offset(const GroupArgs& a, int page, int 
 __device__ __forceinline__ size_t kv_offset(const GroupArgs& a, int page, int head, int offset) {
   return slot_offset(a, page, head, offset, a.head_dim, a.kv_page_heads > 0 ? a.kv_page_heads : a.num_kv_heads);
 }
+// The K/V row's index: kv_offset / head_dim, where an FP8 cache keeps the row's scale.
+__device__ __forceinline__ size_t kv_row_index(const GroupArgs& a, int page, int head, int offset) {
+  return slot_offset(a, page, head, offset, 1, a.kv_page_heads > 0 ? a.kv_page_heads : a.num_kv_heads);
+}
 __device__ __forceinline__ size_t f_offset(const GroupArgs& a, int page, int head, int offset) {
   return slot_offset(a, page, head, offset, 1, a.f_page_heads > 0 ? a.f_page_heads : a.num_kv_heads);
 }
 
-__device__ __forceinline__ const bf16* key_row(const GroupArgs& a, const bf16* k_layer, const int32_t* table, int e,
-                                               int head) {
-  return k_layer + kv_offset(a, table[e / a.block_size], head, e % a.block_size);
+// One layer's K (or V) of the group in whichever pool the cache uses.
+struct KvLayer {
+  const bf16* bf = nullptr;
+  const uint8_t* f8 = nullptr;
+  const float* scales = nullptr;
+};
+__device__ __forceinline__ KvLayer kv_layer(const GroupArgs& a, int layer, bool value) {
+  KvLayer kl;
+  if (a.k8 != nullptr) {
+    kl.f8 = (value ? a.v8 : a.k8) + layer * a.kv_layer_pitch;
+    kl.scales = (value ? a.v_scales : a.k_scales) + layer * (a.kv_layer_pitch / a.head_dim);
+  } else {
+    kl.bf = (value ? a.v : a.k) + layer * a.kv_layer_pitch;
+  }
+  return kl;
+}
+__device__ __forceinline__ KvLayer key_layer(const GroupArgs& a, int layer) { return kv_layer(a, layer, false); }
+__device__ __forceinline__ KvLayer value_layer(const GroupArgs& a, int layer) { return kv_layer(a, layer, true); }
+
+// Entry e (through the page table) of KV head (slot) `head` of a layer: the FP8 row's codes start
+// at the element offset the bf16 row would (its scale at that offset / head_dim).
+__device__ __forceinline__ KvRow key_row(const GroupArgs& a, const KvLayer& kl, const int32_t* table, int e,
+                                         int head) {
+  const size_t r = kv_row_index(a, table[e / a.block_size], head, e % a.block_size);
+  KvRow row;
+  if (kl.f8 != nullptr) {
+    row.f8 = kl.f8 + r * a.head_dim;
+    row.scale = kl.scales[r];
+  } else {
+    row.bf = kl.bf + r * a.head_dim;
+  }
+  return row;
 }
 
 // Query row pointer of window query `qr` (= u * group_size + g) of a job's KV head.
@@ -161,17 +272,12 @@ __device__ __forceinline__ void chunk_key_norms(const GroupArgs& a, int job, con
   const RowInfo ri = row_info(a, job, blockIdx.y);
   const int e0 = (blockIdx.x - jd.chunk0) * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
+  const KvLayer k_layer = key_layer(a, ri.layer);
   const int32_t* table = a.pages + jd.src_page0;
   for (int r = warp; r < kTile; r += kThreads / 32) {
     const int e = e0 + r;
     if (e >= jd.n) break;
-    const bf16* k = key_row(a, k_layer, table, e, ri.head);
-    float ss = 0.0f;
-    for (int x = lane; x < a.head_dim; x += 32) {
-      const float v = __bfloat162float(k[x]);
-      ss = fmaf(v, v, ss);
-    }
+    float ss = lane_sum_squares(key_row(a, k_layer, table, e, ri.head), lane, a.head_dim);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(kFull, ss, o);
     if (lane == 0) out[row_offset(jd, ri.lh) + e] = sign * sqrtf(ss);

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/compression_kernels.h"
 #include "backend/cuda/compression_device.cuh"
@@ -81,7 +82,7 @@ struct RedundancyChunk {
   int n, span, e0;  // entries, lightning span, first row of the chunk
   bool lightning;
   int col_lo, col_hi;  // columns [col_lo, col_hi) cover every pair a row of the chunk considers
-  const bf16* k_layer;
+  KvLayer k_layer;
   const int32_t* table;
   size_t off;  // of the row in scores/redundancy/z/norms
   const float* norms;
@@ -109,7 +110,7 @@ __device__ __forceinline__ RedundancyChunk redundancy_chunk(const GroupArgs& a) 
     c.col_lo = (c.e0 / c.span) * c.span;
     c.col_hi = min(c.n, (last / c.span + 1) * c.span);
   }
-  c.k_layer = a.k + c.ri.layer * a.kv_layer_pitch;
+  c.k_layer = key_layer(a, c.ri.layer);
   c.table = a.pages + jd.src_page0;
   c.off = jd.score0 + static_cast<size_t>(c.ri.lh) * c.n;
   c.norms = a.norms + c.off;
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) redundancy_kernel(const GroupArgs a)
   const RedundancyChunk rc = redundancy_chunk(a);
   if (!rc.active) return;
   const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
-  const bf16* a_row = rc.e0 + lr < rc.n ? key_row(a, rc.k_layer, rc.table, rc.e0 + lr, rc.ri.head) : nullptr;
+  const KvRow a_row = rc.e0 + lr < rc.n ? key_row(a, rc.k_layer, rc.table, rc.e0 + lr, rc.ri.head) : KvRow{};
   int row_e[4], last_j[4];
   float row_norm[4], row_sum[4], last_v[4];
 #pragma unroll
@@ -139,7 +140,7 @@ __global__ void __launch_bounds__(kThreads) redundancy_kernel(const GroupArgs a)
     last_v[i] = 0.0f;
   }
   for (int c0 = rc.col_lo; c0 < rc.col_hi; c0 += kTile) {
-    const bf16* b_row = c0 + lr < rc.col_hi ? key_row(a, rc.k_layer, rc.table, c0 + lr, rc.ri.head) : nullptr;
+    const KvRow b_row = c0 + lr < rc.col_hi ? key_row(a, rc.k_layer, rc.table, c0 + lr, rc.ri.head) : KvRow{};
     float acc[4][4];
     tile_dots(a_row, b_row, a.head_dim, sm, acc);
 #pragma unroll
@@ -176,25 +177,47 @@ __global__ void __launch_bounds__(kThreads) redundancy_kernel(const GroupArgs a)
 // attention kernel). The products of bf16 values are exact, so only the fp32 summation order
 // differs from the CUDA-core path; lanes hold rows g and g + 8 of their warp's 16 and columns
 // 8 n + 2 (lane % 4) + {0, 1}, reduced over the 4 lanes of a quad at the end.
-template <int D>
+//
+// FP8 cache (kFp8): the tiles hold the E4M3 codes' values as bf16 WITHOUT the scales (every E4M3
+// value is exact in bf16: 3 mantissa bits, exponents 2^-9 .. 2^8), so the tensor cores form
+// c_i . c_j from exact products as above, and k_i . k_j = (s_i s_j) (c_i . c_j) in fp32: one
+// rounding more than the CPU's sum of dequantized products, and (s_i s_j) is symmetric, so the
+// mirror pair differs only as in the bf16 case. The scales ride in shared memory beside the norms.
+template <int D, bool kFp8>
 __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) {
   constexpr int kStride = D + 8;  // +16 B per row: the 8 rows of an ldmatrix hit distinct banks
   __shared__ __align__(16) bf16 sa[kTile * kStride];
   __shared__ __align__(16) bf16 sb[kTile * kStride];
   __shared__ float col_norm[kTile];
+  __shared__ float row_scale[kFp8 ? kTile : 1], col_scale[kFp8 ? kTile : 1];
   const RedundancyChunk rc = redundancy_chunk(a);
   if (!rc.active) return;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  auto load_tile = [&](bf16* dst, int base, int end) {
+  auto load_tile = [&](bf16* dst, float* scales, int base, int end) {
     for (int c = tid; c < kTile * (D / 8); c += 128) {
       const int r = c / (D / 8), col = (c % (D / 8)) * 8;
       const int e = base + r;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (e < end) v = *reinterpret_cast<const uint4*>(key_row(a, rc.k_layer, rc.table, e, rc.ri.head) + col);
+      if constexpr (kFp8) {
+        if (e < end) {
+          const KvRow row = key_row(a, rc.k_layer, rc.table, e, rc.ri.head);
+          const uint2 raw = *reinterpret_cast<const uint2*>(row.f8 + col);  // 8 codes
+          const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
+          __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+          for (int q = 0; q < 4; ++q)  // fp8 -> fp16 -> fp32 -> bf16, exact at every step
+            out[q] = __float22bfloat162_rn(__half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[q], __NV_E4M3))));
+          if (col == 0) scales[r] = row.scale;
+        } else if (col == 0) {
+          scales[r] = 0.0f;
+        }
+      } else {
+        if (e < end) v = *reinterpret_cast<const uint4*>(key_row(a, rc.k_layer, rc.table, e, rc.ri.head).bf + col);
+      }
       *reinterpret_cast<uint4*>(dst + r * kStride + col) = v;
     }
   };
-  load_tile(sa, rc.e0, rc.n);
+  load_tile(sa, row_scale, rc.e0, rc.n);
   int row_e[2], last_j[2];
   float row_norm[2], row_sum[2], last_v[2];
 #pragma unroll
@@ -207,7 +230,7 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
   }
   for (int c0 = rc.col_lo; c0 < rc.col_hi; c0 += kTile) {
     __syncthreads();  // the previous column tile is consumed
-    load_tile(sb, c0, rc.col_hi);
+    load_tile(sb, col_scale, c0, rc.col_hi);
     if (tid < kTile) col_norm[tid] = c0 + tid < rc.col_hi ? rc.norms[c0 + tid] : 0.0f;
     __syncthreads();
     float s[kTile / 8][4];
@@ -231,7 +254,9 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
       for (int i = 0; i < 4; ++i) {
         const int h = i >> 1, cl = x * 8 + 2 * t4 + (i & 1), cj = c0 + cl;
         if (!rc.considers(row_e[h], cj)) continue;
-        const float c = s[x][i] / fmaxf(row_norm[h] * col_norm[cl], 1e-8f);
+        float dot = s[x][i];
+        if constexpr (kFp8) dot *= row_scale[warp * 16 + g + 8 * h] * col_scale[cl];
+        const float c = dot / fmaxf(row_norm[h] * col_norm[cl], 1e-8f);
         row_sum[h] += c;
         if (c > rc.threshold && cj > last_j[h]) {
           last_j[h] = cj;
@@ -419,8 +444,13 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const GroupArgs 
 // chunk's source rows into registers, then (after a barrier) stores them. A destination slot
 // is at most its source slot's table position (the precondition), so a chunk's stores never hit
 // a source read by a later chunk, and the barrier keeps them from a source of the same chunk.
+// A piece is 8 values: 16 bytes of bf16, or (kFp8) 8 bytes of codes, with the row's K and V
+// scales moved by the thread of the row like F.
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads) compact_kernel(const GroupArgs a) {
   constexpr int kMaxPieces = 8;  // head_dim <= 256: (64 rows * 32 pieces) / 256 threads
+  using Piece = std::conditional_t<kFp8, uint2, uint4>;
+  using Elem = std::conditional_t<kFp8, uint8_t, bf16>;
   const int rpj = a.num_group_layers * a.num_kv_heads;
   const RowInfo ri = row_info(a, blockIdx.x / rpj, blockIdx.x % rpj);
   const CompressionJobDesc jd = a.jobs[ri.job];
@@ -429,15 +459,26 @@ __global__ void __launch_bounds__(kThreads) compact_kernel(const GroupArgs a) {
   const int32_t* keep = a.keep + jd.keep0 + static_cast<size_t>(ri.lh) * jd.num_keep;
   const int32_t* src = a.pages + jd.src_page0;
   const int32_t* dst = a.pages + jd.dst_page0;
-  bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
-  bf16* v_layer = a.v + ri.layer * a.kv_layer_pitch;
+  Elem* k_layer;
+  Elem* v_layer;
+  float* k_scales = nullptr;
+  float* v_scales = nullptr;
+  if constexpr (kFp8) {
+    k_layer = a.k8 + ri.layer * a.kv_layer_pitch;
+    v_layer = a.v8 + ri.layer * a.kv_layer_pitch;
+    k_scales = a.k_scales + ri.layer * (a.kv_layer_pitch / d);
+    v_scales = a.v_scales + ri.layer * (a.kv_layer_pitch / d);
+  } else {
+    k_layer = a.k + ri.layer * a.kv_layer_pitch;
+    v_layer = a.v + ri.layer * a.kv_layer_pitch;
+  }
   const bool move_f = jd.global_decay > 0.0f && a.f != nullptr;
   float* f_layer = move_f ? a.f + ri.layer * a.f_layer_pitch : nullptr;
   const float* new_f = a.scores + jd.score0 + static_cast<size_t>(ri.lh) * jd.n;
   const int pieces = d / 8, per_thread = (kTile * pieces) / kThreads;
   const int t = threadIdx.x;
   for (int i0 = 0; i0 < k; i0 += kTile) {
-    uint4 kb[kMaxPieces], vb[kMaxPieces];
+    Piece kb[kMaxPieces], vb[kMaxPieces];
     size_t to[kMaxPieces];
     bool moves[kMaxPieces];
 #pragma unroll
@@ -451,8 +492,8 @@ __global__ void __launch_bounds__(kThreads) compact_kernel(const GroupArgs a) {
       to[it] = kv_offset(a, dst[i / bs], ri.head, i % bs) + pc * 8;
       if (from == to[it]) continue;
       moves[it] = true;
-      kb[it] = *reinterpret_cast<const uint4*>(k_layer + from);
-      vb[it] = *reinterpret_cast<const uint4*>(v_layer + from);
+      kb[it] = *reinterpret_cast<const Piece*>(k_layer + from);
+      vb[it] = *reinterpret_cast<const Piece*>(v_layer + from);
     }
     float fv = 0.0f;
     size_t f_to = 0;
@@ -462,21 +503,44 @@ __global__ void __launch_bounds__(kThreads) compact_kernel(const GroupArgs a) {
       fv = new_f[keep[i]];
       f_to = f_offset(a, dst[i / bs], ri.head, i % bs);
     }
+    // FP8: thread t < 64 moves the K and V scales of the chunk's row t.
+    float ks = 0.0f, vs = 0.0f;
+    size_t s_to = 0;
+    bool s_move = false;
+    if constexpr (kFp8) {
+      if (t < kTile && i0 + t < k) {
+        const int i = i0 + t, e = keep[i];
+        const size_t s_from = kv_row_index(a, src[e / bs], ri.head, e % bs);
+        s_to = kv_row_index(a, dst[i / bs], ri.head, i % bs);
+        s_move = s_from != s_to;
+        if (s_move) {
+          ks = k_scales[s_from];
+          vs = v_scales[s_from];
+        }
+      }
+    }
     __syncthreads();
 #pragma unroll
     for (int it = 0; it < kMaxPieces; ++it) {
       if (!moves[it]) continue;
-      *reinterpret_cast<uint4*>(k_layer + to[it]) = kb[it];
-      *reinterpret_cast<uint4*>(v_layer + to[it]) = vb[it];
+      *reinterpret_cast<Piece*>(k_layer + to[it]) = kb[it];
+      *reinterpret_cast<Piece*>(v_layer + to[it]) = vb[it];
     }
     if (f_move) f_layer[f_to] = fv;
+    if (s_move) {
+      k_scales[s_to] = ks;
+      v_scales[s_to] = vs;
+    }
   }
 }
 
+// FP8 (k8 set): every one of its pointers set, and head_dim a multiple of 32 (as kDk already
+// requires; the write kernel's condition too).
 bool valid_geometry(const GroupArgs& a) {
   return a.num_jobs >= 0 && a.num_group_layers >= 1 && a.num_kv_heads >= 1 && a.group_size >= 1 &&
          a.group_size <= kTile && a.head_dim >= kDk && a.head_dim <= 256 && a.head_dim % kDk == 0 &&
-         a.block_size >= 1 && a.num_group_layers * a.num_kv_heads <= 65535;
+         a.block_size >= 1 && a.num_group_layers * a.num_kv_heads <= 65535 &&
+         (a.k8 == nullptr || (a.v8 != nullptr && a.k_scales != nullptr && a.v_scales != nullptr));
 }
 
 }  // namespace
@@ -516,10 +580,15 @@ cudaError_t launch_compression_scores(const GroupArgs& a, cudaStream_t stream) {
   if (a.any_redundancy) {
     key_norms_kernel<<<dim3(a.num_chunks, rpj), kThreads, 0, stream>>>(a);
     const dim3 grid(a.num_chunks, rpj);
-    if (a.head_dim == 64)
-      redundancy_mma_kernel<64><<<grid, 128, 0, stream>>>(a);
+    const bool fp8 = a.k8 != nullptr;
+    if (a.head_dim == 64 && fp8)
+      redundancy_mma_kernel<64, true><<<grid, 128, 0, stream>>>(a);
+    else if (a.head_dim == 64)
+      redundancy_mma_kernel<64, false><<<grid, 128, 0, stream>>>(a);
+    else if (a.head_dim == 128 && fp8)
+      redundancy_mma_kernel<128, true><<<grid, 128, 0, stream>>>(a);
     else if (a.head_dim == 128)
-      redundancy_mma_kernel<128><<<grid, 128, 0, stream>>>(a);
+      redundancy_mma_kernel<128, false><<<grid, 128, 0, stream>>>(a);
     else
       redundancy_kernel<<<grid, kThreads, 0, stream>>>(a);
   }
@@ -537,7 +606,10 @@ cudaError_t launch_compression_select(const GroupArgs& a, cudaStream_t stream) {
 cudaError_t launch_compression_compact(const GroupArgs& a, cudaStream_t stream) {
   if (!valid_geometry(a)) return cudaErrorInvalidValue;
   if (a.num_jobs == 0) return cudaSuccess;
-  compact_kernel<<<a.num_jobs * rows_per_job(a), kThreads, 0, stream>>>(a);
+  if (a.k8 != nullptr)
+    compact_kernel<true><<<a.num_jobs * rows_per_job(a), kThreads, 0, stream>>>(a);
+  else
+    compact_kernel<false><<<a.num_jobs * rows_per_job(a), kThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

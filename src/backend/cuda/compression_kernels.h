@@ -4,8 +4,8 @@
 // per-(layer, KV head) top-k selection and compaction into destination pages.
 // Their arithmetic follows the CPU twins in backend/cpu/compression_ops.h (which state the exact
 // semantics: causal window, pooling padding, redundancy zeroing, tie-breaking); the GPU computes
-// in fp32 from bf16 data, so scores agree to rounding, selections agree exactly on equal scores,
-// and compaction is a bit-exact move.
+// in fp32 from bf16 (or dequantized FP8) data, so scores agree to rounding, selections agree
+// exactly on equal scores, and compaction is a bit-exact move.
 //
 // Work is organised as a *group*: a batch of jobs (requests) times a range of consecutive layers
 // (the layer stride) times every KV head. A "row" is one (job, layer of the group, KV head); rows
@@ -115,6 +115,15 @@ struct GroupArgs {
   __nv_bfloat16* k = nullptr;
   __nv_bfloat16* v = nullptr;
   size_t kv_layer_pitch = 0;
+  // FP8 cache (--kv-cache-dtype fp8; k / v are then null): E4M3 codes at the element offsets a bf16
+  // cache would use (kv_layer_pitch counts elements = bytes here), and one fp32 scale per head row
+  // at element offset / head_dim (scale layer pitch kv_layer_pitch / head_dim). Whether the cache
+  // is FP8: k8 != nullptr (then v8, k_scales and v_scales are set too; codes 8-byte aligned). The
+  // fp32 kernels read code * scale (kv/kv_cache_dtype.h), compaction moves codes and scales.
+  uint8_t* k8 = nullptr;
+  uint8_t* v8 = nullptr;
+  float* k_scales = nullptr;
+  float* v_scales = nullptr;
   // Query cache: per layer [num_slots, max_window, num_kv_heads * group_size, head_dim] bf16.
   const __nv_bfloat16* q = nullptr;
   size_t q_layer_pitch = 0;
@@ -154,7 +163,7 @@ cudaError_t launch_base_scores(const GroupArgs& args, cudaStream_t stream);
 // total order: higher score first, NaN lowest, ties to the larger index) into keep.
 cudaError_t launch_compression_select(const GroupArgs& args, cudaStream_t stream);
 
-// Per row, moves the kept K and V entries to their destination pages (entry i of the result at
+// Per row, moves the kept K and V entries (FP8: codes and scales) to their destination pages (entry i of the result at
 // dst table page i / block_size, offset i % block_size), and for jobs with a global decay writes
 // F of the destination entries from scores. In place is safe when every destination page is not a
 // source page or is one at the same or an earlier source table index (cpu::compact_entries).

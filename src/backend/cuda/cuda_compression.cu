@@ -35,6 +35,18 @@ struct CompressionPart {
 int pages_for(int entries, int block_size) { return (entries + block_size - 1) / block_size; }
 size_t align16(size_t x) { return (x + 15) / 16 * 16; }
 
+// The pool of the layer group starting at layer l0 (full layout): K/V, or the FP8 codes at the
+// same element offsets and their scales at offset / head_dim. Null stays null (the other pool).
+void set_layer_pool(GroupArgs& a, const CudaCompressor::Geometry& g, int l0) {
+  const size_t at = static_cast<size_t>(l0) * g.kv_layer_pitch, scale_at = at / static_cast<size_t>(g.head_dim);
+  a.k = g.k != nullptr ? g.k + at : nullptr;
+  a.v = g.v != nullptr ? g.v + at : nullptr;
+  a.k8 = g.k8 != nullptr ? g.k8 + at : nullptr;
+  a.v8 = g.v8 != nullptr ? g.v8 + at : nullptr;
+  a.k_scales = g.k_scales != nullptr ? g.k_scales + scale_at : nullptr;
+  a.v_scales = g.v_scales != nullptr ? g.v_scales + scale_at : nullptr;
+}
+
 }  // namespace
 
 CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs, int rows_per_job, int group_size,
@@ -165,8 +177,11 @@ Status CudaCompressor::configure(const CompressionConfig& config, const Geometry
   if (g.head_dim % 32 != 0 || g.head_dim > 256)
     return Status(ErrorCode::kUnimplemented, "CUDA compression: head_dim " + std::to_string(g.head_dim) +
                                                  " is not supported (a multiple of 32 up to 256 is)");
-  if (g.k8 != nullptr)
-    return Status(ErrorCode::kUnimplemented, "CUDA compression: the kernels do not read an FP8 KV cache yet");
+  // An FP8 cache names its codes and scales together (its head_dim, a multiple of 32, is checked above).
+  const int fp8_fields = (g.k8 != nullptr) + (g.v8 != nullptr) + (g.k_scales != nullptr) + (g.v_scales != nullptr);
+  if (fp8_fields != 0 && fp8_fields != 4)
+    return invalid_argument("CUDA compression: an FP8 KV cache needs k8, v8, k_scales and v_scales (" +
+                            std::to_string(fp8_fields) + " of 4 set)");
   ORIGAMI_RETURN_IF_ERROR(wait());
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   release();
@@ -469,6 +484,10 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
       a.q_kv_heads = g.num_kv_heads;
       a.k = g.k;
       a.v = g.v;
+      a.k8 = g.k8;
+      a.v8 = g.v8;
+      a.k_scales = g.k_scales;
+      a.v_scales = g.v_scales;
       a.q = q_cache_;  // each job adds its own layer (CompressionJobDesc::layer)
       a.f = f_;
       ORIGAMI_CUDA_RETURN_IF_ERROR(launch());
@@ -476,8 +495,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     }
     for (int l0 = 0; l0 < g.num_layers; l0 += stride) {
       a.num_group_layers = std::min(stride, g.num_layers - l0);
-      a.k = g.k + l0 * g.kv_layer_pitch;
-      a.v = g.v + l0 * g.kv_layer_pitch;
+      set_layer_pool(a, g, l0);
       a.q = q_cache_ != nullptr ? q_cache_ + l0 * a.q_layer_pitch : nullptr;
       a.f = f_ != nullptr ? f_ + l0 * a.f_layer_pitch : nullptr;
       ORIGAMI_CUDA_RETURN_IF_ERROR(launch());
@@ -518,8 +536,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     for (const CompressionJobDesc& d : evict_plan.descs) max_blocks = std::max(max_blocks, d.n / bs);
     for (int l0 = 0; l0 < g.num_layers; l0 += stride) {
       a.num_group_layers = std::min(stride, g.num_layers - l0);
-      a.k = g.k + l0 * g.kv_layer_pitch;
-      a.v = g.v + l0 * g.kv_layer_pitch;
+      set_layer_pool(a, g, l0);
       a.q = q_cache_ != nullptr ? q_cache_ + l0 * a.q_layer_pitch : nullptr;
       ORIGAMI_CUDA_RETURN_IF_ERROR(launch_base_scores(a, stream_));
       ORIGAMI_CUDA_RETURN_IF_ERROR(

@@ -66,7 +66,8 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bl
 
 class CudaCompressor : public KVCompressor {
  public:
-  // The backend's paged storage: K of layer l at k + l * kv_layer_pitch (elements), V likewise.
+  // The backend's paged storage: K of layer l at k + l * kv_layer_pitch (elements), V likewise
+  // (or, for an FP8 cache, k8 / v8 and their scales).
   struct Geometry {
     int num_layers = 0;
     int num_kv_heads = 0;
@@ -79,7 +80,10 @@ class CudaCompressor : public KVCompressor {
     size_t kv_layer_pitch = 0;
     // FP8 cache (--kv-cache-dtype fp8; k / v are then null): E4M3 codes at the element offsets a bf16
     // cache would use (kv_layer_pitch counts elements = bytes here), and one fp32 scale per head row
-    // at element offset / head_dim (scale layer pitch kv_layer_pitch / head_dim).
+    // at element offset / head_dim (scale layer pitch kv_layer_pitch / head_dim). Head groups:
+    // k8 = page 0's K codes, v8 = k8 + H_p * block_size * head_dim, k_scales = page 0's K scales
+    // ([2, H_p, block_size] floats per page), v_scales = k_scales + H_p * block_size. Whether the
+    // cache is FP8: k8 != nullptr (configure() then requires all four).
     uint8_t* k8 = nullptr;
     uint8_t* v8 = nullptr;
     float* k_scales = nullptr;

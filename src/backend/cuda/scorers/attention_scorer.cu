@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kThreads) attn_lse_kernel(const GroupArgs a) {
   const int q1 = min(q0 + qpt, wg);
   const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
   const bf16* q_layer = a.q + ri.layer * a.q_layer_pitch;
-  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
+  const KvLayer k_layer = key_layer(a, ri.layer);
   const int32_t* table = a.pages + jd.src_page0;
   const bf16* a_row = q0 + lr < q1 ? query_row(a, q_layer, jd, ri.head, q0 + lr) : nullptr;
   int limit[4];
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kThreads) attn_lse_kernel(const GroupArgs a) {
     s[i] = 0.0f;
   }
   for (int e0 = 0; e0 < jd.n; e0 += kTile) {
-    const bf16* b_row = e0 + lr < jd.n ? key_row(a, k_layer, table, e0 + lr, ri.head) : nullptr;
+    const KvRow b_row = e0 + lr < jd.n ? key_row(a, k_layer, table, e0 + lr, ri.head) : KvRow{};
     float acc[4][4];
     tile_dots(a_row, b_row, a.head_dim, sm, acc);
 #pragma unroll
@@ -95,9 +95,9 @@ __global__ void __launch_bounds__(kThreads) attn_score_kernel(const GroupArgs a)
   const int G = a.group_size, qpt = rows_per_qtile(G), wg = jd.window * G;
   const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
   const bf16* q_layer = a.q + ri.layer * a.q_layer_pitch;
-  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
+  const KvLayer k_layer = key_layer(a, ri.layer);
   const int32_t* table = a.pages + jd.src_page0;
-  const bf16* b_row = e0 + lr < jd.n ? key_row(a, k_layer, table, e0 + lr, ri.head) : nullptr;
+  const KvRow b_row = e0 + lr < jd.n ? key_row(a, k_layer, table, e0 + lr, ri.head) : KvRow{};
   const float2* lse = a.lse + jd.lse0 + static_cast<size_t>(ri.lh) * wg;
   float colsum = 0.0f;  // threads 0..63: entry e0 + t
   for (int q0 = 0; q0 < wg; q0 += qpt) {

@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kThreads) kara_lse_kernel(const GroupArgs a) {
   const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
   const int start = jd.n - jd.window, m = jd.kara_region;
   const bf16* q_layer = a.q + ri.layer * a.q_layer_pitch;
-  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
+  const KvLayer k_layer = key_layer(a, ri.layer);
   const int32_t* table = a.pages + jd.src_page0;
   const bf16* a_row = q0 + lr < q1 ? query_row(a, q_layer, jd, ri.head, q0 + lr) : nullptr;
   float mx_run[4], s[4];
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kThreads) kara_lse_kernel(const GroupArgs a) {
     s[i] = 0.0f;
   }
   for (int e0 = 0; e0 < m; e0 += kTile) {
-    const bf16* b_row = e0 + lr < m ? key_row(a, k_layer, table, start + e0 + lr, ri.head) : nullptr;
+    const KvRow b_row = e0 + lr < m ? key_row(a, k_layer, table, start + e0 + lr, ri.head) : KvRow{};
     float acc[4][4];
     tile_dots(a_row, b_row, a.head_dim, sm, acc);
 #pragma unroll
@@ -96,10 +96,10 @@ __global__ void __launch_bounds__(kThreads) kara_colsum_kernel(const GroupArgs a
   const int G = a.group_size, qpt = rows_per_qtile(G), wg = jd.window * G;
   const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
   const bf16* q_layer = a.q + ri.layer * a.q_layer_pitch;
-  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
+  const KvLayer k_layer = key_layer(a, ri.layer);
   const int32_t* table = a.pages + jd.src_page0;
   auto in_region = [&](int e) { return e >= start && e < start + m; };
-  const bf16* b_row = in_region(c0 + lr) ? key_row(a, k_layer, table, c0 + lr, ri.head) : nullptr;
+  const KvRow b_row = in_region(c0 + lr) ? key_row(a, k_layer, table, c0 + lr, ri.head) : KvRow{};
   const float2* lse = a.lse + jd.lse0 + static_cast<size_t>(ri.lh) * wg;
   const float inv_group = 1.0f / static_cast<float>(G);
   float colsum = 0.0f;  // threads 0..63: entry c0 + t

@@ -28,17 +28,12 @@ __global__ void __launch_bounds__(kThreads) keydiff_score_kernel(const GroupArgs
   if (jd.scorer != Scorer::kKeyDiff) return;
   const int n = jd.n, d = a.head_dim;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = kThreads / 32;
-  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
+  const KvLayer k_layer = key_layer(a, ri.layer);
   const int32_t* table = a.pages + jd.src_page0;
   float* S = a.scores + row_offset(jd, ri.lh);
 
   for (int e = warp; e < n; e += warps) {
-    const bf16* k = key_row(a, k_layer, table, e, ri.head);
-    float ss = 0.0f;
-    for (int x = lane; x < d; x += 32) {
-      const float v = __bfloat162float(k[x]);
-      ss = fmaf(v, v, ss);
-    }
+    float ss = lane_sum_squares(key_row(a, k_layer, table, e, ri.head), lane, d);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(kFull, ss, o);
     if (lane == 0) S[e] = 1.0f / fmaxf(sqrtf(ss), 1e-8f);
@@ -47,7 +42,7 @@ __global__ void __launch_bounds__(kThreads) keydiff_score_kernel(const GroupArgs
 
   for (int x = threadIdx.x; x < d; x += blockDim.x) {
     float sum = 0.0f;
-    for (int e = 0; e < n; ++e) sum += __bfloat162float(key_row(a, k_layer, table, e, ri.head)[x]) * S[e];
+    for (int e = 0; e < n; ++e) sum += kv_value(key_row(a, k_layer, table, e, ri.head), x) * S[e];
     anchor[x] = sum / static_cast<float>(n);
   }
   __syncthreads();
@@ -63,9 +58,7 @@ __global__ void __launch_bounds__(kThreads) keydiff_score_kernel(const GroupArgs
 
   for (int e = warp; e < n; e += warps) {
     const float inv_norm = S[e];
-    const bf16* k = key_row(a, k_layer, table, e, ri.head);
-    float dot = 0.0f;
-    for (int x = lane; x < d; x += 32) dot = fmaf(__bfloat162float(k[x]), anchor[x], dot);
+    float dot = lane_dot(key_row(a, k_layer, table, e, ri.head), anchor, lane, d);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(kFull, dot, o);
     if (lane == 0) S[e] = -(dot * inv_norm) * inv_anchor;

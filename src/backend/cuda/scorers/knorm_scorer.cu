@@ -1,6 +1,6 @@
 // `knorm` base scorer on the GPU: S = -|k| per entry (K-norm), cpu::score_knorm's twin
 // (backend/cpu/scorers/knorm_scorer.cpp); the norm is the one the redundancy score uses
-// (chunk_key_norms: fp32 sum of squares of the bf16 key, sqrt).
+// (chunk_key_norms: fp32 sum of squares of the bf16 or dequantized FP8 key, sqrt).
 #include <cuda_runtime.h>
 
 #include "backend/cuda/compression_device.cuh"

@@ -1,7 +1,7 @@
 // `vknorm` base scorer on the GPU (PagedEviction): S = |v| / max(|k|, kVkNormMinKeyNorm) per
 // entry, cpu::score_vknorm's twin (backend/cpu/scorers/vknorm_scorer.cpp, which says why the score
 // is taken from the cache at eviction time). One warp per entry: lane-strided fmaf sums of squares
-// of the bf16 key and value in fp32, xor-shuffle sums, sqrtf.
+// of the key and value (bf16, or dequantized FP8) in fp32, xor-shuffle sums, sqrtf.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/compression_device.cuh"
@@ -20,20 +20,14 @@ __global__ void __launch_bounds__(kThreads) vknorm_score_kernel(const GroupArgs 
   const RowInfo ri = row_info(a, job, blockIdx.y);
   const int e0 = (blockIdx.x - jd.chunk0) * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const bf16* k_layer = a.k + ri.layer * a.kv_layer_pitch;
-  const bf16* v_layer = a.v + ri.layer * a.kv_layer_pitch;
+  const KvLayer k_layer = key_layer(a, ri.layer), v_layer = value_layer(a, ri.layer);
   const int32_t* table = a.pages + jd.src_page0;
   for (int r = warp; r < kTile; r += kThreads / 32) {
     const int e = e0 + r;
     if (e >= jd.n) break;
-    const bf16* k = key_row(a, k_layer, table, e, ri.head);
-    const bf16* v = key_row(a, v_layer, table, e, ri.head);  // V has K's layout
-    float kk = 0.0f, vv = 0.0f;
-    for (int x = lane; x < a.head_dim; x += 32) {
-      const float kx = __bfloat162float(k[x]), vx = __bfloat162float(v[x]);
-      kk = fmaf(kx, kx, kk);
-      vv = fmaf(vx, vx, vv);
-    }
+    // Two independent accumulations (V has K's layout).
+    float kk = lane_sum_squares(key_row(a, k_layer, table, e, ri.head), lane, a.head_dim);
+    float vv = lane_sum_squares(key_row(a, v_layer, table, e, ri.head), lane, a.head_dim);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
       kk += __shfl_xor_sync(kFull, kk, o);
