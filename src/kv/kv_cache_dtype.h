@@ -8,6 +8,7 @@
 // per head vector), so compaction moves it with its entry and no calibration is needed
 // (docs/kernels.md "FP8 KV cache" says why this granularity).
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -49,12 +50,25 @@ ORIGAMI_HD inline float kv_fp8_scale(float amax) { return amax > 0.0f ? amax / k
 ORIGAMI_HD inline uint8_t kv_fp8_quantize(float x, float scale) { return f32_to_fp8_e4m3(x / scale); }
 ORIGAMI_HD inline float kv_fp8_dequantize(uint8_t code, float scale) { return fp8_e4m3_to_f32(code) * scale; }
 
+// The scale an FP8 cache stores with one head vector (its amax / 448).
+inline float head_vector_fp8_scale(const float* v, int head_dim) {
+  float amax = 0.0f;
+  for (int i = 0; i < head_dim; ++i) amax = std::fmax(amax, std::fabs(v[i]));
+  return kv_fp8_scale(amax);
+}
+
+// One head vector as an FP8 cache stores it: its codes into `codes`, its scale returned (what
+// the CUDA write kernel stores; host references use it).
+inline float quantize_head_vector_fp8(const float* v, int head_dim, uint8_t* codes) {
+  const float scale = head_vector_fp8_scale(v, head_dim);
+  for (int i = 0; i < head_dim; ++i) codes[i] = kv_fp8_quantize(v[i], scale);
+  return scale;
+}
+
 // The CPU backend's emulation: replaces one head vector by what an FP8 cache would read back
 // (quantize with its own scale, dequantize), bit for bit what the CUDA kernels compute.
 inline void round_head_vector_fp8(float* v, int head_dim) {
-  float amax = 0.0f;
-  for (int i = 0; i < head_dim; ++i) amax = std::fmax(amax, std::fabs(v[i]));
-  const float scale = kv_fp8_scale(amax);
+  const float scale = head_vector_fp8_scale(v, head_dim);
   for (int i = 0; i < head_dim; ++i) v[i] = kv_fp8_dequantize(kv_fp8_quantize(v[i], scale), scale);
 }
 

@@ -97,16 +97,12 @@ void quantize_rows(const std::vector<uint16_t>& cache, int head_dim, std::vector
   codes->resize(cache.size());
   values->resize(cache.size());
   scales->resize(cache.size() / head_dim);
+  std::vector<float> row(head_dim);
   for (size_t r = 0; r < scales->size(); ++r) {
-    float amax = 0.f;
-    for (int d = 0; d < head_dim; ++d) amax = std::max(amax, std::fabs(from_bf16(cache[r * head_dim + d])));
-    const float sc = kv_fp8_scale(amax);
-    (*scales)[r] = sc;
-    for (int d = 0; d < head_dim; ++d) {
-      const size_t i = r * head_dim + d;
-      (*codes)[i] = kv_fp8_quantize(from_bf16(cache[i]), sc);
-      (*values)[i] = kv_fp8_dequantize((*codes)[i], sc);
-    }
+    const size_t at = r * head_dim;
+    for (int d = 0; d < head_dim; ++d) row[d] = from_bf16(cache[at + d]);
+    (*scales)[r] = quantize_head_vector_fp8(row.data(), head_dim, codes->data() + at);
+    for (int d = 0; d < head_dim; ++d) (*values)[at + d] = kv_fp8_dequantize((*codes)[at + d], (*scales)[r]);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/cuda_backend_factory.h"
+#include "cuda_test_util.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -37,26 +38,11 @@ TEST(CudaHfDump, WritesTeacherForcedLogits) {
   int index = 0;
   for (const auto& row : ids_json["ids"]) {
     const std::vector<int32_t> ids = row.get<std::vector<int32_t>>();
-    std::vector<BlockId> blocks;
-    for (int i = 0; i * block_size < static_cast<int>(ids.size()); ++i) blocks.push_back(1 + i);
-    ASSERT_LT(static_cast<int>(blocks.size()), num_blocks);
-    ForwardBatch batch;
-    batch.token_ids = ids;
-    for (size_t i = 0; i < ids.size(); ++i) batch.positions.push_back(static_cast<int32_t>(i));
-    SamplingParams greedy;
-    greedy.temperature = 0.0f;
-    SequenceInput in;
-    in.num_query_tokens = static_cast<int>(ids.size());
-    in.block_table = &blocks;
-    in.logits_mode = LogitsMode::kAll;
-    in.sampling = &greedy;
-    batch.sequences.push_back(in);
-    StepOutput out;
-    const Status st = b.execute(batch, &out);
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    ASSERT_LT((static_cast<int>(ids.size()) + block_size - 1) / block_size, num_blocks);
+    const std::vector<float> logits = cuda::testing::teacher_forced_logits(b, ids, block_size);
+    ASSERT_FALSE(logits.empty());
     std::ofstream f(dir + "/origami_logits_" + std::to_string(index++) + ".bin", std::ios::binary);
-    f.write(reinterpret_cast<const char*>(out.all_logits[0].data()),
-            static_cast<std::streamsize>(out.all_logits[0].size() * sizeof(float)));
+    f.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
   }
 }
 

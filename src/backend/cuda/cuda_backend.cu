@@ -598,8 +598,8 @@ Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
                                      : 2 * kv_layer_elems_ * layout.num_layers;
   kv_fp8_ = layout.fp8;
   // FP8: codes (1 byte per element), then the scales, 256-byte aligned.
-  kv_codes_bytes_ = kv_fp8_ ? (total_elems + 255) / 256 * 256 : total_elems * sizeof(bf16);
-  const size_t total = kv_codes_bytes_ + (kv_fp8_ ? total_elems / layout.head_dim * sizeof(float) : 0);
+  const size_t codes_bytes = kv_fp8_ ? (total_elems + 255) / 256 * 256 : total_elems * sizeof(bf16);
+  const size_t total = codes_bytes + (kv_fp8_ ? total_elems / layout.head_dim * sizeof(float) : 0);
   if (cudaMalloc(&kv_pool_, total) != cudaSuccess) {
     cudaGetLastError();
     return Status(ErrorCode::kResourceExhausted,
@@ -611,7 +611,7 @@ Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
   for (auto* v : {&k_codes_, &v_codes_}) v->assign(layout.num_layers, nullptr);
   for (auto* v : {&k_scales_, &v_scales_}) v->assign(layout.num_layers, nullptr);
   uint8_t* codes = static_cast<uint8_t*>(kv_pool_);
-  float* scales = reinterpret_cast<float*>(codes + kv_codes_bytes_);
+  float* scales = reinterpret_cast<float*>(codes + codes_bytes);
   for (int l = 0; l < layout.num_layers; ++l) {
     // Element offsets of the layer's K and V: head groups share the pool, V after K in each page.
     const size_t k_off = grouped ? 0 : 2 * l * kv_layer_elems_;

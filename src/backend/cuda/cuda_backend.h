@@ -69,13 +69,13 @@ class CudaBackend : public Backend {
   // (head groups: the pool's K / V of page 0, pages [2, H_p, block_size, head_dim] apart),
   // the query cache [L, M, max_window, h_q, d] and the global scores [L, num_blocks, h_kv, block_size].
   // bf16 cache only (null with --kv-cache-dtype fp8).
-  const __nv_bfloat16* k_cache(int layer) const { return kv_fp8_ ? nullptr : k_cache_[layer]; }
-  const __nv_bfloat16* v_cache(int layer) const { return kv_fp8_ ? nullptr : v_cache_[layer]; }
-  // FP8 cache: one layer's codes (same element offsets as above) and scales (offset / head_dim).
-  const uint8_t* k_codes(int layer) const { return kv_fp8_ ? k_codes_[layer] : nullptr; }
-  const uint8_t* v_codes(int layer) const { return kv_fp8_ ? v_codes_[layer] : nullptr; }
-  const float* k_scales(int layer) const { return kv_fp8_ ? k_scales_[layer] : nullptr; }
-  const float* v_scales(int layer) const { return kv_fp8_ ? v_scales_[layer] : nullptr; }
+  const __nv_bfloat16* k_cache(int layer) const { return k_cache_[layer]; }
+  const __nv_bfloat16* v_cache(int layer) const { return v_cache_[layer]; }
+  // FP8 cache only: one layer's codes (same element offsets as above) and scales (offset / head_dim).
+  const uint8_t* k_codes(int layer) const { return k_codes_[layer]; }
+  const uint8_t* v_codes(int layer) const { return v_codes_[layer]; }
+  const float* k_scales(int layer) const { return k_scales_[layer]; }
+  const float* v_scales(int layer) const { return v_scales_[layer]; }
   const __nv_bfloat16* query_cache() const { return compressor_ ? compressor_->query_cache() : nullptr; }
   const float* global_scores() const { return compressor_ ? compressor_->global_scores() : nullptr; }
   void synchronize() const;  // the backend's stream
@@ -169,11 +169,10 @@ class CudaBackend : public Backend {
   size_t kv_layer_elems_ = 0;             // full layout: one layer's K (or V); head groups: 0
   // FP8 cache (--kv-cache-dtype fp8): the pool holds E4M3 codes at the element offsets a bf16
   // pool would use (1 byte each), then one fp32 scale per head row at element offset / head_dim
-  // (kv_cache_write.h); k_cache_ / v_cache_ are unused.
+  // (kv_cache_write.h); k_cache_ / v_cache_ are then null, as these are with a bf16 cache.
   bool kv_fp8_ = false;
   std::vector<uint8_t*> k_codes_, v_codes_;
   std::vector<float*> k_scales_, v_scales_;
-  size_t kv_codes_bytes_ = 0;  // bytes before the scales in kv_pool_
   // Head groups (KVLayout::grouped): every group has its own table and length per request, so the
   // step inputs carry num_groups_ tables per sequence (group-major) and a slot per (group, token);
   // pages [2, H_p, block_size, head_dim] of one shared pool, kv_page_elems_ elements each.
