@@ -1,6 +1,7 @@
 // Decode-attention bandwidth for the Qwen3-8B attention shape (32 query heads, 8 KV heads,
-// head_dim 128), next to a measured device-to-device copy bandwidth. Bytes counted: K and V of
-// every cached entry read once (the floor), plus q and out. Random data, shuffled page ids, and
+// head_dim 128), next to a measured device-to-device copy bandwidth, for the bf16 and the FP8
+// cache and both kernels (64 query rows a CTA, and the decode planner's 16). Bytes counted: K and
+// V of every cached entry read once (the floor; FP8: codes and scales), plus q and out. Random data, shuffled page ids, and
 // several page-table copies rotated between iterations so small cases do not sit in L2.
 // Build: nvcc -std=c++20 -O3 -arch=sm_90 -Isrc bench/attention_bench.cu src/backend/cuda/paged_attention.cu
 #include <cuda_bf16.h>
@@ -17,6 +18,18 @@
 #include "bench_util.cuh"
 
 using namespace origami::cuda;
+
+// Random E4M3 codes without NaN (exponent field <= 13) and one scale per head vector.
+__global__ void fill_codes(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed * 0x9e3779b9u;
+    h ^= h >> 15;
+    p[i] = static_cast<uint8_t>(h & 0xef);
+  }
+}
+__global__ void fill_value(float* p, size_t n, float v) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
+}
 
 int main() {
   int dev = 0, sms = 0;
@@ -38,17 +51,32 @@ int main() {
   CK(cudaMalloc(&v_cache, pool_entries * entry_bytes));
   fill_random<<<4096, 256>>>(k_cache, pool_entries * entry_bytes / 2, 1);
   fill_random<<<4096, 256>>>(v_cache, pool_entries * entry_bytes / 2, 2);
+  // The FP8 pool: codes at the bf16 pool's element offsets (in the same buffers), one scale per
+  // (entry, KV head).
+  const size_t head_vectors = pool_entries * num_kv_heads;
+  uint8_t* k_codes = reinterpret_cast<uint8_t*>(k_cache);
+  uint8_t* v_codes = reinterpret_cast<uint8_t*>(v_cache);
+  float *k_scales, *v_scales;
+  CK(cudaMalloc(&k_scales, head_vectors * sizeof(float)));
+  CK(cudaMalloc(&v_scales, head_vectors * sizeof(float)));
+  fill_codes<<<4096, 256>>>(k_codes, head_vectors * D, 5);
+  fill_codes<<<4096, 256>>>(v_codes, head_vectors * D, 6);
+  fill_value<<<1024, 256>>>(k_scales, head_vectors, 0.01f);
+  fill_value<<<1024, 256>>>(v_scales, head_vectors, 0.02f);
   CK(cudaGetLastError());
 
-  std::printf("%6s %6s %6s %7s %10s %10s %8s %10s\n", "block", "batch", "ctx", "splits", "time_us", "GB/s", "of_copy",
-              "single_us");
+  std::printf("%5s %4s %6s %6s %6s %7s %10s %10s %8s %10s\n", "cache", "rows", "block", "batch", "ctx", "splits",
+              "time_us", "GB/s", "of_copy", "single_us");
   std::mt19937 rng(42);
+  for (bool fp8 : {false, true})
+  for (int rows : {64, 16})
   for (int block_size : {16, 256})
     for (int batch : {1, 64, 256})
       for (int ctx : {1024, 4096}) {
         const int pages_per_seq = (ctx + block_size - 1) / block_size;
         const int pool_pages = static_cast<int>(pool_entries / block_size) - 1;
-        const size_t kv_bytes = size_t(batch) * ctx * entry_bytes * 2;
+        const size_t kv_bytes =
+            size_t(batch) * ctx * num_kv_heads * (fp8 ? D + sizeof(float) : D * sizeof(__nv_bfloat16)) * 2;
         // Rotate among page tables that together cover >= 400 MB (past L2), within the pool.
         int rotations = static_cast<int>(std::min<size_t>(16, (size_t(400) << 20) / kv_bytes + 1));
         rotations = std::max(1, std::min(rotations, pool_pages / (batch * pages_per_seq)));
@@ -85,7 +113,14 @@ int main() {
         args.q_indptr = d_q_indptr;
         args.page_indptr = d_page_indptr;
         args.kv_len = d_kv_len;
-        const AttentionPlan plan = plan_paged_attention(args.shape, ctx, sms);
+        if (fp8) {
+          args.k_cache = args.v_cache = nullptr;
+          args.k_codes = k_codes;
+          args.v_codes = v_codes;
+          args.k_scales = k_scales;
+          args.v_scales = v_scales;
+        }
+        const AttentionPlan plan = with_query_rows(plan_paged_attention(args.shape, ctx, sms), args.shape, rows);
         const size_t ws_bytes = paged_attention_workspace_bytes(plan, args.shape);
         void* ws = nullptr;
         if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
@@ -103,8 +138,8 @@ int main() {
         const float single_ms = median_ms(body, 30);
         const double bytes = double(kv_bytes) + 2.0 * batch * num_heads * D * 2;
         const double gbs = bytes / ms / 1e6;
-        std::printf("%6d %6d %6d %7d %10.1f %10.0f %7.0f%% %10.1f\n", block_size, batch, ctx, plan.num_splits, ms * 1e3,
-                    gbs, 100.0 * gbs / copy_gbs, single_ms * 1e3);
+        std::printf("%5s %4d %6d %6d %6d %7d %10.1f %10.0f %7.0f%% %10.1f\n", fp8 ? "fp8" : "bf16", rows, block_size,
+                    batch, ctx, plan.num_splits, ms * 1e3, gbs, 100.0 * gbs / copy_gbs, single_ms * 1e3);
         for (auto p : d_indices) CK(cudaFree(p));
         CK(cudaFree(d_q_indptr));
         CK(cudaFree(d_page_indptr));

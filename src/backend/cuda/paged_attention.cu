@@ -26,6 +26,7 @@ namespace {
 
 using attn::cp_async_16;
 using attn::cp_async_4;
+using attn::e4m3x2_hi_to_f16x2;
 using attn::e4m3x4_to_f16x4;
 using attn::kE4M3ToF16Scale;
 using attn::mma_f16_16816;
@@ -37,30 +38,60 @@ using attn::ldmatrix_x4_trans;
 using attn::mma_bf16_16816;
 using attn::pack_bf16x2;
 
-constexpr int kTileRows = 64;   // packed query rows per CTA
+constexpr int kTileRows = 64;   // packed query rows per CTA of the wide kernel (prefill, mixed)
+constexpr int kNarrowRows = 16; // packed query rows per CTA of the narrow kernel (decode)
 constexpr int kTileKV = 64;     // KV entries per shared-memory tile
-constexpr int kThreads = 128;   // 4 warps x 16 rows
+constexpr int kThreads = 128;   // 4 warps
+constexpr int kWarps = kThreads / 32;
 constexpr int kMinChunk = 128;  // shortest KV split worth a CTA
 constexpr int kMinOneWaveSplits = 4;  // plan_ragged_attention: fewer, and two waves win
 constexpr float kLog2e = 1.4426950408889634f;
 
-// bf16 cache: the Q tile + two stages of (K, V) bf16 tiles, filled by cp.async.
-// FP8 cache: the Q tile + one (K, V) pair of f16 tiles that the MMAs read, and two stages of
-// (K, V) E4M3 code tiles and their per-entry scales, filled by cp.async and converted to f16
-// after they land (codes only, exactly, times 2^-8: the scales multiply the fp32 scores and
-// probabilities). The MMAs run in f16, Q converted once per CTA (exact for |q| in
-// [2^-14, 65504], saturated beyond). Three stages of codes keep two tiles in flight per CTA:
-// with two, a CTA had 16 KB in flight where the bf16 path has 32 KB, too little to cover the
-// memory latency (batch 256: 38% of the bandwidth floor); D 128 takes 101 KB, two CTAs an SM.
-template <int D, bool kFp8>
+// Two kernels share this code (`kNarrow`):
+// - wide (64 query rows a CTA, prefill and mixed batches): each warp owns 16 rows and reads
+//   every entry of each KV tile;
+// - narrow (16 query rows a CTA, decode: a GQA group of 4-16 heads is one tile): every warp
+//   holds the same 16 rows and owns 16 entries of each 64-entry KV tile, with its own online
+//   softmax, and the four warps' (max, sum, output) merge once at the end. In decode a wide CTA
+//   has one warp with rows and three idle; the narrow one runs the tile's MMAs on all four.
+//
+// Shared memory: the Q tile, then
+// - bf16 cache: two stages of (K, V) bf16 tiles, filled by cp.async;
+// - FP8 cache, wide: one (K, V) pair of f16 tiles that the MMAs read (converted from the codes
+//   after they land, all warps sharing the work: every warp needs every entry), and three stages
+//   of (K, V) code tiles and their per-entry scales;
+// - FP8 cache, narrow: the three stages of codes only. Each warp builds its MMA fragments from
+//   its own 16 entries' codes in registers (one 32-bit load and six integer ops per four codes):
+//   no f16 tiles, no second barrier per tile. K: the head dimension is permuted identically in
+//   Q and K (a dot product does not care) so that lane (g, t)'s B fragment of k-step kk,
+//   dims {2t, 2t+1, 2t+8, 2t+9}, is the four consecutive codes at kk*16 + 4t. V: output column
+//   n of n-tile j is head dim 32 (j / 4) + 4 n + j % 4, so one 32-bit load of an entry's row
+//   gives four n-tiles' codes and four loads (entries 2t, 2t+1, 2t+8, 2t+9) give a lane's B
+//   fragments of four n-tiles after a byte transpose; the output is un-permuted when stored.
+// The codes' rows are padded by 16 bytes so those loads hit 32 distinct banks.
+// The codes become f16 exactly (times 2^-8), the MMAs run in f16 (Q converted once per CTA,
+// exact for |q| in [2^-14, 65504], saturated beyond), K scales multiply the fp32 scores, V
+// scales the probabilities. Three stages of codes keep two tiles in flight per CTA (with two, a
+// wide CTA had too little in flight to cover memory latency).
+template <int D, bool kFp8, bool kNarrow>
 struct TileGeom {
+  static constexpr int kRows = kNarrow ? kNarrowRows : kTileRows;  // query rows per CTA
   static constexpr int kStride = D + 8;  // +16 B per row: the 8 rows of an ldmatrix hit distinct banks
   static constexpr int kTileElems = kTileKV * kStride;
-  static constexpr int kBf16Bytes = (kFp8 ? 3 : 5) * kTileElems * static_cast<int>(sizeof(__nv_bfloat16));
-  static constexpr int kCodeTileBytes = kTileKV * D;                     // one K (or V) tile of codes
+  static constexpr int kQElems = kRows * kStride;
+  static constexpr int kKvTiles = kFp8 ? (kNarrow ? 0 : 2) : 4;  // bf16/f16 K, V tiles after Q
+  static constexpr int kBf16Bytes =
+      (kQElems + kKvTiles * kTileElems) * static_cast<int>(sizeof(__nv_bfloat16));
+  static constexpr int kCodeStride = D + 16;                     // bytes per row of codes
+  static constexpr int kCodeTileBytes = kTileKV * kCodeStride;   // one K (or V) tile of codes
   static constexpr int kStageBytes = 2 * kCodeTileBytes + 2 * kTileKV * static_cast<int>(sizeof(float));
   static constexpr int kCodeStages = 3;
   static constexpr int kSmemBytes = kBf16Bytes + (kFp8 ? kCodeStages * kStageBytes : 0);
+  // Narrow: each warp's (max, sum) per row and unnormalised output, after the KV loop, in the
+  // space the KV tiles used.
+  static constexpr int kMergeBytes = kWarps * kNarrowRows * (D + 2) * static_cast<int>(sizeof(float));
+  static_assert(!kNarrow || kSmemBytes - kQElems * static_cast<int>(sizeof(__nv_bfloat16)) >= kMergeBytes,
+                "the narrow merge must fit in the KV tiles' space");
 };
 
 struct KernelParams {
@@ -73,13 +104,37 @@ struct KernelParams {
   float* part_lse;    // [num_splits, num_tokens * num_heads], log2 domain
 };
 
-__device__ __forceinline__ int tile_start(const int32_t* q_indptr, int seq, int group) {
-  return static_cast<int>((static_cast<long long>(q_indptr[seq]) * group) / kTileRows) + seq;
+__device__ __forceinline__ int tile_start(const int32_t* q_indptr, int seq, int group, int rows) {
+  return static_cast<int>((static_cast<long long>(q_indptr[seq]) * group) / rows) + seq;
 }
 
-template <int D, bool kFp8>
+// Byte c of x and byte c of y as the high bytes of the two halves (the low bytes are don't-care:
+// e4m3x2_hi_to_f16x2 masks them), i.e. the layout e4m3x4_to_f16x4 builds from one word.
+template <int c>
+__device__ __forceinline__ uint32_t interleave_byte(uint32_t x, uint32_t y) {
+  return __byte_perm(x, y, c | (c << 4) | ((4 + c) << 8) | ((4 + c) << 12));
+}
+
+// Stores one element of a finished row: bf16 to `out`, or the normalised partial and the row's
+// log-sum-exp (log2 domain, written with head dim 0) to the split workspace.
+template <int D>
+__device__ __forceinline__ void store_row_element(const KernelParams& p, long long row, int split, int d, float m,
+                                                  float l, float unnormalised) {
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  if (p.num_splits == 1) {
+    p.a.out[row * D + d] = __float2bfloat16_rn(unnormalised * inv);
+  } else {
+    const long long num_rows = static_cast<long long>(p.a.shape.num_tokens) * p.a.shape.num_heads;
+    const long long prow_idx = split * num_rows + row;
+    if (d == 0) p.part_lse[prow_idx] = l > 0.f ? m + log2f(l) : -INFINITY;
+    if (l > 0.f) p.part_o[prow_idx * D + d] = unnormalised * inv;  // the merge skips empty splits
+  }
+}
+
+template <int D, bool kFp8, bool kNarrow>
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelParams p) {
-  using G = TileGeom<D, kFp8>;
+  using G = TileGeom<D, kFp8, kNarrow>;
+  constexpr int kRows = G::kRows;
   constexpr int kChunksPerRow = D / 8;  // 16-byte pieces of a row
   const AttentionArgs& a = p.a;
   const int slot = blockIdx.x;
@@ -103,14 +158,14 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   int lo = 0, hi = a.shape.num_seqs - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
-    if (tile_start(a.q_indptr, mid, group) <= slot) lo = mid; else hi = mid - 1;
+    if (tile_start(a.q_indptr, mid, group, kRows) <= slot) lo = mid; else hi = mid - 1;
   }
   const int seq = lo;
-  const int tile = slot - tile_start(a.q_indptr, seq, group);
+  const int tile = slot - tile_start(a.q_indptr, seq, group, kRows);
   const int q_begin = a.q_indptr[seq];
   const int q_len = a.q_indptr[seq + 1] - q_begin;
   const int rows_total = q_len * group;
-  const int row0 = tile * kTileRows;
+  const int row0 = tile * kRows;
   if (row0 >= rows_total) return;  // a spare slot
 
   const int kv_len = a.kv_len[table * a.shape.num_seqs + seq];
@@ -128,16 +183,17 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   // The last split also takes anything beyond the planned length, so an under-estimated
   // max_kv_len costs speed, not correctness.
   const int split_end = (split == num_splits - 1) ? kv_len : min(kv_len, kv_begin + chunk);
-  const int last_row = min(row0 + kTileRows, rows_total) - 1;
+  const int last_row = min(row0 + kRows, rows_total) - 1;
   const int causal_end = kv_len - q_len + last_row / group + 1;  // exclusive, for the tile's last row
   const int tile_kv_end = min(split_end, causal_end);
   const int num_kv_tiles = tile_kv_end > kv_begin ? (tile_kv_end - kv_begin + kTileKV - 1) / kTileKV : 0;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  // Stage st holds K at sQ + (1 + 2 st) tiles and V right after it (arithmetic, not a pointer
-  // array: a run-time index into an array would put it in local memory).
-  auto stage_k = [&](int st) { return sQ + (1 + 2 * st) * G::kTileElems; };
+  // Stage st (bf16) holds K at sQ + kQElems + 2 st tiles and V right after it (arithmetic, not a
+  // pointer array: a run-time index into an array would put it in local memory). FP8 wide: the
+  // f16 K, V tiles are "stage 0".
+  auto stage_k = [&](int st) { return sQ + G::kQElems + 2 * st * G::kTileElems; };
   // FP8: stage st's K codes, V codes (kCodeTileBytes on), K scales and V scales (kTileKV on).
   auto stage_codes = [&](int st) { return smem_raw + G::kBf16Bytes + st * G::kStageBytes; };
   auto stage_scales = [&](int st) { return reinterpret_cast<float*>(stage_codes(st) + 2 * G::kCodeTileBytes); };
@@ -155,7 +211,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   const long long head_base = head_off * block_size * D;
 
   // Q tile: rows past the sequence's rows are zero.
-  for (int c = tid; c < kTileRows * kChunksPerRow; c += kThreads) {
+  for (int c = tid; c < kRows * kChunksPerRow; c += kThreads) {
     const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
     const int prow = row0 + r;
     const bool valid = prow < rows_total;
@@ -168,46 +224,48 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
     cp_async_16(sQ + r * G::kStride + col, src, valid);
   }
 
+  // Element offset of entry e's row of this head (page lookup). Page sizes are powers of two in
+  // practice: a shift and a mask instead of the ~20-instruction integer division per row, which
+  // cost the FP8 path (half the bytes per instruction of the bf16 one) measurable bandwidth.
+  const bool pow2_pages = (block_size & (block_size - 1)) == 0;
+  const int page_shift = __ffs(block_size) - 1;
+  auto entry_offset = [&](int e) {
+    const int page = pow2_pages ? e >> page_shift : e / block_size;
+    const int in_page = pow2_pages ? e & (block_size - 1) : e - page * block_size;
+    return pages[page] * page_stride + head_base + static_cast<long long>(in_page) * D;
+  };
+
+  // Each thread copies one fixed 16-byte column of every (kThreads / pieces)-th row of the tile,
+  // so the row's page lookup is done once per row and thread.
   auto load_kv_tile = [&](int t, int stage) {
     const int base = kv_begin + t * kTileKV;
     if constexpr (kFp8) {
-      // Codes sit at the element offsets of the bf16 layout, a row's scale at offset / D.
+      // Codes sit at the element offsets of the bf16 layout, a row's scale at offset / D (copied
+      // by the thread of column 0).
       constexpr int kPieces = D / 16;  // 16-byte pieces of a row of codes
       unsigned char* codes = stage_codes(stage);
-      for (int c = tid; c < kTileKV * kPieces; c += kThreads) {
-        const int r = c / kPieces, col = (c % kPieces) * 16;
-        const int e = base + r;
-        const bool valid = e < tile_kv_end;
-        long long off = 0;
-        if (valid) off = pages[e / block_size] * page_stride + head_base + static_cast<long long>(e % block_size) * D + col;
-        cp_async_16(codes + r * D + col, a.k_codes + off, valid);
-        cp_async_16(codes + G::kCodeTileBytes + r * D + col, a.v_codes + off, valid);
-      }
       float* scales = stage_scales(stage);
-      for (int r = tid; r < kTileKV; r += kThreads) {
+      const int col = (tid % kPieces) * 16;
+      for (int r = tid / kPieces; r < kTileKV; r += kThreads / kPieces) {
         const int e = base + r;
         const bool valid = e < tile_kv_end;
-        long long row = 0;
-        if (valid) row = (pages[e / block_size] * page_stride + head_base) / D + e % block_size;
-        cp_async_4(scales + r, a.k_scales + row, valid);
-        cp_async_4(scales + kTileKV + r, a.v_scales + row, valid);
+        const long long off = valid ? entry_offset(e) : 0;
+        cp_async_16(codes + r * G::kCodeStride + col, a.k_codes + off + col, valid);
+        cp_async_16(codes + G::kCodeTileBytes + r * G::kCodeStride + col, a.v_codes + off + col, valid);
+        if (col == 0) {
+          cp_async_4(scales + r, a.k_scales + off / D, valid);
+          cp_async_4(scales + kTileKV + r, a.v_scales + off / D, valid);
+        }
       }
     } else {
-      for (int c = tid; c < kTileKV * kChunksPerRow; c += kThreads) {
-        const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+      const int col = (tid % kChunksPerRow) * 8;
+      for (int r = tid / kChunksPerRow; r < kTileKV; r += kThreads / kChunksPerRow) {
         const int e = base + r;
         const bool valid = e < tile_kv_end;
-        const __nv_bfloat16* k_src = a.k_cache;
-        const __nv_bfloat16* v_src = a.v_cache;
-        if (valid) {
-          const long long page = pages[e / block_size];
-          const long long off = page * page_stride + head_base + static_cast<long long>(e % block_size) * D + col;
-          k_src += off;
-          v_src += off;
-        }
+        const long long off = valid ? entry_offset(e) + col : 0;
         __nv_bfloat16* k_dst = stage_k(stage) + r * G::kStride + col;
-        cp_async_16(k_dst, k_src, valid);
-        cp_async_16(k_dst + G::kTileElems, v_src, valid);
+        cp_async_16(k_dst, a.k_cache + off, valid);
+        cp_async_16(k_dst + G::kTileElems, a.v_cache + off, valid);
       }
     }
   };
@@ -220,18 +278,26 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   }
 
   // This lane's two rows (g and g + 8 of its warp's 16) and the first KV entry each may not see.
+  // Narrow: every warp holds rows 0..15; wide: warp w holds rows 16 w ...
   const int g = lane >> 2, t4 = lane & 3;
+  const int warp_row0 = kNarrow ? 0 : warp * 16;
   int row_limit[2];
   for (int h = 0; h < 2; ++h) {
-    const int prow = row0 + warp * 16 + g + 8 * h;
+    const int prow = row0 + warp_row0 + g + 8 * h;
     row_limit[h] = min(split_end, kv_len - q_len + prow / group + 1);
   }
-  const bool warp_active = row0 + warp * 16 < rows_total;
+  const bool warp_active = row0 + warp_row0 < rows_total;
+  // Entries of each tile this warp reads: all 64 (wide) or its own 16 (narrow).
+  constexpr int kWarpKV = kNarrow ? kTileKV / kWarps : kTileKV;
+  const int warp_kv0 = kNarrow ? warp * kWarpKV : 0;
 
   float o[D / 8][4];
   for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.f, 0.f};
+  // Narrow: this warp's Q fragments for every k-step, loaded once (FP8: in the permuted head
+  // dimension, see above).
+  uint32_t qf[kNarrow ? D / 16 : 1][4];
 
   for (int t = 0; t < num_kv_tiles; ++t) {
     if constexpr (kFp8) {
@@ -244,71 +310,112 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
       cp_async_wait<1>();
     }
     __syncthreads();
-    const float* k_scale = nullptr;  // FP8: this tile's per-entry scales
-    const float* v_scale = nullptr;
-    if constexpr (kFp8) {
-      if (t == 0) {
+    if (t == 0) {
+      if constexpr (kFp8) {
         // The Q tile (landed with tile 0) in f16, in place.
-        for (int c = tid; c < kTileRows * D / 2; c += kThreads) {
+        for (int c = tid; c < kRows * D / 2; c += kThreads) {
           __nv_bfloat162* x = reinterpret_cast<__nv_bfloat162*>(sQ + (c / (D / 2)) * G::kStride + (c % (D / 2)) * 2);
           const float2 f = __bfloat1622float2(*x);
           constexpr float kF16Max = 65504.f;
           *reinterpret_cast<uint32_t*>(x) =
               pack_f16x2(fminf(fmaxf(f.x, -kF16Max), kF16Max), fminf(fmaxf(f.y, -kF16Max), kF16Max));
         }
+        __syncthreads();
       }
-      // Every warp converts its share of the stage's codes into the f16 tiles.
-      constexpr int kPieces = D / 16;
-      const unsigned char* codes = stage_codes(t % G::kCodeStages);
-      for (int c = tid; c < 2 * kTileKV * kPieces; c += kThreads) {
-        const int kv = c / (kTileKV * kPieces), rem = c % (kTileKV * kPieces);
-        const int r = rem / kPieces, col = (rem % kPieces) * 16;
-        const uint4 raw = *reinterpret_cast<const uint4*>(codes + kv * G::kCodeTileBytes + r * D + col);
-        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-        uint32_t out[8];
+      if constexpr (kNarrow) {
 #pragma unroll
-        for (int q = 0; q < 4; ++q) e4m3x4_to_f16x4(w[q], out[2 * q], out[2 * q + 1]);
-        uint4* dst = reinterpret_cast<uint4*>(stage_k(0) + kv * G::kTileElems + r * G::kStride + col);
-        dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
-        dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+        for (int kk = 0; kk < D / 16; ++kk) {
+          if constexpr (kFp8) {
+            // A fragment of k-step kk in the permuted order: logical columns 2t, 2t+1 and
+            // 2t+8, 2t+9 are head dims kk*16 + 4t .. 4t+3.
+            const uint2 r0 = *reinterpret_cast<const uint2*>(sQ + g * G::kStride + kk * 16 + 4 * t4);
+            const uint2 r1 = *reinterpret_cast<const uint2*>(sQ + (g + 8) * G::kStride + kk * 16 + 4 * t4);
+            qf[kk][0] = r0.x; qf[kk][1] = r1.x; qf[kk][2] = r0.y; qf[kk][3] = r1.y;
+          } else {
+            ldmatrix_x4(qf[kk], sQ + ((lane & 7) + ((lane >> 3) & 1) * 8) * G::kStride + kk * 16 + (lane >> 4) * 8);
+          }
+        }
       }
+    }
+    const float* k_scale = nullptr;  // FP8: this tile's per-entry scales
+    const float* v_scale = nullptr;
+    const unsigned char* k_codes = nullptr;  // FP8 narrow: this tile's codes
+    if constexpr (kFp8) {
+      k_codes = stage_codes(t % G::kCodeStages);
       k_scale = stage_scales(t % G::kCodeStages);
       v_scale = k_scale + kTileKV;
-      __syncthreads();
+      if constexpr (!kNarrow) {
+        // Every warp converts its share of the stage's codes into the f16 tiles.
+        constexpr int kPieces = D / 16;
+        for (int c = tid; c < 2 * kTileKV * kPieces; c += kThreads) {
+          const int kv = c / (kTileKV * kPieces), rem = c % (kTileKV * kPieces);
+          const int r = rem / kPieces, col = (rem % kPieces) * 16;
+          const uint4 raw = *reinterpret_cast<const uint4*>(k_codes + kv * G::kCodeTileBytes + r * G::kCodeStride + col);
+          const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+          uint32_t out[8];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) e4m3x4_to_f16x4(w[q], out[2 * q], out[2 * q + 1]);
+          uint4* dst = reinterpret_cast<uint4*>(stage_k(0) + kv * G::kTileElems + r * G::kStride + col);
+          dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
+          dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+        }
+        __syncthreads();
+      }
     }
     if (warp_active) {
       const __nv_bfloat16* k_tile = kFp8 ? stage_k(0) : stage_k(t & 1);
       const __nv_bfloat16* v_tile = k_tile + G::kTileElems;
-      // S = Q Kᵀ for 16 rows x 64 entries.
-      float s[kTileKV / 8][4];
-      for (int n = 0; n < kTileKV / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      // S = Q Kᵀ for 16 rows x this warp's entries.
+      float s[kWarpKV / 8][4];
+      for (int n = 0; n < kWarpKV / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      if constexpr (kNarrow && kFp8) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t qa[4];
-        ldmatrix_x4(qa, sQ + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * G::kStride + kk * 16 + (lane >> 4) * 8);
+        for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
-        for (int n2 = 0; n2 < kTileKV / 16; ++n2) {
+          for (int j = 0; j < 2; ++j) {
+            const uint32_t w = *reinterpret_cast<const uint32_t*>(
+                k_codes + (warp_kv0 + 8 * j + g) * G::kCodeStride + kk * 16 + 4 * t4);
+            uint32_t b0, b1;
+            e4m3x4_to_f16x4(w, b0, b1);
+            mma_f16_16816(s[j], qf[kk], b0, b1);
+          }
+      } else if constexpr (kNarrow) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
           uint32_t kb[4];
-          ldmatrix_x4(kb, k_tile + (n2 * 16 + (lane & 7) + (lane >> 4) * 8) * G::kStride + kk * 16 + ((lane >> 3) & 1) * 8);
-          if constexpr (kFp8) {
-            mma_f16_16816(s[2 * n2], qa, kb[0], kb[1]);
-            mma_f16_16816(s[2 * n2 + 1], qa, kb[2], kb[3]);
-          } else {
-            mma_bf16_16816(s[2 * n2], qa, kb[0], kb[1]);
-            mma_bf16_16816(s[2 * n2 + 1], qa, kb[2], kb[3]);
+          ldmatrix_x4(kb, k_tile + (warp_kv0 + (lane & 7) + (lane >> 4) * 8) * G::kStride + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_bf16_16816(s[0], qf[kk], kb[0], kb[1]);
+          mma_bf16_16816(s[1], qf[kk], kb[2], kb[3]);
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint32_t qa[4];
+          ldmatrix_x4(qa, sQ + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * G::kStride + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+          for (int n2 = 0; n2 < kTileKV / 16; ++n2) {
+            uint32_t kb[4];
+            ldmatrix_x4(kb, k_tile + (n2 * 16 + (lane & 7) + (lane >> 4) * 8) * G::kStride + kk * 16 + ((lane >> 3) & 1) * 8);
+            if constexpr (kFp8) {
+              mma_f16_16816(s[2 * n2], qa, kb[0], kb[1]);
+              mma_f16_16816(s[2 * n2 + 1], qa, kb[2], kb[3]);
+            } else {
+              mma_bf16_16816(s[2 * n2], qa, kb[0], kb[1]);
+              mma_bf16_16816(s[2 * n2 + 1], qa, kb[2], kb[3]);
+            }
           }
         }
       }
       // Scale, mask, online softmax (rows are shared by the 4 lanes of a quad).
-      const int base = kv_begin + t * kTileKV;
+      const int base = kv_begin + t * kTileKV + warp_kv0;
       float row_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int n = 0; n < kTileKV / 8; ++n) {
+      for (int n = 0; n < kWarpKV / 8; ++n) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int e = base + n * 8 + 2 * t4 + (i & 1);
           float x = s[n][i];
-          if constexpr (kFp8) x *= k_scale[n * 8 + 2 * t4 + (i & 1)] * kE4M3ToF16Scale;  // q.k = scale (q.codes)
+          if constexpr (kFp8) x *= k_scale[warp_kv0 + n * 8 + 2 * t4 + (i & 1)] * kE4M3ToF16Scale;  // q.k = scale (q.codes)
           const float v = e < row_limit[i >> 1] ? x * p.scale_log2 : -INFINITY;
           s[n][i] = v;
           row_max[i >> 1] = fmaxf(row_max[i >> 1], v);
@@ -326,7 +433,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
         l[h] *= corr[h];
       }
 #pragma unroll
-      for (int n = 0; n < kTileKV / 8; ++n) {
+      for (int n = 0; n < kWarpKV / 8; ++n) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const float pv = exp2f(s[n][i] - m_use[i >> 1]);
@@ -343,29 +450,50 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
       // row sums l above took the unscaled p.
       if constexpr (kFp8) {
 #pragma unroll
-        for (int n = 0; n < kTileKV / 8; ++n)
+        for (int n = 0; n < kWarpKV / 8; ++n)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) s[n][i] *= v_scale[n * 8 + 2 * t4 + (i & 1)] * kE4M3ToF16Scale;
+          for (int i = 0; i < 4; ++i) s[n][i] *= v_scale[warp_kv0 + n * 8 + 2 * t4 + (i & 1)] * kE4M3ToF16Scale;
       }
       // O += P V: two S accumulator tiles (16 entries) form one A fragment.
 #pragma unroll
-      for (int kk = 0; kk < kTileKV / 16; ++kk) {
+      for (int kk = 0; kk < kWarpKV / 16; ++kk) {
         uint32_t pa[4];
         auto pack = [](float lo, float hi) { return kFp8 ? pack_f16x2(lo, hi) : pack_bf16x2(lo, hi); };
         pa[0] = pack(s[2 * kk][0], s[2 * kk][1]);
         pa[1] = pack(s[2 * kk][2], s[2 * kk][3]);
         pa[2] = pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
         pa[3] = pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        if constexpr (kNarrow && kFp8) {
+          // Entries 2t, 2t+1, 2t+8, 2t+9 of this warp's 16, head dims 32 jj + 4 g .. + 3.
+          const unsigned char* v_codes = k_codes + G::kCodeTileBytes + (warp_kv0 + 2 * t4) * G::kCodeStride + 4 * g;
 #pragma unroll
-        for (int j2 = 0; j2 < D / 16; ++j2) {
-          uint32_t vb[4];
-          ldmatrix_x4_trans(vb, v_tile + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * G::kStride + j2 * 16 + (lane >> 4) * 8);
-          if constexpr (kFp8) {
-            mma_f16_16816(o[2 * j2], pa, vb[0], vb[1]);
-            mma_f16_16816(o[2 * j2 + 1], pa, vb[2], vb[3]);
-          } else {
-            mma_bf16_16816(o[2 * j2], pa, vb[0], vb[1]);
-            mma_bf16_16816(o[2 * j2 + 1], pa, vb[2], vb[3]);
+          for (int jj = 0; jj < D / 32; ++jj) {
+            const uint32_t r0 = *reinterpret_cast<const uint32_t*>(v_codes + 32 * jj);
+            const uint32_t r1 = *reinterpret_cast<const uint32_t*>(v_codes + G::kCodeStride + 32 * jj);
+            const uint32_t r2 = *reinterpret_cast<const uint32_t*>(v_codes + 8 * G::kCodeStride + 32 * jj);
+            const uint32_t r3 = *reinterpret_cast<const uint32_t*>(v_codes + 9 * G::kCodeStride + 32 * jj);
+            mma_f16_16816(o[4 * jj + 0], pa, e4m3x2_hi_to_f16x2(interleave_byte<0>(r0, r1)),
+                          e4m3x2_hi_to_f16x2(interleave_byte<0>(r2, r3)));
+            mma_f16_16816(o[4 * jj + 1], pa, e4m3x2_hi_to_f16x2(interleave_byte<1>(r0, r1)),
+                          e4m3x2_hi_to_f16x2(interleave_byte<1>(r2, r3)));
+            mma_f16_16816(o[4 * jj + 2], pa, e4m3x2_hi_to_f16x2(interleave_byte<2>(r0, r1)),
+                          e4m3x2_hi_to_f16x2(interleave_byte<2>(r2, r3)));
+            mma_f16_16816(o[4 * jj + 3], pa, e4m3x2_hi_to_f16x2(interleave_byte<3>(r0, r1)),
+                          e4m3x2_hi_to_f16x2(interleave_byte<3>(r2, r3)));
+          }
+        } else {
+          const int v_row0 = kNarrow ? warp_kv0 : kk * 16;
+#pragma unroll
+          for (int j2 = 0; j2 < D / 16; ++j2) {
+            uint32_t vb[4];
+            ldmatrix_x4_trans(vb, v_tile + (v_row0 + (lane & 7) + ((lane >> 3) & 1) * 8) * G::kStride + j2 * 16 + (lane >> 4) * 8);
+            if constexpr (kFp8) {
+              mma_f16_16816(o[2 * j2], pa, vb[0], vb[1]);
+              mma_f16_16816(o[2 * j2 + 1], pa, vb[2], vb[3]);
+            } else {
+              mma_bf16_16816(o[2 * j2], pa, vb[0], vb[1]);
+              mma_bf16_16816(o[2 * j2 + 1], pa, vb[2], vb[3]);
+            }
           }
         }
       }
@@ -373,13 +501,66 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
     __syncthreads();  // the next iteration refills the stage just read
   }
   cp_async_wait<0>();
-  if (!warp_active) return;
-
-  const long long num_rows = static_cast<long long>(a.shape.num_tokens) * num_heads;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  // Head dim of accumulator o[j][i]: n-tile j, column 2 t + (i & 1) (FP8 narrow: permuted).
+  auto dim_of = [&](int j, int i) {
+    const int n = 2 * t4 + (i & 1);
+    return (kNarrow && kFp8) ? 32 * (j / 4) + 4 * n + j % 4 : 8 * j + n;
+  };
+
+  if constexpr (kNarrow) {
+    // Merge the four warps' partial softmaxes of the same rows: m = max_w m_w, each warp's sum
+    // and output weighted by 2^(m_w - m). The KV tiles' space holds them (every warp is past
+    // its last read: the loop ends on a barrier, or never ran).
+    __syncthreads();
+    float* merge_o = reinterpret_cast<float*>(sQ + G::kQElems);      // [warp][row][D]
+    float* merge_ml = merge_o + kWarps * kNarrowRows * D;               // [warp][row][2]
+    const int rows = min(kNarrowRows, rows_total - row0);  // a decode tile holds `group` rows
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = g + 8 * h;
+      if (r >= rows) continue;
+      if (t4 == 0) {
+        merge_ml[(warp * kNarrowRows + r) * 2] = m[h];
+        merge_ml[(warp * kNarrowRows + r) * 2 + 1] = l[h];
+      }
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) merge_o[(warp * kNarrowRows + r) * D + dim_of(j, i)] = o[j][2 * h + i];
+    }
+    __syncthreads();
+    for (int c = tid; c < rows * D; c += kThreads) {
+      const int r = c / D, d = c % D;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, merge_ml[(w * kNarrowRows + r) * 2]);
+      float wsum = 0.f, acc = 0.f;
+      if (mx != -INFINITY) {
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          const float lw = merge_ml[(w * kNarrowRows + r) * 2 + 1];
+          if (lw <= 0.f) continue;
+          const float f = exp2f(merge_ml[(w * kNarrowRows + r) * 2] - mx);
+          wsum += lw * f;
+          acc += merge_o[(w * kNarrowRows + r) * D + d] * f;
+        }
+      }
+      const int prow = row0 + r;
+      const long long row = (q_begin + prow / group) * static_cast<long long>(num_heads) + kv_head * group + prow % group;
+      store_row_element<D>(p, row, split, d, mx, wsum, acc);
+    }
+    return;
+  }
+
+  if (!warp_active) return;
+  const long long num_rows = static_cast<long long>(a.shape.num_tokens) * num_heads;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
     const int prow = row0 + warp * 16 + g + 8 * h;
     if (prow >= rows_total) continue;
     const long long token = q_begin + prow / group;
@@ -438,9 +619,9 @@ __global__ void __launch_bounds__(256) merge_splits_kernel(const float* part_o, 
     *reinterpret_cast<__nv_bfloat162*>(dst + i) = __floats2bfloat162_rn(acc[i] * inv, acc[i + 1] * inv);
 }
 
-int num_tile_slots(const AttentionShape& s) {
+int num_tile_slots(const AttentionShape& s, int query_rows) {
   const int group = s.num_heads / s.num_kv_heads;
-  return static_cast<int>((static_cast<long long>(s.num_tokens) * group) / kTileRows) + s.num_seqs;
+  return static_cast<int>((static_cast<long long>(s.num_tokens) * group) / query_rows) + s.num_seqs;
 }
 
 bool shape_ok(const AttentionShape& s) {
@@ -453,7 +634,7 @@ bool shape_ok(const AttentionShape& s) {
 // parallelism launches this kernel on several GPUs from one process (a once-per-process flag
 // left every GPU but the first at the default and failed there with "invalid argument").
 constexpr int kMaxDevices = 64;
-template <int D, bool kFp8>
+template <int D, bool kFp8, bool kNarrow>
 cudaError_t ensure_smem_limit() {
   static std::array<std::atomic<bool>, kMaxDevices> raised{};
   int device = 0;
@@ -461,15 +642,15 @@ cudaError_t ensure_smem_limit() {
   if (err != cudaSuccess) return err;
   if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
   if (raised[device].load(std::memory_order_acquire)) return cudaSuccess;
-  err = cudaFuncSetAttribute(paged_attention_kernel<D, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             TileGeom<D, kFp8>::kSmemBytes);
+  err = cudaFuncSetAttribute(paged_attention_kernel<D, kFp8, kNarrow>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             TileGeom<D, kFp8, kNarrow>::kSmemBytes);
   if (err == cudaSuccess) raised[device].store(true, std::memory_order_release);
   return err;
 }
 
-template <int D, bool kFp8>
+template <int D, bool kFp8, bool kNarrow>
 cudaError_t launch(const AttentionArgs& args, const AttentionPlan& plan, void* workspace, cudaStream_t stream) {
-  if (cudaError_t attr_status = ensure_smem_limit<D, kFp8>(); attr_status != cudaSuccess) return attr_status;
+  if (cudaError_t attr_status = ensure_smem_limit<D, kFp8, kNarrow>(); attr_status != cudaSuccess) return attr_status;
   const AttentionShape& s = args.shape;
   KernelParams p;
   p.a = args;
@@ -482,7 +663,7 @@ cudaError_t launch(const AttentionArgs& args, const AttentionPlan& plan, void* w
   p.part_lse = p.part_o ? p.part_o + plan.num_splits * num_rows * D : nullptr;
   const bool ragged = args.ragged.num_tables > 0;
   const dim3 grid(plan.num_tile_slots, ragged ? args.ragged.num_work : s.num_kv_heads, ragged ? 1 : plan.num_splits);
-  paged_attention_kernel<D, kFp8><<<grid, kThreads, TileGeom<D, kFp8>::kSmemBytes, stream>>>(p);
+  paged_attention_kernel<D, kFp8, kNarrow><<<grid, kThreads, TileGeom<D, kFp8, kNarrow>::kSmemBytes, stream>>>(p);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || plan.num_splits == 1) return err;
   const unsigned merge_blocks = static_cast<unsigned>((num_rows + 7) / 8);
@@ -499,11 +680,14 @@ bool paged_attention_supported(int head_dim) { return head_dim == 64 || head_dim
 AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, int num_sms) {
   AttentionPlan plan;
   if (shape.num_kv_heads <= 0 || shape.num_heads <= 0) return plan;
-  plan.num_tile_slots = num_tile_slots(shape);
-  max_kv_len = std::max(max_kv_len, 1);
   const int group = shape.num_heads / shape.num_kv_heads;
+  // Decode batches (one new token a sequence) whose GQA group fits 16 rows take the narrow
+  // kernel: all four warps on each KV tile instead of one.
+  plan.query_rows = shape.num_tokens == shape.num_seqs && group <= kNarrowRows ? kNarrowRows : kTileRows;
+  plan.num_tile_slots = num_tile_slots(shape, plan.query_rows);
+  max_kv_len = std::max(max_kv_len, 1);
   const long long real_tiles = std::max<long long>(
-      shape.num_seqs, (static_cast<long long>(shape.num_tokens) * group + kTileRows - 1) / kTileRows);
+      shape.num_seqs, (static_cast<long long>(shape.num_tokens) * group + plan.query_rows - 1) / plan.query_rows);
   const long long units = real_tiles * shape.num_kv_heads;
   const long long target = 4LL * std::max(num_sms, 1);
   long long splits = 1;
@@ -527,13 +711,13 @@ int resident_ctas_per_sm(int head_dim) {
   int n = 0;
   const cudaError_t err =
       head_dim == 64
-          ? (ensure_smem_limit<64, false>() == cudaSuccess
-                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<64, false>, kThreads,
-                                                                 TileGeom<64, false>::kSmemBytes)
+          ? (ensure_smem_limit<64, false, false>() == cudaSuccess
+                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<64, false, false>, kThreads,
+                                                                 TileGeom<64, false, false>::kSmemBytes)
                  : cudaErrorInvalidValue)
-          : (ensure_smem_limit<128, false>() == cudaSuccess
-                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<128, false>, kThreads,
-                                                                 TileGeom<128, false>::kSmemBytes)
+          : (ensure_smem_limit<128, false, false>() == cudaSuccess
+                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<128, false, false>, kThreads,
+                                                                 TileGeom<128, false, false>::kSmemBytes)
                  : cudaErrorInvalidValue);
   if (err != cudaSuccess || n < 1) {
     cudaGetLastError();
@@ -550,7 +734,7 @@ AttentionPlan plan_ragged_attention(const AttentionShape& shape, int planning_le
   if (shape.num_kv_heads <= 0 || shape.num_heads <= 0 || !paged_attention_supported(shape.head_dim)) return plan;
   const int group = shape.num_heads / shape.num_kv_heads;
   const long long real_tiles = std::max<long long>(
-      shape.num_seqs, (static_cast<long long>(shape.num_tokens) * group + kTileRows - 1) / kTileRows);
+      shape.num_seqs, (static_cast<long long>(shape.num_tokens) * group + plan.query_rows - 1) / plan.query_rows);
   const long long units = real_tiles * shape.num_kv_heads;
   const long long resident = static_cast<long long>(resident_ctas_per_sm(shape.head_dim)) * std::max(num_sms, 1);
   long long splits = resident / units;
@@ -562,6 +746,13 @@ AttentionPlan plan_ragged_attention(const AttentionShape& shape, int planning_le
   plan.num_splits = static_cast<int>(std::max<long long>(splits, 1));
   // The chunk is not used by ragged launches (each group shares out its own length).
   return plan;
+}
+
+AttentionPlan with_query_rows(const AttentionPlan& plan, const AttentionShape& shape, int query_rows) {
+  AttentionPlan out = plan;
+  out.query_rows = query_rows;
+  if (shape.num_kv_heads > 0 && shape.num_heads > 0) out.num_tile_slots = num_tile_slots(shape, query_rows);
+  return out;
 }
 
 AttentionPlan ragged_plan(const AttentionPlan& uniform, const RaggedHeads& ragged) {
@@ -579,7 +770,9 @@ size_t paged_attention_workspace_bytes(const AttentionPlan& plan, const Attentio
 cudaError_t paged_attention(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
                             size_t workspace_bytes, cudaStream_t stream) {
   const AttentionShape& s = args.shape;
-  if (!shape_ok(s) || plan.num_splits < 1 || plan.kv_chunk_size <= 0 || plan.num_tile_slots != num_tile_slots(s))
+  if (!shape_ok(s) || plan.num_splits < 1 || plan.kv_chunk_size <= 0 ||
+      (plan.query_rows != kNarrowRows && plan.query_rows != kTileRows) ||
+      plan.num_tile_slots != num_tile_slots(s, plan.query_rows))
     return cudaErrorInvalidValue;
   if (plan.num_splits > 1 && (workspace == nullptr || workspace_bytes < paged_attention_workspace_bytes(plan, s)))
     return cudaErrorInvalidValue;
@@ -593,8 +786,13 @@ cudaError_t paged_attention(const AttentionArgs& args, const AttentionPlan& plan
   if (fp8 && (args.v_codes == nullptr || args.k_scales == nullptr || args.v_scales == nullptr))
     return cudaErrorInvalidValue;
   void* ws = plan.num_splits > 1 ? workspace : nullptr;
-  if (s.head_dim == 64) return fp8 ? launch<64, true>(args, plan, ws, stream) : launch<64, false>(args, plan, ws, stream);
-  return fp8 ? launch<128, true>(args, plan, ws, stream) : launch<128, false>(args, plan, ws, stream);
+  const bool narrow = plan.query_rows == kNarrowRows;
+  if (s.head_dim == 64) {
+    if (narrow) return fp8 ? launch<64, true, true>(args, plan, ws, stream) : launch<64, false, true>(args, plan, ws, stream);
+    return fp8 ? launch<64, true, false>(args, plan, ws, stream) : launch<64, false, false>(args, plan, ws, stream);
+  }
+  if (narrow) return fp8 ? launch<128, true, true>(args, plan, ws, stream) : launch<128, false, true>(args, plan, ws, stream);
+  return fp8 ? launch<128, true, false>(args, plan, ws, stream) : launch<128, false, false>(args, plan, ws, stream);
 }
 
 }  // namespace origami::cuda

@@ -3,8 +3,8 @@
 //
 // One kernel serves decode, prefill and mixed batches: for every (sequence, KV head) the query
 // rows of that head's GQA group are packed as (new token, head-in-group) pairs into tiles of 64
-// rows (so a decode step with a group of 4 heads is one tile of 4 rows, and K/V are read once
-// for all heads of the group). Each CTA streams K/V tiles of 64 entries through shared memory
+// rows, 16 for decode batches (so a decode step with a group of 4 heads is one tile of 4 rows,
+// and K/V are read once for all heads of the group). Each CTA streams K/V tiles of 64 entries through shared memory
 // (16-byte cp.async, double-buffered) and runs Q·Kᵀ and P·V on the tensor cores (mma.sync
 // m16n8k16 bf16) with an online softmax in fp32. Long contexts are split across CTAs (split-K):
 // partial outputs and log-sum-exps land in a caller-owned workspace and a second kernel merges them.
@@ -90,6 +90,8 @@ struct AttentionPlan {
                             // uniform count the split map was chosen for (ragged_plan)
   int kv_chunk_size = 0;    // most KV entries per split (a multiple of the 64-entry tile)
   int num_tile_slots = 0;   // CTAs along the query dimension (an upper bound; extras exit at once)
+  int query_rows = 64;      // packed query rows per CTA: 64 (the warps split the rows: prefill,
+                            // mixed) or 16 (the warps split each KV tile: decode)
 };
 
 // True when the kernels are built for this head_dim (64 and 128). Others (e.g. 8) are not: the
@@ -111,6 +113,10 @@ AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, 
 // When one wave would leave fewer than 4 splits per head (large batches) it returns
 // plan_paged_attention's plan: two waves of more splits are faster there.
 AttentionPlan plan_ragged_attention(const AttentionShape& shape, int planning_len, int num_sms);
+
+// `plan` with `query_rows` 16 or 64 (and the tile slots that takes): both kernels are exact for any
+// batch; the planner picks 16 for decode batches. For tests and benchmarks.
+AttentionPlan with_query_rows(const AttentionPlan& plan, const AttentionShape& shape, int query_rows);
 
 // The plan of a ragged launch: `uniform` (plan_paged_attention's, whose num_splits chose the
 // split map) with the map's grid rows and largest split count.

@@ -85,11 +85,13 @@ constexpr float kE4M3ToF16Scale = 256.0f;
 // compute-bound). E4M3 s.eeee.mmm placed as f16 s.0eeee.mmm0000000 reads as 2^(e-15) 1.mmm
 // for e > 0 and 0.mmm 2^-14 for e = 0: the code's 2^(e-7) 1.mmm and 0.mmm 2^-6 times 2^-8,
 // subnormals included.
+// Two E4M3 codes in the high bytes of the two 16-bit halves of `a` (low bytes ignored) as f16x2.
+__device__ __forceinline__ uint32_t e4m3x2_hi_to_f16x2(uint32_t a) {
+  return (a & 0x80008000u) | ((a & 0x7f007f00u) >> 1);
+}
 __device__ __forceinline__ void e4m3x4_to_f16x4(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  const uint32_t a = __byte_perm(w, 0u, 0x1404);  // code 0 in bits 8..15, code 1 in bits 24..31
-  const uint32_t b = __byte_perm(w, 0u, 0x3424);  // codes 2 and 3 likewise
-  lo = (a & 0x80008000u) | ((a & 0x7f007f00u) >> 1);
-  hi = (b & 0x80008000u) | ((b & 0x7f007f00u) >> 1);
+  lo = e4m3x2_hi_to_f16x2(__byte_perm(w, 0u, 0x1404));  // code 0 in bits 8..15, code 1 in bits 24..31
+  hi = e4m3x2_hi_to_f16x2(__byte_perm(w, 0u, 0x3424));  // codes 2 and 3 likewise
 }
 
 }  // namespace origami::cuda::attn
