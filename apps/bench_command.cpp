@@ -194,6 +194,7 @@ int run_bench(BenchFlags& f) {
   j["kv_policy_options"] = f.engine.config.kv_policy_options;
   j["async_compression"] = f.engine.config.async_compression;
   j["kv_reservation"] = f.engine.config.reserve_bounded_kv;
+  j["full_kv_reservation"] = f.engine.config.reserve_full_kv;
   j["num_compressions"] = m.num_compressions;
   j["evicted_tokens"] = m.num_evicted_tokens;
   j["kept_kv_pages"] = m.num_kept_kv_pages;

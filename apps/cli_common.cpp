@@ -144,6 +144,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_flag("!--no-async-compression", c.async_compression, "Wait for each compression instead of overlapping it with decoding");
   cmd->add_flag("!--no-kv-reservation", c.reserve_bounded_kv,
                 "Admit compressed requests without reserving the blocks they will grow into (they may be preempted)");
+  cmd->add_flag("--reserve-full-kv", c.reserve_full_kv,
+                "Admit a full-KV request only when the cache holds its prompt + max_tokens: never preempted "
+                "(GUARANTEED_NO_EVICT); default: admitted on its prompt, preempted and recomputed when the cache runs out");
   cmd->add_option("--compression-layer-stride", c.compression_layer_stride, "Layers scored and compacted together")
       ->check(CLI::Range(1, 1 << 16))->capture_default_str();
   cmd->add_option("--query-slots", c.num_query_slots,

@@ -2,7 +2,8 @@
 # Max-load throughput as trtllm-bench measures it: `origami bench` with every prompt submitted at
 # once, up to --max-num-seqs running, dummy weights (tokenizer-free random prompts), on one GPU.
 #   MAXLOAD_RUNS   space-separated runs, each  name:config:prompts:in:out:quant:kvdtype:policy:budget
-#                  (quant none|fp8, kvdtype bf16|fp8, policy full or a --kv-policy, budget tokens)
+#                  (quant none|fp8, kvdtype bf16|fp8, policy full, full-reserved (--reserve-full-kv:
+#                  admitted only when prompt + output fit, never preempted) or a --kv-policy, budget tokens)
 #   MAXLOAD_SEQS   --max-num-seqs (default 2048), MAXLOAD_TOKENS --max-num-batched-tokens (8192)
 #   MAXLOAD_BLOCK  --block-size (default 256 under compression, 16 for full KV)
 # Logs and JSON per run go to $OUT (default /tmp/origami-gpu); a table is printed last, with
@@ -27,8 +28,9 @@ rows=()
 for run in $RUNS; do
   IFS=: read -r name cfg n in out quant kv pol budget <<< "$run"
   flags=(--quantization "$quant" --kv-cache-dtype "$kv")
-  if [ "$pol" = full ]; then
+  if [ "$pol" = full ] || [ "$pol" = full-reserved ]; then
     flags+=(--query-slots -1 --block-size "${MAXLOAD_BLOCK:-16}")
+    [ "$pol" = full-reserved ] && flags+=(--reserve-full-kv)
   else
     flags+=(--kv-policy "$pol" --kv-budget "$budget" --block-size "${MAXLOAD_BLOCK:-256}")
     [ "$pol" = fastkvzip ] && flags+=(--kv-gates random --heads-per-group 1 --kv-policy-opt allocation=global
@@ -51,7 +53,7 @@ except Exception:
     print(f"| {name} | {cfg} | {n} x ({i} -> {o}) | {q}/{kv} | {pol} {budget} | failed rc={rc} ({secs} s) | | | | |"); sys.exit()
 tps = j["output_tokens_per_second"]
 vs = f"{tps / float(trt):.2f}x of {trt}" if trt else ""
-print(f"| {name} | {cfg} | {n} x ({i} -> {o}) | {q}/{kv} | {pol}{' ' + budget if pol != 'full' else ''} | "
+print(f"| {name} | {cfg} | {n} x ({i} -> {o}) | {q}/{kv} | {pol}{' ' + budget if not pol.startswith('full') else ''} | "
       f"{tps:,.0f} | {vs} | {j['peak_running_requests']} | {j['num_preemptions']} | "
       f"{j.get('schedule_ms_per_step', 0):.3f} ms / {1e3 * j['wall_seconds'] / max(1, j['num_steps']):.1f} ms |")
 PY

@@ -239,6 +239,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
     sc.max_num_batched_tokens = sc.max_model_len;  // a whole prompt must fit in one step
   sc.num_query_slots = support.num_query_slots;
   sc.reserve_bounded_kv = config.reserve_bounded_kv;
+  sc.reserve_full_kv = config.reserve_full_kv;
   const KVCompressor* compressor = engine->backend_->compressor();
   sc.compress_before_forward =
       support.available && (!config.async_compression || (compressor != nullptr && compressor->synchronous()));

@@ -70,6 +70,10 @@ struct EngineConfig {
   // Admit a bounded (cache-full compressed) request only when its peak blocks are free after the
   // growth the running bounded requests still have ahead (SchedulerConfig::reserve_bounded_kv).
   bool reserve_bounded_kv = true;
+  // Admit a request without a compression bound (full KV) only when its prompt + max_tokens fit
+  // beside what the running reserved requests still need: never preempted
+  // (SchedulerConfig::reserve_full_kv, TensorRT-LLM's GUARANTEED_NO_EVICT).
+  bool reserve_full_kv = false;
   // Query slots M (Zipage eq. 1): 0 = from the default policy's budget, capped by max_num_seqs
   // (8 when the default policy needs no queries, so per-request policies still can); -1 = none
   // and no compression support at all (a pure full-KV engine).

@@ -222,8 +222,9 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
     // Computed at the first waiting request that may be admitted: it walks every running
     // request's groups, and most steps (everything admitted, or no room) admit nothing.
     int reserved = -1;
+    const bool reserving = config_.reserve_bounded_kv || config_.reserve_full_kv;
     while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
-      if (reserved < 0) reserved = config_.reserve_bounded_kv ? reserved_growth() : 0;
+      if (reserved < 0) reserved = reserving ? reserved_growth() : 0;
       Request* request = waiting_.front();
       const int num_tokens = request->num_tokens();
       // Under prefill chunk compression the prompt never holds more than its threshold plus a chunk.
@@ -260,11 +261,11 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
           take_slot = false;
         }
       }
-      const int peak = config_.reserve_bounded_kv ? peak_blocks(*request) : -1;
+      const int peak = reserving ? peak_blocks(*request) : -1;
       // Prefix blocks it now shares with a request that held them alone: that request's next
       // compression needs a fresh target for each, which nobody reserved when it was admitted.
-      const int newly_shared = config_.reserve_bounded_kv ? newly_shared_blocks(*request) : 0;
-      if (admitted && config_.reserve_bounded_kv && !running_.empty()) {
+      const int newly_shared = reserving ? newly_shared_blocks(*request) : 0;
+      if (admitted && reserving && !running_.empty()) {
         // Blocks it takes now (unbounded) or ever (bounded), beyond those the prefix cache gave it,
         // must come out of what the running bounded requests do not still need.
         const int held = kv_->num_held_blocks(*request);
@@ -397,7 +398,8 @@ bool Scheduler::preempt_to_make_progress(std::vector<Request*>* preempted) {
 
 int Scheduler::group_peak_blocks(const Request& request, int group) const {
   const RequestCompression& c = request.compression;
-  if (!reserves_peak(c)) return -1;
+  if (!reserves_peak(c))  // no compression bound: its whole length, when that is reserved too
+    return config_.reserve_full_kv ? kv_->blocks_needed(request.num_prompt_tokens() + request.sampling.max_tokens) : -1;
   // Compressed under a cache-full policy with its prompt done: its tables never grow again.
   if (request.memory_bounded() && static_cast<size_t>(group) < request.kv.groups.size())
     return static_cast<int>(request.kv.groups[static_cast<size_t>(group)].blocks.size());
@@ -505,7 +507,12 @@ int Scheduler::joint_peak_blocks(const Request& request) const {
 
 int Scheduler::peak_blocks(const Request& request) const {
   const RequestCompression& c = request.compression;
-  if (!reserves_peak(c)) return -1;
+  if (!reserves_peak(c)) {
+    if (!config_.reserve_full_kv) return -1;
+    int total = 0;
+    for (int g = 0; g < kv_->num_groups(); ++g) total += group_peak_blocks(request, g);
+    return total;
+  }
   if (c.runtime_allocated()) return joint_peak_blocks(request) + fresh_targets_ahead(request);
   int total = 0;
   for (int g = 0; g < kv_->num_groups(); ++g) total += group_peak_blocks(request, g);

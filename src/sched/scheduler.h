@@ -44,6 +44,13 @@ struct SchedulerConfig {
   // request, so reserved requests are never preempted for lack of blocks.
   // Requests without a bound (full KV) are admitted as before, but never into reserved blocks.
   bool reserve_bounded_kv = false;
+  // Guaranteed no preemption for requests without a compression bound (full KV): such a request
+  // is admitted only when the free blocks cover its prompt + max_tokens (every head group) after
+  // the growth still ahead of the running reserved requests, as TensorRT-LLM's
+  // GUARANTEED_NO_EVICT does. Off (vLLM's way): admitted on its prompt's blocks and preempted
+  // (recomputed) when the cache runs out, which keeps more requests running on short outputs
+  // and recomputes a whole prompt + outputs for each preemption on long ones.
+  bool reserve_full_kv = false;
   // The backend finishes a step's compressions before that step's forward pass (synchronous
   // compression, or a compressor that runs inside begin(), as on the CPU): a request compressed
   // in a step switches to its compacted table at once and computes in that same step.

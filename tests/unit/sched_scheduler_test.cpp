@@ -434,6 +434,34 @@ TEST_P(TinyPoolTest, NeverDeadlocksAndEveryRequestCompletes) {
   EXPECT_GT(h.num_preemptions, 0) << "the pool was meant to be too small";
 }
 
+// Full-KV reservation (GUARANTEED_NO_EVICT): on a pool that holds three requests' whole lengths
+// but five prompts, admission stops at what the whole lengths allow, nothing is ever preempted,
+// and every request still completes; without it the same workload preempts.
+TEST(Scheduler, FullKvReservationNeverPreempts) {
+  for (bool reserve : {false, true}) {
+    SchedulerConfig c = config(8, 64);
+    c.reserve_full_kv = reserve;
+    Harness h(13, false, c);  // 12 usable blocks = 48 tokens: three requests of 4 + 12 tokens
+    for (int i = 0; i < 5; ++i) h.add(iota_tokens(4, 100 * (i + 1)), 12);
+    size_t max_running = 0;
+    while (h.sched.has_unfinished() && h.num_steps < 1000) {
+      h.step();
+      if (HasFatalFailure()) return;
+      max_running = std::max(max_running, h.sched.num_running());
+    }
+    ASSERT_FALSE(h.sched.has_unfinished());
+    for (auto& r : h.requests) EXPECT_EQ(static_cast<int>(r->output_token_ids.size()), 12);
+    EXPECT_EQ(h.kv.num_free_blocks(), 12);
+    if (reserve) {
+      EXPECT_EQ(h.num_preemptions, 0);
+      EXPECT_EQ(max_running, 3u) << "the pool holds three whole requests";
+    } else {
+      EXPECT_GT(h.num_preemptions, 0) << "five prompts fit, five whole requests do not";
+      EXPECT_EQ(max_running, 5u);
+    }
+  }
+}
+
 std::vector<StressCase> stress_cases() {
   std::vector<StressCase> cases;
   for (uint32_t seed = 1; seed <= 4; ++seed) {
