@@ -4,6 +4,7 @@
 // arriving as a Poisson process of --request-rate (inf: all at once) with at most
 // --max-concurrency in flight, and reports request throughput, output tokens/s, TTFT, TPOT and
 // ITL (mean, median, p99) and failed requests. The client is Boost.Beast on one thread.
+// --multiturn runs conversations instead (bench_serve_multiturn.h).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,10 +27,10 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "core/json_excerpt.h"
-#include "core/json_parse.h"
 #include "latency_stats.h"
 #include "progress_bar.h"
+#include "bench_serve_multiturn.h"
+#include "serve_client.h"
 
 namespace origami::cli {
 namespace {
@@ -53,166 +54,31 @@ struct BenchServeFlags {
   uint64_t arrival_seed = 0;
   bool json = false;
   bool quiet = false;
+  bool multiturn = false;
+  MultiturnWorkload turns;
+  // The flags of the single-turn workload that were given (refused with --multiturn).
+  std::vector<std::string> single_turn_flags_given;
 };
-
-struct Target {
-  std::string host;
-  std::string port;
-};
-
-struct RequestResult {
-  bool ok = false;
-  std::string error;
-  double ttft = 0.0;  // seconds
-  double e2e = 0.0;
-  int output_tokens = 0;
-  std::vector<double> itl;  // gaps between streamed text events
-};
-
-bool parse_base_url(const std::string& url, Target* t) {
-  const std::string prefix = "http://";
-  if (url.rfind(prefix, 0) != 0) return false;
-  std::string rest = url.substr(prefix.size());
-  rest = rest.substr(0, rest.find('/'));
-  const size_t colon = rest.rfind(':');
-  t->host = colon == std::string::npos ? rest : rest.substr(0, colon);
-  t->port = colon == std::string::npos ? "80" : rest.substr(colon + 1);
-  return !t->host.empty() && !t->port.empty();
-}
-
-// One HTTP exchange over a fresh connection; streams the SSE body to on_data.
-net::awaitable<int> http_exchange(const Target& target, http::verb verb, const std::string& path, const std::string& body,
-                                  const std::function<void(std::string_view)>& on_data, std::string* error) {
-  auto executor = co_await net::this_coro::executor;
-  beast::error_code ec;
-  tcp::resolver resolver(executor);
-  auto endpoints = co_await resolver.async_resolve(target.host, target.port, net::redirect_error(net::use_awaitable, ec));
-  if (ec) {
-    *error = "resolve " + target.host + ": " + ec.message();
-    co_return 0;
-  }
-  beast::tcp_stream stream(executor);
-  co_await stream.async_connect(endpoints, net::redirect_error(net::use_awaitable, ec));
-  if (ec) {
-    *error = "connect: " + ec.message();
-    co_return 0;
-  }
-  stream.socket().set_option(tcp::no_delay(true), ec);
-  http::request<http::string_body> req{verb, path, 11};
-  req.set(http::field::host, target.host);
-  req.set(http::field::content_type, "application/json");
-  req.keep_alive(false);
-  req.body() = body;
-  req.prepare_payload();
-  co_await http::async_write(stream, req, net::redirect_error(net::use_awaitable, ec));
-  if (ec) {
-    *error = "send: " + ec.message();
-    co_return 0;
-  }
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-  auto on_chunk = [&](std::uint64_t, beast::string_view data, beast::error_code&) -> std::size_t {
-    on_data(std::string_view(data.data(), data.size()));
-    return data.size();
-  };
-  parser.on_chunk_body(on_chunk);
-  co_await http::async_read_header(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
-  while (!ec && !parser.is_done()) co_await http::async_read_some(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
-  if (ec && ec != http::error::end_of_stream) {
-    *error = "receive: " + ec.message();
-    co_return 0;
-  }
-  if (!parser.get().body().empty()) on_data(parser.get().body());  // not chunked (errors, JSON)
-  const int status = parser.get().result_int();
-  beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  co_return status;
-}
-
-// A field of a server's answer, or `fallback` when the answer is not shaped as expected: a
-// misbehaving server counts as failed requests, never an exception out of the client.
-std::string string_field(const nlohmann::json& obj, const char* key, const char* fallback) {
-  if (!obj.is_object()) return fallback;
-  const auto it = obj.find(key);
-  return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
-}
-int int_field(const nlohmann::json& obj, const char* key, int fallback) {
-  if (!obj.is_object()) return fallback;
-  const auto it = obj.find(key);
-  if (it == obj.end() || !it->is_number_integer()) return fallback;
-  const int64_t v = it->is_number_unsigned() ? std::numeric_limits<int>::max() : it->get<int64_t>();
-  return static_cast<int>(std::clamp<int64_t>(v, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
-}
-
-// Sends one streaming completion and times its SSE events.
-net::awaitable<RequestResult> run_request(const Target& target, const std::string& body) {
-  RequestResult r;
-  const Clock::time_point start = Clock::now();
-  Clock::time_point last = start;
-  bool first = true;
-  std::string pending, raw;
-  auto on_data = [&](std::string_view data) {
-    raw.append(data.substr(0, std::min<size_t>(data.size(), 2000 - std::min<size_t>(raw.size(), 2000))));
-    pending.append(data);
-    size_t pos;
-    while ((pos = pending.find("\n\n")) != std::string::npos) {
-      const std::string event = pending.substr(0, pos);
-      pending.erase(0, pos + 2);
-      if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
-      Expected<nlohmann::json> parsed = parse_json(std::string_view(event).substr(6), kRequestJsonMaxDepth);
-      if (!parsed || !parsed->is_object()) continue;
-      const nlohmann::json& j = *parsed;
-      if (j.contains("error")) r.error = string_field(j["error"], "message", "error event");
-      if (j.contains("usage")) r.output_tokens = int_field(j["usage"], "completion_tokens", 0);
-      if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) continue;
-      const std::string text = string_field(j["choices"][0], "text", "");
-      if (text.empty()) continue;
-      const Clock::time_point now = Clock::now();
-      if (first) {
-        r.ttft = std::chrono::duration<double>(now - start).count();
-        first = false;
-      } else {
-        r.itl.push_back(std::chrono::duration<double>(now - last).count());
-      }
-      last = now;
-    }
-  };
-  std::string error;
-  const int status = co_await http_exchange(target, http::verb::post, "/v1/completions", body, on_data, &error);
-  r.e2e = std::chrono::duration<double>(Clock::now() - start).count();
-  if (status != 200) {
-    r.error = !error.empty() ? error : "HTTP " + std::to_string(status) + ": " + raw;
-  } else if (r.error.empty()) {
-    r.ok = r.output_tokens > 0;
-    if (!r.ok) r.error = "no usage in the stream";
-  }
-  co_return r;
-}
-
-// GET /v1/models: the served model's name and vocabulary size.
-net::awaitable<void> fetch_model(const Target& target, std::string* model, int* vocab, std::string* error) {
-  std::string body;
-  const int status = co_await http_exchange(target, http::verb::get, "/v1/models", "", [&](std::string_view d) { body.append(d); }, error);
-  if (status != 200) {
-    if (error->empty()) *error = "GET /v1/models: HTTP " + std::to_string(status);
-    co_return;
-  }
-  Expected<nlohmann::json> parsed = parse_json(body, kRequestJsonMaxDepth);
-  if (!parsed || !parsed->is_object() || !parsed->contains("data") || !(*parsed)["data"].is_array() || (*parsed)["data"].empty()) {
-    *error = "GET /v1/models: no model in " + text_excerpt(body);
-    co_return;
-  }
-  const nlohmann::json& j = *parsed;
-  if (model->empty()) *model = string_field(j["data"][0], "id", "");
-  if (*vocab <= 0) *vocab = int_field(j["data"][0], "vocab_size", 0);
-}
 
 int run_bench_serve(const BenchServeFlags& f) {
   Target target;
   if (!parse_base_url(f.base_url, &target)) {
     print_error("--base-url must look like http://HOST:PORT, got '" + f.base_url + "'");
     return 2;
+  }
+  if (f.multiturn && !f.single_turn_flags_given.empty()) {
+    print_error(f.single_turn_flags_given.front() + " does not apply to --multiturn (see --conversations, --turns, --doc-len)");
+    return 2;
+  }
+  MultiturnWorkload turns = f.turns;
+  turns.output_len = f.output_len;
+  turns.max_concurrency = f.max_concurrency;
+  turns.seed = f.dataset_seed;
+  if (f.multiturn) {
+    if (const std::string e = check_multiturn_workload(turns); !e.empty()) {
+      print_error(e);
+      return 2;
+    }
   }
   if (f.num_prompts < 1 || f.input_len < 1 || f.output_len < 1 || f.max_concurrency < 0 || !(f.request_rate > 0)) {
     print_error("--num-prompts, --input-len, --output-len and --request-rate must be positive, --max-concurrency >= 0");
@@ -227,6 +93,7 @@ int run_bench_serve(const BenchServeFlags& f) {
     print_error(!error.empty() ? error : "the server does not say its vocab_size; pass --vocab-size");
     return 1;
   }
+  if (f.multiturn) return run_multiturn_bench(target, f.base_url, model, vocab, turns, f.json, f.quiet);
 
   // The prompts `origami bench` draws (same generator, same order), greedy, exactly output_len
   // tokens each (ignore_eos).
@@ -352,11 +219,23 @@ void register_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--dataset-seed", flags->dataset_seed, "Seed of the random prompts (as `origami bench`)");
   cmd->add_option("--arrival-seed", flags->arrival_seed, "Seed of the Poisson arrivals");
   cmd->add_option("--vocab-size", flags->vocab_size, "Token ids are drawn below this (default: the server's vocab_size)");
+  cmd->add_flag("--multiturn", flags->multiturn,
+                "Conversations over shared documents, each turn sent with the whole conversation after the previous answer");
+  cmd->add_option("--conversations", flags->turns.conversations, "--multiturn: number of conversations")->capture_default_str();
+  cmd->add_option("--turns", flags->turns.turns, "--multiturn: questions per conversation")->capture_default_str();
+  cmd->add_option("--doc-len", flags->turns.doc_len, "--multiturn: document length (random tokens)")->capture_default_str();
+  cmd->add_option("--question-len", flags->turns.question_len, "--multiturn: question length (random tokens)")->capture_default_str();
+  cmd->add_option("--think-time", flags->turns.think_time, "--multiturn: seconds between an answer and the next question")
+      ->capture_default_str();
+  cmd->add_option("--num-documents", flags->turns.num_documents,
+                  "--multiturn: distinct documents; conversation c uses document c mod N")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print the results as one JSON object");
   cmd->add_flag("--quiet", flags->quiet, "No progress bar");
   // `bench` runs its own (offline) benchmark when its callback runs; ending the parse here with
   // the exit code keeps it from running after `bench serve`.
-  cmd->callback([flags] {
+  cmd->callback([flags, cmd] {
+    for (const char* name : {"--num-prompts", "--input-len", "--request-rate", "--arrival-seed"})
+      if (cmd->count(name) > 0) flags->single_turn_flags_given.emplace_back(name);
     const int code = run_bench_serve(*flags);
     if (code != 0) throw CLI::RuntimeError(code);
     throw CLI::Success();

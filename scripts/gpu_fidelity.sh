@@ -33,12 +33,8 @@
 # the perplexity sweep over ~15 policies) fits in one call; run FIDELITY_BLOCKS=16 and
 # FIDELITY_BLOCKS=256 as two calls when the whole does not.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-source scripts/lib/gpu_common.sh
-OUT=${OUT:-/tmp/origami-fidelity}
-mkdir -p "$OUT"
-gpu_shared_dir
+source "$(dirname "$0")/lib/gpu_common.sh"
+gpu_script_init /tmp/origami-fidelity
 DEVICE=${FIDELITY_DEVICE:-cuda}
 case "$DEVICE" in cuda|cpu) ;; *) echo "FIDELITY_DEVICE must be cuda or cpu, got '$DEVICE'"; exit 2 ;; esac
 declare -A RESULT
@@ -51,7 +47,6 @@ fi
 if [ -n "${ORIGAMI_BIN:-}" ]; then
   CLI=$ORIGAMI_BIN
 else
-  BUILD=${BUILD:-build-gpu}
   gpu_build "$BUILD" "$OUT/build.log" origami_cli || exit 1
   RESULT[0_build]="rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s)"
   CLI=$BUILD/origami

@@ -15,13 +15,8 @@
 # configs, golden, data/wikitext2_test_dev.txt and models/{origami-tiny-qwen3,stories260k}, and,
 # where the machine lacks them, CLI11 (include/) and GoogleTest + nlohmann-json (prefix/).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-source scripts/lib/gpu_common.sh
-OUT=${OUT:-/tmp/origami-gpu}
-mkdir -p "$OUT"
-BUILD=${BUILD:-build-gpu}
-gpu_shared_dir
+source "$(dirname "$0")/lib/gpu_common.sh"
+gpu_script_init /tmp/origami-gpu
 declare -A RESULT
 gpu_device_info "$OUT/build.log"
 RESULT[0_device]="$GPU_DEVICE"

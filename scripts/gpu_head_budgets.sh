@@ -10,13 +10,8 @@
 # Logs under $OUT (or /tmp/origami-gpu-hb); the summary table comes last (summary.txt).
 #   OUT=... BUILD=/tmp/build-gpu scripts/gpu_head_budgets.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-source scripts/lib/gpu_common.sh
-OUT=${OUT:-/tmp/origami-gpu-hb}
-mkdir -p "$OUT"
-BUILD=${BUILD:-build-gpu}
-gpu_shared_dir
+source "$(dirname "$0")/lib/gpu_common.sh"
+gpu_script_init /tmp/origami-gpu-hb
 declare -A RESULT
 gpu_device_info "$OUT/build.log"
 RESULT[0_device]="$GPU_DEVICE"

@@ -9,13 +9,8 @@
 # Logs and JSON per run go to $OUT (default /tmp/origami-gpu); a table is printed last, with
 # TensorRT-LLM's published FP8 numbers (one H100, Llama-3.1-8B) beside the shapes they cover.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-source scripts/lib/gpu_common.sh
-OUT=${OUT:-/tmp/origami-gpu}
-mkdir -p "$OUT"
-BUILD=${BUILD:-build-gpu}
-gpu_shared_dir
+source "$(dirname "$0")/lib/gpu_common.sh"
+gpu_script_init /tmp/origami-gpu
 gpu_device_info "$OUT/build.log"
 gpu_build "$BUILD" "$OUT/build.log" origami_cli || exit 1
 echo "build rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s) on $GPU_DEVICE"

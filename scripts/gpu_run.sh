@@ -31,17 +31,12 @@
 # Fixtures and the device's missing headers come from .devdata (see scripts/lib/gpu_common.sh).
 # BUILD (default build-gpu) may point outside the tree so that a warm machine keeps it.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-source scripts/lib/gpu_common.sh
-OUT=${OUT:-/tmp/origami-gpu}
-mkdir -p "$OUT"
-BUILD=${BUILD:-build-gpu}
+source "$(dirname "$0")/lib/gpu_common.sh"
+gpu_script_init /tmp/origami-gpu
 MODES=",${1:-tests},"
 [ "$MODES" = ",all," ] && MODES=",quick,tests,roofline,bench,"
 case "$MODES" in *,tests,*) MODES="$MODES,quick," ;; esac
 has() { [[ "$MODES" == *",$1,"* ]]; }
-gpu_shared_dir
 declare -A RESULT
 T_START=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - T_START ))s"; }

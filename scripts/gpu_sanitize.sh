@@ -23,13 +23,8 @@
 #                    shared-memory access and runs the full sweep for hours). "full" = all sizes.
 # The tests are built with -lineinfo (CMakeLists.txt), so reports name source lines.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-source scripts/lib/gpu_common.sh
-OUT=${OUT:-./out}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-BUILD=${BUILD:-build-gpu}
+source "$(dirname "$0")/lib/gpu_common.sh"
+gpu_script_init ./out
 TOOLS=${1:-all}
 case "$TOOLS" in
   all) TOOLS="memcheck racecheck" ;;
@@ -41,7 +36,6 @@ MEMCHECK_TESTS=${MEMCHECK_TESTS:-.}
 # Tests of the kernels declaring __shared__ memory (src/backend/cuda: paged_attention,
 # compression_kernels, sampling_kernels, logprob_kernels, elementwise_kernels).
 RACECHECK_TESTS=${RACECHECK_TESTS:-'^(attention_paged_test|cuda_kernels_test|cuda_compression_test|cuda_joint_selection_test|cuda_elementwise_vec_test)$'}
-gpu_shared_dir
 declare -A RESULT
 T_START=$(date +%s)
 

@@ -6,13 +6,8 @@
 # /tmp/origami-gpu-tp); the summary table comes last (summary.txt).
 #   OUT=... BUILD=/tmp/build-gpu scripts/gpu_tp.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-source scripts/lib/gpu_common.sh
-OUT=${OUT:-/tmp/origami-gpu-tp}
-mkdir -p "$OUT"
-BUILD=${BUILD:-build-gpu}
-gpu_shared_dir
+source "$(dirname "$0")/lib/gpu_common.sh"
+gpu_script_init /tmp/origami-gpu-tp
 declare -A RESULT
 gpu_device_info "$OUT/build.log"
 RESULT[0_device]="$(nvidia-smi -L | wc -l) x $GPU_DEVICE"

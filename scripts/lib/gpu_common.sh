@@ -1,9 +1,24 @@
-# Helpers shared by the GPU machine's scripts (scripts/gpu_run.sh, scripts/gpu_sanitize.sh).
-# Sourced, not run; expects ROOT (the repository root) to be set.
+# Helpers shared by the GPU machine's scripts (scripts/gpu_*.sh). Sourced, not run; a script
+# starts with
+#   set -uo pipefail
+#   source "$(dirname "$0")/lib/gpu_common.sh"
+#   gpu_script_init /tmp/origami-gpu   # its default OUT
 #
 # Fixtures: the device gets only the repository, so the shared configs/models/tokenizers are
 # carried in .devdata/shared (git-ignored), found through ORIGAMI_SHARED_DIR; .devdata also holds
 # the headers/libs the device lacks (CLI11, nlohmann-json, GoogleTest).
+
+# The prologue of every gpu_*.sh: cd to the repository root and set ROOT to it; OUT (default $1)
+# created and made absolute; BUILD (default build-gpu); the shared fixtures (gpu_shared_dir).
+gpu_script_init() {
+  cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
+  ROOT=$PWD
+  OUT=${OUT:-$1}
+  mkdir -p "$OUT"
+  OUT=$(cd "$OUT" && pwd)
+  BUILD=${BUILD:-build-gpu}
+  gpu_shared_dir
+}
 
 # Exports ORIGAMI_SHARED_DIR (.devdata/shared, else ../shared) and sets SH to it.
 gpu_shared_dir() {

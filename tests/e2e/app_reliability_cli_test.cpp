@@ -140,6 +140,47 @@ TEST_F(ReliabilityCli, InterruptedBenchReportsTheFinishedRequests) {
   EXPECT_EQ(j["output_tokens"].get<int>(), 400 * j["completed"].get<int>());
 }
 
+// A second signal does not wait for the step in progress (here a prefill of seconds), yet still
+// prints a complete report of the run so far: the one rendered ahead for it.
+TEST_F(ReliabilityCli, BenchPrintsItsReportOnASecondSignal) {
+  const pid_t pid = spawn("bench " + model() +
+                          "--num-prompts 6 --input-len 1000 --output-len 4 --max-num-seqs 6 --max-num-batched-tokens 8192 --json");
+  ASSERT_TRUE(wait_for_text(path("stderr"), "bench [")) << read_file(path("stderr"));
+  std::this_thread::sleep_for(300ms);  // inside the first step
+  kill(pid, SIGINT);
+  // Signals of one kind do not queue: the second is sent once the first has been handled.
+  ASSERT_TRUE(wait_for_text(path("stderr"), "origami: stopping")) << read_file(path("stderr"));
+  kill(pid, SIGINT);
+  EXPECT_EQ(wait_exit(pid), 130) << read_file(path("stderr"));
+  const std::string out = read_file(path("stdout"));
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(out)) << out;
+  EXPECT_EQ(j["interrupted_by"], "second signal") << "the final report, not the one rendered ahead: the step ended too soon";
+  EXPECT_EQ(j["interrupted"].get<int>(), 6);
+  EXPECT_EQ(j["completed"].get<int>(), 0);
+  EXPECT_NE(read_file(path("stderr")).find("second signal, exiting now"), std::string::npos);
+}
+
+// --time-limit stops the run on its own: the finished requests' metrics, the unfinished ones
+// counted, a line saying so, and exit 0 (the run did what it was asked).
+TEST_F(ReliabilityCli, BenchTimeLimitReportsWhatFinished) {
+  const std::string args = "bench " + model() + "--num-prompts 24 --input-len 16 --output-len 300 --max-num-seqs 4 --quiet --time-limit 1.5";
+  CommandResult r = run_command(args + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["interrupted_by"], "time limit");
+  EXPECT_GT(j["interrupted"].get<int>(), 0);
+  EXPECT_EQ(j["completed"].get<int>() + j["failed"].get<int>() + j["interrupted"].get<int>(), 24);
+  EXPECT_EQ(j["output_tokens"].get<int>(), 300 * j["completed"].get<int>());
+  EXPECT_GT(j["unfinished_output_tokens"].get<int>(), 0);
+  EXPECT_LT(j["wall_seconds"].get<double>(), 10.0);
+  r = run_command(args, true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("interrupted         by time limit: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("requests did not finish"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("origami: stopped at --time-limit 1.5 s"), std::string::npos) << r.out;
+}
+
 TEST_F(ReliabilityCli, InterruptedEvalKeepsTheFinishedPoints) {
   {
     std::ofstream docs(dir_ / "docs.jsonl");

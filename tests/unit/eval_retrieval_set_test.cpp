@@ -86,6 +86,62 @@ TEST(RetrievalSetScript, BuildsDocumentsTheTaskReads) {
   fs::remove_all(dir);
 }
 
+// --turns: each document holds at least as many facts as questions, the questions ask distinct
+// facts each answered by its fact in the document, and the single-question fields are the first
+// turn's, so that the task's reader takes the same items.
+TEST(RetrievalSetScript, MultiTurnItemsAskDistinctFactsOfTheDocument) {
+  if (std::system("/usr/bin/python3 --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
+  const fs::path dir = fs::temp_directory_path() / ("origami_retrieval_set_mt_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream(dir / "filler.txt") << filler_text();
+  }
+  const fs::path out = dir / "set.jsonl";
+  const int turns = 6;
+  const std::string cmd = "/usr/bin/python3 '" + std::string(ORIGAMI_SOURCE_DIR) + "/scripts/make_retrieval_set.py' --out '" +
+                          out.string() + "' --count 12 --seed 5 --chars 3000 --turns " + std::to_string(turns) + " '" +
+                          (dir / "filler.txt").string() + "' >/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto examples = load_retrieval_examples(out.string());
+  ASSERT_TRUE(examples.has_value()) << examples.status().message();
+  ASSERT_EQ(examples->size(), 12u);
+  const std::regex fact(R"(The secret number of the (\w+) (\w+) is (\d{4})\.)");
+  const std::regex question(R"(^\nQuestion: What is the secret number of the (\w+) (\w+)\?\nAnswer: The secret number of the (\w+) (\w+) is$)");
+  std::ifstream lines(out);
+  std::string line;
+  size_t i = 0;
+  while (std::getline(lines, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    SCOPED_TRACE("document " + std::to_string(i));
+    const std::string document = j["document"].get<std::string>();
+    std::map<std::string, std::pair<std::string, size_t>> facts;  // "adj noun" -> digits, offset
+    for (auto it = std::sregex_iterator(document.begin(), document.end(), fact); it != std::sregex_iterator(); ++it)
+      facts[(*it)[1].str() + " " + (*it)[2].str()] = {(*it)[3].str(), static_cast<size_t>(it->position(0))};
+    EXPECT_EQ(static_cast<int>(facts.size()), j["num_facts"].get<int>());
+    EXPECT_GE(static_cast<int>(facts.size()), turns);
+    ASSERT_EQ(j["turns"].size(), static_cast<size_t>(turns));
+    std::map<std::string, int> asked;
+    for (const nlohmann::json& t : j["turns"]) {
+      const std::string q = t["question"].get<std::string>();
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(q, m, question)) << q;
+      EXPECT_EQ(m[1].str(), m[3].str());
+      EXPECT_EQ(m[2].str(), m[4].str());
+      const std::string key = m[1].str() + " " + m[2].str();
+      ++asked[key];
+      ASSERT_TRUE(facts.count(key)) << key << " is asked but not in the document";
+      EXPECT_EQ(t["answer"].get<std::string>(), facts[key].first);
+      EXPECT_NEAR(t["depth"].get<double>(), static_cast<double>(facts[key].second) / static_cast<double>(document.size()), 0.01);
+    }
+    EXPECT_EQ(asked.size(), static_cast<size_t>(turns)) << "a fact asked twice";
+    const RetrievalExample& ex = (*examples)[i++];
+    EXPECT_EQ(ex.prompt, document + j["turns"][0]["question"].get<std::string>());
+    EXPECT_EQ(ex.answer, j["turns"][0]["answer"].get<std::string>());
+  }
+  EXPECT_EQ(i, 12u);
+  fs::remove_all(dir);
+}
+
 TEST(RetrievalSetScript, RefusesTooLittleFiller) {
   if (std::system("/usr/bin/python3 --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
   const fs::path dir = fs::temp_directory_path() / ("origami_retrieval_set_small_" + std::to_string(::getpid()));
