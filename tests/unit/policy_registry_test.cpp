@@ -331,16 +331,15 @@ TEST(PolicyRegistry, PrefillChunkCompressionRules) {
     const bool on = info.name == "keydiff" || info.name == "fastkvzip" || info.name == "tangram";
     EXPECT_EQ(p->options().get_bool(kPrefillChunkCompressionOption), on) << info.name;
     // Cache-full triggers compress a chunk at N_max * b - 1 = 79, prefill-end ones at the budget
-    // (tangram: times 1 + chunk_slack, default 1, so that the prompt's last window chooses the
-    // budget among twice as many entries).
-    const int prefill_end = info.name == "tangram" ? 128 : 64;
+    // (times 1 + chunk_slack, default 0).
+    const int prefill_end = 64;
     EXPECT_EQ(p->prefill_chunk_threshold(64, 5, 16),
               on ? (p->trigger() == CompressionTrigger::kCacheFull ? 79 : prefill_end) : -1)
         << info.name;
   }
   EXPECT_EQ(make("snapkv", {{"prefill_chunk_compression", "1"}})->prefill_chunk_threshold(64, 0, 16), 64);
   EXPECT_EQ(make("snapkv", {{"prefill_chunk_compression", "1"}, {"chunk_slack", "0.5"}})->prefill_chunk_threshold(64, 0, 16), 96);
-  EXPECT_EQ(make("tangram", {{"chunk_slack", "0"}})->prefill_chunk_threshold(64, 0, 16), 64);
+  EXPECT_EQ(make("tangram", {{"chunk_slack", "1"}})->prefill_chunk_threshold(64, 0, 16), 128);
   EXPECT_EQ(make("tangram", {{"chunk_slack", "0.25"}})->prefill_chunk_threshold(100, 0, 16), 125);
   EXPECT_NE(error_of("tangram", {{"chunk_slack", "-1"}}).find("chunk_slack"), std::string::npos);
   // SnapKV pools at every compression: a prompt compressed chunk by chunk pools at its last one too.
