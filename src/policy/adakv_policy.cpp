@@ -22,7 +22,7 @@ void register_adakv_policy(PolicyRegistry* registry) {
   info.summary =
       "AdaKV: SnapKV's score, the budget allocated per layer at run time (one top-k over the layer's heads, "
       "alpha_safe floor per head)";
-  info.options = snapkv_option_specs(/*chunk_default=*/false);
+  info.options = snapkv_option_specs(/*chunk_default=*/false, /*slack_default=*/"0");
   info.options.push_back(alpha_safe_option());
   info.options.push_back(page_aligned_option());
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {

@@ -24,10 +24,11 @@ inline PolicyOptionSpec alpha_safe_option() {
                       "safeguard)");
 }
 
-inline PolicyOptionSpec page_aligned_option() {
-  return bool_option("page_aligned", false,
+inline PolicyOptionSpec page_aligned_option(bool default_value = false) {
+  return bool_option("page_aligned", default_value,
                      "layer/global allocation: the scope's total counted in pages of the KV block size, every head "
-                     "keeping a whole number of pages (or all its entries): no head's last page left partly empty");
+                     "keeping a whole number of pages (or all its entries): no head's last page left partly empty; "
+                     "with it, the engine's default layout is per-head pages (--heads-per-group 1)");
 }
 
 // Sets the recipe's safeguard and page alignment from the options above.

@@ -1,5 +1,9 @@
 #include "policy/kv_policy.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "policy/kv_budget.h"
 
 namespace origami {
@@ -42,6 +46,12 @@ int KVPolicy::capture_from(const TriggerState& state) const {
   return -1;
 }
 
+bool KVPolicy::prefers_per_head_pages() const {
+  if (!compresses()) return false;
+  const ScoreRecipe& recipe = score_recipe();
+  return runtime_allocation(recipe) && recipe.page_aligned;
+}
+
 bool KVPolicy::supports_prefill_chunk_compression() const {
   return options_.values().count(kPrefillChunkCompressionOption) != 0;
 }
@@ -50,7 +60,12 @@ int KVPolicy::prefill_chunk_threshold(int budget, int max_blocks, int block_size
   if (!supports_prefill_chunk_compression() || !options_.get_bool(kPrefillChunkCompressionOption)) return -1;
   switch (trigger()) {
     case CompressionTrigger::kCacheFull: return static_cast<int>(int64_t{max_blocks} * block_size - 1);
-    case CompressionTrigger::kPrefillEnd: return budget;
+    case CompressionTrigger::kPrefillEnd: {
+      // chunk_slack: a chunk keeps budget x (1 + slack) (the prompt's end then keeps the budget).
+      const double slack = options_.values().count(kChunkSlackOption) != 0 ? options_.get_float(kChunkSlackOption) : 0.0;
+      const double keep = std::ceil(static_cast<double>(budget) * (1.0 + slack) - 1e-9);
+      return static_cast<int>(std::min<double>(keep, std::numeric_limits<int>::max() / 4));
+    }
     default: return -1;
   }
 }

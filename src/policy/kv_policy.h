@@ -61,6 +61,9 @@ struct PolicyNeeds {
 
 // The option that turns prefill chunk compression on (policy/triggers.h, prefill_chunk_due).
 inline constexpr const char* kPrefillChunkCompressionOption = "prefill_chunk_compression";
+// Prefill-end policies compressed chunk by chunk: each chunk keeps budget x (1 + chunk_slack)
+// entries, and the prompt's end (whose window holds the question) keeps the budget.
+inline constexpr const char* kChunkSlackOption = "chunk_slack";
 
 class KVPolicy {
  public:
@@ -95,12 +98,17 @@ class KVPolicy {
   virtual Status check_budget(int budget, int block_size) const;
 
   bool compresses() const { return trigger() != CompressionTrigger::kNever; }
+  // Whether its method needs per-head pages to hold what it keeps: a runtime allocation counted in
+  // whole pages (Fast KVzip's global threshold, page_aligned). An engine whose default policy it is
+  // and whose --heads-per-group is not given lays its KV out one head per page table.
+  bool prefers_per_head_pages() const;
   // Whether the policy declares the prefill_chunk_compression option (budgeted policies whose
   // compressions keep the budget: cache-full and prefill-end triggers).
   bool supports_prefill_chunk_compression() const;
   // Prefill chunk compression: the entry count above which the end of a prefill chunk (not the
   // prompt's last) compresses the request, the count its own trigger compresses at (cache-full:
-  // N_max * b - 1; prefill-end: the budget); -1 when the option is off or not supported.
+  // N_max * b - 1; prefill-end: the budget, times 1 + chunk_slack where the policy declares that
+  // option: the count each chunk keeps); -1 when the option is off or not supported.
   int prefill_chunk_threshold(int budget, int max_blocks, int block_size) const;
   // "zipage(global=1, redundancy=lightning, ...)", for logs and `origami policies`.
   std::string describe() const;

@@ -10,9 +10,13 @@
 
 namespace origami {
 
-std::vector<PolicyOptionSpec> snapkv_option_specs(bool chunk_default) {
+std::vector<PolicyOptionSpec> snapkv_option_specs(bool chunk_default, const std::string& slack_default) {
   return {
       prefill_chunk_option(chunk_default),
+      float_option(kChunkSlackOption, slack_default, 0.0, 8.0,
+                   "prefill_chunk_compression: each chunk keeps budget x (1 + chunk_slack) entries and the prompt's "
+                   "end keeps the budget, scored by the prompt's last window (its question); peak KV: budget x "
+                   "(1 + chunk_slack) + one chunk"),
       int_option("window", 32, 1, 1024, "observation window: the last prompt tokens whose queries score the rest (always kept)"),
       int_option("kernel", 7, 1, 63, "pooling kernel along the sequence (odd; 1 = no pooling)"),
       enum_option("pool_type", "max", {"max", "avg"}, "pooling: max or average"),
@@ -27,7 +31,11 @@ Expected<ScoreRecipe> snapkv_recipe(const std::string& policy, const PolicyOptio
   recipe.window = options.get_int("window");
   recipe.pool_kernel = options.get_int("kernel");
   recipe.pool_type = options.get("pool_type") == "avg" ? PoolType::kAvg : PoolType::kMax;
-  recipe.pool_first_only = true;  // it compresses once anyway
+  // Pooling is part of SnapKV's score (it keeps the neighbours of what the window attends to: the
+  // other tokens of a number or a name), so it applies at every compression: a prompt compressed
+  // chunk by chunk (prefill_chunk_compression, TANGRAM) must pool at its last compression too,
+  // the one that sees the question.
+  recipe.pool_first_only = false;
   recipe.num_sinks = options.get_int("sinks");
   return recipe;
 }
@@ -36,7 +44,7 @@ void register_snapkv_policy(PolicyRegistry* registry) {
   PolicyInfo info;
   info.name = "snapkv";
   info.summary = "SnapKV: compress the prompt once at the end of prefill (window attention + pooling)";
-  info.options = snapkv_option_specs(/*chunk_default=*/false);
+  info.options = snapkv_option_specs(/*chunk_default=*/false, /*slack_default=*/"0");
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ORIGAMI_ASSIGN_OR_RETURN(ScoreRecipe recipe, snapkv_recipe(name, options));
     return std::unique_ptr<KVPolicy>(new RecipePolicy(name, options, CompressionTrigger::kPrefillEnd, recipe));

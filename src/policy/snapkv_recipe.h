@@ -1,6 +1,7 @@
 #pragma once
 // SnapKV's score and options, shared by `snapkv` and `tangram` (TANGRAM runs SnapKV's scorer
 // under calibrated per-head budgets: window 32, max pooling with kernel 7).
+#include <string>
 #include <vector>
 
 #include "kv/compression.h"
@@ -8,8 +9,9 @@
 
 namespace origami {
 
-// window, kernel, pool_type, sinks and prefill_chunk_compression (default `chunk_default`).
-std::vector<PolicyOptionSpec> snapkv_option_specs(bool chunk_default);
+// window, kernel, pool_type, sinks, prefill_chunk_compression (default `chunk_default`) and
+// chunk_slack (default `slack_default`).
+std::vector<PolicyOptionSpec> snapkv_option_specs(bool chunk_default, const std::string& slack_default);
 // Window attention, pooled along the sequence at the (one) prompt compression. Errors: an even
 // pooling kernel, named with `policy`.
 Expected<ScoreRecipe> snapkv_recipe(const std::string& policy, const PolicyOptions& options);

@@ -27,12 +27,26 @@ int entries_after_known_tokens(const Request& request) {
   return num_cache_entries(request) + (request.num_tokens() - request.num_computed_tokens);
 }
 
+int final_keep(const RequestCompression& c) { return c.budget; }
+
+int chunk_keep(const RequestCompression& c) { return std::max(c.chunk_threshold, c.budget); }
+
+namespace {
+
+// The smallest group's keep when the lead keeps `keep` (prefill-end under non-uniform group budgets).
+int smallest_group_keep(const RequestCompression& c, int keep) {
+  int smallest = keep;
+  for (size_t g = 0; g < c.group_ratios.size(); ++g) smallest = std::min(smallest, group_keep_of(c, static_cast<int>(g), keep));
+  return smallest;
+}
+
+}  // namespace
+
 int trigger_budget(const RequestCompression& c) {
   // A runtime allocation's trigger counts the average entries per head (num_cache_entries).
   if (c.trigger != CompressionTrigger::kPrefillEnd || c.group_ratios.empty() || c.runtime_allocated()) return c.budget;
-  int smallest = c.num_keep;
-  for (size_t g = 0; g < c.group_ratios.size(); ++g) smallest = std::min(smallest, group_num_keep(c, static_cast<int>(g)));
-  return smallest;
+  // The prompt's end compresses to the budget, whatever the chunks kept (num_keep may hold a chunk's).
+  return smallest_group_keep(c, final_keep(c));
 }
 
 double mean_kept_entries(const RequestCompression& c, int num_groups, int block_size, bool paged) {
@@ -65,8 +79,14 @@ TriggerState trigger_state(const Request& request, int block_size, int num_entri
   s.tail_from = c.tail_from;
   s.step = step;
   s.due_this_step = due_this_step;
-  // A prefill-end policy's chunk threshold is its budget (KVPolicy::prefill_chunk_threshold).
-  s.chunk_threshold = c.chunk_threshold >= 0 && c.trigger == CompressionTrigger::kPrefillEnd ? s.budget : c.chunk_threshold;
+  // A prefill-end policy's chunk threshold is the count a chunk keeps (KVPolicy::prefill_chunk_threshold:
+  // its budget, or more with chunk_slack), the smallest group's under non-uniform group budgets.
+  if (c.chunk_threshold >= 0 && c.trigger == CompressionTrigger::kPrefillEnd) {
+    const bool grouped = !c.group_ratios.empty() && !c.runtime_allocated();
+    s.chunk_threshold = grouped ? smallest_group_keep(c, chunk_keep(c)) : chunk_keep(c);
+  } else {
+    s.chunk_threshold = c.chunk_threshold;
+  }
   s.chunk_end = num_new_tokens >= 0 ? num_entries + num_new_tokens : -1;
   s.computed_from = c.compressed() ? 0 : request.num_cached_prefix_tokens;
   return s;
@@ -107,10 +127,17 @@ bool reached_compression_trigger(Request& request, int block_size, long long ste
   const TriggerState s = trigger_state(request, block_size, num_cache_entries(request), step, due_this_step);
   // A prompt still being prefilled under prefill chunk compression: the chunk rule; else the
   // policy's own trigger.
-  const TriggerDecision d = prefill_chunk_applies(s) ? prefill_chunk_due(s) : c.policy->compression_due(s);
+  const bool chunk_rule = prefill_chunk_applies(s);
+  const TriggerDecision d = chunk_rule ? prefill_chunk_due(s) : c.policy->compression_due(s);
   if (d.prefill_checked) c.prefill_checked = true;
   if (d.compress) c.pending_kind = d.evict_block ? CompressionKind::kEvictBlock : CompressionKind::kCompact;
-  if (d.compress && d.num_keep >= 0) c.num_keep = d.num_keep;
+  if (d.compress && d.num_keep >= 0) {
+    c.num_keep = d.num_keep;
+  } else if (d.compress && c.trigger == CompressionTrigger::kPrefillEnd) {
+    // A prompt's chunk keeps its chunk count (the budget plus the slack that lets the prompt's last
+    // window, its question, choose among more); the prompt's end keeps the budget.
+    c.num_keep = chunk_rule ? chunk_keep(c) : final_keep(c);
+  }
   return d.compress;
 }
 

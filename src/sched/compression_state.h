@@ -16,6 +16,14 @@ int lead_group(const Request& request);
 // Entries head group `group` keeps per (layer, head) when the request is compressed:
 // ceil(group_ratios[group] x num_keep), at least 1 (num_keep itself with uniform budgets).
 int group_num_keep(const RequestCompression& compression, int group);
+// The same for a request keeping `num_keep` (the lead group's count): a prefill-end request compressed
+// chunk by chunk keeps its chunk count (RequestCompression::chunk_threshold) at a chunk's end and its
+// budget at the prompt's end.
+int group_keep_of(const RequestCompression& compression, int group, int num_keep);
+// Prefill-end requests: the lead group's count the prompt's end compresses to (the budget), and the
+// count a prefill chunk's end compresses to (chunk_threshold: the budget x (1 + chunk_slack)).
+int final_keep(const RequestCompression& compression);
+int chunk_keep(const RequestCompression& compression);
 
 // The budget the request's trigger compares its lead group's entries with: the budget, except
 // for a prefill-end policy under non-uniform group budgets, where it is the smallest group's keep.

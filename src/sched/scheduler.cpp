@@ -418,8 +418,10 @@ int Scheduler::group_peak_blocks(const Request& request, int group) const {
   // would reach into prefix-cache hits; so before each chunk a group holds at most
   // max(keep, cached prefix + window) entries. After the prompt's compression it holds at most
   // min(prompt, keep) and grows by the outputs (a recomputed request's prompt includes outputs
-  // already generated, which only lowers that bound).
-  const int keep = group_num_keep(c, group);
+  // already generated, which only lowers that bound). A chunk keeps its chunk count (the budget
+  // plus chunk_slack), the prompt's end the budget.
+  const int keep = group_keep_of(c, group, final_keep(c));
+  const int chunk_kept = group_keep_of(c, group, chunk_keep(c));
   const int decode = std::min(request.num_prompt_tokens(), keep) + request.sampling.max_tokens;
   if (prompt_behind(c)) {
     // The prompt's chunks are behind it: it holds at most its keep and grows by the outputs. Its
@@ -430,7 +432,7 @@ int Scheduler::group_peak_blocks(const Request& request, int group) const {
     return std::max(held, std::min(final_blocks, kv_->blocks_needed(decode)));
   }
   const int cached = c.compressed() ? 0 : request.num_cached_prefix_tokens;
-  const int prefill = std::min(num_tokens, std::max(keep, cached + c.window) + chunk);
+  const int prefill = std::min(num_tokens, std::max(chunk_kept, cached + c.window) + chunk);
   return std::min(final_blocks, kv_->blocks_needed(std::max(prefill, decode)));
 }
 
@@ -500,8 +502,11 @@ int Scheduler::joint_peak_blocks(const Request& request) const {
   // prefix hits and window a compression must wait for), plus one chunk each; afterwards the kept
   // total plus the outputs.
   const long long cached = c.compressed() ? 0 : request.num_cached_prefix_tokens;
-  const long long prefill = std::max(kept_total, groups * (cached + c.window)) + groups * std::min<long long>(chunk, request.num_tokens());
-  const long long decode = kept_total + groups * request.sampling.max_tokens;
+  // A chunk keeps its chunk count (the budget plus chunk_slack), the prompt's end the budget.
+  const long long chunk_total = static_cast<long long>(chunk_keep(c)) * heads;
+  const long long final_total = static_cast<long long>(final_keep(c)) * heads;
+  const long long prefill = std::max(chunk_total, groups * (cached + c.window)) + groups * std::min<long long>(chunk, request.num_tokens());
+  const long long decode = final_total + groups * request.sampling.max_tokens;
   return static_cast<int>(pages(std::max(prefill, decode)));
 }
 

@@ -99,11 +99,13 @@ struct GroupPlan {
 
 }  // namespace
 
-int group_num_keep(const RequestCompression& c, int group) {
-  if (static_cast<size_t>(group) >= c.group_ratios.size()) return c.num_keep;  // uniform
+int group_num_keep(const RequestCompression& c, int group) { return group_keep_of(c, group, c.num_keep); }
+
+int group_keep_of(const RequestCompression& c, int group, int num_keep) {
+  if (static_cast<size_t>(group) >= c.group_ratios.size()) return num_keep;  // uniform
   const float ratio = c.group_ratios[static_cast<size_t>(group)];
   // Ratios are floats (1/3 is 0.33333334f): a product within float rounding of an integer is it.
-  const double exact = static_cast<double>(ratio) * c.num_keep;
+  const double exact = static_cast<double>(ratio) * num_keep;
   const int keep = static_cast<int>(std::ceil(exact - 1e-6 * exact - 1e-9));
   // A group keeps at least what the recipe always protects (window, sinks), as calibration raises
   // its top-k to them: a smaller share would cut into the window itself.
@@ -113,7 +115,7 @@ int group_num_keep(const RequestCompression& c, int group) {
     const int tail = recipe.scorer == Scorer::kRecency ? 0 : recipe.protected_tail(keep);  // as check_budget
     floor = std::max(1, tail + recipe.num_sinks);
   }
-  return std::clamp(keep, std::min(floor, c.num_keep), c.num_keep);
+  return std::clamp(keep, std::min(floor, num_keep), num_keep);
 }
 
 bool Scheduler::try_start_compression(Request* request) {

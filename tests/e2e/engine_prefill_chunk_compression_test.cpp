@@ -105,6 +105,51 @@ TEST(EnginePrefillChunkCompression, PeakKvIsTheThresholdPlusOneChunk) {
   }
 }
 
+// chunk_slack (prefill-end policies): each chunk keeps budget x (1 + slack) entries, the prompt's end
+// the budget, chosen by the prompt's last window among what the chunks kept.
+TEST(EnginePrefillChunkCompression, ChunkSlackBoundsThePeakAndEndsAtTheBudget) {
+  const std::vector<int32_t> prompt = long_prompt(5);
+  auto whole = make_engine(chunk_config("snapkv", false, false));
+  ASSERT_NE(whole, nullptr);
+  const ChunkRun reference = run_one(*whole, prompt, 8);
+  for (const std::string slack : {"1", "8"}) {
+    SCOPED_TRACE("chunk_slack=" + slack);
+    EngineConfig c = chunk_config("snapkv", true, false);
+    c.kv_policy_options["chunk_slack"] = slack;
+    auto engine = make_engine(c);
+    ASSERT_NE(engine, nullptr);
+    auto id = engine->add_request(prompt, greedy(8));
+    ASSERT_TRUE(id.has_value()) << id.status().to_string();
+    const int chunk_keep = kBudget * (1 + std::stoi(slack));
+    int peak = 0, mid_prompt = 0, compressions = 0, most_after_prompt = 0;
+    for (int step = 0; engine->has_unfinished() && step < 1000; ++step) {
+      for (const RequestOutput& out : engine->step()) EXPECT_NE(out.finish_reason, FinishReason::kError) << out.error;
+      peak = std::max(peak, engine->num_kv_blocks_used());
+      const Request* r = engine->request(*id);
+      if (r->compression.num_compressions > compressions && r->is_prefilling()) ++mid_prompt;
+      compressions = r->compression.num_compressions;
+      // Once the prompt's compression is done the cache holds the budget, plus what was decoded.
+      if (!r->is_prefilling() && r->compression.prefill_checked && !r->compression.pending && !r->compression.in_flight &&
+          r->status == RequestStatus::kRunning)
+        most_after_prompt = std::max(most_after_prompt, r->kv.groups[0].num_entries - static_cast<int>(r->output_token_ids.size()));
+    }
+    const Request* r = engine->request(*id);
+    EXPECT_EQ(r->finish_reason, FinishReason::kLength);
+    EXPECT_LE(most_after_prompt, kBudget);
+    EXPECT_GT(most_after_prompt, 0);
+    EXPECT_LE(peak, (std::min(chunk_keep, kPromptLength) + kChunk + kBlock - 1) / kBlock + 1);  // + 1: a spare block
+    if (chunk_keep >= kPromptLength) {
+      // No chunk drops anything: the prompt's end compresses the whole prompt, as without chunks.
+      EXPECT_EQ(mid_prompt, 0);
+      EXPECT_EQ(r->output_token_ids, reference.output);
+      EXPECT_EQ(engine->metrics().num_compressions, whole->metrics().num_compressions);
+    } else {
+      EXPECT_GT(mid_prompt, 0);
+      EXPECT_GT(peak, (kBudget + kChunk) / kBlock);  // it does hold more than the budget + one chunk
+    }
+  }
+}
+
 TEST(EnginePrefillChunkCompression, PromptLongerThanThePoolCompletes) {
   const std::vector<int32_t> prompt = long_prompt(9);
   for (bool reserve : {false, true}) {

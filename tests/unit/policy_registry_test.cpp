@@ -165,14 +165,25 @@ TEST(PolicyRegistry, AdaKVIsSnapKVWithALayerAllocation) {
   EXPECT_FALSE(a->options().get_bool(kPrefillChunkCompressionOption));
   EXPECT_FLOAT_EQ(make("adakv", {{"alpha_safe", "0.5"}})->score_recipe().alpha_safe, 0.5f);
   EXPECT_NE(error_of("adakv", {{"alpha_safe", "1.5"}}).find("alpha_safe"), std::string::npos);
+  // Fast KVzip's default is the paper's one global threshold, in whole pages (per-head pages by
+  // default in the engine); kvzip keeps uniform budgets unless asked.
+  EXPECT_EQ(make("fastkvzip")->score_recipe().allocation, KeepAllocation::kGlobal);
+  EXPECT_TRUE(make("fastkvzip")->score_recipe().page_aligned);
+  EXPECT_TRUE(make("fastkvzip")->prefers_per_head_pages());
+  EXPECT_EQ(make("fastkvzip", {{"allocation", "uniform"}})->score_recipe().allocation, KeepAllocation::kUniform);
+  EXPECT_FALSE(make("fastkvzip", {{"allocation", "uniform"}})->prefers_per_head_pages());
+  EXPECT_FALSE(make("fastkvzip", {{"page_aligned", "0"}})->prefers_per_head_pages());
+  EXPECT_FALSE(make("kvzip")->prefers_per_head_pages());
+  EXPECT_FALSE(make("adakv")->prefers_per_head_pages());
+  EXPECT_TRUE(make("adakv", {{"page_aligned", "1"}})->prefers_per_head_pages());
+  EXPECT_EQ(make("kvzip")->score_recipe().allocation, KeepAllocation::kUniform);
   for (const char* name : {"fastkvzip", "kvzip"}) {
-    EXPECT_EQ(make(name)->score_recipe().allocation, KeepAllocation::kUniform) << name;
     EXPECT_EQ(make(name, {{"allocation", "global"}})->score_recipe().allocation, KeepAllocation::kGlobal) << name;
     EXPECT_EQ(make(name, {{"allocation", "layer"}})->score_recipe().allocation, KeepAllocation::kLayer) << name;
     EXPECT_NE(error_of(name, {{"allocation", "heads"}}).find("allocation"), std::string::npos) << name;
   }
   // Page-aligned counts: off by default, an option of every policy with a runtime allocation.
-  for (const char* name : {"adakv", "fastkvzip", "kvzip"}) {
+  for (const char* name : {"adakv", "kvzip"}) {
     EXPECT_FALSE(make(name)->score_recipe().page_aligned) << name;
     EXPECT_TRUE(make(name, {{"page_aligned", "1"}})->score_recipe().page_aligned) << name;
   }
@@ -319,11 +330,21 @@ TEST(PolicyRegistry, PrefillChunkCompressionRules) {
     if (!budgeted) continue;
     const bool on = info.name == "keydiff" || info.name == "fastkvzip" || info.name == "tangram";
     EXPECT_EQ(p->options().get_bool(kPrefillChunkCompressionOption), on) << info.name;
-    // Cache-full triggers compress a chunk at N_max * b - 1 = 79, prefill-end ones at the budget.
-    EXPECT_EQ(p->prefill_chunk_threshold(64, 5, 16), on ? (p->trigger() == CompressionTrigger::kCacheFull ? 79 : 64) : -1)
+    // Cache-full triggers compress a chunk at N_max * b - 1 = 79, prefill-end ones at the budget
+    // (times 1 + chunk_slack, default 0).
+    const int prefill_end = 64;
+    EXPECT_EQ(p->prefill_chunk_threshold(64, 5, 16),
+              on ? (p->trigger() == CompressionTrigger::kCacheFull ? 79 : prefill_end) : -1)
         << info.name;
   }
   EXPECT_EQ(make("snapkv", {{"prefill_chunk_compression", "1"}})->prefill_chunk_threshold(64, 0, 16), 64);
+  EXPECT_EQ(make("snapkv", {{"prefill_chunk_compression", "1"}, {"chunk_slack", "0.5"}})->prefill_chunk_threshold(64, 0, 16), 96);
+  EXPECT_EQ(make("tangram", {{"chunk_slack", "1"}})->prefill_chunk_threshold(64, 0, 16), 128);
+  EXPECT_EQ(make("tangram", {{"chunk_slack", "0.25"}})->prefill_chunk_threshold(100, 0, 16), 125);
+  EXPECT_NE(error_of("tangram", {{"chunk_slack", "-1"}}).find("chunk_slack"), std::string::npos);
+  // SnapKV pools at every compression: a prompt compressed chunk by chunk pools at its last one too.
+  EXPECT_FALSE(make("tangram")->score_recipe().pool_first_only);
+  EXPECT_FALSE(make("snapkv")->score_recipe().pool_first_only);
   EXPECT_EQ(make("zipage", {{"prefill_chunk_compression", "1"}})->prefill_chunk_threshold(64, 5, 16), 79);
   EXPECT_NE(error_of("kvllm", {{"prefill_chunk_compression", "1"}}).find("prefill_chunk_compression"),
             std::string::npos);

@@ -39,8 +39,10 @@ KVLayout grouped_layout(int num_pages, int heads_per_group = 2) {
 
 // A tangram request as the engine's resolver builds it: the budget is the average per head, the
 // group keeping most keeps lead_budget_for_average() of it, each group its share.
-RequestCompression tangram(int average, const std::vector<float>& shares, int window) {
-  auto p = PolicyRegistry::builtin().create("tangram", {{"window", std::to_string(window)}, {"kernel", "1"}});
+// `slack`: chunk_slack (each chunk keeps the budget x (1 + slack), the prompt's end the budget).
+RequestCompression tangram(int average, const std::vector<float>& shares, int window, const std::string& slack = "0") {
+  auto p = PolicyRegistry::builtin().create("tangram",
+                                            {{"window", std::to_string(window)}, {"kernel", "1"}, {"chunk_slack", slack}});
   EXPECT_TRUE(p.has_value()) << p.status().to_string();
   RequestCompression c;
   c.policy = *p;
@@ -56,14 +58,16 @@ RequestCompression tangram(int average, const std::vector<float>& shares, int wi
 
 int blocks(int entries) { return (entries + kB - 1) / kB; }
 
-// The reservation written out: group g keeps k_g = group_num_keep; while prefilling (no prefix
-// cache here) it holds at most min(P, max(k_g, w) + chunk) entries, then min(P, k_g) + outputs,
-// never more than the whole sequence.
+// The reservation written out: group g keeps k_g (its share of the budget) after the prompt and
+// c_g (its share of the chunk count, the budget x (1 + chunk_slack)) after each chunk; while
+// prefilling (no prefix cache here) it holds at most min(P, max(c_g, w) + chunk) entries, then
+// min(P, k_g) + outputs, never more than the whole sequence.
 int expected_reservation(const Request& r, int group, int chunk) {
   const RequestCompression& c = r.compression;
-  const int keep = group_num_keep(c, group);
+  const int keep = group_keep_of(c, group, c.budget);
+  const int chunk_kept = group_keep_of(c, group, std::max(c.budget, c.chunk_threshold));
   const int p = r.num_prompt_tokens();
-  const int prefill = std::min(p, std::max(keep, c.window) + chunk);
+  const int prefill = std::min(p, std::max(chunk_kept, c.window) + chunk);
   const int decode = std::min(p, keep) + r.sampling.max_tokens;
   return std::min(blocks(p + r.sampling.max_tokens), blocks(std::max(prefill, decode)));
 }
@@ -332,7 +336,9 @@ TEST(SchedGroupReservation, RandomizedPoolsNeverExceedTheReservation) {
     for (int i = 0; i < 10; ++i) {
       const std::vector<int32_t> prompt = random_prompt(rng, prefix, seed * 100 + i);
       const int window = 1 + static_cast<int>(rng() % 3);
-      rs.push_back(h.add(prompt, 1 + static_cast<int>(rng() % 20), tangram(window + 2 + static_cast<int>(rng() % 12), shares, window)));
+      const char* slack = (i % 3 == 0) ? "0" : (i % 3 == 1) ? "0.5" : "1";
+      rs.push_back(h.add(prompt, 1 + static_cast<int>(rng() % 20),
+                         tangram(window + 2 + static_cast<int>(rng() % 12), shares, window, slack)));
     }
     const bool drained = drain(h, seed, [&] {
       if (!prefix)
@@ -359,7 +365,7 @@ TEST(SchedGroupReservation, RandomizedPoolsNeverExceedTheReservation) {
 // cache-full trigger, as the resolver builds them.
 RequestCompression runtime_allocated(const std::string& policy, int budget, int window, bool page_aligned = false) {
   PolicyOptionMap options = {{"window", std::to_string(window)}};
-  if (page_aligned) options["page_aligned"] = "1";
+  options["page_aligned"] = page_aligned ? "1" : "0";
   if (policy == "adakv") {
     options["kernel"] = "1";
     options["prefill_chunk_compression"] = "1";
