@@ -394,7 +394,7 @@ const Request* Engine::request(RequestId id) const {
   return it == requests_.end() ? nullptr : &it->second->request;
 }
 
-int Engine::num_kv_blocks_used() const { return kv_->total_used_blocks(); }
+int Engine::num_kv_blocks_used() const { return kv_->total_used_blocks() - kv_->retained_only_pages(); }
 
 void Engine::release_request(RequestId id) {
   auto it = requests_.find(id);

@@ -63,7 +63,8 @@ class Engine {
   Backend& backend() { return *backend_; }
   size_t num_running() const { return scheduler_->num_running(); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
-  // KV blocks held now (head group 0, as peak_kv_blocks_used counts them); the server's metrics.
+  // KV blocks requests hold now (pages only retained contexts hold are not counted: they are
+  // given back on demand; retained_stats().num_pages counts them); the server's metrics.
   int num_kv_blocks_used() const;
   // Prompt tokens looked up in / served by the prefix cache so far.
   const PrefixCacheStats& prefix_cache_stats() const { return kv_->prefix_cache_stats(); }

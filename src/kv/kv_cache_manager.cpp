@@ -1,6 +1,7 @@
 #include "kv/kv_cache_manager.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "core/check.h"
 
@@ -241,6 +242,25 @@ void KVCacheManager::enable_retained_contexts(int max_pages) {
 
 const RetainedContextStats& KVCacheManager::retained_stats() const {
   return retained_ != nullptr ? retained_->stats() : no_retained_stats_;
+}
+
+int KVCacheManager::retained_only_pages() const {
+  if (retained_ == nullptr) return 0;
+  int n = 0;
+  std::unordered_set<uint64_t> seen;
+  for (const RetainedContext& c : retained_->contexts())
+    for (size_t g = 0; g < c.kv.groups.size(); ++g) {
+      const int pool = pool_of_group_[g];
+      for (BlockId b : c.kv.groups[g].blocks) {
+        const int refs = retained_->page_refs(pool, b);
+        if (pools_[static_cast<size_t>(pool)]->ref_count(b) != refs) continue;  // a request holds it too
+        if (refs > 1) {  // several contexts hold it: count it once
+          if (!seen.insert((static_cast<uint64_t>(pool) << 32) | static_cast<uint32_t>(b)).second) continue;
+        }
+        ++n;
+      }
+    }
+  return n;
 }
 
 void KVCacheManager::release_context(std::list<RetainedContext>::iterator it) {

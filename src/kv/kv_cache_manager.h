@@ -87,6 +87,9 @@ class KVCacheManager {
   // Releases every context.
   void release_all_retained();
   const RetainedContextStats& retained_stats() const;
+  // Pages no request holds, only retained contexts (given back whenever a request needs them):
+  // total_used_blocks() less these is what requests hold.
+  int retained_only_pages() const;
 
   // Blocks outside any request's table (compression targets): all-or-nothing; released with
   // release_blocks() or by becoming part of a table that free() drops.

@@ -81,6 +81,8 @@ class RetainedContexts {
   void count_pages(const RetainedContext& context, std::span<const int> pool_of_group, int delta);
   // Marks a context used now (moves it to the back: released last).
   void touch(std::list<RetainedContext>::iterator it);
+  // Contexts holding page `page` of pool `pool`.
+  int page_refs(int pool, BlockId page) const { return refs_[static_cast<size_t>(pool)][static_cast<size_t>(page)]; }
   uint64_t next_id() { return next_id_++; }
   uint64_t tick() { return ++clock_; }
   RetainedContextStats& stats() { return stats_; }
