@@ -120,6 +120,14 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_option("--num-kv-blocks", c.num_kv_blocks, "KV cache size in blocks (overrides --kv-cache-memory)")
       ->check(CLI::Range(1, 1 << 30));
   cmd->add_flag("--enable-prefix-caching", c.enable_prefix_caching, "Reuse KV blocks of shared prompt prefixes");
+  cmd->add_flag("--retain-contexts", flags->retain_contexts,
+                "Keep finished requests' KV (compressed or not) as contexts that later requests beginning with "
+                "the same tokens continue (serve: on by default)");
+  cmd->add_flag("--no-retain-contexts", flags->no_retain_contexts, "Do not retain contexts (serve retains by default)");
+  cmd->add_option("--retained-kv-memory", flags->retained_kv_memory,
+                  "Most KV memory retained contexts hold: a share of the KV pool (50%, 0.5) or a size (2GiB); "
+                  "default: the whole pool (contexts are released, least recently used first, whenever a request "
+                  "needs their pages)");
   cmd->add_option("--heads-per-group", c.heads_per_group,
                   "KV heads per head group: each (layer, group of heads) gets its own page table from one shared "
                   "pool (CPU and CUDA, one GPU; default: all heads, one group, or one head per group when the "
@@ -206,6 +214,33 @@ bool finalize_engine_flags(EngineFlags* flags, bool build_default_policy) {
   if (!parse_kv_cache_dtype(flags->kv_cache_dtype, &flags->config.kv_cache_dtype)) {
     print_error("--kv-cache-dtype: expected auto, bf16 or fp8");
     return false;
+  }
+  if (flags->retain_contexts && flags->no_retain_contexts) {
+    print_error("--retain-contexts and --no-retain-contexts contradict each other: give one");
+    return false;
+  }
+  if (flags->retain_contexts) flags->config.retain_contexts = true;
+  if (flags->no_retain_contexts) flags->config.retain_contexts = false;
+  if (!flags->retained_kv_memory.empty()) {
+    const std::string& text = flags->retained_kv_memory;
+    const bool percent = text.back() == '%';
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    const bool number = end != text.c_str() && (percent ? end == text.c_str() + text.size() - 1 : *end == '\0');
+    int64_t bytes = 0;
+    if (number && (percent || text.find('.') != std::string::npos || value <= 1.0)) {
+      const double share = percent ? value / 100.0 : value;
+      if (!(share > 0.0 && share <= 1.0)) {
+        print_error("--retained-kv-memory: a share of the KV pool must be in (0, 100%], got '" + text.substr(0, 100) + "'");
+        return false;
+      }
+      flags->config.retained_kv_share = share;
+    } else if (parse_memory_size(text, &bytes) && bytes > 0) {
+      flags->config.retained_kv_bytes = bytes;
+    } else {
+      print_error("--retained-kv-memory: cannot read '" + text.substr(0, 100) + "' as a share (50%, 0.5) or a size (2GiB)");
+      return false;
+    }
   }
   if (!flags->kv_cache_memory.empty()) {
     int64_t bytes = 0;

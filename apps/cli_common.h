@@ -28,12 +28,17 @@ struct EngineFlags {
   std::string kv_cache_memory;  // "2GiB", "512MiB", "1000000" (bytes)
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto | bf16 | fp8
   std::vector<std::string> kv_policy_opts;  // "key=value" (--kv-policy-opt, repeatable)
+  // --retain-contexts / --no-retain-contexts (neither: the command's default; `serve` retains).
+  bool retain_contexts = false;
+  bool no_retain_contexts = false;
+  std::string retained_kv_memory;  // --retained-kv-memory: "50%", "0.5" (a share of the pool) or a size
 };
 
 // Registers --model, --tokenizer, --device, --block-size, --max-num-seqs, --max-num-batched-tokens,
 // --kv-cache-memory, --num-kv-blocks, --enable-prefix-caching, and the compression flags
 // --kv-policy, --kv-budget, --kv-policy-opt, --no-async-compression, --compression-layer-stride,
-// --query-slots, --query-window on `cmd`.
+// --query-slots, --query-window, and --retain-contexts / --no-retain-contexts / --retained-kv-memory
+// on `cmd`.
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);
 // Registers --temperature, --top-p, --top-k, --min-p, --seed, --max-tokens, --ignore-eos, --stop.
 void add_sampling_flags(CLI::App* cmd, SamplingParams* params, std::string* seed_text);

@@ -1,6 +1,7 @@
 // `origami eval`: fidelity of KV compression policies against full KV (docs/fidelity.md).
 //
-//   origami eval retrieval --data FILE.jsonl [--mode prefill|stream|context, comma-separated] [--limit N]
+//   origami eval retrieval --data FILE.jsonl [--mode prefill|stream|context|context-emulated|multiturn,
+//                          comma-separated] [--limit N]
 //   origami eval ppl --text FILE [--context N] [--limit N]
 //
 // Both take every engine flag; --kv-policy and --kv-budget take comma-separated lists and run a
@@ -27,6 +28,7 @@
 #include "eval/eval_runner.h"
 #include "eval/perplexity_task.h"
 #include "eval/point_applicability.h"
+#include "eval/conversation_task.h"
 #include "eval/retrieval_task.h"
 #include "eval/svg_plot.h"
 #include "eval/sweep.h"
@@ -183,7 +185,7 @@ bool plan_sweep(const EvalFlags& f, const PolicyOptionMap& user_options, std::ve
 bool parse_modes(const std::string& text, std::vector<eval::RetrievalMode>* modes) {
   for (const std::string& part : split_list(text)) {
     if (part.empty()) {
-      print_error("--mode: '" + text + "' has an empty entry; use prefill, stream, context or a comma-separated list");
+      print_error("--mode: '" + text + "' has an empty entry; use prefill, stream, context, context-emulated, multiturn or a comma-separated list");
       return false;
     }
     Expected<eval::RetrievalMode> m = eval::parse_retrieval_mode(part);
@@ -327,6 +329,8 @@ int run_eval(EvalFlags& f, EvalTask task) {
     }
   }
 
+  // Conversation modes continue retained contexts (their own requests only: other modes' items opt out).
+  if (std::any_of(modes.begin(), modes.end(), eval::is_conversation_mode)) config.retain_contexts = true;
   std::unique_ptr<Engine> created = create_engine(config);
   if (!created) return kExitFailure;
   Engine& engine = *created;
@@ -377,10 +381,21 @@ int run_eval(EvalFlags& f, EvalTask task) {
   // document context mode cannot split is an error up front.
   const std::vector<eval::RetrievalMode> group_modes = retrieval ? modes : std::vector<eval::RetrievalMode>{eval::RetrievalMode::kStream};
   std::vector<std::vector<eval::EvalItem>> items_of_mode;
+  std::vector<std::vector<eval::ConversationItem>> conversations_of_mode;
   for (eval::RetrievalMode mode : group_modes) {
     std::vector<eval::EvalItem>& items = items_of_mode.emplace_back();
+    std::vector<eval::ConversationItem>& conversations = conversations_of_mode.emplace_back();
     if (retrieval) {
       for (const eval::RetrievalExample& ex : examples) {
+        if (eval::is_conversation_mode(mode)) {
+          Expected<eval::ConversationItem> c =
+              eval::make_conversation_item(tokenizer, ex, /*first_turn_only=*/mode == eval::RetrievalMode::kContext);
+          if (!c) {
+            print_error("--data: " + f.data_path + ": --mode " + eval::retrieval_mode_name(mode) + ": " + c.status().message());
+            return kExitUsage;
+          }
+          conversations.push_back(std::move(*c));
+        }
         Expected<eval::EvalItem> item = eval::make_retrieval_item(tokenizer, ex, mode, f.max_answer_tokens);
         if (!item) {
           print_error("--data: " + f.data_path + ": --mode " + eval::retrieval_mode_name(mode) + ": " + item.status().message());
@@ -435,7 +450,15 @@ int run_eval(EvalFlags& f, EvalTask task) {
         if (!f.quiet) bar.update(done, total, engine.metrics().num_generated_tokens - before.num_generated_tokens);
       };
       hooks.should_stop = [] { return interrupt_signal() != 0; };
-      std::vector<eval::EvalItemResult> results = eval::run_eval_batch(engine, items, choice, hooks);
+      const bool conversation = retrieval && eval::is_conversation_mode(mode);
+      std::vector<eval::EvalItemResult> results;
+      std::vector<std::vector<eval::EvalItemResult>> turns;
+      if (conversation) {
+        turns = eval::run_conversations(engine, conversations_of_mode[m], choice, f.max_answer_tokens, hooks);
+        engine.release_retained_contexts();  // the next point starts from an empty pool
+      } else {
+        results = eval::run_eval_batch(engine, items, choice, hooks);
+      }
       if (!f.quiet) bar.finish();
       if (interrupt_signal() != 0) {
         // A point cut short would be scored on the documents that happened to finish first.
@@ -449,8 +472,17 @@ int run_eval(EvalFlags& f, EvalTask task) {
       for (size_t i = 0; i < results.size(); ++i)
         if (results[i].ok)
           r.num_output_tokens += static_cast<int64_t>(items[i].forced_token_ids.size() + results[i].generated_token_ids.size());
+      for (const auto& conv : turns)
+        for (const eval::EvalItemResult& t : conv)
+          if (t.ok) r.num_output_tokens += static_cast<int64_t>(t.generated_token_ids.size());
       std::vector<nlohmann::json> details;
-      if (retrieval) {
+      std::vector<int> turn_correct, turn_counts;
+      if (conversation) {
+        r.mode = eval::retrieval_mode_name(mode);
+        eval::score_conversations(tokenizer, examples, turns, &r, mode == eval::RetrievalMode::kContext, &turn_correct,
+                                  &turn_counts, details_file.is_open() ? &details : nullptr);
+        for (nlohmann::json& d : details) d["mode"] = r.mode;
+      } else if (retrieval) {
         r.mode = eval::retrieval_mode_name(mode);
         eval::score_retrieval(tokenizer, examples, results, &r, details_file.is_open() ? &details : nullptr);
         for (nlohmann::json& d : details) d["mode"] = r.mode;
@@ -486,7 +518,7 @@ int run_eval(EvalFlags& f, EvalTask task) {
       r.max_document_tokens = max_document_tokens;
       eval::decide_applicability(&r);
       if (!r.applies && !f.quiet) std::fprintf(stderr, "origami: %s: n/a: %s\n", label.c_str(), r.not_applied_reason.c_str());
-      if (retrieval && mode == eval::RetrievalMode::kContext && r.num_preemptions > 0) {
+      if (retrieval && mode == eval::RetrievalMode::kContextEmulated && r.num_preemptions > 0) {
         // A request preempted between its document and its compression is recomputed with the
         // question tokens it already has, so those enter the compression's window.
         std::fprintf(stderr,
@@ -501,6 +533,18 @@ int run_eval(EvalFlags& f, EvalTask task) {
       }
       nlohmann::json extra = run_info;
       extra["kv_policy_options"] = p.options;
+      if (mode == eval::RetrievalMode::kMultiturn && retrieval) {
+        // Accuracy of each turn over the documents that have it (later turns see more history).
+        nlohmann::json per_turn = nlohmann::json::array();
+        std::string line;
+        for (size_t t = 0; t < turn_counts.size(); ++t) {
+          const double acc = turn_counts[t] > 0 ? static_cast<double>(turn_correct[t]) / turn_counts[t] : 0.0;
+          per_turn.push_back({{"turn", t + 1}, {"documents", turn_counts[t]}, {"accuracy", acc}});
+          line += (t ? "  " : "") + std::to_string(t + 1) + ": " + std::to_string(static_cast<int>(acc * 1000 + 0.5) / 10.0).substr(0, 5) + "%";
+        }
+        extra["turn_accuracy"] = per_turn;
+        if (!f.quiet) std::fprintf(stderr, "origami: %s: accuracy per turn: %s\n", label.c_str(), line.c_str());
+      }
       const size_t index = static_cast<size_t>(&p - planned.data());
       if (kept_per_point[index].is_object())
         for (const auto& [key, value] : kept_per_point[index].items()) extra[key] = value;
@@ -579,11 +623,15 @@ void register_eval_command(CLI::App& app) {
   auto r = std::make_shared<EvalFlags>();
   CLI::App* retrieval = eval_cmd->add_subcommand("retrieval", "Long-range retrieval accuracy (exact match of a 4-digit secret)");
   add_eval_flags(retrieval, r.get());
-  retrieval->add_option("--data", r->data_path, "JSONL documents: {\"id\", \"prompt\", \"answer\"} per line (- = stdin)");
+  retrieval->add_option("--data", r->data_path,
+                        "JSONL documents: {\"id\", \"prompt\", \"answer\"} or {\"id\", \"context\", \"turns\": "
+                        "[{\"question\", \"answer\"}, ...]} per line (- = stdin)");
   retrieval->add_option("--mode", r->modes,
                         "prefill (the document is the prompt), stream (fed as forced decode tokens), context (the "
-                        "document is the prompt, compressed before its question arrives as forced tokens), or a "
-                        "comma-separated list, e.g. prefill,context,stream")
+                        "document retained and compressed by one request, its question continuing it in a second), "
+                        "context-emulated (the same in one request: the question as forced tokens), multiturn (every "
+                        "question in sequence, each turn continuing the previous one's KV), or a comma-separated "
+                        "list, e.g. prefill,context,stream")
       ->capture_default_str();
   retrieval->add_option("--limit", r->limit, "Evaluate the first N documents (0 = all)");
   retrieval->add_option("--max-answer-tokens", r->max_answer_tokens, "Tokens generated for the answer")->capture_default_str();

@@ -19,6 +19,8 @@ struct ServeFlags {
 };
 
 int run_serve(ServeFlags& f) {
+  // The server retains contexts unless told not to: a chat's next turn continues its KV.
+  if (!f.engine.no_retain_contexts) f.engine.config.retain_contexts = true;
   if (!finalize_engine_flags(&f.engine)) return 2;
   // Read before the model loads: an unreadable or malformed file is a flag error.
   Expected<server::NamedHeadBudgets> named = server::load_named_head_budgets(f.head_budget_files);

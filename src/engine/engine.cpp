@@ -29,6 +29,8 @@ struct Engine::Tracked {
   std::vector<int32_t> forced_tokens;  // teacher forcing: output i is forced_tokens[i]
   bool forced_logprobs = false;        // report log p(forced token)
   int logprobs = -1;                   // RequestOptions::logprobs
+  bool retain = true;                  // RequestOptions::retain_context
+  bool retain_only = false;            // RequestOptions::retain_only
 };
 
 namespace {
@@ -232,6 +234,21 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
     support.gate_scores = true;
   }
   engine->kv_ = std::make_unique<KVCacheManager>(layout, config.enable_prefix_caching);
+  if (config.retain_contexts) {
+    if (!(config.retained_kv_share > 0.0 && config.retained_kv_share <= 1.0) && config.retained_kv_bytes <= 0)
+      return invalid_argument("--retained-kv-memory: a share of the KV pool must be in (0, 1], got " +
+                              std::to_string(config.retained_kv_share));
+    const int64_t pages = num_blocks - 1;
+    int64_t max_pages = static_cast<int64_t>(config.retained_kv_share * static_cast<double>(pages));
+    if (config.retained_kv_bytes > 0) {
+      const int64_t page_bytes = static_cast<int64_t>(std::max<size_t>(engine->backend_->kv_page_bytes(layout), 1));
+      max_pages = std::min(pages, config.retained_kv_bytes / page_bytes);
+    }
+    if (max_pages < 1)
+      return invalid_argument("--retained-kv-memory holds less than one KV page (" +
+                              std::to_string(engine->backend_->kv_page_bytes(layout)) + " bytes)");
+    engine->kv_->enable_retained_contexts(static_cast<int>(max_pages));
+  }
   engine->metrics_.num_kv_blocks_total = num_blocks - 1;
   engine->metrics_.num_query_slots = support.num_query_slots;
 
@@ -315,7 +332,17 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
     return out_of_range("prompt needs " + std::to_string(blocks_needed) + " KV blocks but the cache has only " +
                         std::to_string(kv_->num_usable_blocks()));
 
+  if (options.retain_only && !config_.retain_contexts)
+    return invalid_argument("kv_retain: retaining a prompt without generating needs retained contexts, which this "
+                            "engine has off (--no-retain-contexts)");
+  if (options.retain_only && !options.retain_context)
+    return invalid_argument("kv_retain: a retain-only request cannot also turn retained contexts off");
+  if (options.retain_only && !options.forced_output_tokens.empty())
+    return invalid_argument("forced_output_tokens: a retain-only request generates nothing");
+
   auto tracked = std::make_unique<Tracked>();
+  tracked->retain = options.retain_context;
+  tracked->retain_only = options.retain_only;
   tracked->forced_tokens = options.forced_output_tokens;
   tracked->forced_logprobs = options.return_forced_logprobs && !options.forced_output_tokens.empty();
   tracked->logprobs = options.logprobs;
@@ -327,6 +354,9 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   // No request generates past the context: capped here, prompt + max_tokens <= max_model_len, so
   // the scheduler's sums of the two (reservations, peak blocks) stay within int.
   r.sampling.max_tokens = std::min(params.max_tokens, max_len - static_cast<int>(r.prompt_token_ids.size()));
+  r.use_retained_contexts = options.retain_context;
+  // A retain-only request never decodes: no reservation for outputs it will not produce.
+  if (options.retain_only) r.sampling.max_tokens = 1;
   r.seed = resolve_seed(params, config_.seed, seed_counter_++);
   r.logit_adjustments = LogitAdjustments(params, r.prompt_token_ids, model_config_.eos_token_ids, vocab);
   r.arrival_time = now();
@@ -371,7 +401,7 @@ const Request* Engine::request(RequestId id) const {
   return it == requests_.end() ? nullptr : &it->second->request;
 }
 
-int Engine::num_kv_blocks_used() const { return kv_->total_used_blocks(); }
+int Engine::num_kv_blocks_used() const { return kv_->total_used_blocks() - kv_->retained_only_pages(); }
 
 void Engine::release_request(RequestId id) {
   auto it = requests_.find(id);
@@ -381,7 +411,8 @@ void Engine::release_request(RequestId id) {
 void Engine::finish(Tracked& tracked, FinishReason reason, std::vector<RequestOutput>* outputs, const std::string& error) {
   Request& r = tracked.request;
   if (r.is_finished()) return;
-  scheduler_->finish_request(&r, reason);
+  const bool completed = reason == FinishReason::kLength || reason == FinishReason::kStop || reason == FinishReason::kEos;
+  scheduler_->finish_request(&r, reason, config_.retain_contexts && tracked.retain && completed);
   r.status = RequestStatus::kFinished;
   r.finish_reason = reason;
   r.error = error;
@@ -445,6 +476,33 @@ void Engine::append_token(Tracked& tracked, int32_t token, bool forced, RequestO
   tracked.text_emitted = safe;
 }
 
+void Engine::finish_retained_prompts(std::vector<RequestOutput>* outputs) {
+  std::vector<RequestId> still;
+  for (RequestId id : retain_only_waiting_) {
+    auto it = requests_.find(id);
+    if (it == requests_.end() || it->second->request.is_finished()) continue;
+    Request& r = it->second->request;
+    // Preempted meanwhile: it prefills again and comes back here when its prompt is done.
+    if (r.status != RequestStatus::kRunning || r.num_computed_tokens < r.num_tokens()) continue;
+    if (r.compression.pending || r.compression.in_flight) {
+      still.push_back(id);  // its prompt-end compression is still to come
+      continue;
+    }
+    finish(*it->second, FinishReason::kLength, outputs);
+  }
+  retain_only_waiting_ = std::move(still);
+}
+
+void Engine::update_retained_metrics() {
+  const RetainedContextStats& st = kv_->retained_stats();
+  metrics_.num_retained_contexts = st.num_retained;
+  metrics_.num_retained_hits = st.num_hits;
+  metrics_.num_retained_hit_tokens = st.num_hit_tokens;
+  metrics_.num_retained_releases = st.num_releases;
+  metrics_.retained_contexts_alive = st.num_contexts;
+  metrics_.retained_kv_blocks = st.num_pages;
+}
+
 SchedulerOutput Engine::schedule_step(std::vector<RequestOutput>* outputs) {
   const double t0 = now();
   SchedulerOutput plan = scheduler_->schedule();
@@ -502,6 +560,9 @@ std::vector<RequestOutput> Engine::step() {
   batch_options.reconstruction_prompt = &reconstruction_prompt_;
   const ForwardBatch batch = build_forward_batch(plan, batch_options);
 
+  // Continuations of retained contexts write their own copies of shared, partly filled pages.
+  for (const BlockCopy& c : plan.block_copies) backend_->copy_block(c.group, c.src, c.dst);
+
   StepOutput result;
   const double t1 = now();
   Status st = backend_->execute(batch, &result);
@@ -527,7 +588,10 @@ std::vector<RequestOutput> Engine::step() {
   }
   // Aborts that waited for a compression to finish.
   process_aborts(&outputs);
-  if (!st.is_ok()) return outputs;
+  if (!st.is_ok()) {
+    update_retained_metrics();
+    return outputs;
+  }
 
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     int32_t token = result.sampled_tokens[i];
@@ -539,6 +603,11 @@ std::vector<RequestOutput> Engine::step() {
     if (token < 0) continue;  // mid-prompt chunk
     Tracked& tracked = *requests_.at(plan.sequences[i].request->id);
     if (tracked.request.is_finished()) continue;
+    if (tracked.retain_only) {
+      // Its prompt is computed: the token sampled from its end is not wanted.
+      retain_only_waiting_.push_back(tracked.request.id);
+      continue;
+    }
     RequestOutput out;
     out.request_id = tracked.request.id;
     const size_t index = tracked.request.output_token_ids.size();
@@ -565,6 +634,8 @@ std::vector<RequestOutput> Engine::step() {
     }
     outputs.push_back(std::move(out));
   }
+  finish_retained_prompts(&outputs);
+  update_retained_metrics();
   return outputs;
 }
 

@@ -63,10 +63,15 @@ class Engine {
   Backend& backend() { return *backend_; }
   size_t num_running() const { return scheduler_->num_running(); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
-  // KV blocks held now (head group 0, as peak_kv_blocks_used counts them); the server's metrics.
+  // KV blocks requests hold now (pages only retained contexts hold are not counted: they are
+  // given back on demand; retained_stats().num_pages counts them); the server's metrics.
   int num_kv_blocks_used() const;
   // Prompt tokens looked up in / served by the prefix cache so far.
   const PrefixCacheStats& prefix_cache_stats() const { return kv_->prefix_cache_stats(); }
+  // Retained contexts now and so far (counters also in metrics(), updated every step).
+  const RetainedContextStats& retained_stats() const { return kv_->retained_stats(); }
+  // Releases every retained context (e.g. between benchmark runs).
+  void release_retained_contexts() { kv_->release_all_retained(); }
   double now() const;  // seconds since the engine started
 
  private:
@@ -76,6 +81,9 @@ class Engine {
   void append_token(Tracked& tracked, int32_t token, bool forced, RequestOutput* output);
   // Finishes aborted requests, except those being compressed (they wait for it).
   void process_aborts(std::vector<RequestOutput>* outputs);
+  // Finishes retain-only requests whose prompt KV is final (computed, and compressed if due).
+  void finish_retained_prompts(std::vector<RequestOutput>* outputs);
+  void update_retained_metrics();
   // Asks the scheduler for the step's plan and finishes the requests it rejected.
   SchedulerOutput schedule_step(std::vector<RequestOutput>* outputs);
 
@@ -92,6 +100,7 @@ class Engine {
   // checked against the model, as shares of the engine's fixed head groups (layout_group_shares).
   Expected<std::vector<float>> request_group_shares(const HeadBudgets& budgets, const std::string& source) const;
   std::vector<RequestId> pending_aborts_;
+  std::vector<RequestId> retain_only_waiting_;  // retain-only requests whose prompt is computed
   RequestId next_request_id_ = 1;
   uint64_t seed_counter_ = 0;
   EngineMetrics metrics_;

@@ -33,6 +33,14 @@ struct EngineConfig {
   int64_t kv_cache_bytes = 0;  // 0: backend default (CPU: 1 GiB; CUDA: from free memory)
   int num_kv_blocks = 0;       // overrides kv_cache_bytes when > 0
   bool enable_prefix_caching = false;
+  // Retained contexts (kv/retained_contexts.h): a finished request's KV, compressed or not, stays
+  // as a context keyed by its token history, and a later request whose tokens begin with that
+  // history continues from it. Contexts hold at most retained_kv_bytes (> 0) or else
+  // retained_kv_share of the KV pool, and are released least recently used first whenever a
+  // request needs their pages. `origami serve` turns them on (--no-retain-contexts: off).
+  bool retain_contexts = false;
+  int64_t retained_kv_bytes = 0;
+  double retained_kv_share = 1.0;
   // Ragged head-group paging (TANGRAM §4.2, docs/architecture.md "Head groups"): KV heads per
   // head group; each group is (one layer, heads_per_group adjacent KV heads) with its own page
   // table, all groups sharing one pool. 0 or num_kv_heads = one group for everything (full

@@ -8,6 +8,14 @@ struct EngineMetrics {
   int64_t num_steps = 0;
   int64_t num_prompt_tokens_computed = 0;  // prefill tokens actually run (prefix hits excluded)
   int64_t num_prefix_cached_tokens = 0;
+  // Retained contexts (KVCacheManager::retained_stats): contexts kept, admissions that continued
+  // one, tokens those did not prefill again, contexts released; alive contexts and their pages.
+  int64_t num_retained_contexts = 0;
+  int64_t num_retained_hits = 0;
+  int64_t num_retained_hit_tokens = 0;
+  int64_t num_retained_releases = 0;
+  int retained_contexts_alive = 0;
+  int retained_kv_blocks = 0;
   int64_t num_generated_tokens = 0;
   int64_t num_preemptions = 0;
   int64_t num_finished = 0;

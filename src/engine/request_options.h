@@ -34,6 +34,13 @@ struct RequestOptions {
   // tokens (0..kMaxTopLogprobs) in RequestOutput::logprobs, under the raw model distribution
   // (log_softmax of the logits, before temperature and filters, as vLLM's default).
   int logprobs = -1;
+  // Retained contexts (EngineConfig::retain_contexts): continue one whose history begins this
+  // request's tokens, and keep this request's KV as one when it finishes. false: neither.
+  bool retain_context = true;
+  // Only prefill the prompt (and compress it, if its policy does at the prompt's end) and retain
+  // it as a context: the request samples nothing, reports no token and finishes with "length"
+  // once its KV is final. Needs retained contexts on; excludes forced tokens.
+  bool retain_only = false;
 };
 
 }  // namespace origami

@@ -21,7 +21,7 @@ bool present(const nlohmann::json& obj, const char* field) { return obj.contains
 const std::vector<std::string>& request_options_json_fields() {
   static const std::vector<std::string> kFields = {"kv_policy",           "kv_budget",           "kv_policy_options",
                                                    "kv_head_budgets",     "forced_output_tokens",
-                                                   "return_forced_logprobs"};
+                                                   "return_forced_logprobs", "kv_retain"};
   return kFields;
 }
 
@@ -80,6 +80,12 @@ Expected<RequestOptions> request_options_from_json(const nlohmann::json& obj, co
   }
   if (present(obj, "forced_output_tokens")) {
     ORIGAMI_ASSIGN_OR_RETURN(o.forced_output_tokens, token_ids_from_json(obj["forced_output_tokens"], "forced_output_tokens"));
+  }
+  // kv_retain: false keeps the request off retained contexts (neither continues one nor is kept);
+  // true is the default (retain-only requests are read by the server: max_tokens 0).
+  if (present(obj, "kv_retain")) {
+    if (!obj["kv_retain"].is_boolean()) return type_error("kv_retain", "true or false", obj["kv_retain"]);
+    o.retain_context = obj["kv_retain"].get<bool>();
   }
   if (present(obj, "return_forced_logprobs")) {
     if (!obj["return_forced_logprobs"].is_boolean())

@@ -29,6 +29,7 @@ std::vector<EvalItemResult> run_eval_batch(Engine& engine, const std::vector<Eva
     b.options.kv_policy_options = choice.options;
     b.options.forced_output_tokens = item.forced_token_ids;
     b.options.return_forced_logprobs = item.return_forced_logprobs;
+    b.options.retain_context = false;  // items are independent: none continues another's KV
     if (b.sampling.max_tokens < 1) b.error = "the item predicts no token";
     // Forced tokens are part of the sequence: a document that does not fit the context would
     // only fail once the engine reaches max_model_len, after decoding most of it. Reject it up

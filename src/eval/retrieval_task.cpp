@@ -12,6 +12,9 @@ namespace origami::eval {
 namespace {
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_four_digits(const std::string& s) {
+  return s.size() == 4 && is_digit(s[0]) && is_digit(s[1]) && is_digit(s[2]) && is_digit(s[3]);
+}
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 }  // namespace
@@ -32,6 +35,29 @@ Expected<std::vector<RetrievalExample>> load_retrieval_examples(const std::strin
     const nlohmann::json obj = std::move(*parsed);
     if (!obj.is_object()) return invalid_file(where + "not a JSON object");
     RetrievalExample ex;
+    if (obj.contains("turns")) {
+      if (!obj.contains("context") || !obj["context"].is_string() || obj["context"].get<std::string>().empty())
+        return invalid_file(where + "\"context\" must be a non-empty string (the document its \"turns\" ask about)");
+      if (!obj["turns"].is_array() || obj["turns"].empty())
+        return invalid_file(where + "\"turns\" must be a non-empty list of {\"question\", \"answer\"}");
+      ex.context = obj["context"].get<std::string>();
+      for (size_t t = 0; t < obj["turns"].size(); ++t) {
+        const nlohmann::json& turn = obj["turns"][t];
+        const std::string at = where + "turns[" + std::to_string(t) + "]: ";
+        if (!turn.is_object() || !turn.contains("question") || !turn["question"].is_string() ||
+            turn["question"].get<std::string>().empty())
+          return invalid_file(at + "\"question\" must be a non-empty string");
+        if (!turn.contains("answer") || !turn["answer"].is_string() || !is_four_digits(turn["answer"].get<std::string>()))
+          return invalid_file(at + "\"answer\" must be a string of 4 digits");
+        ex.turns.push_back({turn["question"].get<std::string>(), turn["answer"].get<std::string>()});
+      }
+      ex.prompt = ex.context + ex.turns.front().question;
+      ex.answer = ex.turns.front().answer;
+      if (obj.contains("id")) ex.id = obj["id"].is_string() ? obj["id"].get<std::string>() : obj["id"].dump();
+      else ex.id = std::to_string(examples.size());
+      examples.push_back(std::move(ex));
+      continue;
+    }
     if (!obj.contains("prompt") || !obj["prompt"].is_string() || obj["prompt"].get<std::string>().empty())
       return invalid_file(where + "\"prompt\" must be a non-empty string");
     ex.prompt = obj["prompt"].get<std::string>();
@@ -62,7 +88,10 @@ Expected<RetrievalMode> parse_retrieval_mode(std::string_view text) {
   if (text == "prefill") return RetrievalMode::kPrefill;
   if (text == "stream") return RetrievalMode::kStream;
   if (text == "context") return RetrievalMode::kContext;
-  return invalid_argument("--mode: '" + std::string(text) + "' is not a mode; use prefill, stream or context");
+  if (text == "context-emulated") return RetrievalMode::kContextEmulated;
+  if (text == "multiturn") return RetrievalMode::kMultiturn;
+  return invalid_argument("--mode: '" + std::string(text).substr(0, 100) +
+                          "' is not a mode; use prefill, stream, context, context-emulated or multiturn");
 }
 
 const char* retrieval_mode_name(RetrievalMode mode) {
@@ -70,6 +99,8 @@ const char* retrieval_mode_name(RetrievalMode mode) {
     case RetrievalMode::kPrefill: return "prefill";
     case RetrievalMode::kStream: return "stream";
     case RetrievalMode::kContext: return "context";
+    case RetrievalMode::kContextEmulated: return "context-emulated";
+    case RetrievalMode::kMultiturn: return "multiturn";
   }
   return "?";
 }
@@ -103,7 +134,7 @@ Expected<EvalItem> make_retrieval_item(const Tokenizer& tokenizer, const Retriev
   item.max_new_tokens = max_answer_tokens;
   size_t prompt_len = ids.size();
   if (mode == RetrievalMode::kStream && ids.size() > 1) prompt_len = 1;
-  if (mode == RetrievalMode::kContext) {
+  if (mode == RetrievalMode::kContext || mode == RetrievalMode::kContextEmulated || mode == RetrievalMode::kMultiturn) {
     Expected<size_t> split = question_split(tokenizer, example.prompt, ids);
     if (!split) return invalid_argument("document " + example.id + ": " + split.status().message());
     prompt_len = *split;

@@ -20,14 +20,25 @@
 
 namespace origami::eval {
 
+struct RetrievalTurn {
+  std::string question;  // appended verbatim after the conversation so far, ending in "... is"
+  std::string answer;    // four ASCII digits
+};
+
 struct RetrievalExample {
   std::string id;      // the JSONL "id" as written (number or string)
   std::string prompt;  // the document, ending in "... is"
   std::string answer;  // four ASCII digits
+  // Several questions about one document ({"context", "turns": [{"question", "answer"}, ...]}):
+  // `context` is the document; `prompt` / `answer` are then context + the first question and its
+  // answer, so single-question modes ask the first. Empty for a {"prompt", "answer"} line.
+  std::string context;
+  std::vector<RetrievalTurn> turns;
 };
 
-// Reads the JSONL file: one object per line with "prompt" (string) and "answer" (4 digits)
-// and an optional "id"; blank lines are skipped. `limit` > 0 keeps the first `limit` examples.
+// Reads the JSONL file: one object per line with "prompt" (string) and "answer" (4 digits), or
+// "context" (string) and "turns" (a non-empty list of {"question", "answer"}), and an optional
+// "id"; blank lines are skipped. `limit` > 0 keeps the first `limit` examples.
 // Errors name the file, line and field.
 Expected<std::vector<RetrievalExample>> load_retrieval_examples(const std::string& path, int limit = 0);
 
@@ -37,11 +48,19 @@ bool retrieval_answer_matches(std::string_view generated, std::string_view answe
 // prefill: the document is the prompt (prefill-time compression sees the question).
 // stream: the document is fed as forced decode tokens after its first token, so decode-time
 // compression runs through all of it, query-agnostic, before the answer is generated.
-// context: the prompt is the document without its question, so every compression the prompt
-// triggers (prefill-end or cache-full) is decided on the document alone and happens before the
-// question exists; the question is then fed as forced tokens that attend to the compressed cache
-// (the second turn of a multi-turn conversation over a shared context, as in KVzip / SCBench).
-enum class RetrievalMode { kPrefill, kStream, kContext };
+// context: two requests on retained contexts (eval/conversation_task.h): the document alone,
+// prefilled and compressed before the question exists (every compression its prompt triggers is
+// decided on the document), then the question continuing its retained KV (the second turn of a
+// conversation over a shared context, as in KVzip / SCBench).
+// context-emulated: the same in one request: the prompt is the document without its question,
+// and the question is fed as forced decode tokens attending to the compressed cache.
+// multiturn: every question of a document in sequence, each turn continuing the previous turn's
+// KV, the model's own answers included (conversation_task.h).
+enum class RetrievalMode { kPrefill, kStream, kContext, kContextEmulated, kMultiturn };
+// Modes that run as conversations on retained contexts.
+inline bool is_conversation_mode(RetrievalMode mode) {
+  return mode == RetrievalMode::kContext || mode == RetrievalMode::kMultiturn;
+}
 Expected<RetrievalMode> parse_retrieval_mode(std::string_view text);
 const char* retrieval_mode_name(RetrievalMode mode);
 
@@ -51,8 +70,8 @@ inline constexpr const char* kQuestionMarker = "\nQuestion:";
 // Tokenizes the document as `origami generate` does (the tokenizer's special tokens, e.g. BOS,
 // included) and splits it for the mode: prefill -> prompt = all tokens; stream -> prompt = the
 // first token (BOS when the tokenizer adds one, else the document's first token), forced = the
-// rest; context -> prompt = the tokens before the question (question_split()), forced = the
-// question. Every mode feeds the very same token sequence. `max_answer_tokens` are generated
+// rest; context-emulated -> prompt = the tokens before the question (question_split()), forced =
+// the question. (Conversation modes build a ConversationItem instead.) Every mode feeds the very same token sequence. `max_answer_tokens` are generated
 // greedily after that. Context mode fails for a document without the question marker.
 Expected<EvalItem> make_retrieval_item(const Tokenizer& tokenizer, const RetrievalExample& example, RetrievalMode mode,
                                        int max_answer_tokens);

@@ -1,6 +1,7 @@
 #include "kv/kv_cache_manager.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "core/check.h"
 
@@ -15,6 +16,7 @@ KVCacheManager::KVCacheManager(const KVLayout& layout, bool enable_prefix_cachin
   const size_t num_pools = layout_.shared_pool ? 1 : layout_.groups.size();
   for (size_t p = 0; p < num_pools; ++p)
     pools_.push_back(std::make_unique<BlockPool>(std::max(layout_.groups[p].num_blocks, 1)));
+  for (int g = 0; g < num_groups(); ++g) pool_of_group_.push_back(pool_index(g));
 }
 
 int KVCacheManager::num_free_blocks(int group) const { return pools_[pool_index(group)]->num_free_blocks(); }
@@ -59,6 +61,7 @@ uint64_t KVCacheManager::block_hash(const KVSequence& request, int index, uint64
 }
 
 bool KVCacheManager::allocate_blocks(int n, std::vector<BlockId>* out, int group) {
+  reclaim_retained(n, pool_index(group));
   return pools_[pool_index(group)]->allocate(n, out);
 }
 
@@ -70,6 +73,7 @@ int KVCacheManager::acquire_cached_prefix(KVSequence& request, int max_cached_to
   ensure_tables(request);
   for (const BlockTable& t : request.kv.groups) ORIGAMI_CHECK_MSG(t.blocks.empty(), "admitting a request that holds blocks");
   request.num_cached_prefix_tokens = 0;
+  request.num_retained_tokens = 0;
   if (!enable_prefix_caching_) return 0;
 
   const int b = layout_.block_size;
@@ -157,7 +161,8 @@ bool KVCacheManager::grow_tables(KVSequence& request, int num_entries, bool add)
     extra_per_pool_[static_cast<size_t>(pool_index(static_cast<int>(g)))] += std::max(extra, 0);
   }
   for (size_t p = 0; p < pools_.size(); ++p)
-    if (extra_per_pool_[p] > pools_[p]->num_free_blocks()) return false;
+    if (extra_per_pool_[p] > pools_[p]->num_free_blocks() && !reclaim_retained(extra_per_pool_[p], static_cast<int>(p)))
+      return false;
   for (size_t g = 0; g < request.kv.groups.size(); ++g) {
     BlockTable& table = request.kv.groups[g];
     const int after = entries_after(table);
@@ -212,12 +217,199 @@ void KVCacheManager::free(KVSequence& request) {
 }
 
 void KVCacheManager::abandon_admission(KVSequence& request) {
-  if (enable_prefix_caching_) {
+  if (request.num_retained_tokens > 0) {
+    RetainedContextStats& st = retained_->stats();
+    --st.num_hits;
+    st.num_hit_tokens -= request.num_retained_tokens;
+    request.num_retained_tokens = 0;
+  } else if (enable_prefix_caching_) {
     stats_.num_queried_tokens -= request.num_tokens();
     stats_.num_hit_tokens -= request.num_cached_prefix_tokens;
   }
   request.num_cached_prefix_tokens = 0;
   free(request);
+}
+
+void KVCacheManager::enable_retained_contexts(int max_pages) {
+  release_all_retained();
+  max_retained_pages_ = std::max(max_pages, 0);
+  if (max_retained_pages_ > 0 && retained_ == nullptr) {
+    std::vector<int> pages;
+    for (const auto& p : pools_) pages.push_back(p->num_blocks());
+    retained_ = std::make_unique<RetainedContexts>(std::move(pages));
+  }
+}
+
+const RetainedContextStats& KVCacheManager::retained_stats() const {
+  return retained_ != nullptr ? retained_->stats() : no_retained_stats_;
+}
+
+int KVCacheManager::retained_only_pages() const {
+  if (retained_ == nullptr) return 0;
+  int n = 0;
+  std::unordered_set<uint64_t> seen;
+  for (const RetainedContext& c : retained_->contexts())
+    for (size_t g = 0; g < c.kv.groups.size(); ++g) {
+      const int pool = pool_of_group_[g];
+      for (BlockId b : c.kv.groups[g].blocks) {
+        const int refs = retained_->page_refs(pool, b);
+        if (pools_[static_cast<size_t>(pool)]->ref_count(b) != refs) continue;  // a request holds it too
+        if (refs > 1) {  // several contexts hold it: count it once
+          if (!seen.insert((static_cast<uint64_t>(pool) << 32) | static_cast<uint32_t>(b)).second) continue;
+        }
+        ++n;
+      }
+    }
+  return n;
+}
+
+void KVCacheManager::release_context(std::list<RetainedContext>::iterator it) {
+  retained_->count_pages(*it, pool_of_group_, -1);
+  KVSequence holder;
+  holder.kv = std::move(it->kv);
+  free(holder);
+  RetainedContextStats& st = retained_->stats();
+  ++st.num_releases;
+  --st.num_contexts;
+  retained_->contexts().erase(it);
+}
+
+void KVCacheManager::release_all_retained() {
+  if (retained_ == nullptr) return;
+  while (!retained_->contexts().empty()) release_context(retained_->contexts().begin());
+}
+
+bool KVCacheManager::reclaim_retained(int n, int pool) {
+  BlockPool& p = *pools_[static_cast<size_t>(pool)];
+  if (retained_ == nullptr) return p.num_free_blocks() >= n;
+  auto& contexts = retained_->contexts();
+  while (p.num_free_blocks() < n && !contexts.empty()) release_context(contexts.begin());
+  return p.num_free_blocks() >= n;
+}
+
+void KVCacheManager::enforce_retained_limit(const RetainedContext* keep) {
+  auto& contexts = retained_->contexts();
+  for (auto it = contexts.begin(); retained_->stats().num_pages > max_retained_pages_ && it != contexts.end();) {
+    auto next = std::next(it);
+    if (&*it != keep) release_context(it);
+    it = next;
+  }
+}
+
+bool KVCacheManager::retain(const KVSequence& request, int num_tokens, const RetainedPolicyState& state) {
+  if (!retained_contexts_enabled() || request.kv.groups.empty() || num_tokens < 1) return false;
+  ORIGAMI_CHECK(num_tokens <= request.num_tokens());
+  RetainedContext context;
+  context.tokens.reserve(static_cast<size_t>(num_tokens));
+  for (int i = 0; i < num_tokens; ++i) context.tokens.push_back(request.token_at(i));
+  context.tokens_hash = prefix_hash(context.tokens);
+  context.kv = request.kv;
+  // Pages beyond the entries (a cache-full request's spare page for its next tokens) hold nothing
+  // of the history; a continuation appending into a shared one would write it.
+  for (BlockTable& t : context.kv.groups) {
+    const size_t used = static_cast<size_t>(blocks_needed(t.num_entries));
+    ORIGAMI_CHECK(used <= t.blocks.size());
+    t.blocks.resize(used);
+    t.block_keys.resize(std::min(t.block_keys.size(), used));
+  }
+  context.state = state;
+  if (context.num_pages() > max_retained_pages_) return false;
+  auto& contexts = retained_->contexts();
+  // The same history under the same policy: the newer context replaces the older one.
+  for (auto it = contexts.begin(); it != contexts.end(); ++it) {
+    if (it->tokens_hash == context.tokens_hash && it->tokens == context.tokens && it->state.policy_key == state.policy_key) {
+      release_context(it);
+      break;
+    }
+  }
+  for (size_t g = 0; g < context.kv.groups.size(); ++g)
+    for (BlockId b : context.kv.groups[g].blocks) pools_[static_cast<size_t>(pool_of_group_[g])]->touch(b);
+  context.id = retained_->next_id();
+  contexts.push_back(std::move(context));
+  auto it = std::prev(contexts.end());
+  retained_->touch(it);
+  retained_->count_pages(*it, pool_of_group_, +1);
+  ++retained_->stats().num_retained;
+  ++retained_->stats().num_contexts;
+  enforce_retained_limit(&*it);
+  return true;
+}
+
+const RetainedContext* KVCacheManager::find_retained(const KVSequence& request, int max_tokens,
+                                                     const std::string& policy_key) {
+  if (!retained_contexts_enabled() || retained_->contexts().empty()) return nullptr;
+  const int n = std::min(max_tokens, request.num_tokens() - 1);  // the last token is computed
+  if (n < 1) return nullptr;
+  std::vector<uint64_t> hashes(static_cast<size_t>(n) + 1);
+  hashes[0] = kEmptyPrefixHash;
+  for (int i = 0; i < n; ++i) hashes[static_cast<size_t>(i) + 1] = extend_prefix_hash(hashes[static_cast<size_t>(i)], request.token_at(i));
+  const RetainedContext* best = nullptr;
+  for (const RetainedContext& c : retained_->contexts()) {
+    const int len = static_cast<int>(c.tokens.size());
+    if (len > n || (best != nullptr && len <= static_cast<int>(best->tokens.size()))) continue;
+    if (hashes[static_cast<size_t>(len)] != c.tokens_hash) continue;
+    const bool compressed = c.kv.compacted || c.state.num_compressions > 0;
+    if (compressed && c.state.policy_key != policy_key) continue;
+    bool equal = true;
+    for (int i = 0; i < len && equal; ++i) equal = request.token_at(i) == c.tokens[static_cast<size_t>(i)];
+    if (equal) best = &c;
+  }
+  return best;
+}
+
+int KVCacheManager::continue_retained(KVSequence& request, const RetainedContext& context, std::vector<BlockCopy>* copies) {
+  ensure_tables(request);
+  for (const BlockTable& t : request.kv.groups) ORIGAMI_CHECK_MSG(t.blocks.empty(), "admitting a request that holds blocks");
+  ORIGAMI_CHECK(context.kv.groups.size() == request.kv.groups.size());
+  const int b = layout_.block_size;
+  // Fresh pages for the partly filled last pages, taken first: an allocation may release
+  // contexts, this one included (its pages stay while this request's references are taken).
+  std::vector<int> partial_per_pool(pools_.size(), 0);
+  for (size_t g = 0; g < context.kv.groups.size(); ++g)
+    if (context.kv.groups[g].num_entries % b != 0) ++partial_per_pool[static_cast<size_t>(pool_of_group_[g])];
+  RequestKV kv = context.kv;
+  const int num_tokens = static_cast<int>(context.tokens.size());
+  const uint64_t id = context.id;
+  for (size_t g = 0; g < kv.groups.size(); ++g)
+    for (BlockId block : kv.groups[g].blocks) pools_[static_cast<size_t>(pool_of_group_[g])]->touch(block);
+  std::vector<std::vector<BlockId>> fresh(pools_.size());
+  for (size_t p = 0; p < pools_.size(); ++p) {
+    if (partial_per_pool[p] == 0) continue;
+    reclaim_retained(partial_per_pool[p], static_cast<int>(p));
+    if (!pools_[p]->allocate(partial_per_pool[p], &fresh[p])) {
+      for (size_t q = 0; q < pools_.size(); ++q) pools_[q]->free(fresh[q]);
+      KVSequence undo;
+      undo.kv = std::move(kv);
+      free(undo);
+      return 0;
+    }
+  }
+  std::vector<size_t> next(pools_.size(), 0);
+  for (size_t g = 0; g < kv.groups.size(); ++g) {
+    BlockTable& t = kv.groups[g];
+    if (t.num_entries % b == 0) continue;
+    const size_t p = static_cast<size_t>(pool_of_group_[g]);
+    const BlockId dst = fresh[p][next[p]++];
+    copies->push_back({static_cast<int>(g), t.blocks.back(), dst});
+    pools_[p]->free(std::span<const BlockId>(&t.blocks.back(), 1));
+    t.blocks.back() = dst;
+    // Only full pages carry prefix-cache keys; the copy is the request's own.
+    t.block_keys.resize(std::min(t.block_keys.size(), t.blocks.size() - 1));
+  }
+  request.kv = std::move(kv);
+  // Used now: released last.
+  auto& contexts = retained_->contexts();
+  for (auto it = contexts.begin(); it != contexts.end(); ++it)
+    if (it->id == id) {
+      retained_->touch(it);
+      break;
+    }
+  RetainedContextStats& st = retained_->stats();
+  ++st.num_hits;
+  st.num_hit_tokens += num_tokens;
+  request.num_retained_tokens = num_tokens;
+  request.num_cached_prefix_tokens = num_tokens;
+  return num_tokens;
 }
 
 }  // namespace origami

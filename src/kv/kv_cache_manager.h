@@ -15,6 +15,7 @@
 #include "kv/block_pool.h"
 #include "kv/kv_sequence.h"
 #include "kv/kv_layout.h"
+#include "kv/retained_contexts.h"
 
 namespace origami {
 
@@ -26,6 +27,14 @@ struct PrefixCacheStats {
   double hit_rate() const {
     return num_queried_tokens > 0 ? static_cast<double>(num_hit_tokens) / static_cast<double>(num_queried_tokens) : 0.0;
   }
+};
+
+// A page to copy before the step that appends to it (a continuation's partly filled last page,
+// shared with its retained context: Backend::copy_block).
+struct BlockCopy {
+  int group = 0;
+  BlockId src = kNullBlock;
+  BlockId dst = kNullBlock;
 };
 
 class KVCacheManager {
@@ -51,9 +60,36 @@ class KVCacheManager {
   void cache_full_blocks(KVSequence& request, int num_computed_tokens);
   // Drops the request's references (cached blocks stay reusable until evicted, LRU).
   void free(KVSequence& request);
-  // Undoes an admission that acquire_cached_prefix began but allocate_slots could not finish:
-  // frees like free() and takes the lookup back out of the hit-rate statistics.
+  // Undoes an admission that acquire_cached_prefix (or continue_retained) began but allocate_slots
+  // could not finish: frees like free() and takes the lookup back out of the statistics.
   void abandon_admission(KVSequence& request);
+
+  // --- Retained contexts (kv/retained_contexts.h) ---
+  // Enables them, holding at most `max_pages` distinct pages over all pools (0: disabled).
+  void enable_retained_contexts(int max_pages);
+  bool retained_contexts_enabled() const { return max_retained_pages_ > 0; }
+  // Keeps the request's tables as a context standing for its first `num_tokens` tokens (their KV
+  // is what the tables hold). Replaces a context of the same history and policy key. False (and
+  // nothing kept) when disabled, or when the context alone is over the limit.
+  bool retain(const KVSequence& request, int num_tokens, const RetainedPolicyState& state);
+  // The longest context whose history is a proper prefix of the request's first `max_tokens`
+  // tokens (at least one token is left to compute) and which may be continued under `policy_key`
+  // (an uncompressed context under any policy). nullptr: none.
+  const RetainedContext* find_retained(const KVSequence& request, int max_tokens, const std::string& policy_key);
+  // On admission, instead of acquire_cached_prefix: the request (holding no pages) takes a
+  // reference on every page of the context and its tables; a partly filled last page is replaced
+  // by a fresh copy (added to `copies`; the caller copies it before the step). Returns the tokens
+  // served, or 0 (nothing changed) if the copies cannot be allocated.
+  int continue_retained(KVSequence& request, const RetainedContext& context, std::vector<BlockCopy>* copies);
+  // Releases contexts, least recently used first, until `pool` has `n` free pages or none is left
+  // (pages other holders share free nothing). Whether `n` are free.
+  bool reclaim_retained(int n, int pool = 0);
+  // Releases every context.
+  void release_all_retained();
+  const RetainedContextStats& retained_stats() const;
+  // Pages no request holds, only retained contexts (given back whenever a request needs them):
+  // total_used_blocks() less these is what requests hold.
+  int retained_only_pages() const;
 
   // Blocks outside any request's table (compression targets): all-or-nothing; released with
   // release_blocks() or by becoming part of a table that free() drops.
@@ -71,10 +107,11 @@ class KVCacheManager {
   const KVLayout& layout() const { return layout_; }
   BlockPool& pool(int group = 0) { return *pools_[pool_index(group)]; }
   bool prefix_caching_enabled() const { return enable_prefix_caching_; }
-  // Whether a block can be in more than one table (ref_count > 1): only a prefix-cache hit takes a
-  // second reference (BlockPool::touch), so without prefix caching every block has one holder and
+  // Whether a block can be in more than one table (ref_count > 1): only a prefix-cache hit (or a
+  // retained context) takes a second reference (BlockPool::touch), so without prefix caching every block has one holder and
   // counts of shared blocks are 0 without looking at any table.
-  bool blocks_may_be_shared() const { return enable_prefix_caching_; }
+  // Retained contexts share their pages with the requests continuing them the same way.
+  bool blocks_may_be_shared() const { return enable_prefix_caching_ || retained_contexts_enabled(); }
   // Blocks one group's table needs to hold `num_entries` entries.
   int blocks_needed(int num_entries) const;
   // Blocks that can be handed out at most to one group of a request (the pool minus the null
@@ -91,6 +128,14 @@ class KVCacheManager {
   std::vector<std::unique_ptr<BlockPool>> pools_;
   BlockHasher hasher_ = &hash_block_tokens;
   PrefixCacheStats stats_;
+
+  std::unique_ptr<RetainedContexts> retained_;
+  int max_retained_pages_ = 0;
+  std::vector<int> pool_of_group_;
+  RetainedContextStats no_retained_stats_;
+  void release_context(std::list<RetainedContext>::iterator it);
+  // Releases LRU contexts (never `keep`) while the contexts hold more than the limit.
+  void enforce_retained_limit(const RetainedContext* keep);
 
   int pool_index(int group) const { return layout_.shared_pool ? 0 : group; }
   void ensure_tables(KVSequence& request) const;

@@ -15,6 +15,8 @@ struct KVSequence {
   // KV memory held: one block table per head group (one group for full KV).
   RequestKV kv;
   int num_cached_prefix_tokens = 0;  // tokens served by the prefix cache at the last admission
+  // Tokens served by a retained context at the last admission (also in num_cached_prefix_tokens).
+  int num_retained_tokens = 0;
 
   int num_prompt_tokens() const { return static_cast<int>(prompt_token_ids.size()); }
   int num_tokens() const { return num_prompt_tokens() + static_cast<int>(output_token_ids.size()); }

@@ -144,6 +144,9 @@ struct Request : KVSequence {
   double finish_time = -1.0;
 
   RequestCompression compression;
+  // Continue a retained context whose history begins this request's tokens (when the KV manager
+  // keeps them: KVCacheManager::enable_retained_contexts).
+  bool use_retained_contexts = true;
 
   bool is_finished() const { return status == RequestStatus::kFinished; }
   bool is_prefilling() const { return num_computed_tokens < num_tokens() - 1; }

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "sched/compression_state.h"
+#include "sched/retained_state.h"
 
 namespace origami {
 
@@ -242,9 +243,12 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
       }
       // Tokens of a compression window must be computed (their queries captured), not served by
       // the prefix cache.
-      const int window_from = query_capture_from(*request, block_size);
-      const int num_cached =
-          kv_->acquire_cached_prefix(*request, window_from >= 0 ? window_from : std::numeric_limits<int>::max());
+      const size_t copies_before = out.block_copies.size();
+      int num_cached = continue_retained_context(request, &out);
+      if (num_cached == 0) {
+        const int window_from = query_capture_from(*request, block_size);
+        num_cached = kv_->acquire_cached_prefix(*request, window_from >= 0 ? window_from : std::numeric_limits<int>::max());
+      }
       request->num_computed_tokens = num_cached;
       const int remaining = num_tokens - num_cached;
       bool admitted = config_.enable_chunked_prefill || remaining <= budget;
@@ -271,13 +275,17 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
         const int held = kv_->num_held_blocks(*request);
         // A bounded request's peak covers every prefix of its tokens, this step's included.
         const int needs = (peak >= 0 ? peak : kv_->blocks_needed(entries + num_new) * kv_->num_groups()) - held;
+        // Retained contexts give their pages back before a request waits for them.
+        kv_->reclaim_retained(reserved + newly_shared + needs);
         admitted = kv_->num_free_blocks() - reserved - newly_shared >= needs;
       }
       admitted = admitted && kv_->allocate_slots(*request, entries + num_new);
       if (!admitted) {
         // FCFS: the head waits for room rather than being overtaken.
         kv_->abandon_admission(*request);
+        out.block_copies.resize(copies_before);  // their targets went back with the request's pages
         request->num_computed_tokens = 0;
+        request->compression.reset_progress();  // a continuation resumed its context's state
         break;
       }
       waiting_.pop_front();
@@ -366,8 +374,35 @@ void Scheduler::advance(const SchedulerOutput& output) {
   }
 }
 
-void Scheduler::finish_request(Request* request, FinishReason reason) {
+int Scheduler::continue_retained_context(Request* request, SchedulerOutput* out) {
+  if (!request->use_retained_contexts || !kv_->retained_contexts_enabled()) return 0;
+  const std::string key = retained_policy_key(request->compression);
+  const RetainedContext* context = kv_->find_retained(*request, request->num_tokens(), key);
+  if (context == nullptr) return 0;
+  // Copied first: taking fresh pages may release the context itself (its pages stay, held).
+  const RetainedPolicyState state = context->state;
+  const size_t copies_before = out->block_copies.size();
+  const int served = kv_->continue_retained(*request, *context, &out->block_copies);
+  if (served == 0) return 0;
+  if (state.policy_key == key) resume_retained_policy_state(state, &request->compression);
+  request->num_computed_tokens = served;
+  const int entries = num_entries(*request);
+  const int capture_from =
+      query_capture_from(*request, kv_->layout().block_size, entries, request->num_tokens() - served);
+  if (capture_from >= 0 && capture_from < entries) {
+    kv_->abandon_admission(*request);
+    out->block_copies.resize(copies_before);
+    request->num_computed_tokens = 0;
+    request->compression.reset_progress();
+    return 0;
+  }
+  return served;
+}
+
+void Scheduler::finish_request(Request* request, FinishReason reason, bool retain) {
   ORIGAMI_CHECK_MSG(!request->compression.in_flight, "finish a request only after its compression completed");
+  if (retain && request->status == RequestStatus::kRunning && request->num_computed_tokens > 0)
+    kv_->retain(*request, request->num_computed_tokens, retained_policy_state(*request));
   auto it = std::find(running_.begin(), running_.end(), request);
   if (it != running_.end()) {
     running_.erase(it);

@@ -70,6 +70,9 @@ struct SchedulerOutput {
   // Nothing can run until the compressions in flight finish: the step only waits for them.
   bool wait_for_compressions = false;
   std::vector<Request*> preempted;  // preempted during this schedule() call
+  // Pages to copy before the step runs (continuations of retained contexts: their partly filled
+  // last pages; the backend's copy_block), in order.
+  std::vector<BlockCopy> block_copies;
   // Requests that can never run (they need more KV blocks than the whole cache holds, or, with
   // chunked prefill off, more tokens than one step allows). They have left the queues and hold
   // no blocks; `error` says why; the caller finishes them with FinishReason::kError.
@@ -110,7 +113,9 @@ class Scheduler {
   SchedulerUpdate update_from_output(const SchedulerOutput& output, const std::vector<CompressionResult>& finished);
   // Frees a finished or aborted request's blocks and removes it from the queues. Not for a
   // request whose compression is in flight (its source pages must stay until it completes).
-  void finish_request(Request* request, FinishReason reason);
+  // With `retain`, a running request's KV stays as a retained context standing for its computed
+  // tokens (KVCacheManager::retain; nothing happens when retained contexts are off).
+  void finish_request(Request* request, FinishReason reason, bool retain = false);
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
@@ -170,6 +175,10 @@ class Scheduler {
   void preempt(Request* request, SchedulerOutput* out, int* budget);
   // Who gives blocks back when `request` cannot get them (see the file comment); nullptr: wait.
   Request* pick_victim(bool prefer_slotless_only) const;
+  // On admission: continues the longest retained context the request's tokens begin with (its
+  // pages, its policy state under the same policy key), unless the window of a compression ahead
+  // reaches into the context (those queries were never captured). The tokens served, or 0.
+  int continue_retained_context(Request* request, SchedulerOutput* out);
   // Tries to give a pending request its destination blocks; false if the pool is short.
   bool try_start_compression(Request* request);
   void release_slot(Request* request);

@@ -116,6 +116,18 @@ std::string MetricsRegistry::render() const {
   sample(&out, "origami:compression_seconds_total", l, m.compression_seconds);
   header(&out, "origami:compression_device_seconds_total", "counter", "Backend time spent running compressions.");
   sample(&out, "origami:compression_device_seconds_total", l, m.compression_device_seconds);
+  header(&out, "origami:retained_hits_total", "counter", "Requests that continued a retained context.");
+  sample(&out, "origami:retained_hits_total", l, static_cast<double>(m.num_retained_hits));
+  header(&out, "origami:retained_hit_tokens_total", "counter", "Prompt tokens served by retained contexts (not prefilled again).");
+  sample(&out, "origami:retained_hit_tokens_total", l, static_cast<double>(m.num_retained_hit_tokens));
+  header(&out, "origami:retained_contexts_total", "counter", "Contexts retained.");
+  sample(&out, "origami:retained_contexts_total", l, static_cast<double>(m.num_retained_contexts));
+  header(&out, "origami:retained_releases_total", "counter", "Retained contexts released (memory needed, limit, replaced).");
+  sample(&out, "origami:retained_releases_total", l, static_cast<double>(m.num_retained_releases));
+  header(&out, "origami:retained_contexts", "gauge", "Retained contexts alive.");
+  sample(&out, "origami:retained_contexts", l, static_cast<double>(m.retained_contexts_alive));
+  header(&out, "origami:retained_kv_blocks", "gauge", "KV pages the retained contexts hold (distinct).");
+  sample(&out, "origami:retained_kv_blocks", l, static_cast<double>(m.retained_kv_blocks));
   header(&out, "origami:prompt_tokens_total", "counter", "Prefill tokens computed (prefix-cache hits excluded).");
   sample(&out, "origami:prompt_tokens_total", l, static_cast<double>(m.num_prompt_tokens_computed));
   header(&out, "origami:generation_tokens_total", "counter", "Tokens generated.");

@@ -296,6 +296,12 @@ std::optional<ApiError> read_generation_request(const nlohmann::json& body, ApiK
   nlohmann::json fields = body;
   if (kind == ApiKind::kChat && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null())
     fields["max_tokens"] = body["max_completion_tokens"];
+  // "max_tokens": 0 with "kv_retain": true only prefills (and compresses) the prompt and retains
+  // it, so that later requests beginning with it continue its KV: nothing is generated.
+  const bool retain_only = body.contains("kv_retain") && body["kv_retain"].is_boolean() && body["kv_retain"].get<bool>() &&
+                           fields.contains("max_tokens") && fields["max_tokens"].is_number_integer() &&
+                           fields["max_tokens"].get<int64_t>() == 0;
+  if (retain_only) fields["max_tokens"] = 1;
   SamplingParams defaults;
   defaults.max_tokens = kind == ApiKind::kChat ? std::max(1, ctx.max_model_len - static_cast<int>(longest)) : 16;
   Expected<SamplingParams> sp = sampling_params_from_json(fields, defaults);
@@ -306,6 +312,10 @@ std::optional<ApiError> read_generation_request(const nlohmann::json& body, ApiK
       request_options_from_json(body, {}, ctx.head_budgets != nullptr ? *ctx.head_budgets : HeadBudgetsResolver{});
   if (!opts) return ApiError::bad_request(opts.status().message());
   out->options = std::move(*opts);
+  out->options.retain_only = retain_only;
+  if (retain_only && !ctx.retain_contexts)
+    return ApiError::bad_request("'kv_retain' with 'max_tokens': 0 retains a prompt, but this server runs with "
+                                 "--no-retain-contexts", "kv_retain");
   if (auto e = read_logprobs(body, kind, &out->options.logprobs)) return e;
 
   if (body.contains("n") && !body["n"].is_null()) {

@@ -46,6 +46,7 @@ struct RequestContext {
   // What a string "kv_head_budgets" names (the budgets the operator loaded at start); null: only
   // inline objects are accepted.
   const HeadBudgetsResolver* head_budgets = nullptr;
+  bool retain_contexts = false;  // the engine retains contexts (retain-only requests need it)
 };
 
 // Parses a JSON body (any route's) or produces the 400 for it: not JSON, or not an object.

@@ -32,6 +32,7 @@ struct ServerContext {
   RequestContext request_context() const {
     RequestContext r{&builder, &builder_mutex, config.served_model_name, worker->config().max_model_len};
     r.head_budgets = &head_budgets;
+    r.retain_contexts = worker->config().retain_contexts;
     return r;
   }
 

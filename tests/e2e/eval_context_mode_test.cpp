@@ -1,4 +1,4 @@
-// Context mode (`origami eval retrieval --mode context`): the document is the prompt and every
+// Context mode emulated in one request (`origami eval retrieval --mode context-emulated`; `--mode context` runs it as two requests on retained contexts): the document is the prompt and every
 // compression it triggers must happen before the first question token is computed, for every
 // registered policy, whatever its trigger. A backend that forwards to the CPU backend records,
 // in execution order, each compression job (which request, how many entries it scores) and each
@@ -85,7 +85,7 @@ TEST(EvalContextMode, EveryPolicyCompressesTheDocumentBeforeTheFirstQuestionToke
 
     std::vector<eval::EvalItem> items;
     for (const eval::RetrievalExample& ex : examples) {
-      auto item = eval::make_retrieval_item(*tokenizer, ex, eval::RetrievalMode::kContext, 3);
+      auto item = eval::make_retrieval_item(*tokenizer, ex, eval::RetrievalMode::kContextEmulated, 3);
       ASSERT_TRUE(item.has_value()) << item.status().to_string();
       items.push_back(std::move(*item));
     }
