@@ -36,11 +36,13 @@ Expected<std::vector<RetrievalExample>> load_retrieval_examples(const std::strin
     if (!obj.is_object()) return invalid_file(where + "not a JSON object");
     RetrievalExample ex;
     if (obj.contains("turns")) {
-      if (!obj.contains("context") || !obj["context"].is_string() || obj["context"].get<std::string>().empty())
-        return invalid_file(where + "\"context\" must be a non-empty string (the document its \"turns\" ask about)");
+      // The document: "context", or "document" as scripts/make_retrieval_set.py --turns writes it.
+      const char* doc_key = obj.contains("context") ? "context" : "document";
+      if (!obj.contains(doc_key) || !obj[doc_key].is_string() || obj[doc_key].get<std::string>().empty())
+        return invalid_file(where + "\"context\" (or \"document\") must be a non-empty string (the document its \"turns\" ask about)");
       if (!obj["turns"].is_array() || obj["turns"].empty())
         return invalid_file(where + "\"turns\" must be a non-empty list of {\"question\", \"answer\"}");
-      ex.context = obj["context"].get<std::string>();
+      ex.context = obj[doc_key].get<std::string>();
       for (size_t t = 0; t < obj["turns"].size(); ++t) {
         const nlohmann::json& turn = obj["turns"][t];
         const std::string at = where + "turns[" + std::to_string(t) + "]: ";

@@ -539,7 +539,9 @@ TEST(CudaCompressionE2E, FastKVzipKeepsTheCpuBackendsEntries) {
   ORIGAMI_CUDA_CHECK(cudaMemcpy(gf.data(), gpu.global_scores(), gf.size() * 4, cudaMemcpyDeviceToHost));
   expect_gate_scores_match_cpu(mc, gf, cpu, {&seqs[0], &seqs[1]});
 
-  auto policy = PolicyRegistry::builtin().create("fastkvzip", {{"window", "16"}});
+  // Uniform per-head budgets (the kernels compared here); the global threshold: engine_cuda_joint_selection_test.
+  auto policy = PolicyRegistry::builtin().create(
+      "fastkvzip", {{"window", "16"}, {"allocation", "uniform"}, {"page_aligned", "0"}});
   ASSERT_TRUE(policy.has_value()) << policy.status().to_string();
   const ScoreRecipe recipe = (*policy)->score_recipe();
   const int k = 64;

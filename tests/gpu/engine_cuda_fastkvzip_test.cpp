@@ -27,7 +27,9 @@ using testing::RunResult;
 EngineConfig fastkvzip_config(const std::string& device, bool graphs, int heads_per_group = 0) {
   EngineConfig c = testing::tiny_qwen3_engine_config(device, heads_per_group, graphs);  // chunked prefill
   c.kv_policy = "fastkvzip";
-  c.kv_policy_options = {{"window", "16"}};
+  // Uniform per-head budgets on the layout the test chooses (the policy's default, the global
+  // threshold on per-head pages, is engine_cuda_joint_selection_test's).
+  c.kv_policy_options = {{"window", "16"}, {"allocation", "uniform"}, {"page_aligned", "0"}};
   c.kv_budget = 64;
   c.kv_gates = std::string(ORIGAMI_SOURCE_DIR) + "/assets/gates/origami-tiny-qwen3.safetensors";
   return c;

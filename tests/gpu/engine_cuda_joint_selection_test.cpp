@@ -38,7 +38,7 @@ struct Case {
 
 std::vector<Case> cases() {
   return {{"adakv", {{"window", "16"}}, false},
-          {"fastkvzip", {{"window", "16"}, {"allocation", "global"}}, true},
+          {"fastkvzip", {{"window", "16"}, {"allocation", "global"}, {"page_aligned", "0"}}, true},
           {"fastkvzip", {{"window", "16"}, {"allocation", "global"}, {"page_aligned", "1"}}, true},
           {"adakv", {{"window", "16"}}, false, KVCacheDType::kFP8}};
 }
@@ -107,7 +107,22 @@ TEST(CudaJointSelectionEngine, KeepsTheCpuBackendsCountsAndEntries) {
                   label(c).c_str(), hp, static_cast<long long>(cpu_forced.compressions),
                   static_cast<long long>(gpu_forced.compressions), static_cast<long long>(cpu_forced.kept_pages),
                   static_cast<long long>(gpu_forced.kept_pages), err, other);
-      EXPECT_LT(err, 0.05) << "bf16 noise";
+      // The FP8 cache adds its own GPU-vs-CPU noise (a K or V value that rounds differently
+      // before quantization can move a code by a whole E4M3 step, 6-12%): measured in the same
+      // run as full KV on the same cache and forced tokens, and added to the bf16 bound.
+      double cache_noise = 0.0;
+      if (c.kv_cache_dtype == KVCacheDType::kFP8) {
+        EngineConfig full_cpu = joint_config(c, "cpu", false, hp), full_gpu = joint_config(c, "cuda", true, hp);
+        for (EngineConfig* f : {&full_cpu, &full_gpu}) {
+          f->kv_policy = "full";
+          f->kv_policy_options.clear();
+          f->kv_gates.clear();
+        }
+        cache_noise = testing::mean_abs_diff(run(full_gpu, &cpu.tokens), run(full_cpu, &cpu.tokens));
+        std::printf("[tiny-qwen3 %s hp=%d] full KV on this cache: log-prob |gpu - cpu| mean %.4f\n", label(c).c_str(),
+                    hp, cache_noise);
+      }
+      EXPECT_LT(err, 0.05 + cache_noise) << "bf16 noise (+ the FP8 cache's own, measured with full KV)";
       EXPECT_LT(err, 0.25 * other) << "the GPU keeps other entries than the CPU";
       EXPECT_LE(pages_diff, 0.03) << "the GPU's joint counts differ from the CPU's";
     }
