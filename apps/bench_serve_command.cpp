@@ -56,6 +56,7 @@ struct BenchServeFlags {
   bool quiet = false;
   bool multiturn = false;
   MultiturnWorkload turns;
+  std::string answer_ids = "returned";  // --answer-ids (checked by the parser)
   // The flags of the single-turn workload that were given (refused with --multiturn).
   std::vector<std::string> single_turn_flags_given;
 };
@@ -74,6 +75,7 @@ int run_bench_serve(const BenchServeFlags& f) {
   turns.output_len = f.output_len;
   turns.max_concurrency = f.max_concurrency;
   turns.seed = f.dataset_seed;
+  turns.answer_ids = f.answer_ids == "retokenized" ? AnswerIds::kRetokenized : AnswerIds::kReturned;
   if (f.multiturn) {
     if (const std::string e = check_multiturn_workload(turns); !e.empty()) {
       print_error(e);
@@ -229,6 +231,12 @@ void register_bench_serve_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--num-documents", flags->turns.num_documents,
                   "--multiturn: distinct documents; conversation c uses document c mod N")->capture_default_str();
+  cmd->add_option("--answer-ids", flags->answer_ids,
+                  "--multiturn: how an answer joins the next turn's prompt: returned (the generated ids, through the "
+                  "request field return_token_ids) or retokenized (the server's /tokenize of its text, as a text "
+                  "client resends it)")
+      ->check(CLI::IsMember({"returned", "retokenized"}))
+      ->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print the results as one JSON object");
   cmd->add_flag("--quiet", flags->quiet, "No progress bar");
   // `bench` runs its own (offline) benchmark when its callback runs; ending the parse here with

@@ -5,12 +5,14 @@
 // or the benchmark measures the chat template instead of the engine's reuse. A chat template
 // re-renders earlier turns (Qwen3's drops the earlier assistant turns' <think> blocks), and
 // random-token documents do not survive a text round trip. So the client keeps each
-// conversation as token ids: the document and questions exactly, and each answer as the
-// server's /tokenize of the answer's text, which is what a chat client's next request carries
-// (it sends text). That equals the generated ids when the model's output is canonical BPE;
-// turns where it is not (common with --dummy-weights) are counted as
-// `answers_retokenized_differently`, since there the history matches only up to the answer's
-// first differing token.
+// conversation as token ids: the document and questions exactly, and each answer either as the
+// ids the server generated (--answer-ids returned, the default: the request asks for
+// "return_token_ids", so the next turn begins with exactly the history the engine retained) or
+// as the server's /tokenize of the answer's text (--answer-ids retokenized: what a chat
+// client's next request carries, since it sends text). Retokenized ids equal the generated ones
+// when the model's output is canonical BPE; turns where they do not (common with
+// --dummy-weights) are counted as `answers_retokenized_differently`, since there the history
+// matches only up to the answer's first differing token.
 #include "bench_serve_multiturn.h"
 
 #include <algorithm>
@@ -75,9 +77,11 @@ net::awaitable<void> run_conversation(const Target& target, const std::string& m
     const std::vector<int32_t> question =
         random_tokens(w.seed, kQuestionStream, static_cast<uint64_t>(conversation) * kMaxTurns + t, w.question_len, vocab);
     history.insert(history.end(), question.begin(), question.end());
-    const std::string body = nlohmann::json{{"model", model}, {"prompt", history}, {"max_tokens", w.output_len},
-                                            {"temperature", 0.0}, {"ignore_eos", true}, {"stream", true},
-                                            {"stream_options", {{"include_usage", true}}}}.dump();
+    nlohmann::json request = {{"model", model}, {"prompt", history}, {"max_tokens", w.output_len},
+                              {"temperature", 0.0}, {"ignore_eos", true}, {"stream", true},
+                              {"stream_options", {{"include_usage", true}}}};
+    if (w.answer_ids == AnswerIds::kReturned) request["return_token_ids"] = true;
+    const std::string body = request.dump();
     const RequestResult r = co_await run_request(target, body);
     TurnResult& out = (*turns)[t];
     out.run = true;
@@ -87,8 +91,18 @@ net::awaitable<void> run_conversation(const Target& target, const std::string& m
     out.e2e = r.e2e;
     out.output_tokens = r.output_tokens;
     out.prompt_tokens = r.prompt_tokens;
-    if (r.ok && t + 1 < w.turns) {
-      // The answer as the next request carries it: the server's tokens of its text.
+    if (r.ok && t + 1 < w.turns && w.answer_ids == AnswerIds::kReturned) {
+      // The answer as the engine generated it.
+      if (!r.has_token_ids || static_cast<int>(r.token_ids.size()) != r.output_tokens) {
+        out.ok = false;
+        out.error = !r.has_token_ids ? "the server returned no token_ids (it does not support \"return_token_ids\"; "
+                                       "use --answer-ids retokenized)"
+                                     : "the server returned " + std::to_string(r.token_ids.size()) + " token_ids for " +
+                                           std::to_string(r.output_tokens) + " completion tokens";
+      }
+      history.insert(history.end(), r.token_ids.begin(), r.token_ids.end());
+    } else if (r.ok && t + 1 < w.turns) {
+      // The answer as a text client's next request carries it: the server's tokens of its text.
       std::string error;
       const std::vector<int32_t> answer = co_await fetch_tokens(target, model, r.text, &error);
       if (!error.empty()) {
@@ -234,7 +248,10 @@ int run_multiturn_bench(const Target& target, const std::string& base_url, const
   j["request_throughput"] = completed / wall;
   j["output_tokens"] = out_tokens;
   j["output_tokens_per_second"] = out_tokens / wall;
-  j["answers_retokenized_differently"] = retokenized_differently;
+  const bool retokenized = w.answer_ids == AnswerIds::kRetokenized;
+  j["answer_ids"] = retokenized ? "retokenized" : "returned";
+  // Only retokenized answers can differ from the generated ids (returned ones are them).
+  if (retokenized) j["answers_retokenized_differently"] = retokenized_differently;
   for (const auto& [name, v] : {std::pair<const char*, const std::vector<double>*>{"ttft", &ttft_all}, {"tpot", &tpot}}) {
     j[std::string("mean_") + name + "_ms"] = mean_of(*v) * 1e3;
     j[std::string("median_") + name + "_ms"] = percentile_of(*v, 50) * 1e3;
@@ -258,7 +275,10 @@ int run_multiturn_bench(const Target& target, const std::string& base_url, const
                 j["median_ttft_ms"].get<double>(), j["p99_ttft_ms"].get<double>());
     std::printf("%-34s %.2f / %.2f / %.2f\n", "TPOT mean / median / p99 (ms):", j["mean_tpot_ms"].get<double>(),
                 j["median_tpot_ms"].get<double>(), j["p99_tpot_ms"].get<double>());
-    std::printf("%-34s %d\n", "Answers retokenized differently:", retokenized_differently);
+    if (retokenized)
+      std::printf("%-34s %d\n", "Answers retokenized differently:", retokenized_differently);
+    else
+      std::printf("%-34s %s\n", "Answers sent back as:", "the generated ids (return_token_ids)");
     std::printf("%-6s %10s %8s %14s %12s %12s %12s\n", "turn", "completed", "failed", "prompt tokens", "TTFT mean", "TTFT p50",
                 "TTFT p99");
     for (const nlohmann::json& t : per_turn)

@@ -4,7 +4,9 @@
 // (conversation c uses document c mod D, so D < conversations share them), then asks --turns
 // questions of --question-len random tokens; each turn's prompt is the whole conversation so
 // far (document, earlier questions and the server's own answers) and is sent only after the
-// previous answer has arrived plus --think-time. Reports TTFT per turn index, TPOT, output
+// previous answer has arrived plus --think-time. Each answer joins the conversation as the ids
+// the server generated (--answer-ids returned: vLLM's "return_token_ids") or as the server's
+// tokens of its text (--answer-ids retokenized: what a text client resends). Reports TTFT per turn index, TPOT, output
 // tokens/s and the server's prefix-cache / retained-context counters (from /metrics, when the
 // server has one).
 #include <cstdint>
@@ -13,6 +15,12 @@
 #include "serve_client.h"
 
 namespace origami::cli {
+
+// How an answer joins the conversation that the next turn sends.
+enum class AnswerIds {
+  kReturned,     // the generated ids, asked for with "return_token_ids"
+  kRetokenized,  // the server's /tokenize of the answer's text
+};
 
 struct MultiturnWorkload {
   int conversations = 16;
@@ -24,6 +32,7 @@ struct MultiturnWorkload {
   int num_documents = 1;
   int max_concurrency = 0;  // conversations in flight; 0: all at once
   uint64_t seed = 0;
+  AnswerIds answer_ids = AnswerIds::kReturned;
 };
 
 // Most conversations and turns of one run: bounds on what the client holds and sends.

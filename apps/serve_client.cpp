@@ -43,6 +43,22 @@ int int_field(const nlohmann::json& obj, const char* key, int fallback) {
   return static_cast<int>(std::clamp<int64_t>(v, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
 }
 
+// Appends a chunk choice's "token_ids" to *ids; false when they are not a list of token ids.
+bool append_token_ids(const nlohmann::json& choice, std::vector<int32_t>* ids, bool* present) {
+  if (!choice.is_object()) return true;
+  const auto it = choice.find("token_ids");
+  if (it == choice.end() || it->is_null()) return true;
+  if (!it->is_array()) return false;
+  for (const nlohmann::json& t : *it) {
+    if (!t.is_number_integer()) return false;
+    const int64_t v = t.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(t.get<uint64_t>(), INT64_MAX)) : t.get<int64_t>();
+    if (v < 0 || v > std::numeric_limits<int32_t>::max()) return false;
+    ids->push_back(static_cast<int32_t>(v));
+  }
+  *present = true;
+  return true;
+}
+
 }  // namespace
 
 bool parse_base_url(const std::string& url, Target* t) {
@@ -128,6 +144,8 @@ net::awaitable<RequestResult> run_request(const Target& target, const std::strin
         r.prompt_tokens = int_field(j["usage"], "prompt_tokens", 0);
       }
       if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) continue;
+      if (!append_token_ids(j["choices"][0], &r.token_ids, &r.has_token_ids) && r.error.empty())
+        r.error = "a chunk's token_ids are not a list of token ids: " + text_excerpt(event);
       const std::string text = string_field(j["choices"][0], "text", "");
       if (text.empty()) continue;
       r.text += text;

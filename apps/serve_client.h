@@ -32,6 +32,10 @@ struct RequestResult {
   int prompt_tokens = 0;  // usage.prompt_tokens (0 when the server does not say)
   std::vector<double> itl;  // gaps between streamed text events
   std::string text;  // the streamed completion
+  // The chunks' "token_ids" (the request asked for "return_token_ids"); has_token_ids: some
+  // chunk carried them (a server without the field sends none).
+  std::vector<int32_t> token_ids;
+  bool has_token_ids = false;
 };
 
 // One HTTP exchange over a fresh connection; the body goes to on_data as it arrives. Returns
@@ -41,7 +45,7 @@ boost::asio::awaitable<int> http_exchange(const Target& target, boost::beast::ht
                                           std::string* error);
 
 // Sends one streaming /v1/completions request (with stream_options.include_usage) and times
-// its SSE events.
+// its SSE events; collects the generated ids when the body asks for "return_token_ids".
 boost::asio::awaitable<RequestResult> run_request(const Target& target, const std::string& body);
 
 // GET /v1/models: the served model's name (when *model is empty) and vocabulary size (when

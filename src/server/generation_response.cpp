@@ -31,6 +31,7 @@ std::string GenerationResponse::consume(std::vector<ChannelEvent>& events) {
     Choice& c = choices_[e.choice];
     const RequestOutput& out = e.output;
     c.num_tokens += static_cast<int>(out.new_token_ids.size());
+    if (request_.return_token_ids) c.token_ids.insert(c.token_ids.end(), out.new_token_ids.begin(), out.new_token_ids.end());
     if (c.logprobs) c.logprobs->add(out.new_token_ids, out.logprobs);
     std::string finish;
     if (out.finished) {
@@ -45,12 +46,18 @@ std::string GenerationResponse::consume(std::vector<ChannelEvent>& events) {
       continue;
     }
     if (header_.kind == ApiKind::kChat && !c.opened) {
-      sse += sse_event(chunk_json(header_, e.choice, "", "", /*role_only=*/true));
+      nlohmann::json role = chunk_json(header_, e.choice, "", "", /*role_only=*/true);
+      if (request_.return_token_ids) {
+        role["prompt_token_ids"] = prompt_of(e.choice);
+        c.prompt_ids_sent = true;
+      }
+      sse += sse_event(role);
       c.opened = true;
     }
     if (out.new_text.empty() && !out.finished) continue;  // text held back (partial UTF-8, possible stop)
     nlohmann::json logprobs = c.logprobs ? c.logprobs->take() : nlohmann::json(nullptr);
     nlohmann::json chunk = chunk_json(header_, e.choice, out.new_text, finish, /*role_only=*/false, std::move(logprobs));
+    if (request_.return_token_ids) add_chunk_token_ids(e.choice, &chunk);
     if (request_.include_usage) chunk["usage"] = request_.continuous_usage ? usage() : nlohmann::json(nullptr);
     sse += sse_event(chunk);
     if (out.finish_reason == FinishReason::kError) sse += sse_event(failure_->to_json());
@@ -62,10 +69,28 @@ nlohmann::json GenerationResponse::body() {
   nlohmann::json choices = nlohmann::json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];
-    choices.push_back(choice_json(header_.kind, static_cast<int>(i), c.text, c.finish_reason,
-                                  c.logprobs ? c.logprobs->take() : nlohmann::json(nullptr)));
+    nlohmann::json choice = choice_json(header_.kind, static_cast<int>(i), c.text, c.finish_reason,
+                                        c.logprobs ? c.logprobs->take() : nlohmann::json(nullptr));
+    if (request_.return_token_ids) {
+      choice["token_ids"] = c.token_ids;
+      if (header_.kind == ApiKind::kCompletion) choice["prompt_token_ids"] = prompt_of(static_cast<int>(i));
+    }
+    choices.push_back(std::move(choice));
   }
-  return response_json(header_, std::move(choices), usage());
+  nlohmann::json body = response_json(header_, std::move(choices), usage());
+  if (request_.return_token_ids && header_.kind == ApiKind::kChat) body["prompt_token_ids"] = request_.prompts.front();
+  return body;
+}
+
+void GenerationResponse::add_chunk_token_ids(int choice, nlohmann::json* chunk) {
+  Choice& c = choices_[choice];
+  nlohmann::json& target = header_.kind == ApiKind::kChat ? *chunk : (*chunk)["choices"][0];
+  if (!c.prompt_ids_sent) {
+    target["prompt_token_ids"] = prompt_of(choice);
+    c.prompt_ids_sent = true;
+  }
+  (*chunk)["choices"][0]["token_ids"] = std::move(c.token_ids);
+  c.token_ids.clear();
 }
 
 std::string GenerationResponse::stream_tail() const {

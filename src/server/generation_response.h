@@ -3,6 +3,13 @@
 // what the client receives: SSE events while streaming, or one JSON body at the end. Free of
 // any I/O so that the session only moves bytes. A streamed chunk carries the log-probabilities
 // of the tokens since the previous chunk (text held back by the engine delays them with it).
+//
+// "return_token_ids" (vLLM's field and shapes): completions put "prompt_token_ids" and
+// "token_ids" in each choice (a request may hold several prompts); chat puts
+// "prompt_token_ids" beside "choices" (one prompt) and "token_ids" in each choice. Streaming:
+// each content chunk's choice carries the ids generated since the choice's previous chunk (held
+// back with its text, like the log-probabilities), and the prompt's ids come once per choice
+// in its first chunk (chat: the role chunk, beside "choices"; completions: in the choice).
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,7 +51,14 @@ class GenerationResponse {
     std::string finish_reason;
     bool opened = false;  // chat: the role delta was sent
     std::optional<ChoiceLogprobs> logprobs;  // when asked for: tokens not yet rendered
+    // return_token_ids: the generated ids (streaming: those not yet sent).
+    std::vector<int32_t> token_ids;
+    bool prompt_ids_sent = false;  // streaming: the first chunk carried prompt_token_ids
   };
+  const std::vector<int32_t>& prompt_of(int choice) const { return request_.prompts[choice / request_.n]; }
+  // Streaming with return_token_ids: adds the choice's pending ids (and its prompt's ids, the
+  // first time) to `chunk`, whose only choice is `choice`.
+  void add_chunk_token_ids(int choice, nlohmann::json* chunk);
   nlohmann::json usage() const;
 
   const GenerationRequest& request_;

@@ -133,10 +133,10 @@ const std::vector<std::string>& known_fields(ApiKind kind) {
     return own;
   };
   static const std::vector<std::string> kCompletion =
-      build({"model", "prompt", "n", "best_of", "logprobs", "top_logprobs", "stream", "stream_options"});
+      build({"model", "prompt", "n", "best_of", "logprobs", "top_logprobs", "stream", "stream_options", "return_token_ids"});
   static const std::vector<std::string> kChat =
       build({"model", "messages", "n", "best_of", "logprobs", "top_logprobs", "max_completion_tokens", "stream",
-             "stream_options", "chat_template_kwargs"});
+             "stream_options", "chat_template_kwargs", "return_token_ids"});
   return kind == ApiKind::kChat ? kChat : kCompletion;
 }
 
@@ -327,6 +327,7 @@ std::optional<ApiError> read_generation_request(const nlohmann::json& body, ApiK
       !(body["best_of"].is_number_integer() && body["best_of"].get<int64_t>() == out->n))
     return ApiError::bad_request("'best_of' other than n is not supported by origami", "best_of");
   if (auto e = read_bool(body, "stream", &out->stream)) return e;
+  if (auto e = read_bool(body, "return_token_ids", &out->return_token_ids)) return e;
   if (body.contains("stream_options") && !body["stream_options"].is_null()) {
     const auto& so = body["stream_options"];
     if (!so.is_object()) return ApiError::bad_request("'stream_options' must be an object", "stream_options");

@@ -4,7 +4,7 @@
 // or chat messages rendered with the model's chat template), sampling parameters (OpenAI and
 // vLLM names, through sampling_params_from_json), log-probabilities (completions' `logprobs: N`,
 // chat's `logprobs: true` + `top_logprobs: N`, into RequestOptions::logprobs), n, streaming
-// options, and origami's per-request kv_policy / kv_budget / kv_policy_options
+// options, vLLM's return_token_ids, and origami's per-request kv_policy / kv_budget / kv_policy_options
 // (request_options_from_json).
 #include <mutex>
 #include <optional>
@@ -33,6 +33,9 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM)
+  // vLLM's "return_token_ids": the response also carries the prompt's ids as the engine saw
+  // them and each choice's generated ids (streaming: the ids of each chunk).
+  bool return_token_ids = false;
 };
 
 // What parsing needs from the server; prompt building is serialized (the chat template is

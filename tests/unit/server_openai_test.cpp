@@ -48,6 +48,10 @@ TEST_F(ServerOpenAITest, CompletionFieldsAndDefaults) {
   EXPECT_EQ(r.options.kv_policy, "zipage");
   EXPECT_EQ(r.options.kv_budget, 512);
   EXPECT_TRUE(r.stream && r.include_usage);
+  EXPECT_FALSE(r.return_token_ids);
+  GenerationRequest ids;
+  ASSERT_FALSE(parse(R"({"prompt": "a", "return_token_ids": true})", ApiKind::kCompletion, &ids));
+  EXPECT_TRUE(ids.return_token_ids);
 }
 
 TEST_F(ServerOpenAITest, ChatDefaultsToTheRestOfTheContext) {
@@ -99,6 +103,8 @@ TEST_F(ServerOpenAITest, ErrorsNameTheFieldAndStatus) {
       {R"({"prompt": "a", "guided_json": {}})", ApiKind::kCompletion, 400, "guided_json"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": 5}})", ApiKind::kChat, 400, "response_format"},
       {R"({"prompt": "a", "use_beam_search": true})", ApiKind::kCompletion, 400, "use_beam_search"},
+      {R"({"prompt": "a", "return_token_ids": "yes"})", ApiKind::kCompletion, 400, "return_token_ids"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "return_token_ids": 1})", ApiKind::kChat, 400, "return_token_ids"},
       {R"({"prompt": "a", "logit_bias": {"x1": 2}})", ApiKind::kCompletion, 400, ""},
       {R"({"prompt": "a", "logit_bias": {"3": 200}})", ApiKind::kCompletion, 400, ""},
       {R"({"prompt": "a", "max_tokens": "many"})", ApiKind::kCompletion, 400, ""},
@@ -246,6 +252,71 @@ TEST_F(ServerOpenAITest, StreamingChunksThenUsageThenDone) {
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 2);
   EXPECT_EQ(tail.substr(split + 2), "data: [DONE]\n\n");
+}
+
+// return_token_ids while streaming: a chunk carries the ids since the choice's previous chunk
+// (ids whose text is held back wait for it), its first chunk the ids of its own prompt, and
+// together they are all the generated ids; completions put both lists in the choice.
+TEST_F(ServerOpenAITest, StreamedTokenIdsFollowTheirText) {
+  GenerationRequest r;
+  r.kind = ApiKind::kCompletion;
+  r.prompts = {{1, 2}, {8, 9, 10}};
+  r.n = 2;
+  r.stream = true;
+  r.return_token_ids = true;
+  GenerationResponse resp(r, ResponseHeader{ApiKind::kCompletion, "cmpl-1", 7, "tiny"}, tokenizer_.get());
+  auto e = events(2, output({3}, ""));  // held back: so are its ids
+  EXPECT_EQ(resp.consume(e), "");
+  e = events(2, output({4}, "hi"));
+  nlohmann::json chunk = nlohmann::json::parse(resp.consume(e).substr(6));
+  EXPECT_EQ(chunk["choices"][0]["index"], 2);
+  EXPECT_EQ(chunk["choices"][0]["prompt_token_ids"], (nlohmann::json{8, 9, 10}));  // choice 2: the second prompt
+  EXPECT_EQ(chunk["choices"][0]["token_ids"], (nlohmann::json{3, 4}));
+  EXPECT_FALSE(chunk.contains("prompt_token_ids"));
+  e = events(2, output({5}, "!", FinishReason::kLength));
+  chunk = nlohmann::json::parse(resp.consume(e).substr(6));
+  EXPECT_FALSE(chunk["choices"][0].contains("prompt_token_ids"));  // once per choice
+  EXPECT_EQ(chunk["choices"][0]["token_ids"], (nlohmann::json{5}));
+  e = events(1, output({6}, "a", FinishReason::kLength));
+  chunk = nlohmann::json::parse(resp.consume(e).substr(6));
+  EXPECT_EQ(chunk["choices"][0]["prompt_token_ids"], (nlohmann::json{1, 2}));
+  EXPECT_EQ(chunk["choices"][0]["token_ids"], (nlohmann::json{6}));
+}
+
+// Chat puts prompt_token_ids beside choices (vLLM's shape): in the role chunk when streaming,
+// in the body otherwise, and each choice's token_ids in it.
+TEST_F(ServerOpenAITest, ChatTokenIdsBesideChoices) {
+  GenerationRequest r;
+  r.kind = ApiKind::kChat;
+  r.prompts = {{1, 2, 3}};
+  r.return_token_ids = true;
+  GenerationResponse whole(r, ResponseHeader{ApiKind::kChat, "chatcmpl-1", 7, "tiny"}, tokenizer_.get());
+  auto e = events(0, output({4}, ""));
+  whole.consume(e);
+  e = events(0, output({5, 6}, "abc", FinishReason::kEos));
+  whole.consume(e);
+  const nlohmann::json body = whole.body();
+  EXPECT_EQ(body["prompt_token_ids"], (nlohmann::json{1, 2, 3}));
+  EXPECT_EQ(body["choices"][0]["token_ids"], (nlohmann::json{4, 5, 6}));
+  EXPECT_FALSE(body["choices"][0].contains("prompt_token_ids"));
+
+  r.stream = true;
+  GenerationResponse streamed(r, ResponseHeader{ApiKind::kChat, "chatcmpl-1", 7, "tiny"}, tokenizer_.get());
+  e = events(0, output({4}, "a"));
+  const std::string sse = streamed.consume(e);
+  const size_t split = sse.find("\n\n");
+  const nlohmann::json role = nlohmann::json::parse(sse.substr(6, split - 6));
+  const nlohmann::json first = nlohmann::json::parse(sse.substr(split + 2 + 6));
+  EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(role["prompt_token_ids"], (nlohmann::json{1, 2, 3}));
+  EXPECT_FALSE(first.contains("prompt_token_ids"));
+  EXPECT_EQ(first["choices"][0]["token_ids"], (nlohmann::json{4}));
+
+  // Not asked for: neither list.
+  r.return_token_ids = false;
+  GenerationResponse plain(r, ResponseHeader{ApiKind::kChat, "chatcmpl-1", 7, "tiny"}, tokenizer_.get());
+  e = events(0, output({4}, "a", FinishReason::kLength));
+  for (const std::string& part : {plain.consume(e)}) EXPECT_EQ(part.find("token_ids"), std::string::npos);
 }
 
 RequestOutput with_logprobs(RequestOutput o, std::vector<TokenLogprobs> lp) {
