@@ -10,17 +10,22 @@
 #   MT_CONFIG (qwen3-8b), MT_CONVERSATIONS (128), MT_TURNS (4), MT_DOC_LEN (4096),
 #   MT_QUESTION_LEN (32), MT_OUTPUT_LEN (64), MT_THINK (0.5 s), MT_CONCURRENCY (conversations),
 #   MT_DOCS (number of distinct documents, default = conversations), MT_TIMEOUT (per mode, 240 s),
-#   MT_KV_DTYPE (bf16), MT_BUDGET (Fast KVzip budget, 1024)
+#   MT_KV_DTYPE (bf16), MT_BUDGET (Fast KVzip budget, 1024); MT_MODEL (a real model instead of the
+#   config's dummy weights), MT_DEVICE (cuda), MT_NO_BUILD=1 (use $BUILD as it is)
 # Dummy weights; the answers' exact ids continue the conversation (`--answer-ids returned` when the
 # client has it), so turn t >= 2 can continue turn t-1's retained context.
 set -uo pipefail
 source "$(dirname "$0")/lib/gpu_common.sh"
 gpu_script_init /tmp/origami-gpu
-gpu_device_info "$OUT/build.log"
-gpu_build "$BUILD" "$OUT/build.log" origami_cli || exit 1
-echo "build rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s) on $GPU_DEVICE"
+if [ "${MT_NO_BUILD:-0}" != 1 ]; then  # MT_NO_BUILD=1 BUILD=build MT_DEVICE=cpu: a CPU smoke run
+  gpu_device_info "$OUT/build.log"
+  gpu_build "$BUILD" "$OUT/build.log" origami_cli || exit 1
+  echo "build rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s) on $GPU_DEVICE"
+fi
 TOK=${MT_TOKENIZER:-$SH/models/origami-tiny-qwen3}  # any tokenizer: the workload is token ids
 CFG=${MT_CONFIG:-qwen3-8b}
+MODEL=${MT_MODEL:-$SH/configs/$CFG}
+WEIGHTS=(--dummy-weights); [ -n "${MT_MODEL:-}" ] && WEIGHTS=()
 N=${MT_CONVERSATIONS:-128}
 BUDGET=${MT_BUDGET:-1024}
 MODES=${MT_MODES:-"recompute:--no-retain-contexts prefix:--no-retain-contexts,--enable-prefix-caching retained: \
@@ -32,7 +37,7 @@ rows=()
 for mode in $MODES; do
   name=${mode%%:*}
   IFS=, read -r -a flags <<< "${mode#*:}"
-  "$BUILD/origami" serve --model "$SH/configs/$CFG" --dummy-weights --tokenizer "$TOK" --device cuda \
+  "$BUILD/origami" serve --model "$MODEL" "${WEIGHTS[@]}" --tokenizer "$TOK" --device "${MT_DEVICE:-cuda}" \
     --host 127.0.0.1 --port "$PORT" --kv-cache-dtype "${MT_KV_DTYPE:-bf16}" "${flags[@]}" > "$OUT/serve_$name.log" 2>&1 &
   server=$!
   up=0
