@@ -274,12 +274,14 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
         // must come out of what the running bounded requests do not still need.
         const int held = kv_->num_held_blocks(*request);
         // A bounded request's peak covers every prefix of its tokens, this step's included.
-        const int needs = (peak >= 0 ? peak : kv_->blocks_needed(entries + num_new) * kv_->num_groups()) - held;
+        const int needs = peak >= 0 ? peak - held : kv_->blocks_to_append(*request, num_new);
         // Retained contexts give their pages back before a request waits for them.
         kv_->reclaim_retained(reserved + newly_shared + needs);
         admitted = kv_->num_free_blocks() - reserved - newly_shared >= needs;
       }
-      admitted = admitted && kv_->allocate_slots(*request, entries + num_new);
+      // Every head group gets the step's tokens: a continued retained context's groups may hold
+      // different numbers of entries (per-head counts of a compressed context).
+      admitted = admitted && kv_->append_slots(*request, num_new);
       if (!admitted) {
         // FCFS: the head waits for room rather than being overtaken.
         kv_->abandon_admission(*request);

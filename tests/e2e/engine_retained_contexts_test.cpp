@@ -157,6 +157,35 @@ TEST(EngineRetainedContexts, CompressedContinuationEqualsTheContextModeEmulation
   EXPECT_EQ(engine->num_kv_blocks_used(), 0);
 }
 
+// Per-head pages under a runtime allocation (adakv): a compressed context's head groups hold
+// different numbers of entries, and its continuation grows each by the new tokens (admission
+// once sized every group from one count and failed an internal check).
+TEST(EngineRetainedContexts, PerHeadPagesContinuationEqualsTheContextModeEmulation) {
+  EngineConfig c = cpu_config(tiny_qwen3_dir());
+  c.heads_per_group = 1;
+  auto engine = make_engine(retaining(c));
+  ASSERT_NE(engine, nullptr);
+  const std::vector<int32_t> doc = document(*engine, 90);
+  const std::vector<int32_t> question = engine->tokenizer()->encode(" Question: the heron's number is", false);
+  const int answer = 6;
+  auto emulation_engine = make_engine(c);
+  RequestOptions forced = options_for("adakv", 48);
+  forced.forced_output_tokens = question;
+  const Outcome emulated = run_all(*emulation_engine, {{doc, forced}}, static_cast<int>(question.size()) + answer)[0];
+  ASSERT_EQ(emulated.tokens.size(), question.size() + answer);
+  const std::vector<int32_t> expected(emulated.tokens.begin() + static_cast<std::ptrdiff_t>(question.size()),
+                                      emulated.tokens.end());
+  RequestOptions retain_only = options_for("adakv", 48);
+  retain_only.retain_only = true;
+  run_all(*engine, {{doc, retain_only}}, 1);
+  const int64_t hits = engine->metrics().num_retained_hits;
+  const Outcome continued = run_all(*engine, {{concat(doc, question), options_for("adakv", 48)}}, answer)[0];
+  EXPECT_EQ(engine->metrics().num_retained_hits, hits + 1);
+  EXPECT_EQ(continued.tokens, expected);
+  engine->release_retained_contexts();
+  EXPECT_EQ(engine->num_kv_blocks_used(), 0);
+}
+
 TEST(EngineRetainedContexts, ConcurrentContinuationsEqualEachAlone) {
   // streaming compacts whenever a request reaches N_max blocks: the continuations compact pages
   // they share with the context and with each other while they decode.
