@@ -138,6 +138,7 @@ BruteRecipe snapkv_recipe() {
   r.policy = "snapkv";
   r.window = 32;
   r.pool_kernel = 7;
+  r.pool_first_only = false;  // pooling is part of SnapKV's score at every compression (chunked prompts)
   return r;
 }
 BruteRecipe kvllm_recipe() {
