@@ -60,7 +60,8 @@ TEST(RuntimeAllocation, FullSafeguardIsTheUniformSelection) {
   for (int hp : {0, 1}) {
     SCOPED_TRACE("heads per group " + std::to_string(hp));
     expect_same_tokens(run(config("adakv", {{"alpha_safe", "1"}}, hp, 64)), run(config("snapkv", {}, hp, 64)));
-    const PolicyOptionMap fk = {{"window", "16"}};
+    // Uniform Fast KVzip spelled out (its default is the global threshold in whole pages).
+    const PolicyOptionMap fk = {{"window", "16"}, {"allocation", "uniform"}, {"page_aligned", "0"}};
     PolicyOptionMap global = fk;
     global["allocation"] = "global";
     global["alpha_safe"] = "1";
@@ -94,7 +95,7 @@ TEST(RuntimeAllocation, PerHeadPagesHoldTheBudgetTheOneGroupItsLargestHead) {
 // heads x budget / b pages (its cache-full compactions always have more entries than that).
 TEST(RuntimeAllocation, PageAlignedCountsKeepWholePages) {
   constexpr int kBudget = 48, kHeads = 6 * 4, kBlock = 16;
-  PolicyOptionMap fk = {{"window", "16"}};
+  PolicyOptionMap fk = {{"window", "16"}, {"allocation", "uniform"}, {"page_aligned", "0"}};
   const std::vector<BatchResult> uniform = run(config("fastkvzip", fk, 1, kBudget));
   fk["allocation"] = "global";
   fk["page_aligned"] = "1";
