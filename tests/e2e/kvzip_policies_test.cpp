@@ -131,7 +131,12 @@ TEST(FastKVzip, WritesGateScoresAndKeepsTheirTopK) {
   EngineConfig c = cpu_config(tiny_qwen3_dir());
   c.block_size = kBlock;
   c.kv_policy = "fastkvzip";
-  c.kv_policy_options = {{"window", std::to_string(window)}, {"prefill_chunk_compression", "0"}};
+  // Uniform budgets on one group: every head keeps its own gate top-k (the policy's default, the
+  // global threshold on per-head pages, is engine_runtime_allocation_test's).
+  c.kv_policy_options = {{"window", std::to_string(window)},
+                         {"prefill_chunk_compression", "0"},
+                         {"allocation", "uniform"},
+                         {"page_aligned", "0"}};
   c.kv_budget = budget;
   c.kv_gates = tiny_qwen3_gates();
   const std::vector<int32_t> prompt = prompt_tokens(n);
