@@ -279,7 +279,9 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
         kv_->reclaim_retained(reserved + newly_shared + needs);
         admitted = kv_->num_free_blocks() - reserved - newly_shared >= needs;
       }
-      admitted = admitted && kv_->allocate_slots(*request, entries + num_new);
+      // Each table grows by the chunk from its own count: a continued context compressed with
+      // per-head counts (runtime allocation) holds unequal tables, and `entries` is their mean.
+      admitted = admitted && kv_->append_slots(*request, num_new);
       if (!admitted) {
         // FCFS: the head waits for room rather than being overtaken.
         kv_->abandon_admission(*request);
