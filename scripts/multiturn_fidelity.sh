@@ -124,16 +124,16 @@ run_eval() {
   echo "== $name: rc=$rc, $(( $(date +%s) - t0 )) s" >&2
   [ $rc -eq 0 ] || tail -3 "$OUT/$name.err" >&2
 }
-run_eval policies --kv-policy "full,$POLICIES"
 # Fast KVzip in its own engine: its gates, and per-head pages (the global threshold keeps a
 # different count per head: per-head pages make the memory follow them, as gpu_fidelity.sh runs it).
 [ "${MT_FASTKVZIP:-1}" = 1 ] && run_eval fastkvzip --kv-policy fastkvzip --kv-gates "$GATES" --heads-per-group 1
+run_eval policies --kv-policy "full,$POLICIES"
 
 python3 - "$OUT" "full,$POLICIES,fastkvzip" > "$OUT/multiturn_table.md" <<'PYEOF'
 import json, os, sys
 out, order = sys.argv[1], sys.argv[2].split(",")
 rows = {}
-for name in ("policies", "fastkvzip"):
+for name in ("policies", "fastkvzip"):  # the first engine's full KV is the table's
     path = os.path.join(out, name + ".jsonl")
     if not os.path.exists(path):
         continue
