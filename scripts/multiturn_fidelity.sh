@@ -16,8 +16,12 @@
 #                 budgets.txt (how they were computed), multiturn_table.md
 # Environment: ORIGAMI_BIN (default build/origami), MT_FRACTIONS (default "0.125 0.25 0.5"),
 # MT_POLICIES (default "snapkv,keydiff,zipage,streaming": one engine; full KV is its reference),
-# MT_FASTKVZIP (1, default: also Fast KVzip in its own engine), MT_TIMEOUT (seconds per eval,
-# default 3600), MT_DEVICE (default cpu), MT_BLOCK (block size, default 16).
+# MT_FASTKVZIP (1, default: also Fast KVzip in its own engine; 0: not), MT_MAIN (1, default: the
+# engine of full KV and MT_POLICIES; 0: not, e.g. to rerun Fast KVzip alone), MT_TIMEOUT (seconds
+# per eval, default 3600), MT_DEVICE (default cpu), MT_BLOCK (block size, default 16),
+# MT_KV_MEMORY (--kv-cache-memory, default 3GiB: with the CPU default of 1 GiB, 40 conversations
+# whose every turn leaves a retained context lost some contexts before their next turn, and such
+# a turn fails rather than being scored).
 #
 # Budgets: the mean token length of all the set's documents (their "document" / "context" text,
 # tokenized as the eval does; all of them, so that a --limit run uses the budgets of the whole
@@ -37,7 +41,7 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=$2; shift 2 ;;
     --data) DATA=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "multiturn_fidelity.sh: unknown argument '$1' (see --help)"; exit 2 ;;
   esac
 done
@@ -118,7 +122,8 @@ run_eval() {
   local t0; t0=$(date +%s)
   echo "== $name: $*" >&2
   timeout "$TMO" "$CLI" eval retrieval --model "$MODEL" --device "$DEVICE" --block-size "$BLOCK" --data "$DATA" \
-    --mode multiturn --limit "$LIMIT" --kv-budget "$BUDGETS" --threads "$THREADS" --json --quiet "$@" \
+    --mode multiturn --limit "$LIMIT" --kv-budget "$BUDGETS" --threads "$THREADS" \
+    --kv-cache-memory "${MT_KV_MEMORY:-3GiB}" --json --quiet "$@" \
     > "$OUT/$name.jsonl" 2> "$OUT/$name.err"
   local rc=$?
   echo "== $name: rc=$rc, $(( $(date +%s) - t0 )) s" >&2
@@ -127,7 +132,7 @@ run_eval() {
 # Fast KVzip in its own engine: its gates, and per-head pages (the global threshold keeps a
 # different count per head: per-head pages make the memory follow them, as gpu_fidelity.sh runs it).
 [ "${MT_FASTKVZIP:-1}" = 1 ] && run_eval fastkvzip --kv-policy fastkvzip --kv-gates "$GATES" --heads-per-group 1
-run_eval policies --kv-policy "full,$POLICIES"
+[ "${MT_MAIN:-1}" = 1 ] && run_eval policies --kv-policy "full,$POLICIES"
 
 python3 - "$OUT" "full,$POLICIES,fastkvzip" > "$OUT/multiturn_table.md" <<'PYEOF'
 import json, os, sys
