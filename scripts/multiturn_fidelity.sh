@@ -17,7 +17,8 @@
 # Environment: ORIGAMI_BIN (default build/origami), MT_FRACTIONS (default "0.125 0.25 0.5"),
 # MT_POLICIES (default "snapkv,keydiff,zipage,streaming": one engine; full KV is its reference),
 # MT_FASTKVZIP (1, default: also Fast KVzip in its own engine; 0: not), MT_MAIN (1, default: the
-# engine of full KV and MT_POLICIES; 0: not, e.g. to rerun Fast KVzip alone), MT_TIMEOUT (seconds
+# engine of full KV and MT_POLICIES; 0: not, e.g. to rerun Fast KVzip alone), MT_TABLE_ONLY (1: no
+# eval, only the table from the results already in --out), MT_TIMEOUT (seconds
 # per eval, default 3600), MT_DEVICE (default cpu), MT_BLOCK (block size, default 16),
 # MT_KV_MEMORY (--kv-cache-memory, default 3GiB: with the CPU default of 1 GiB, 40 conversations
 # whose every turn leaves a retained context lost some contexts before their next turn, and such
@@ -41,7 +42,7 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=$2; shift 2 ;;
     --data) DATA=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "multiturn_fidelity.sh: unknown argument '$1' (see --help)"; exit 2 ;;
   esac
 done
@@ -116,6 +117,7 @@ PYEOF
 [ -n "${BUDGETS:-}" ] || { echo "multiturn_fidelity.sh: computing the budgets failed"; exit 1; }
 cat "$OUT/budgets.txt" >&2
 
+[ "${MT_TABLE_ONLY:-0}" = 1 ] && { MT_MAIN=0; MT_FASTKVZIP=0; }
 # One eval: $1 = name, the rest = engine / sweep flags. JSON lines to $OUT/$1.jsonl.
 run_eval() {
   local name=$1; shift
@@ -168,11 +170,11 @@ for policy in order:
         if p != policy:
             continue
         acc = [t["accuracy"] for t in r["turn_accuracy"]]
-        cells = [f"{a:.2f}" for a in acc] + ["-"] * (turns - len(acc))
+        cells = [f"{a:.3f}" for a in acc] + ["-"] * (turns - len(acc))
         mean = sum(acc) / len(acc) if acc else 0.0
         extra = f" ({r['failed']} failed)" if r.get("failed") else ""
         extra += "" if r.get("applies", True) else " (n/a)"
         print(f"| {'full KV' if p == 'full' else p} | {'-' if p == 'full' else b} | " + " | ".join(cells) +
-              f" | {mean:.2f}{extra} |")
+              f" | {mean:.3f}{extra} |")
 PYEOF
 cat "$OUT/multiturn_table.md"
