@@ -5,7 +5,8 @@
 //    it, equals the one-request emulation (document prompt, question as forced tokens);
 //  - several continuations of one context at once, under a policy that compacts while they decode
 //    (streaming: shared pages are copied, never written), equal each continuation run alone;
-//  - abort, preemption and release of a context mid-use; every page back in the pool at the end.
+//  - abort, preemption and release of a context mid-use; every page back in the pool at the end;
+//  - Fast KVzip's unequal per-head counts (per-head pages) continued over two turns.
 #include <functional>
 #include <map>
 #include <vector>
@@ -182,6 +183,59 @@ TEST(EngineRetainedContexts, PerHeadPagesContinuationEqualsTheContextModeEmulati
   const Outcome continued = run_all(*engine, {{concat(doc, question), options_for("adakv", 48)}}, answer)[0];
   EXPECT_EQ(engine->metrics().num_retained_hits, hits + 1);
   EXPECT_EQ(continued.tokens, expected);
+  engine->release_retained_contexts();
+  EXPECT_EQ(engine->num_kv_blocks_used(), 0);
+}
+
+// Fast KVzip's global threshold keeps a different count per head (per-head pages): a context it
+// compressed holds unequal tables, and a continuation must grow each from its own count. Admission
+// once grew every table to the heads' mean count plus the new tokens, which is below the fuller
+// heads' counts when the new chunk is short (a question): an internal check aborted the engine on
+// the second turn of `eval retrieval --mode multiturn --kv-policy fastkvzip`. Two turns continued
+// here equal the one-request emulation (the questions forced), which grows every table per step.
+TEST(EngineRetainedContexts, ContinuationOfUnequalPerHeadCountsEqualsTheEmulation) {
+  EngineConfig config = retaining(cpu_config(tiny_qwen3_dir()));
+  config.heads_per_group = 1;
+  config.kv_gates = tiny_qwen3_gates();
+  auto engine = make_engine(config);
+  ASSERT_NE(engine, nullptr);
+  const std::vector<int32_t> doc = document(*engine, 150);
+  const std::vector<int32_t> q1 = engine->tokenizer()->encode(" Heron?", false);
+  const std::vector<int32_t> q2 = engine->tokenizer()->encode(" Fox?", false);
+  const int answer = 4;
+  const int budget = 64;
+  // A window of 16 (default 128) so that a short document overshoots the budget.
+  auto fastkvzip = [](int b) {
+    RequestOptions o = options_for("fastkvzip", b);
+    o.kv_policy_options = {{"window", "16"}};
+    return o;
+  };
+
+  // Two turns, each a request continuing the previous one's retained context.
+  RequestOptions retain_only = fastkvzip(budget);
+  retain_only.retain_only = true;
+  const Outcome doc_run = run_all(*engine, {{doc, retain_only}}, 1)[0];
+  EXPECT_EQ(doc_run.reason, FinishReason::kLength);
+  EXPECT_EQ(engine->metrics().num_compressions, 1);
+  const std::vector<int32_t> turn1 = concat(doc, q1);
+  const Outcome a1 = run_all(*engine, {{turn1, fastkvzip(budget)}}, answer)[0];
+  ASSERT_EQ(a1.tokens.size(), static_cast<size_t>(answer));
+  const std::vector<int32_t> turn2 = concat(concat(turn1, a1.tokens), q2);
+  const Outcome a2 = run_all(*engine, {{turn2, fastkvzip(budget)}}, answer)[0];
+  ASSERT_EQ(a2.tokens.size(), static_cast<size_t>(answer));
+  EXPECT_EQ(engine->metrics().num_retained_hits, 2);
+  EXPECT_EQ(engine->metrics().num_compressions, 1);  // the turns fit the budget's pages: no other compression
+
+  auto emulation_engine = make_engine([&] { EngineConfig c = config; c.retain_contexts = false; return c; }());
+  for (const auto& [forced_tokens, expected] : {std::pair{q1, a1.tokens}, std::pair{concat(concat(q1, a1.tokens), q2), a2.tokens}}) {
+    RequestOptions forced = fastkvzip(budget);
+    forced.forced_output_tokens = forced_tokens;
+    const int64_t compressions = emulation_engine->metrics().num_compressions;
+    const Outcome emulated = run_all(*emulation_engine, {{doc, forced}}, static_cast<int>(forced_tokens.size()) + answer)[0];
+    EXPECT_EQ(emulation_engine->metrics().num_compressions, compressions + 1);
+    ASSERT_EQ(emulated.tokens.size(), forced_tokens.size() + answer);
+    EXPECT_EQ(std::vector<int32_t>(emulated.tokens.end() - answer, emulated.tokens.end()), expected);
+  }
   engine->release_retained_contexts();
   EXPECT_EQ(engine->num_kv_blocks_used(), 0);
 }
