@@ -1,5 +1,6 @@
 // `origami bench`: offline throughput benchmark (all requests submitted at once).
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -262,6 +263,12 @@ class SecondSignalReport {
 
 int run_bench(BenchFlags& f) {
   if (!finalize_engine_flags(&f.engine)) return kExitUsage;
+  // CLI::PositiveNumber lets NaN through (every comparison with it is false): a NaN or infinite
+  // limit would silently mean no limit.
+  if (f.time_limit != 0.0 && !std::isfinite(f.time_limit)) {
+    print_error("--time-limit must be a finite number of seconds");
+    return kExitUsage;
+  }
   // Ranges (CLI11 checks them while parsing): --num-prompts in [1, 10^6], lengths >= 1. What
   // depends on the model (its context) is checked here, before the model loads or any prompt
   // is allocated.

@@ -245,7 +245,8 @@ bool finalize_engine_flags(EngineFlags* flags, bool build_default_policy) {
   if (!flags->kv_cache_memory.empty()) {
     int64_t bytes = 0;
     if (!parse_memory_size(flags->kv_cache_memory, &bytes) || bytes <= 0) {
-      print_error("--kv-cache-memory: cannot read '" + flags->kv_cache_memory + "' as a size (e.g. 2GiB, 512MiB)");
+      print_error("--kv-cache-memory: cannot read '" + flags->kv_cache_memory.substr(0, 100) +
+                  "' as a size (e.g. 2GiB, 512MiB)");
       return false;
     }
     flags->config.kv_cache_bytes = bytes;
