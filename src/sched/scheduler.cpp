@@ -549,15 +549,12 @@ int Scheduler::joint_peak_blocks(const Request& request) const {
 
 int Scheduler::peak_blocks(const Request& request) const {
   const RequestCompression& c = request.compression;
-  if (!reserves_peak(c)) {
-    if (!config_.reserve_full_kv) return -1;
-    int total = 0;
-    for (int g = 0; g < kv_->num_groups(); ++g) total += group_peak_blocks(request, g);
-    return total;
-  }
-  if (c.runtime_allocated()) return joint_peak_blocks(request) + fresh_targets_ahead(request);
+  const bool bounded = reserves_peak(c);
+  if (!bounded && !config_.reserve_full_kv) return -1;
+  if (bounded && c.runtime_allocated()) return joint_peak_blocks(request) + fresh_targets_ahead(request);
   int total = 0;
   for (int g = 0; g < kv_->num_groups(); ++g) total += group_peak_blocks(request, g);
+  if (!bounded) return total;  // its whole length (reserve_full_kv), never compacted
   // While shared prefix blocks are still held, compaction writes their entries to fresh blocks.
   const bool compresses_ahead = c.trigger != CompressionTrigger::kCacheFull ||
                                 kv_->blocks_needed(request.num_prompt_tokens() + request.sampling.max_tokens) >= c.max_blocks;
