@@ -78,7 +78,7 @@ PY
 )")
 done
 echo
-echo "$CFG, $N conversations x ${MT_TURNS:-4} turns, documents ${MT_DOC_LEN:-4096} tokens, questions ${MT_QUESTION_LEN:-32}, answers ${MT_OUTPUT_LEN:-64}, think ${MT_THINK:-0.5} s, KV ${MT_KV_DTYPE:-bf16}"
+echo "${MT_MODEL:-$CFG}, $N conversations x ${MT_TURNS:-4} turns, documents ${MT_DOC_LEN:-4096} tokens, questions ${MT_QUESTION_LEN:-32}, answers ${MT_OUTPUT_LEN:-64}, think ${MT_THINK:-0.5} s, KV ${MT_KV_DTYPE:-bf16}"
 echo "| mode | serve flags | TTFT mean per turn (ms) | TTFT p99 per turn (ms) | output tok/s | turns done / failed | retained hits | prefix-cache hits |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
