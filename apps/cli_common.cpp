@@ -100,6 +100,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_option("--tensor-parallel-size,--tp", c.tensor_parallel_size,
                   "GPUs to split the model over (CUDA, NCCL; KV heads are split across them)")
       ->check(CLI::Range(1, 64));
+  cmd->add_flag("!--disable-custom-all-reduce", c.custom_all_reduce,
+                "Tensor parallelism: sum the layers' partial outputs with NCCL instead of the fused peer-memory "
+                "all-reduce");
   cmd->add_option("--quantization", c.quantization,
                   "fp8: FP8 E4M3 projections (bf16 checkpoints quantized per channel at load; FP8 checkpoints "
                   "always run in FP8)")

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Tensor parallelism on a multi-GPU machine: builds the CUDA backend, runs the NCCL and
-# tensor-parallel GPU tests, then `origami bench` at TP = 1 and TP = 2 on the Qwen3-8B shape
-# (dummy weights, 256 x (128 -> 1024)) in the same run, and with TP_32B=1 the Qwen3-32B shape
-# at TP = 2, full KV against zipage at budget 1024 (256 x (128 -> 4096)). Logs under $OUT (or
-# /tmp/origami-gpu-tp); the summary table comes last (summary.txt).
+# tensor-parallel GPU tests (the layer-by-layer trace against the CPU's fp32 forward included),
+# times the decode step at TP = 1 / TP = 2 with NCCL / with the peer all-reduce / without
+# reductions (TPSTEP lines), then `origami bench` at TP = 1 and TP = 2 (peer and NCCL all-reduce)
+# on the Qwen3-8B shape (dummy weights, 256 x (128 -> 1024)) in the same run. TP_32B=1: only the
+# Qwen3-32B shape at TP = 2, 256 x (128 -> 4096): full KV, zipage 1024 and Fast KVzip 1024.
+# TP_SKIP_TESTS=1 skips the tests. Logs under $OUT (or /tmp/origami-gpu-tp); the summary table
+# comes last (summary.txt).
 #   OUT=... BUILD=/tmp/build-gpu scripts/gpu_tp.sh
 set -uo pipefail
 source "$(dirname "$0")/lib/gpu_common.sh"
@@ -17,17 +20,29 @@ gpu_cmake_args
 t0=$(date +%s)
 cmake -S . -B "$BUILD" "${GPU_CMAKE_GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DORIGAMI_CUDA=ON -DORIGAMI_CUDA_ARCH=90 \
   -DORIGAMI_SHARED_DIR="$SH" "${GPU_CMAKE_EXTRA[@]}" >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-cmake --build "$BUILD" -j16 --target origami_cli engine_tensor_parallel_test cuda_nccl_test engine_cuda_kv_memory_test \
+cmake --build "$BUILD" -j16 --target origami_cli engine_tensor_parallel_test tensor_parallel_trace_test cuda_nccl_test \
+  engine_cuda_kv_memory_test cuda_decode_bench_test \
   >> "$OUT/build.log" 2>&1
 RESULT[1_build]="rc=$? ($(( $(date +%s) - t0 ))s)"
 grep -E "error" "$OUT/build.log" | head -20
 
-for t in cuda_nccl_test engine_cuda_kv_memory_test engine_tensor_parallel_test; do
-  t0=$(date +%s)
-  timeout 300 "$BUILD/tests/$t" > "$OUT/$t.log" 2>&1
-  RESULT["2_$t"]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/$t.log" | tr '\n' ' ')"
-  grep -E "Failure|Expected|Which is|\[nccl\]|\[tp\]|FAILED" "$OUT/$t.log" | head -20
-done
+if [ "${TP_SKIP_TESTS:-0}" != 1 ] && [ "${TP_32B:-0}" != 1 ]; then
+  for t in cuda_nccl_test tensor_parallel_trace_test engine_tensor_parallel_test engine_cuda_kv_memory_test; do
+    t0=$(date +%s)
+    timeout 300 "$BUILD/tests/$t" > "$OUT/$t.log" 2>&1
+    RESULT["2_$t"]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/$t.log" | tr '\n' ' ')"
+    grep -E "Failure|Expected|Which is|\[nccl\]|\[tp|FAILED" "$OUT/$t.log" | head -60
+  done
+fi
+if [ "${TP_32B:-0}" != 1 ]; then
+  ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=qwen3-8b ORIGAMI_BENCH_BATCHES=${TP_STEP_BATCHES:-1,64,256} \
+    ORIGAMI_BENCH_CONTEXTS=1024 timeout 300 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*TensorParallelStep*' \
+    > "$OUT/tp_step.log" 2>&1
+  RESULT[2_tp_step]="rc=$?"
+  grep TPSTEP "$OUT/tp_step.log"
+  i=0
+  while read -r line; do RESULT["2_tp_step_$i"]="$line"; i=$((i + 1)); done < <(grep TPSTEP "$OUT/tp_step.log" | cut -c1-260)
+fi
 
 bench() {  # name, then bench flags
   local name=$1; shift
@@ -39,15 +54,20 @@ bench() {  # name, then bench flags
   tail -3 "$OUT/bench_$name.err"
 }
 W8="--model $SH/configs/qwen3-8b --num-prompts 256 --input-len 128 --output-len 1024"
-# shellcheck disable=SC2086
-bench 8b_tp1 $W8 --tensor-parallel-size 1
-# shellcheck disable=SC2086
-bench 8b_tp2 $W8 --tensor-parallel-size 2
-if [ "${TP_32B:-0}" = 1 ]; then
+if [ "${TP_32B:-0}" != 1 ]; then
+  # shellcheck disable=SC2086
+  bench 8b_tp1 $W8 --tensor-parallel-size 1
+  # shellcheck disable=SC2086
+  bench 8b_tp2_peer $W8 --tensor-parallel-size 2
+  # shellcheck disable=SC2086
+  bench 8b_tp2_nccl $W8 --tensor-parallel-size 2 --disable-custom-all-reduce
+else
   W32="--model $SH/configs/qwen3-32b --num-prompts 256 --input-len 128 --output-len 4096 --block-size 256"
   # shellcheck disable=SC2086
   bench 32b_tp2_full $W32 --tensor-parallel-size 2 --query-slots -1
   # shellcheck disable=SC2086
   bench 32b_tp2_zipage $W32 --tensor-parallel-size 2 --kv-policy zipage --kv-budget 1024
+  # shellcheck disable=SC2086
+  bench 32b_tp2_fastkvzip $W32 --tensor-parallel-size 2 --kv-policy fastkvzip --kv-budget 1024 ${TP_FASTKVZIP_OPTS:-}
 fi
 gpu_print_summary "tensor parallel" "$OUT/summary.txt"

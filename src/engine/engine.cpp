@@ -123,6 +123,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   backend_options.gpu_memory_utilization = config.gpu_memory_utilization;
   backend_options.enable_cuda_graphs = config.enable_cuda_graphs;
   backend_options.tensor_parallel_size = config.tensor_parallel_size;
+  backend_options.tensor_parallel_reduce = config.custom_all_reduce ? BackendOptions::TensorParallelReduce::kPeer
+                                                                     : BackendOptions::TensorParallelReduce::kNccl;
   if (config.quantization == "fp8") {
     backend_options.quantization = WeightQuantization::kFp8;
   } else if (config.quantization != "none") {

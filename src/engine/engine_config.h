@@ -22,6 +22,9 @@ struct EngineConfig {
   float gpu_memory_utilization = 0.9f;
   bool enable_cuda_graphs = true;
   int tensor_parallel_size = 1;  // GPUs the model is split over (CUDA; NCCL)
+  // Tensor parallelism: the fused one-shot all-reduce over peer memory where the GPUs reach each
+  // other (backend/cuda/peer_all_reduce.h); false: NCCL for every reduction.
+  bool custom_all_reduce = true;
   // "none" or "fp8": FP8 E4M3 projections (a bf16 checkpoint is quantized per channel as it
   // loads; FP8 checkpoints run in FP8 either way). The CPU backend emulates it.
   std::string quantization = "none";

@@ -279,6 +279,47 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
   cudaStreamDestroy(stream);
 }
 
+// Tensor parallelism's decode step (2 GPUs; ORIGAMI_CUDA_BENCH=1): TP = 1 against TP = 2 with
+// NCCL's all-reduce, with the fused peer all-reduce (peer_all_reduce.h), and with no reduction at
+// all (the rest of the step: its outputs are wrong, only its time counts), CUDA graphs on. The
+// reductions' share of a step is (step - step without them) / step. Lines start with TPSTEP.
+TEST(CudaDecodeBench, TensorParallelStep) {
+  if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const std::string cfg_name = testing::bench_config_name();
+  auto config = load_model_config(testing::shared_dir() + "/configs/" + cfg_name);
+  ASSERT_TRUE(config.has_value()) << config.status().to_string();
+  const ModelConfig& c = *config;
+  const std::vector<int> batches = env_list("ORIGAMI_BENCH_BATCHES", {1, 64, 256});
+  const int context = env_list("ORIGAMI_BENCH_CONTEXTS", {1024})[0];
+  using R = BackendOptions::TensorParallelReduce;
+  struct Variant {
+    const char* name;
+    int tp;
+    R reduce;
+  };
+  const Variant variants[] = {{"TP=1", 1, R::kPeer}, {"TP=2 NCCL", 2, R::kNccl}, {"TP=2 peer", 2, R::kPeer},
+                              {"TP=2 no reduction", 2, R::kSkipForTiming}};
+  std::vector<std::vector<double>> ms(std::size(variants), std::vector<double>(batches.size(), -1));
+  for (size_t v = 0; v < std::size(variants); ++v) {
+    BackendOptions opt;
+    opt.device = "cuda";
+    opt.tensor_parallel_size = variants[v].tp;
+    opt.tensor_parallel_reduce = variants[v].reduce;
+    auto backend = std::move(create_cuda_backend(opt)).value();
+    ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
+    for (size_t b = 0; b < batches.size(); ++b) ms[v][b] = time_decode_steps(*backend, c, batches[b], context);
+  }
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const double one = ms[0][b], nccl = ms[1][b], peer = ms[2][b], none = ms[3][b];
+    std::printf("TPSTEP %s batch=%d context=%d: TP=1 %.3f ms; TP=2 NCCL %.3f ms (%.2fx, reductions %.0f%% of the step); "
+                "TP=2 peer %.3f ms (%.2fx, reductions %.0f%%); TP=2 without reductions %.3f ms (%.2fx)\n",
+                cfg_name.c_str(), batches[b], context, one, nccl, one / nccl, 100 * (nccl - none) / nccl, peer,
+                one / peer, 100 * (peer - none) / peer, none, one / none);
+  }
+}
+
 // One eager decode step (batch/context from ORIGAMI_BENCH_BATCHES/CONTEXTS, first entries) for ncu.
 TEST(CudaDecodeBench, ProfileOneStep) {
   const char* on = std::getenv("ORIGAMI_CUDA_PROFILE");

@@ -1,8 +1,7 @@
 // Tensor parallelism (backend/cuda/tensor_parallel_backend.h) on origami-tiny-qwen3 (4 KV heads,
-// 8 query heads): TP = 2 against TP = 1 on the same engine path. Greedy outputs of full KV and of
-// zipage (every rank compressing its own heads with the same jobs) must equal TP = 1's, and the
-// perplexity of forced tokens (LM-head logits gathered over the vocabulary shards) must agree
-// within bf16 noise. The bad configurations are refused before anything is allocated.
+// 8 query heads): TP = 2 against TP = 1 and the CPU on the same engine path, full KV and zipage
+// (every rank compressing its own heads with the same jobs), with the fused peer all-reduce and
+// with NCCL's. The bad configurations are refused before anything is allocated.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,11 +54,72 @@ class EngineTensorParallel : public ::testing::Test {
   }
 };
 
-TEST_F(EngineTensorParallel, GreedyFullKvEqualsOneGpu) {
-  const auto ps = prompts(8, 8192);
-  const RunResult one = run(tiny_config(1), ps, 48);
-  const RunResult two = run(tiny_config(2), ps, 48);
-  for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(two.tokens[i], one.tokens[i]) << "prompt " << i;
+// TP = 2 rounds differently from TP = 1 (each rank's partial sums are rounded to bf16 before they
+// are added: tensor_parallel_trace_test shows it layer by layer), so the two decide as the
+// single-GPU tests decide against the CPU: TP = 2's log-probabilities of forced tokens are within
+// the bf16 noise the single-GPU engine tests allow (mean |diff| < 0.05 against the fp32 CPU), and
+// where TP = 2's greedy output parts from TP = 1's, it is at a near-tie: the CPU's log-probability
+// gap between the two choices is below 4 sigma of the TP = 2 - CPU noise measured on the same
+// prompts (as cuda_fp8_test decides the FP8 partings).
+struct Comparison {
+  double mean_tp1 = 0, mean_tp2 = 0, sigma_tp2 = 0;
+  int parted = 0;
+  int64_t compressions = 0;  // TP = 2's
+};
+
+Comparison compare_with_cpu(EngineConfig one, EngineConfig two, const std::vector<std::vector<int32_t>>& ps,
+                            int max_tokens, const char* tag) {
+  Comparison r;
+  EngineConfig cpu = one;
+  cpu.device = "cpu";
+  const RunResult a = run(one, ps, max_tokens);
+  const RunResult b = run(two, ps, max_tokens);
+  EXPECT_EQ(b.compressions, a.compressions) << tag;
+  r.compressions = b.compressions;
+  // Noise: every path teacher-forced on TP = 1's outputs.
+  const RunResult fc = run(cpu, ps, max_tokens, &a.tokens);
+  const RunResult f1 = run(one, ps, max_tokens, &a.tokens);
+  const RunResult f2 = run(two, ps, max_tokens, &a.tokens);
+  r.mean_tp1 = testing::mean_abs_diff(f1, fc);
+  r.mean_tp2 = testing::mean_abs_diff(f2, fc);
+  double sq = 0;
+  size_t n = 0;
+  for (size_t i = 0; i < ps.size(); ++i)
+    for (size_t t = 0; t < fc.forced_logprobs[i].size() && t < f2.forced_logprobs[i].size(); ++t, ++n)
+      sq += (f2.forced_logprobs[i][t] - fc.forced_logprobs[i][t]) * (f2.forced_logprobs[i][t] - fc.forced_logprobs[i][t]);
+  r.sigma_tp2 = std::sqrt(sq / std::max<size_t>(n, 1));
+  std::printf("[tp] %s: forced log p vs the CPU: mean |diff| TP=1 %.4f, TP=2 %.4f; TP=2 sigma %.4f\n", tag, r.mean_tp1,
+              r.mean_tp2, r.sigma_tp2);
+  EXPECT_LT(r.mean_tp2, 0.05) << tag << ": bf16 noise";
+  for (size_t i = 0; i < ps.size(); ++i) {
+    size_t agree = 0;
+    while (agree < a.tokens[i].size() && agree < b.tokens[i].size() && a.tokens[i][agree] == b.tokens[i][agree]) ++agree;
+    std::printf("[tp] %s prompt %zu: TP=2 greedy agrees with TP=1 for %zu/%zu tokens\n", tag, i, agree,
+                a.tokens[i].size());
+    if (agree == a.tokens[i].size()) continue;
+    ++r.parted;
+    // The CPU's log-probabilities of both choices after the common prefix.
+    std::vector<std::vector<int32_t>> p1 = {ps[i]}, f_one = {std::vector<int32_t>(a.tokens[i].begin(), a.tokens[i].begin() + agree + 1)};
+    std::vector<std::vector<int32_t>> f_two = f_one;
+    f_two[0].back() = b.tokens[i][agree];
+    const RunResult c1 = run(cpu, p1, static_cast<int>(agree) + 1, &f_one);
+    const RunResult c2 = run(cpu, p1, static_cast<int>(agree) + 1, &f_two);
+    const double gap = c1.forced_logprobs[0].back() - c2.forced_logprobs[0].back();
+    std::printf("[tp] %s   parted at token %zu: CPU log p gap (TP=1's choice - TP=2's) %.4f, bound 4 sigma %.4f\n", tag,
+                agree, gap, 4 * r.sigma_tp2);
+    EXPECT_LT(gap, 4 * r.sigma_tp2) << tag << " prompt " << i << " parted at a clear choice";
+  }
+  return r;
+}
+
+TEST_F(EngineTensorParallel, GreedyFullKvPartsFromOneGpuOnlyAtNearTies) {
+  compare_with_cpu(tiny_config(1), tiny_config(2), prompts(8, 8192), 48, "full KV");
+}
+
+TEST_F(EngineTensorParallel, NcclReductionPartsOnlyAtNearTies) {
+  EngineConfig nccl = tiny_config(2);
+  nccl.custom_all_reduce = false;
+  compare_with_cpu(tiny_config(1), nccl, prompts(8, 8192), 48, "full KV, NCCL all-reduce");
 }
 
 TEST_F(EngineTensorParallel, GreedyEagerEqualsGraphs) {
@@ -70,32 +130,12 @@ TEST_F(EngineTensorParallel, GreedyEagerEqualsGraphs) {
 }
 
 TEST_F(EngineTensorParallel, ZipageCompressesEveryRankLikeOneGpu) {
-  const auto ps = prompts(6, 8192);
   EngineConfig one = tiny_config(1), two = tiny_config(2);
   for (EngineConfig* c : {&one, &two}) {
     c->kv_policy = "zipage";
     c->kv_budget = 128;
   }
-  const RunResult a = run(one, ps, 200);
-  const RunResult b = run(two, ps, 200);
-  EXPECT_GT(b.compressions, 0);
-  EXPECT_EQ(b.compressions, a.compressions);
-  for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(b.tokens[i], a.tokens[i]) << "prompt " << i;
-}
-
-TEST_F(EngineTensorParallel, ForcedLogprobsAgreeWithinBf16Noise) {
-  const auto ps = prompts(4, 8192);
-  const auto forced = prompts(4, 8192);
-  const RunResult one = run(tiny_config(1), ps, 64, &forced);
-  const RunResult two = run(tiny_config(2), ps, 64, &forced);
-  double max_diff = 0.0;
-  for (size_t i = 0; i < ps.size(); ++i) {
-    ASSERT_EQ(two.forced_logprobs[i].size(), one.forced_logprobs[i].size());
-    for (size_t j = 0; j < one.forced_logprobs[i].size(); ++j)
-      max_diff = std::max(max_diff, std::fabs(static_cast<double>(two.forced_logprobs[i][j] - one.forced_logprobs[i][j])));
-  }
-  std::printf("[tp] max |log p(TP=2) - log p(TP=1)| over forced tokens: %.4f\n", max_diff);
-  EXPECT_LT(max_diff, 0.1);
+  EXPECT_GT(compare_with_cpu(one, two, prompts(6, 8192), 200, "zipage 128").compressions, 0);
 }
 
 TEST(EngineTensorParallelConfig, BadSplitsAreRefusedBeforeAllocation) {

@@ -436,7 +436,11 @@ Status CpuBackend::forward(const ForwardBatch& batch, StepOutput* out) {
     cpu::rope_cos_sin(batch.positions[t], inv_freq_.data(), half, ws_.rope_cos.data() + static_cast<size_t>(t) * half,
                       ws_.rope_sin.data() + static_cast<size_t>(t) * half);
   }
-  for (int l = 0; l < c.num_layers; ++l) run_layer(l, batch, num_tokens);
+  if (trace_ != nullptr) trace_->residual.assign(c.num_layers, {});
+  for (int l = 0; l < c.num_layers; ++l) {
+    run_layer(l, batch, num_tokens);
+    if (trace_ != nullptr) trace_->residual[l].assign(ws_.x.begin(), ws_.x.begin() + static_cast<size_t>(num_tokens) * hidden);
+  }
 
   // Logits only for the rows that are sampled or returned.
   const size_t num_seqs = batch.sequences.size();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/layer_trace.h"
 #include "backend/compression_stepper.h"
 #include "backend/cpu/cpu_compression.h"
 #include "backend/cpu/cpu_attention.h"
@@ -46,6 +47,9 @@ class CpuBackend : public Backend {
   const ModelConfig& config() const { return config_; }
   // The paged storage, for tests and for CPU twins of cache-editing kernels.
   cpu::CpuKVCache& kv_cache() { return kv_; }
+  // Records the residual stream after every layer of the next steps into `trace` (null: stop),
+  // the fp32 reference of layer_trace.h. The caller owns it.
+  void set_layer_trace(LayerTrace* trace) { trace_ = trace; }
 
   // One layer's attention inputs as the forward pass computes them, rows in the batch's token
   // order: the normed hidden state the q/k/v projections read (Fast KVzip's gate input) and the
@@ -158,6 +162,7 @@ class CpuBackend : public Backend {
   std::unique_ptr<gates::GateWeights> gates_;  // null: no gate scores are written
   std::vector<float> gate_rows_;               // [num_tokens, num_kv_heads] of the current layer
   cpu::CpuKVCache scratch_;                    // KVzip reconstructions (swapped in for kv_)
+  LayerTrace* trace_ = nullptr;
 };
 
 }  // namespace origami

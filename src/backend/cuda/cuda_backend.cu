@@ -680,10 +680,17 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     launch_embedding_gather(embed_, d_tokens, num_tokens, h, residual_, stream_);
   }
   const bool gate_scores = gates_.loaded() && compressor_ != nullptr && compressor_->global_scores() != nullptr;
+  if (trace_ != nullptr) {
+    trace_->embedded = download_f32(residual_, static_cast<size_t>(num_tokens) * h);
+    trace_->residual.assign(c.num_layers, {});
+    trace_->sublayers.assign(c.num_layers, {});
+  }
+  auto traced = [&](int layer, int sublayer) { return trace_ != nullptr ? &trace_->sublayers[layer][sublayer] : nullptr; };
   for (int li = 0; li < c.num_layers; ++li) {
     const Layer& l = layers_[li];
-    launch_add_rmsnorm(residual_, li == 0 ? nullptr : delta_, l.input_norm, c.rms_norm_eps, num_tokens, h, normed_,
-                       stream_);
+    // The previous layer's MLP output joins the residual stream here (reduced over the ranks).
+    add_rmsnorm(li > 0, l.input_norm, num_tokens, li > 0 ? traced(li - 1, 1) : nullptr);
+    if (trace_ != nullptr && li > 0) trace_->residual[li - 1] = download_f32(residual_, static_cast<size_t>(num_tokens) * h);
     // Head groups: this layer's groups are tables li * T .. li * T + T - 1 of the step inputs.
     const size_t first_table = ragged_.empty() ? 0 : static_cast<size_t>(li) * ragged_.groups_per_layer();
     if (gate_scores) {
@@ -765,16 +772,20 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
       aa.ragged = ragged_.layer(li, uniform_splits, kv_page_elems_);
     }
     ORIGAMI_CUDA_CHECK(paged_attention(aa, plan, attn_workspace_, attn_workspace_bytes_, stream_));
-    linear(attn_out_, num_tokens, c.q_size(), l.o, h, delta_);
-    all_reduce(delta_, static_cast<size_t>(num_tokens) * h, NcclDataType::kBFloat16);
+    bf16* attn_partial = projection_out(num_tokens);
+    linear(attn_out_, num_tokens, c.q_size(), l.o, h, attn_partial);
+    if (trace_ != nullptr) trace_partial(attn_out_, c.q_size(), l.o, num_tokens, attn_partial, traced(li, 0));
     if (gate_scores) gates_.join(stream_);
-    launch_add_rmsnorm(residual_, delta_, l.post_attn_norm, c.rms_norm_eps, num_tokens, h, normed_, stream_);
+    add_rmsnorm(true, l.post_attn_norm, num_tokens, traced(li, 0));
     linear(normed_, num_tokens, h, l.gate_up, 2 * c.intermediate_size, gate_up_);
     launch_silu_and_mul(gate_up_, num_tokens, c.intermediate_size, act_, stream_);
-    linear(act_, num_tokens, c.intermediate_size, l.down, h, delta_);
-    all_reduce(delta_, static_cast<size_t>(num_tokens) * h, NcclDataType::kBFloat16);
+    bf16* mlp_partial = projection_out(num_tokens);
+    linear(act_, num_tokens, c.intermediate_size, l.down, h, mlp_partial);
+    if (trace_ != nullptr) trace_partial(act_, c.intermediate_size, l.down, num_tokens, mlp_partial, traced(li, 1));
   }
-  launch_add_rmsnorm(residual_, delta_, final_norm_, c.rms_norm_eps, num_tokens, h, normed_, stream_);
+  add_rmsnorm(true, final_norm_, num_tokens, traced(c.num_layers - 1, 1));
+  if (trace_ != nullptr)
+    trace_->residual[c.num_layers - 1] = download_f32(residual_, static_cast<size_t>(num_tokens) * h);
   for (int r0 = 0; r0 < num_sample_rows; r0 += kLogitRows) {
     const int rows = std::min(kLogitRows, num_sample_rows - r0);
     launch_gather_rows(normed_, dev_inputs_ + in.sample_rows + r0, rows, h, logit_hidden_, stream_);
@@ -797,6 +808,59 @@ void CudaBackend::lm_head_logits(const bf16* hidden, int rows) {
   ORIGAMI_CHECK_MSG(st.is_ok(), st.to_string().c_str());
   launch_unshard_logits(logits_gathered_, tp_.size, rows, vocab_shard_, logits_, stream_);
 }
+
+void CudaBackend::add_rmsnorm(bool has_delta, const bf16* weight, int num_tokens, LayerTrace::Sublayer* traced) {
+  const int h = config_.hidden_size;
+  const size_t n = static_cast<size_t>(num_tokens) * h;
+  std::vector<float> before;
+  if (traced != nullptr && has_delta) before = download_f32(residual_, n);
+  if (has_delta && peer_reduces(num_tokens)) {
+    peer_->reduce_add_rmsnorm(residual_, weight, config_.rms_norm_eps, num_tokens, normed_, stream_);
+  } else {
+    if (has_delta && options_.tensor_parallel_reduce != BackendOptions::TensorParallelReduce::kSkipForTiming)
+      all_reduce(delta_, n, NcclDataType::kBFloat16);
+    launch_add_rmsnorm(residual_, has_delta ? delta_ : nullptr, weight, config_.rms_norm_eps, num_tokens, h, normed_,
+                       stream_);
+  }
+  if (traced != nullptr && has_delta) {
+    traced->applied = download_f32(residual_, n);
+    for (size_t i = 0; i < n; ++i) traced->applied[i] -= before[i];
+  }
+}
+
+void CudaBackend::trace_partial(const bf16* x, int k, const LinearWeights& w, int num_tokens, const bf16* partial,
+                                LayerTrace::Sublayer* traced) {
+  ORIGAMI_CHECK_MSG(!fp8_, "layer traces need bf16 weights");
+  const size_t n = static_cast<size_t>(num_tokens) * config_.hidden_size;
+  float* exact = nullptr;
+  ORIGAMI_CUDA_CHECK(cudaMalloc(&exact, n * sizeof(float)));
+  gemm_->linear(x, num_tokens, k, w.bf16(), config_.hidden_size, exact, true);
+  traced->partial_exact = download_f32(exact, n);
+  ORIGAMI_CUDA_CHECK(cudaFree(exact));
+  std::vector<bf16> p(n);
+  ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(p.data(), partial, n * sizeof(bf16), cudaMemcpyDeviceToHost, stream_));
+  ORIGAMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  traced->partial.resize(n);
+  for (size_t i = 0; i < n; ++i) traced->partial[i] = __bfloat162float(p[i]);
+}
+
+std::vector<float> CudaBackend::download_f32(const float* device, size_t count) const {
+  std::vector<float> out(count);
+  ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(out.data(), device, count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  ORIGAMI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return out;
+}
+
+Status CudaBackend::init_peer_reduce() {
+  if (tp_.size == 1 || tp_.peer_group == nullptr) return Status::ok();
+  if (!loaded_) return invalid_argument("CUDA backend: peer all-reduce before load");
+  auto peer = std::make_unique<PeerAllReduce>();
+  ORIGAMI_RETURN_IF_ERROR(peer->init(tp_.peer_group, tp_.rank, config_.hidden_size));
+  peer_ = std::move(peer);
+  return Status::ok();
+}
+
+Status CudaBackend::connect_peer_reduce() { return peer_ != nullptr ? peer_->connect() : Status::ok(); }
 
 void CudaBackend::all_reduce(void* buffer, size_t count, NcclDataType type) {
   if (tp_.size == 1) return;
@@ -855,7 +919,8 @@ Status CudaBackend::forward(const ForwardBatch& batch, StepOutput* out) {
   if (num_seqs == 0) return Status::ok();
 
   // Decode steps replay a graph of their bucket; padding rows are inert.
-  bool use_graph = options_.enable_cuda_graphs && batch.is_decode_only() && graphs_.bucket_for(num_seqs) > 0;
+  bool use_graph = options_.enable_cuda_graphs && batch.is_decode_only() && graphs_.bucket_for(num_seqs) > 0 &&
+                   trace_ == nullptr;
   const int G = num_groups_;
   int total_pages = 0, max_kv_len = 0;
   bool any_logprobs = false, any_top = false;

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/compression_stepper.h"
+#include "backend/layer_trace.h"
 #include "backend/cuda/cuda_compression.h"
 #include "backend/cuda/cuda_graph_runner.h"
 #include "backend/cuda/fp8_gemm.h"
@@ -18,6 +19,7 @@
 #include "backend/cuda/linear_weights.h"
 #include "backend/cuda/nccl_library.h"
 #include "backend/cuda/paged_attention.h"
+#include "backend/cuda/peer_all_reduce.h"
 #include "backend/cuda/ragged_heads.h"
 #include "backend/cuda/sampling_kernels.h"
 #include "backend/cuda/sink_gate.h"
@@ -33,6 +35,9 @@ struct TensorParallelRank {
   int rank = 0;
   int size = 1;
   const NcclCommunicators* comms = nullptr;  // every rank's communicator; set when size > 1
+  // The ranks' peer all-reduce buffers (peer_all_reduce.h), null where the GPUs cannot reach each
+  // other's memory or BackendOptions::tensor_parallel_reduce is not kPeer.
+  PeerReduceGroup* peer_group = nullptr;
 };
 
 class CudaBackend : public Backend {
@@ -84,6 +89,17 @@ class CudaBackend : public Backend {
   int64_t num_graph_steps() const { return num_graph_steps_; }
   int num_graphs() const { return graphs_.num_graphs(); }
 
+  // Tensor parallelism with peer all-reduce: this rank's buffers registered in tp.peer_group (on
+  // every rank first), then peer access to the other ranks (connect, on every rank). A failure
+  // leaves this rank on NCCL; the caller keeps every rank on the same path.
+  Status init_peer_reduce();
+  Status connect_peer_reduce();
+  void drop_peer_reduce() { peer_.reset(); }
+
+  // Records the next eager steps layer by layer into `trace` (null: stop); steps run without CUDA
+  // graphs while a trace is attached. The caller owns it.
+  void set_layer_trace(LayerTrace* trace) { trace_ = trace; }
+
  private:
   // The model step proper (execute() validates the batch and wraps it with its compressions).
   Status forward(const ForwardBatch& batch, StepOutput* out);
@@ -130,6 +146,16 @@ class CudaBackend : public Backend {
   int logits_stride() const { return tp_.size * vocab_shard_; }
   // In-place sum over the tensor-parallel ranks (no-op on one GPU).
   void all_reduce(void* buffer, size_t count, NcclDataType type);
+  // Where the next output projection (o, down) writes: this rank's partial sums.
+  bf16* projection_out(int num_tokens) const { return peer_reduces(num_tokens) ? peer_->partial() : delta_; }
+  bool peer_reduces(int num_tokens) const { return peer_ != nullptr && peer_->covers(num_tokens); }
+  // residual += the ranks' sum of the last projection_out() (none at the first layer: has_delta
+  // false); normed_ = rmsnorm(residual) * weight. `sublayer` is the trace's slot of the delta.
+  void add_rmsnorm(bool has_delta, const bf16* weight, int num_tokens, LayerTrace::Sublayer* traced);
+  // Trace: this rank's partial sum of `w` over x, in fp32 and as the step has it in `partial`.
+  void trace_partial(const bf16* x, int k, const LinearWeights& w, int num_tokens, const bf16* partial,
+                     LayerTrace::Sublayer* traced);
+  std::vector<float> download_f32(const float* device, size_t count) const;  // synchronizes the stream
   bf16* device_alloc_bf16(size_t count);
   void* device_alloc(size_t bytes);
   // A projection's storage: bf16, or (fp8_) E4M3 codes, per-channel scales and a static input
@@ -189,7 +215,9 @@ class CudaBackend : public Backend {
   bf16* k_ = nullptr;          // [tokens, num_kv_heads, head_dim]
   bf16* v_ = nullptr;
   bf16* attn_out_ = nullptr;   // [tokens, q_size]
-  bf16* delta_ = nullptr;      // [tokens, hidden]
+  bf16* delta_ = nullptr;      // [tokens, hidden] (tensor parallelism: partial sums reduced by NCCL)
+  std::unique_ptr<PeerAllReduce> peer_;  // tensor parallelism's fused reduction, where it runs
+  LayerTrace* trace_ = nullptr;
   bf16* gate_up_ = nullptr;    // [tokens, 2 * intermediate]
   bf16* act_ = nullptr;        // [tokens, intermediate]
   uint8_t* fp8_x_ = nullptr;   // FP8: [tokens, widest projection input] E4M3 activations

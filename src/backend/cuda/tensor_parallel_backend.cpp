@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 
 #include "backend/cuda/cuda_check.h"
@@ -106,6 +107,11 @@ Expected<std::unique_ptr<Backend>> TensorParallelBackend::create(const BackendOp
   std::iota(devices.begin(), devices.end(), 0);
   std::unique_ptr<TensorParallelBackend> tp(new TensorParallelBackend());
   ORIGAMI_ASSIGN_OR_RETURN(tp->comms_, NcclCommunicators::create(devices));
+  if (options.tensor_parallel_reduce == BackendOptions::TensorParallelReduce::kPeer &&
+      PeerAllReduce::peers_reachable(size)) {
+    tp->peer_group_ = std::make_unique<PeerReduceGroup>();
+    tp->peer_group_->size = size;
+  }
   tp->threads_ = std::make_unique<RankThreads>(devices);
   tp->ranks_.resize(size);
   // Each rank is built on its own thread, so its streams and handles belong to its device.
@@ -114,6 +120,7 @@ Expected<std::unique_ptr<Backend>> TensorParallelBackend::create(const BackendOp
     rank.rank = r;
     rank.size = size;
     rank.comms = &tp->comms_;
+    rank.peer_group = tp->peer_group_.get();
     tp->ranks_[r] = std::make_unique<CudaBackend>(options, rank);
     return Status::ok();
   }));
@@ -133,12 +140,31 @@ TensorParallelBackend::~TensorParallelBackend() {
 
 Status TensorParallelBackend::load(const ModelConfig& config, const ModelWeights& weights) {
   ORIGAMI_RETURN_IF_ERROR(CudaBackend::check_tensor_parallel(config, size()));
-  return run([&](int r) { return ranks_[r]->load(config, weights); });
+  ORIGAMI_RETURN_IF_ERROR(run([&](int r) { return ranks_[r]->load(config, weights); }));
+  set_up_peer_reduce();
+  return Status::ok();
 }
 
 Status TensorParallelBackend::load_dummy(const ModelConfig& config, uint64_t seed) {
   ORIGAMI_RETURN_IF_ERROR(CudaBackend::check_tensor_parallel(config, size()));
-  return run([&](int r) { return ranks_[r]->load_dummy(config, seed); });
+  ORIGAMI_RETURN_IF_ERROR(run([&](int r) { return ranks_[r]->load_dummy(config, seed); }));
+  set_up_peer_reduce();
+  return Status::ok();
+}
+
+void TensorParallelBackend::set_up_peer_reduce() {
+  if (peer_group_ == nullptr) return;
+  // Every rank registers its buffers before any connects; all ranks take the same path, so a
+  // failure anywhere puts every rank back on NCCL.
+  Status st = run([&](int r) { return ranks_[r]->init_peer_reduce(); });
+  if (st.is_ok()) st = run([&](int r) { return ranks_[r]->connect_peer_reduce(); });
+  if (!st.is_ok()) {
+    std::fprintf(stderr, "[origami] tensor parallelism: all-reduce through NCCL (%s)\n", st.to_string().c_str());
+    (void)run([&](int r) {
+      ranks_[r]->drop_peer_reduce();
+      return Status::ok();
+    });
+  }
 }
 
 size_t TensorParallelBackend::available_kv_bytes(size_t requested_bytes) const {

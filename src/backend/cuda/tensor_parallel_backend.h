@@ -80,8 +80,11 @@ class TensorParallelBackend : public Backend {
 
   TensorParallelBackend() = default;
   Status run(const std::function<Status(int rank)>& fn) const { return threads_->run(fn); }
+  // After the weights load: the ranks' peer all-reduce (peer_all_reduce.h), or NCCL where it fails.
+  void set_up_peer_reduce();
 
   NcclCommunicators comms_;
+  std::unique_ptr<PeerReduceGroup> peer_group_;  // null: the ranks reduce through NCCL
   std::unique_ptr<RankThreads> threads_;
   std::vector<std::unique_ptr<CudaBackend>> ranks_;
   std::unique_ptr<Compressor> compressor_;

@@ -1,0 +1,201 @@
+#include "backend/cuda/peer_all_reduce.h"
+
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/check.h"
+
+namespace origami::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 256;
+
+struct ReduceArgs {
+  const bf16* partials[kPeerReduceMaxRanks];  // this parity's buffer of every rank
+  uint32_t* flags[kPeerReduceMaxRanks];       // every rank's barrier flags
+  uint32_t* counters;                         // this rank's, [kMaxBlocks]
+  int rank = 0, size = 0;
+  float* residual = nullptr;
+  const bf16* weight = nullptr;
+  float eps = 0.0f;
+  int num_tokens = 0, hidden = 0;
+  bf16* out = nullptr;
+};
+
+// System-scope release / acquire: the flag orders what this rank wrote before it (the partials,
+// by the GEMM that finished before this kernel) for the other GPUs that see it.
+__device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ float block_sum(float v, float* scratch) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  __syncthreads();  // scratch may still be read by the previous row
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
+  return total;
+}
+
+__global__ void __launch_bounds__(kThreads) peer_reduce_add_rmsnorm_kernel(ReduceArgs a) {
+  __shared__ float scratch[kThreads / 32];
+  __shared__ uint32_t generation;
+  // The barrier with this CTA's twin on every rank: the twins run the same number of launches
+  // of each grid size, so their counters agree. A rank may already have signalled the next
+  // generation when a slow rank looks, hence ">=" (wrap-safe), never "==".
+  if (threadIdx.x == 0) {
+    generation = a.counters[blockIdx.x] + 1;
+    a.counters[blockIdx.x] = generation;
+  }
+  __syncthreads();
+  const uint32_t g = generation;
+  if (threadIdx.x < a.size) {
+    const int peer = threadIdx.x;
+    store_release_sys(a.flags[peer] + blockIdx.x * kPeerReduceMaxRanks + a.rank, g);
+    const uint32_t* mine = a.flags[a.rank] + blockIdx.x * kPeerReduceMaxRanks + peer;
+    while (static_cast<int32_t>(load_acquire_sys(mine) - g) < 0) {
+    }
+  }
+  __syncthreads();
+  const int chunks = a.hidden / 8;
+  for (int t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
+    const size_t base = static_cast<size_t>(t) * a.hidden;
+    float sum_sq = 0.0f;
+    for (int c = threadIdx.x; c < chunks; c += kThreads) {
+      float x[8];
+      float4* r = reinterpret_cast<float4*>(a.residual + base) + 2 * c;
+      const float4 r0 = r[0], r1 = r[1];
+      x[0] = r0.x, x[1] = r0.y, x[2] = r0.z, x[3] = r0.w, x[4] = r1.x, x[5] = r1.y, x[6] = r1.z, x[7] = r1.w;
+      float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int k = 0; k < a.size; ++k) {
+        // L1 bypassed: the buffers are rewritten every other launch, by another GPU for peers.
+        const uint4 p = __ldcg(reinterpret_cast<const uint4*>(a.partials[k] + base) + c);
+        const bf16* pv = reinterpret_cast<const bf16*>(&p);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) s[j] += __bfloat162float(pv[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        x[j] += s[j];
+        sum_sq += x[j] * x[j];
+      }
+      r[0] = make_float4(x[0], x[1], x[2], x[3]);
+      r[1] = make_float4(x[4], x[5], x[6], x[7]);
+    }
+    const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / a.hidden + a.eps);
+    for (int c = threadIdx.x; c < chunks; c += kThreads) {
+      const float4* r = reinterpret_cast<const float4*>(a.residual + base) + 2 * c;
+      const float4 r0 = r[0], r1 = r[1];
+      const float x[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
+      const uint4 w = reinterpret_cast<const uint4*>(a.weight)[c];
+      const bf16* wv = reinterpret_cast<const bf16*>(&w);
+      uint4 o;
+      bf16* ov = reinterpret_cast<bf16*>(&o);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) ov[j] = __float2bfloat16(x[j] * inv_rms * __bfloat162float(wv[j]));
+      reinterpret_cast<uint4*>(a.out + base)[c] = o;
+    }
+  }
+}
+
+}  // namespace
+
+PeerAllReduce::~PeerAllReduce() {
+  for (void* p : {static_cast<void*>(buffers_), static_cast<void*>(flags_), static_cast<void*>(counters_)})
+    if (p != nullptr) cudaFree(p);
+}
+
+bool PeerAllReduce::peers_reachable(int num_devices) {
+  if (num_devices > kPeerReduceMaxRanks) return false;
+  for (int a = 0; a < num_devices; ++a)
+    for (int b = 0; b < num_devices; ++b) {
+      int ok = 0;
+      if (a != b && (cudaDeviceCanAccessPeer(&ok, a, b) != cudaSuccess || ok == 0)) {
+        cudaGetLastError();
+        return false;
+      }
+    }
+  return true;
+}
+
+Status PeerAllReduce::init(PeerReduceGroup* group, int rank, int hidden) {
+  if (hidden % 8 != 0 || rank < 0 || rank >= group->size || group->size > kPeerReduceMaxRanks)
+    return invalid_argument("peer all-reduce: hidden size " + std::to_string(hidden) + " is not a multiple of 8");
+  int device = 0;
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+  const size_t buffer_elems = static_cast<size_t>(kMaxTokens) * hidden;
+  if (cudaMalloc(&buffers_, 2 * buffer_elems * sizeof(bf16)) != cudaSuccess ||
+      cudaMalloc(&flags_, kMaxBlocks * kPeerReduceMaxRanks * sizeof(uint32_t)) != cudaSuccess ||
+      cudaMalloc(&counters_, kMaxBlocks * sizeof(uint32_t)) != cudaSuccess) {
+    cudaGetLastError();
+    return Status(ErrorCode::kResourceExhausted, "peer all-reduce: out of device memory for the partial sums");
+  }
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemset(flags_, 0, kMaxBlocks * kPeerReduceMaxRanks * sizeof(uint32_t)));
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemset(counters_, 0, kMaxBlocks * sizeof(uint32_t)));
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemset(buffers_, 0, 2 * buffer_elems * sizeof(bf16)));
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  group->partials[rank][0] = buffers_;
+  group->partials[rank][1] = buffers_ + buffer_elems;
+  group->flags[rank] = flags_;
+  rank_ = rank;
+  hidden_ = hidden;
+  group_ = group;
+  return Status::ok();
+}
+
+Status PeerAllReduce::connect() {
+  for (int r = 0; r < group_->size; ++r) {
+    if (r == rank_) continue;
+    if (group_->partials[r][0] == nullptr || group_->flags[r] == nullptr)
+      return Status(ErrorCode::kInternal, "peer all-reduce: rank " + std::to_string(r) + " has not registered");
+    const cudaError_t e = cudaDeviceEnablePeerAccess(r, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+      cudaGetLastError();
+    } else if (e != cudaSuccess) {
+      cudaGetLastError();
+      return Status(ErrorCode::kUnimplemented,
+                    std::string("peer all-reduce: no peer access to GPU ") + std::to_string(r) + ": " + cudaGetErrorString(e));
+    }
+  }
+  return Status::ok();
+}
+
+void PeerAllReduce::reduce_add_rmsnorm(float* residual, const bf16* weight, float eps, int num_tokens, bf16* out,
+                                       cudaStream_t stream) {
+  ORIGAMI_CHECK(covers(num_tokens));
+  ORIGAMI_CHECK((reinterpret_cast<uintptr_t>(weight) & 15u) == 0 && (reinterpret_cast<uintptr_t>(out) & 15u) == 0 &&
+                (reinterpret_cast<uintptr_t>(residual) & 15u) == 0);
+  if (num_tokens > 0) {
+    ReduceArgs a;
+    for (int r = 0; r < group_->size; ++r) {
+      a.partials[r] = group_->partials[r][parity_];
+      a.flags[r] = group_->flags[r];
+    }
+    a.counters = counters_;
+    a.rank = rank_;
+    a.size = group_->size;
+    a.residual = residual;
+    a.weight = weight;
+    a.eps = eps;
+    a.num_tokens = num_tokens;
+    a.hidden = hidden_;
+    a.out = out;
+    // Every CTA resident at once (at most one per SM), so each meets its twins without waiting
+    // for a slot another spinning CTA holds.
+    const int blocks = std::min({num_tokens, num_sms_, kMaxBlocks});
+    peer_reduce_add_rmsnorm_kernel<<<blocks, kThreads, 0, stream>>>(a);
+    ORIGAMI_CUDA_CHECK_LAUNCH();
+  }
+  parity_ ^= 1;
+}
+
+}  // namespace origami::cuda
