@@ -38,7 +38,9 @@ if [ "${TP_32B:-0}" != 1 ]; then
   ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=qwen3-8b ORIGAMI_BENCH_BATCHES=${TP_STEP_BATCHES:-1,64,256} \
     ORIGAMI_BENCH_CONTEXTS=1024 timeout 300 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*TensorParallelStep*' \
     > "$OUT/tp_step.log" 2>&1
-  RESULT[2_tp_step]="rc=$?"
+  rc=$?
+  RESULT[2_tp_step]="rc=$rc"
+  [ $rc = 0 ] || tail -15 "$OUT/tp_step.log"
   grep TPSTEP "$OUT/tp_step.log"
   i=0
   while read -r line; do RESULT["2_tp_step_$i"]="$line"; i=$((i + 1)); done < <(grep TPSTEP "$OUT/tp_step.log" | cut -c1-260)
@@ -47,7 +49,7 @@ fi
 bench() {  # name, then bench flags
   local name=$1; shift
   t0=$(date +%s)
-  timeout 420 "$BUILD/origami" bench --dummy-weights --tokenizer "$SH/tokenizers/qwen3" --device cuda --quiet --json \
+  timeout 420 "$BUILD/origami" bench --dummy-weights --tokenizer "$SH/models/origami-tiny-qwen3" --device cuda --quiet --json \
     --max-num-seqs 512 --max-num-batched-tokens 8192 "$@" > "$OUT/bench_$name.json" 2> "$OUT/bench_$name.err"
   local rc=$?
   RESULT["3_bench_$name"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(gpu_bench_summary "$OUT/bench_$name.json")"
@@ -71,3 +73,5 @@ else
   bench 32b_tp2_fastkvzip $W32 --tensor-parallel-size 2 --kv-policy fastkvzip --kv-budget 1024 ${TP_FASTKVZIP_OPTS:-}
 fi
 gpu_print_summary "tensor parallel" "$OUT/summary.txt"
+# One archive of the logs (the device returns a bounded number of files).
+tar -C "$OUT" -czf "$OUT/logs.tgz" --exclude logs.tgz . 2>/dev/null
