@@ -309,7 +309,11 @@ TEST(CudaDecodeBench, TensorParallelStep) {
     opt.tensor_parallel_reduce = variants[v].reduce;
     auto backend = std::move(create_cuda_backend(opt)).value();
     ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
-    for (size_t b = 0; b < batches.size(); ++b) ms[v][b] = time_decode_steps(*backend, c, batches[b], context);
+    for (size_t b = 0; b < batches.size(); ++b) {
+      ms[v][b] = time_decode_steps(*backend, c, batches[b], context);
+      std::printf("TPSTEP-ROW %s batch=%d: %.3f ms\n", variants[v].name, batches[b], ms[v][b]);
+      std::fflush(stdout);
+    }
   }
   for (size_t b = 0; b < batches.size(); ++b) {
     const double one = ms[0][b], nccl = ms[1][b], peer = ms[2][b], none = ms[3][b];
