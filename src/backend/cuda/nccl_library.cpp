@@ -92,6 +92,11 @@ Expected<NcclCommunicators> NcclCommunicators::create(const std::vector<int>& de
   c.lib_ = lib;
   c.devices_ = devices;
   c.comms_.assign(devices.size(), nullptr);
+  // Connections made at init, not at a collective's first use (NCCL's default since 2.22): a
+  // decode step captured into a CUDA graph before any eager step would otherwise be the first use,
+  // and NCCL cannot connect inside a stream capture (it fails with an internal error). A value the
+  // user set stays.
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   ORIGAMI_RETURN_IF_ERROR(
       lib->check(lib->comm_init_all(c.comms_.data(), static_cast<int>(devices.size()), devices.data()), "ncclCommInitAll"));
   return c;
