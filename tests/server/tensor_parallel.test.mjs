@@ -56,14 +56,20 @@ function defineTests() {
 
   describe(`origami serve at TP = ${SIZE} against TP = 1 (${DEVICE})`, () => {
     before(async () => {
-      [ref, cand] = await Promise.all([startServer(serverArgs(1), { startTimeoutMs }), startServer(serverArgs(SIZE), { startTimeoutMs })]);
+      // Both started at once; one that starts is kept for after() to stop even if the other fails.
+      const started = await Promise.allSettled([startServer(serverArgs(1), { startTimeoutMs }),
+                                                startServer(serverArgs(SIZE), { startTimeoutMs })]);
+      [ref, cand] = started.map((s) => s.value);
+      for (const [i, s] of started.entries())
+        if (s.status === 'rejected') throw new Error(`the TP = ${i === 0 ? 1 : SIZE} server: ${s.reason.message.slice(0, 2000)}`);
       refClient = new OpenAI({ baseURL: `${ref.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
       candClient = new OpenAI({ baseURL: `${cand.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
     });
 
     after(async () => {
-      console.log(`[tp] agreement of TP = ${SIZE} with TP = 1 (greedy, ${MAX_TOKENS} tokens, near-tie bound ${NEAR_TIE} nats):\n` +
-                  agreement.map((line) => `[tp]   ${line}`).join('\n'));
+      if (agreement.length > 0)
+        console.log(`[tp] agreement of TP = ${SIZE} with TP = 1 (greedy, ${MAX_TOKENS} tokens, near-tie bound ${NEAR_TIE} nats):\n` +
+                    agreement.map((line) => `[tp]   ${line}`).join('\n'));
       const codes = await Promise.all([ref, cand].filter(Boolean).map((s) => s.stop()));
       assert.deepEqual(codes, codes.map(() => 0), 'both servers exit 0 on SIGTERM');
     });
@@ -233,11 +239,14 @@ function defineTests() {
       if (report) agreement.push(`${what}: ${j}/${MAX_TOKENS}`);
       return;
     }
+    // One probe at a time, so each prefill runs alone as the greedy requests did.
     const prefix = [...promptIds, ...refIds.slice(0, j)];
-    const [r1, r2] = await Promise.all([probe(refClient, prefix, refIds[j]), probe(refClient, prefix, candIds[j])]);
+    const r1 = await probe(refClient, prefix, refIds[j]);
+    const r2 = await probe(refClient, prefix, candIds[j]);
     const gap = r1.logprob - r2.logprob;
     // TP = SIZE's own view of the same step (reported, not required).
-    const [c1, c2] = await Promise.all([probe(candClient, prefix, refIds[j]), probe(candClient, prefix, candIds[j])]);
+    const c1 = await probe(candClient, prefix, refIds[j]);
+    const c2 = await probe(candClient, prefix, candIds[j]);
     if (report)
       agreement.push(`${what}: ${j}/${MAX_TOKENS}, parted at token ${j} (TP = 1 ${refIds[j]}, TP = ${SIZE} ${candIds[j]}): ` +
                      `TP = 1 gap ${gap.toFixed(4)} (ranks ${r1.rank}, ${r2.rank}), TP = ${SIZE} gap ${(c1.logprob - c2.logprob).toFixed(4)}`);
