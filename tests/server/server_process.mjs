@@ -11,14 +11,17 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 export const BIN = process.env.ORIGAMI_BIN ?? path.resolve(here, '../../build-dev/origami');
 export const MODEL = process.env.ORIGAMI_MODEL ?? path.resolve(here, '../../../shared/models/origami-tiny-qwen3');
 
-export async function startServer(extraArgs = [], { model = MODEL } = {}) {
+// startTimeoutMs: how long the server may take to listen (CUDA servers load, initialise NCCL and
+// capture their graphs first).
+export async function startServer(extraArgs = [], { model = MODEL, startTimeoutMs = 60000 } = {}) {
   const args = ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1', ...extraArgs];
   const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   proc.stderr.on('data', (d) => { stderr += d; });
   const url = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start in 60 s: ${stderr}`)), 60000);
+    const timer = setTimeout(() => reject(new Error(`server did not start in ${startTimeoutMs / 1000} s: ${stderr}`)),
+                             startTimeoutMs);
     proc.stdout.on('data', (d) => {
       stdout += d;
       const m = stdout.match(/at (http:\/\/127\.0\.0\.1:\d+)/);
