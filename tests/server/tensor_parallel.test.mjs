@@ -3,8 +3,9 @@
 // streamed and not) equal TP = 1's, except where they part at a near-tie, the rule of the
 // single-GPU tests (tests/gpu/cuda_backend_e2e_test.cpp, kNearTie): where TP = N first picks
 // another token than TP = 1, TP = 1's own log-probabilities for the common prefix must rate the
-// two tokens within ORIGAMI_TP_NEAR_TIE nats (bf16 cannot resolve a smaller gap), and TP = N's
-// token must be in TP = 1's top 5. Also: a per-request zipage policy at TP = N, /metrics, and an
+// two tokens within ORIGAMI_TP_NEAR_TIE nats (bf16 cannot resolve a smaller gap) where the parting
+// is within the first 16 generated tokens (later ones are reported), and TP = N's token must be in
+// TP = 1's top 5. Also: a per-request zipage policy at TP = N, /metrics, and an
 // invalid --tensor-parallel-size refused with a clear error.
 //
 // Runs only when asked (it needs GPUs; CI has none):
@@ -20,6 +21,7 @@ import { BIN, MODEL, startServer, getMetrics, metric, waitIdle } from './server_
 const DEVICE = process.env.ORIGAMI_TP_DEVICE ?? '';
 const SIZE = Number(process.env.ORIGAMI_TP_SIZE ?? '2');
 const NEAR_TIE = Number(process.env.ORIGAMI_TP_NEAR_TIE ?? '0.05');
+const NEAR_TIE_TOKENS = 16;  // partings within the first 16 generated tokens must be near-ties
 const MAX_TOKENS = 48;
 const TOP = 5;  // TP = N's token must be among TP = 1's TOP most likely
 
@@ -251,7 +253,10 @@ function defineTests() {
       agreement.push(`${what}: ${j}/${MAX_TOKENS}, parted at token ${j} (TP = 1 ${refIds[j]}, TP = ${SIZE} ${candIds[j]}): ` +
                      `TP = 1 gap ${gap.toFixed(4)} (ranks ${r1.rank}, ${r2.rank}), TP = ${SIZE} gap ${(c1.logprob - c2.logprob).toFixed(4)}`);
     assert.ok(r2.rank < TOP, `${what}: TP = ${SIZE}'s token ${candIds[j]} at ${j} is not in TP = 1's top ${TOP}`);
-    assert.ok(Math.abs(gap) < NEAR_TIE,
+    // As the single-GPU rule (cuda_backend_e2e_test: kNearTie within the first 16 tokens): later,
+    // both runs' rounding has accumulated over the generated context and the gap is reported only.
+    if (j < NEAR_TIE_TOKENS)
+      assert.ok(Math.abs(gap) < NEAR_TIE,
               `${what}: parted at token ${j} at a clear choice: TP = 1 rates its token ${refIds[j]} ${gap.toFixed(4)} nats above ` +
               `TP = ${SIZE}'s ${candIds[j]} (near-tie bound ${NEAR_TIE})`);
     assert.ok(DEVICE !== 'cpu', `${what}: two CPU servers at TP = 1 must agree token for token; parted at ${j}`);
