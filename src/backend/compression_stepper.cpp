@@ -16,12 +16,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 void CompressionStepper::report(const Status& status, const KVCompressor* compressor, StepOutput* out) {
   const std::vector<int>* evicted = compressor != nullptr ? &compressor->evicted_blocks() : nullptr;
   const std::vector<int>* kept = compressor != nullptr ? &compressor->kept_entries() : nullptr;
+  const std::vector<std::vector<float>>* sums = compressor != nullptr ? &compressor->evicted_block_sums() : nullptr;
   for (size_t j = 0; j < in_flight_.size(); ++j) {
     CompressionResult result{in_flight_[j].request_id, status, in_flight_[j].group};
     // A block eviction's result names the block (the scheduler drops it from the table).
     if (status.is_ok() && evicted != nullptr && j < evicted->size()) result.evicted_block = (*evicted)[j];
     // A compaction's kept count (a runtime allocation's: the scheduler trims the table to it).
     if (status.is_ok() && kept != nullptr && j < kept->size()) result.num_kept = (*kept)[j];
+    if (status.is_ok() && sums != nullptr && j < sums->size()) result.block_score_sums = (*sums)[j];
     out->finished_compressions.push_back(result);
   }
   in_flight_.clear();

@@ -36,10 +36,16 @@ class KVCompressor {
   // runtime allocation chose; ScoreRecipe::allocation), -1 for other jobs. Empty: a compressor
   // without runtime allocation (every compaction kept its num_keep).
   const std::vector<int>& kept_entries() const { return kept_entries_; }
+  // Per job of the last batch: a kEvictBlock job's per-block sums of its base scores over every
+  // layer, this compressor's KV heads and the block's entries (what its choice was made from), so
+  // that tensor parallelism can choose from every rank's heads; empty for other jobs, and where the
+  // compressor does not report them.
+  const std::vector<std::vector<float>>& evicted_block_sums() const { return evicted_block_sums_; }
 
  protected:
   std::vector<int> evicted_blocks_;
   std::vector<int> kept_entries_;
+  std::vector<std::vector<float>> evicted_block_sums_;
 };
 
 }  // namespace origami

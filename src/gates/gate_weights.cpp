@@ -1,5 +1,7 @@
 #include "gates/gate_weights.h"
 
+#include "core/check.h"
+
 #include <cmath>
 #include <random>
 
@@ -44,6 +46,33 @@ Status check_gate_shape(const GateWeights& g, const ModelConfig& config) {
                           std::to_string(g.shape.num_kv_heads) + " KV heads, group " +
                           std::to_string(g.shape.group_size) + ", hidden " + std::to_string(g.shape.hidden_size) +
                           ") does not match the model");
+}
+
+GateWeights slice_gates(const GateWeights& g, int first, int count) {
+  ORIGAMI_CHECK(first >= 0 && count >= 1 && first + count <= g.shape.num_kv_heads);
+  GateWeights out;
+  out.shape = g.shape;
+  out.shape.num_kv_heads = count;
+  out.metadata = g.metadata;
+  const size_t G = g.shape.group_size, R = g.shape.rank, S = g.shape.num_sinks;
+  // Rows [first * per_head, (first + count) * per_head) of a tensor laid out head-major.
+  auto rows = [&](const std::vector<float>& v, size_t per_head) {
+    return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(first * per_head),
+                              v.begin() + static_cast<std::ptrdiff_t>((first + count) * per_head));
+  };
+  const size_t D = g.shape.hidden_size;
+  for (const GateLayer& l : g.layers) {
+    GateLayer s;
+    s.q_weight = rows(l.q_weight, G * R * D);
+    s.q_bias = rows(l.q_bias, G * R);
+    s.k_weight = rows(l.k_weight, R * D);
+    s.q_norm = l.q_norm;
+    s.k_norm = l.k_norm;
+    s.sink_keys = rows(l.sink_keys, S * R);
+    s.bias = rows(l.bias, G);
+    out.layers.push_back(std::move(s));
+  }
+  return out;
 }
 
 // One list for the mutable and the const view, so that the names and order exist once.

@@ -68,6 +68,12 @@ std::vector<int64_t> gate_tensor_shape(const GateShape& shape, const std::string
 // model layer), as every backend's load_gates checks; the error spells out the gates' shape.
 Status check_gate_shape(const GateWeights& gates, const ModelConfig& config);
 
+// The gates of KV heads [first_kv_head, first_kv_head + num_kv_heads): every per-head tensor's
+// rows of those heads (q_proj / q_bias: their G query gates, k_proj, sink_keys, bias), the shared
+// q_norm / k_norm whole. A head's score depends on its own rows only, so a tensor-parallel rank
+// holding those KV heads scores them with this slice exactly as the whole gates would.
+GateWeights slice_gates(const GateWeights& gates, int first_kv_head, int num_kv_heads);
+
 // A layer of zeros of the right sizes.
 GateLayer zero_gate_layer(const GateShape& shape);
 // The reference initialization: projections uniform in +-1/sqrt(D) (torch's Linear default),

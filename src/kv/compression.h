@@ -206,6 +206,9 @@ struct CompressionResult {
   // kCompact, on success: entries the group keeps per (layer, KV head) (num_keep, or with a
   // runtime allocation the count the backend chose); -1 when the backend did not say.
   int num_kept = -1;
+  // kEvictBlock, on success, where the backend reports them: the per-block base-score sums the
+  // choice was made from (KVCompressor::evicted_block_sums).
+  std::vector<float> block_score_sums;
 };
 
 // Whether the backend decides the kept counts of the recipe's compressions (KeepAllocation).

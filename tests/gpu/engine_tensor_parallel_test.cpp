@@ -13,6 +13,7 @@
 #include "engine_run_util.h"
 #include "engine/engine.h"
 #include "model/config.h"
+#include "policy/policy_registry.h"
 
 namespace origami {
 namespace {
@@ -141,6 +142,69 @@ TEST_F(EngineTensorParallel, ZipageCompressesEveryRankLikeOneGpu) {
     c->kv_budget = 128;
   }
   EXPECT_GT(compare_with_cpu(one, two, prompts(6, 8192), 200, "zipage 128", /*near_ties=*/false).compressions, 0);
+}
+
+// Every registered policy at TP = 2 against TP = 1 and the CPU (the policy matrix across ranks):
+// each either runs, every request to its length, the same number of compressions as TP = 1 and
+// forced log-probabilities within bf16 noise of the CPU's (mean |diff| < 0.05, as on one GPU), or is
+// refused before it runs with an error that names tensor parallelism (what is not split across
+// ranks yet: one selection over every rank's heads, head groups). PagedEviction chooses its block
+// from every rank's heads (TensorParallelBackend::execute), Fast KVzip scores with each rank's
+// slice of the gates (uniform allocation: its default global threshold is one of the refusals).
+TEST_F(EngineTensorParallel, PolicyMatrixAcrossRanks) {
+  const PolicyRegistry& registry = PolicyRegistry::builtin();
+  const auto ps = prompts(4, 8192);
+  int ran = 0, refused = 0;
+  auto configure = [](const std::string& name, EngineConfig* c) {
+    c->kv_policy = name;
+    c->kv_budget = 64;
+    if (name == "kvllm")
+      c->kv_policy_options = {{"window", "48"}, {"buffer", "8"}, {"delta", "4"}, {"chunk_budget", "6"}, {"chunk_len", "5"}};
+    if (name == "fastkvzip" || name == "kvzip") c->kv_policy_options["window"] = "16";
+    if (name == "fastkvzip") c->kv_gates = std::string(ORIGAMI_SOURCE_DIR) + "/assets/gates/origami-tiny-qwen3.safetensors";
+  };
+  auto variants = [](const std::string& name) {
+    std::vector<std::map<std::string, std::string>> v = {{}};
+    if (name == "fastkvzip") v.push_back({{"allocation", "uniform"}, {"page_aligned", "0"}});
+    return v;
+  };
+  for (const PolicyInfo& info : registry.policies()) {
+    for (const auto& extra : variants(info.name)) {
+      EngineConfig one = tiny_config(1), two = tiny_config(2);
+      configure(info.name, &one);
+      configure(info.name, &two);
+      for (const auto& [k, v] : extra) one.kv_policy_options[k] = two.kv_policy_options[k] = v;
+      std::string tag = info.name;
+      for (const auto& [k, v] : extra) tag += " " + k + "=" + v;
+      // Refused? (at engine start or at the first request)
+      auto refusal_of = [&](const EngineConfig& c) -> std::string {
+        auto engine = Engine::create(c);
+        if (!engine.has_value()) return engine.status().to_string();
+        SamplingParams greedy;
+        greedy.temperature = 0.0f;
+        greedy.max_tokens = 4;
+        auto id = (*engine)->add_request(ps[0], greedy, RequestOptions{});
+        return id.has_value() ? std::string() : id.status().to_string();
+      };
+      const std::string refusal = refusal_of(two);
+      if (!refusal.empty()) {
+        const std::string on_one = refusal_of(one);
+        std::printf("[tp matrix] %-34s refused at TP = 2%s: %.200s\n", tag.c_str(),
+                    on_one.empty() ? "" : " (and on one GPU)", refusal.c_str());
+        // Only the split may be refused here: what one GPU runs, TP = 2 runs or says why not.
+        if (on_one.empty()) {
+          EXPECT_NE(refusal.find("tensor parallelism"), std::string::npos) << tag << ": " << refusal;
+        }
+        ++refused;
+        continue;
+      }
+      std::printf("[tp matrix] %-34s runs at TP = 2\n", tag.c_str());
+      compare_with_cpu(one, two, ps, 96, tag.c_str(), /*near_ties=*/false);
+      ++ran;
+    }
+  }
+  std::printf("[tp matrix] %d configurations ran at TP = 2, %d refused\n", ran, refused);
+  EXPECT_GE(ran, 8);
 }
 
 TEST(EngineTensorParallelConfig, BadSplitsAreRefusedBeforeAllocation) {

@@ -226,3 +226,37 @@ TEST(GateWeights, SaveLoadRoundTripAndShapeErrors) {
 
 }  // namespace
 }  // namespace origami::gates
+
+namespace origami::gates {
+namespace {
+
+// A tensor-parallel rank scores its KV heads with slice_gates(): every head's score from the
+// slice equals that head's score from the whole gates, bit for bit, for every split of 4 heads.
+TEST(GateWeights, SlicedGatesScoreTheirHeadsAsTheWholeGates) {
+  GateShape shape = small_shape();
+  shape.num_kv_heads = 4;
+  const GateWeights whole = random_gates(shape, 21);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const int rows = 7;
+  std::vector<float> hidden(static_cast<size_t>(rows) * shape.hidden_size);
+  for (float& x : hidden) x = n(rng);
+  for (int layer = 0; layer < shape.num_layers; ++layer) {
+    std::vector<float> all(static_cast<size_t>(rows) * shape.num_kv_heads);
+    gate_scores(whole.shape, whole.layers[layer], hidden.data(), rows, shape.hidden_size, all.data());
+    for (const auto& [first, count] : std::vector<std::pair<int, int>>{{0, 2}, {2, 2}, {1, 3}, {3, 1}, {0, 4}}) {
+      const GateWeights part = slice_gates(whole, first, count);
+      ASSERT_EQ(part.shape.num_kv_heads, count);
+      ASSERT_EQ(part.layers.size(), whole.layers.size());
+      std::vector<float> got(static_cast<size_t>(rows) * count);
+      gate_scores(part.shape, part.layers[layer], hidden.data(), rows, shape.hidden_size, got.data());
+      for (int r = 0; r < rows; ++r)
+        for (int h = 0; h < count; ++h)
+          EXPECT_EQ(got[r * count + h], all[r * shape.num_kv_heads + first + h])
+              << "layer " << layer << " heads " << first << "+" << count << " row " << r << " head " << h;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace origami::gates

@@ -1150,8 +1150,8 @@ Status CudaBackend::configure_compression(const CompressionConfig& config) {
 
 Status CudaBackend::load_gates(const gates::GateWeights& g) {
   if (!loaded_ || kv_pool_ == nullptr) return invalid_argument("cuda backend: load_gates() before load()");
-  if (tp_.size > 1)
-    return Status(ErrorCode::kUnimplemented, "cuda backend: Fast KVzip gates with tensor parallelism are not supported");
+  // With tensor parallelism `g` is this rank's slice (TensorParallelBackend::load_gates), checked
+  // against this rank's share of the heads.
   if (Status st = gates::check_gate_shape(g, config_); !st.is_ok())
     return invalid_argument("cuda backend: " + st.message());
   if (compressor_ == nullptr || compressor_->global_scores() == nullptr)

@@ -139,6 +139,7 @@ CudaCompressor::~CudaCompressor() {
     if (s->ptr != nullptr) cudaFree(s->ptr);
   if (host_evict_meta_ != nullptr) cudaFreeHost(host_evict_meta_);
   if (host_evicted_ != nullptr) cudaFreeHost(host_evicted_);
+  if (host_block_sums_ != nullptr) cudaFreeHost(host_block_sums_);
   if (host_kept_ != nullptr) cudaFreeHost(host_kept_);
   if (ready_ != nullptr) cudaEventDestroy(ready_);
   if (done_ != nullptr) cudaEventDestroy(done_);
@@ -305,6 +306,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   const CompressionPlan evict_plan =
       plan_compression(jobs, bs, static_cast<int>(rows_max), group_size, CompressionKind::kEvictBlock);
   evicted_blocks_.assign(jobs.size(), -1);
+  evicted_block_sums_.assign(jobs.size(), {});
   // Kept counts: a uniform compaction keeps its num_keep; a joint one's count comes back with the
   // batch (account_finished_batch), 0 for one without entries.
   kept_entries_.assign(jobs.size(), -1);
@@ -399,6 +401,14 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
       ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_evict_meta_, grown));
       host_evict_meta_bytes_ = grown;
     }
+    if (static_cast<size_t>(evict_plan.num_block_sums) > host_block_sums_capacity_) {
+      if (host_block_sums_ != nullptr) cudaFreeHost(host_block_sums_);
+      host_block_sums_ = nullptr;
+      host_block_sums_capacity_ = 0;
+      const size_t grown = std::max<size_t>(static_cast<size_t>(evict_plan.num_block_sums) * 2, 256);
+      ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&host_block_sums_), grown * sizeof(float)));
+      host_block_sums_capacity_ = grown;
+    }
     if (evict_plan.descs.size() > host_evicted_capacity_) {
       if (host_evicted_ != nullptr) cudaFreeHost(host_evicted_);
       host_evicted_ = nullptr;
@@ -418,6 +428,9 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
                 evict_plan.block_sum0.size() * sizeof(int32_t));
   }
   evict_job_index_ = evict_plan.job_index;
+  evict_sum_ranges_.clear();
+  for (size_t i = 0; i < evict_plan.descs.size(); ++i)
+    evict_sum_ranges_.emplace_back(evict_plan.block_sum0[i], evict_plan.descs[i].n / bs);
 
   // After everything already queued on the backend's stream (KV writes, query capture, copies).
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_, main_stream_));
@@ -548,6 +561,9 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
                                                             chosen, stream_));
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_evicted_, chosen, evict_plan.descs.size() * sizeof(int32_t),
                                                  cudaMemcpyDeviceToHost, stream_));
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_block_sums_, block_sums_.ptr,
+                                                 static_cast<size_t>(evict_plan.num_block_sums) * sizeof(float),
+                                                 cudaMemcpyDeviceToHost, stream_));
   }
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_, stream_));
   in_flight_ = true;
@@ -576,8 +592,12 @@ Status CudaCompressor::wait() {
 
 void CudaCompressor::account_finished_batch() {
   // The batch completed: its chosen blocks have reached pinned memory.
-  for (size_t i = 0; i < evict_job_index_.size(); ++i)
+  for (size_t i = 0; i < evict_job_index_.size(); ++i) {
     evicted_blocks_[static_cast<size_t>(evict_job_index_[i])] = host_evicted_[i];
+    const auto [sum0, count] = evict_sum_ranges_[i];
+    evicted_block_sums_[static_cast<size_t>(evict_job_index_[i])].assign(host_block_sums_ + sum0,
+                                                                         host_block_sums_ + sum0 + count);
+  }
   // Its joint counts too (the kernels never exceed a job's num_keep: kept_count()).
   for (const auto& [job, at] : joint_kept_index_) kept_entries_[static_cast<size_t>(job)] = host_kept_[at];
   float ms = 0.0f;

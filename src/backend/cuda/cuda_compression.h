@@ -180,6 +180,11 @@ class CudaCompressor : public KVCompressor {
   int32_t* host_evicted_ = nullptr;  // pinned, one per block eviction of the batch
   size_t host_evicted_capacity_ = 0;
   std::vector<int32_t> evict_job_index_;  // per block eviction of the batch: its job index
+  // Per block eviction of the batch: its block sums' offset and count, copied with the batch into
+  // host_block_sums_ (pinned) and reported as evicted_block_sums().
+  std::vector<std::pair<int32_t, int32_t>> evict_sum_ranges_;
+  float* host_block_sums_ = nullptr;
+  size_t host_block_sums_capacity_ = 0;
 };
 
 }  // namespace origami::cuda

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <numeric>
 
+#include "backend/cpu/block_eviction.h"
+#include "gates/gate_weights.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/check.h"
 
@@ -192,6 +194,7 @@ Status TensorParallelBackend::allocate_kv_cache(const KVLayout& layout) {
   rank_layout.groups[0].kv_heads.resize(rank_layout.num_kv_heads);
   std::iota(rank_layout.groups[0].kv_heads.begin(), rank_layout.groups[0].kv_heads.end(), 0);
   compressor_.reset();
+  kv_layout_ = layout;
   return run([&](int r) { return ranks_[r]->allocate_kv_cache(rank_layout); });
 }
 
@@ -200,8 +203,9 @@ Status TensorParallelBackend::execute(const ForwardBatch& batch, StepOutput* out
   const Status st = run([&](int r) { return ranks_[r]->execute(batch, &outs[r]); });
   // The step's results are rank 0's (every rank sampled the same tokens), except compressions:
   // one finishes when its last rank does.
-  // A block eviction (PagedEviction) drops the block rank 0 chose from its own heads' scores: no
-  // entry moves, so every rank's pool stays consistent with the one table whichever block goes.
+  // A block eviction (PagedEviction) drops the block with the lowest mean score over every rank's
+  // heads: the ranks' per-block sums added (no entry moves, so every rank's pool stays consistent
+  // with the one table whichever block goes; a rank that reported no sums leaves rank 0's choice).
   std::vector<CompressionResult> finished;
   for (int r = 0; r < size(); ++r) {
     for (CompressionResult& c : outs[r].finished_compressions) {
@@ -209,11 +213,26 @@ Status TensorParallelBackend::execute(const ForwardBatch& batch, StepOutput* out
       ++p.ranks;
       if (p.status.is_ok() && !c.status.is_ok()) p.status = c.status;
       if (r == 0) p.evicted_block = c.evicted_block;
+      if (!c.block_score_sums.empty()) {
+        if (p.block_sums.empty()) p.block_sums.assign(c.block_score_sums.size(), 0.0);
+        if (p.block_sums.size() == c.block_score_sums.size()) {
+          for (size_t b = 0; b < p.block_sums.size(); ++b) p.block_sums[b] += c.block_score_sums[b];
+          ++p.ranks_with_sums;
+        }
+      }
       if (p.ranks == size()) {
         CompressionResult done;
         done.request_id = c.request_id;
         done.status = p.status;
         done.evicted_block = p.evicted_block;
+        if (p.status.is_ok() && p.ranks_with_sums == size() && p.block_sums.size() >= 3) {
+          // Means as the single-GPU choice takes them: over layers x every KV head x block size.
+          const double count = static_cast<double>(kv_layout_.num_layers) * kv_layout_.num_kv_heads *
+                               kv_layout_.block_size;
+          std::vector<double> means(p.block_sums.size());
+          for (size_t b = 0; b < means.size(); ++b) means[b] = p.block_sums[b] / count;
+          done.evicted_block = cpu::pick_evicted_block(means);
+        }
         finished.push_back(std::move(done));
         partly_finished_.erase(c.request_id);
       }
@@ -245,6 +264,15 @@ Status TensorParallelBackend::configure_compression(const CompressionConfig& con
 }
 
 KVCompressor* TensorParallelBackend::compressor() { return compressor_.get(); }
+
+Status TensorParallelBackend::load_gates(const gates::GateWeights& gates) {
+  const int heads = gates.shape.num_kv_heads;
+  if (heads % size() != 0)
+    return invalid_argument("tensor parallelism: the gates' " + std::to_string(heads) + " KV heads do not split over " +
+                            std::to_string(size()) + " ranks");
+  const int per_rank = heads / size();
+  return run([&](int r) { return ranks_[r]->load_gates(gates::slice_gates(gates, r * per_rank, per_rank)); });
+}
 
 size_t TensorParallelBackend::query_slot_bytes(int max_window) const {
   // Each rank keeps the queries of its own heads.

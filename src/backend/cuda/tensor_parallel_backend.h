@@ -66,10 +66,9 @@ class TensorParallelBackend : public Backend {
   Status configure_compression(const CompressionConfig& config) override;
   size_t query_slot_bytes(int max_window) const override;
   KVCompressor* compressor() override;
-  // Each rank would need its KV heads' share of the gates: not done.
-  Status load_gates(const gates::GateWeights&) override {
-    return Status(ErrorCode::kUnimplemented, "cuda backend: Fast KVzip gates with tensor parallelism are not supported");
-  }
+  // Each rank gets its KV heads' slice of the gates (gates::slice_gates): a head's score depends on
+  // its own gate rows and the full hidden state, which every rank has.
+  Status load_gates(const gates::GateWeights& gates) override;
 
   int size() const { return static_cast<int>(ranks_.size()); }
   CudaBackend& rank(int r) { return *ranks_[r]; }
@@ -88,11 +87,14 @@ class TensorParallelBackend : public Backend {
   std::unique_ptr<RankThreads> threads_;
   std::vector<std::unique_ptr<CudaBackend>> ranks_;
   std::unique_ptr<Compressor> compressor_;
+  KVLayout kv_layout_;  // the whole (all-heads) layout
   // Compressions some ranks have reported finished: how many, the first error, rank 0's block.
   struct PartlyFinished {
     int ranks = 0;
     Status status;
     int evicted_block = -1;
+    std::vector<double> block_sums;  // block evictions: every rank's per-block sums added
+    int ranks_with_sums = 0;
   };
   std::map<uint64_t, PartlyFinished> partly_finished_;
 };
