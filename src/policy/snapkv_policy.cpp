@@ -18,11 +18,12 @@ std::vector<PolicyOptionSpec> snapkv_option_specs(bool chunk_default, const std:
                    "prefill_chunk_compression: each chunk keeps budget x (1 + chunk_slack) entries and the prompt's "
                    "end keeps the budget, scored by the prompt's last window (its question); peak KV: budget x "
                    "(1 + chunk_slack) + one chunk"),
-      enum_option(kChunkScoreOption, chunk_score_default, {"window", "keydiff", "knorm", "keydiff_nopool", "knorm_nopool"},
-                  "prefill_chunk_compression: the score of a chunk's compression before the prompt's end: `window` "
-                  "(the chunk's last window of queries, as the prompt's end) or a score no question is needed for: "
-                  "`keydiff` (keys least like the mean key) or `knorm` (small key norms); the prompt's end always "
-                  "re-scores the kept entries with its own last window"),
+      enum_option(kChunkScoreOption, chunk_score_default, {"window", "keydiff", "knorm"},
+                  "prefill_chunk_compression: the score of a chunk's compression before the prompt's end, which "
+                  "must keep what a question not yet read may ask for: `window` (the chunk's last window of "
+                  "queries, as at the prompt's end), `keydiff` (keys least like the mean key) or `knorm` (small "
+                  "key norms), pooled as the window's score is; the prompt's end re-scores what the chunks kept "
+                  "with its own last window (its question)"),
       int_option("window", 32, 1, 1024, "observation window: the last prompt tokens whose queries score the rest (always kept)"),
       int_option("kernel", 7, 1, 63, "pooling kernel along the sequence (odd; 1 = no pooling)"),
       enum_option("pool_type", "max", {"max", "avg"}, "pooling: max or average"),
@@ -49,10 +50,11 @@ Expected<ScoreRecipe> snapkv_recipe(const std::string& policy, const PolicyOptio
 ScoreRecipe snapkv_chunk_recipe(const ScoreRecipe& recipe, const PolicyOptions& options) {
   const std::string score = options.get(kChunkScoreOption);
   if (score == "window") return recipe;
-  // The same protection (window, sinks) and pooling, a base score that needs no queries.
+  // The same protection (window, sinks) and pooling around a base score that reads no queries: a
+  // chunk's window has not seen the question, so what it attends to says little about what the
+  // question will need, while a distinctive key (KeyDiff) is what a question about a detail asks for.
   ScoreRecipe chunk = recipe;
-  chunk.scorer = score.rfind("keydiff", 0) == 0 ? Scorer::kKeyDiff : Scorer::kKeyNorm;
-  if (score.find("_nopool") != std::string::npos) chunk.pool_kernel = 0;
+  chunk.scorer = score == "keydiff" ? Scorer::kKeyDiff : Scorer::kKeyNorm;
   return chunk;
 }
 
