@@ -22,7 +22,9 @@ CompressionJob compression_job(const Request& r) {
   job.first_compression = c.src_first_compression;
   // Nothing is computed while a compression is pending or in flight: the length it started at.
   job.num_positions = r.num_computed_tokens;
-  job.recipe = &c.policy->score_recipe();
+  // A prefill chunk before the prompt's end is scored by the policy's chunk score (its question has
+  // not arrived); the prompt's end and everything after by its own.
+  job.recipe = c.src_chunk ? &c.policy->chunk_score_recipe() : &c.policy->score_recipe();
   // A runtime allocation: the backend selects the request's groups jointly at this average; a
   // group may keep up to all of its entries (its destination is its whole table).
   if (c.runtime_allocated() && job.kind == CompressionKind::kCompact) {

@@ -22,14 +22,15 @@ void register_adakv_policy(PolicyRegistry* registry) {
   info.summary =
       "AdaKV: SnapKV's score, the budget allocated per layer at run time (one top-k over the layer's heads, "
       "alpha_safe floor per head)";
-  info.options = snapkv_option_specs(/*chunk_default=*/false, /*slack_default=*/"0");
+  info.options = snapkv_option_specs(/*chunk_default=*/false, /*slack_default=*/"0", /*chunk_score_default=*/"window");
   info.options.push_back(alpha_safe_option());
   info.options.push_back(page_aligned_option());
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ORIGAMI_ASSIGN_OR_RETURN(ScoreRecipe recipe, snapkv_recipe(name, options));
     recipe.allocation = KeepAllocation::kLayer;
     apply_runtime_allocation_options(options, &recipe);
-    return std::unique_ptr<KVPolicy>(new RecipePolicy(name, options, CompressionTrigger::kPrefillEnd, recipe));
+    return std::unique_ptr<KVPolicy>(new RecipePolicy(name, options, CompressionTrigger::kPrefillEnd, recipe,
+                                                      snapkv_chunk_recipe(recipe, options), BudgetSplit::kUniform));
   };
   ORIGAMI_CHECK(registry->add(std::move(info)).is_ok());
 }

@@ -64,6 +64,9 @@ inline constexpr const char* kPrefillChunkCompressionOption = "prefill_chunk_com
 // Prefill-end policies compressed chunk by chunk: each chunk keeps budget x (1 + chunk_slack)
 // entries, and the prompt's end (whose window holds the question) keeps the budget.
 inline constexpr const char* kChunkSlackOption = "chunk_slack";
+// Prefill-end policies compressed chunk by chunk: the score of a chunk's compression (the prompt's
+// end is always scored by the policy's own recipe, whose window holds the question).
+inline constexpr const char* kChunkScoreOption = "chunk_score";
 
 class KVPolicy {
  public:
@@ -88,6 +91,11 @@ class KVPolicy {
   virtual PolicyNeeds needs() const = 0;
   // Its score. Entries the recipe protects (window, sinks) are always kept.
   virtual const ScoreRecipe& score_recipe() const = 0;
+  // The score of a compression at the end of a prefill chunk that is not the prompt's last
+  // (prefill_chunk_compression under a prefill-end trigger): what must survive until a question
+  // that has not arrived yet; by default score_recipe(). It reads nothing score_recipe() does not
+  // provide for (needs() describes score_recipe()).
+  virtual const ScoreRecipe& chunk_score_recipe() const { return score_recipe(); }
   // Budget (tokens of KV per request) when neither the request nor the engine sets one.
   virtual int default_budget() const { return 2048; }
   // Whether a budget means anything to it. A compressing policy whose compressions keep a count

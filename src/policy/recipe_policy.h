@@ -1,6 +1,8 @@
 #pragma once
 // The shape every built-in policy takes: a trigger plus a ScoreRecipe, with its needs read off
 // the recipe. A policy file only declares its options and maps them onto a recipe.
+#include <optional>
+
 #include "policy/kv_policy.h"
 
 namespace origami {
@@ -10,6 +12,12 @@ class RecipePolicy : public KVPolicy {
   RecipePolicy(std::string name, PolicyOptions options, CompressionTrigger trigger, ScoreRecipe recipe,
                BudgetSplit split = BudgetSplit::kUniform)
       : KVPolicy(std::move(name), std::move(options)), trigger_(trigger), recipe_(recipe), split_(split) {}
+  // A prefill-end policy whose intermediate prefill chunks are scored by `chunk_recipe`
+  // (KVPolicy::chunk_score_recipe; it must need nothing `recipe` does not).
+  RecipePolicy(std::string name, PolicyOptions options, CompressionTrigger trigger, ScoreRecipe recipe,
+               ScoreRecipe chunk_recipe, BudgetSplit split)
+      : KVPolicy(std::move(name), std::move(options)), trigger_(trigger), recipe_(recipe), chunk_recipe_(chunk_recipe),
+        split_(split) {}
 
   CompressionTrigger trigger() const override { return trigger_; }
   BudgetSplit budget_split() const override { return split_; }
@@ -25,10 +33,12 @@ class RecipePolicy : public KVPolicy {
     return n;
   }
   const ScoreRecipe& score_recipe() const override { return recipe_; }
+  const ScoreRecipe& chunk_score_recipe() const override { return chunk_recipe_ ? *chunk_recipe_ : recipe_; }
 
  private:
   CompressionTrigger trigger_;
   ScoreRecipe recipe_;
+  std::optional<ScoreRecipe> chunk_recipe_;  // none: recipe_ scores every compression
   BudgetSplit split_;
 };
 

@@ -17,11 +17,12 @@ void register_tangram_policy(PolicyRegistry* registry) {
   info.summary =
       "TANGRAM: SnapKV's score under calibrated per-head budgets (--kv-head-budgets), each prefill chunk "
       "compressed as produced, every head group's pages reserved at admission";
-  info.options = snapkv_option_specs(/*chunk_default=*/true, /*slack_default=*/"0");
+  info.options = snapkv_option_specs(/*chunk_default=*/true, /*slack_default=*/"0", /*chunk_score_default=*/"keydiff");
   info.build = [](const std::string& name, const PolicyOptions& options) -> Expected<std::unique_ptr<KVPolicy>> {
     ORIGAMI_ASSIGN_OR_RETURN(ScoreRecipe recipe, snapkv_recipe(name, options));
     return std::unique_ptr<KVPolicy>(
-        new RecipePolicy(name, options, CompressionTrigger::kPrefillEnd, recipe, BudgetSplit::kCalibrated));
+        new RecipePolicy(name, options, CompressionTrigger::kPrefillEnd, recipe,
+                                                      snapkv_chunk_recipe(recipe, options), BudgetSplit::kCalibrated));
   };
   ORIGAMI_CHECK(registry->add(std::move(info)).is_ok());
 }

@@ -130,7 +130,10 @@ bool reached_compression_trigger(Request& request, int block_size, long long ste
   const bool chunk_rule = prefill_chunk_applies(s);
   const TriggerDecision d = chunk_rule ? prefill_chunk_due(s) : c.policy->compression_due(s);
   if (d.prefill_checked) c.prefill_checked = true;
-  if (d.compress) c.pending_kind = d.evict_block ? CompressionKind::kEvictBlock : CompressionKind::kCompact;
+  if (d.compress) {
+    c.pending_kind = d.evict_block ? CompressionKind::kEvictBlock : CompressionKind::kCompact;
+    c.pending_chunk = chunk_rule && c.trigger == CompressionTrigger::kPrefillEnd;
+  }
   if (d.compress && d.num_keep >= 0) {
     c.num_keep = d.num_keep;
   } else if (d.compress && c.trigger == CompressionTrigger::kPrefillEnd) {

@@ -55,6 +55,9 @@ struct RequestCompression {
   bool pending = false;          // reached its trigger; waits (unscheduled) until compressed
   // What the pending compression does: compact, or drop one whole block (PagedEviction's decode).
   CompressionKind pending_kind = CompressionKind::kCompact;
+  // The pending compression ends a prefill chunk before the prompt's end (the chunk rule): it is
+  // scored by the policy's chunk_score_recipe().
+  bool pending_chunk = false;
   bool in_flight = false;        // a compression of this request is running in the backend
   // Switched to its compacted table when the compression started, ahead of a backend that
   // compacts before the step's forward pass (SchedulerConfig::compress_before_forward); the
@@ -68,6 +71,7 @@ struct RequestCompression {
   int src_scored_entries = 0;     // num_scored_entries when it started
   int src_query_slot = -1;        // the slot holding its window's queries
   bool src_first_compression = true;
+  bool src_chunk = false;  // pending_chunk when it started
   std::vector<BlockId> dst_blocks;
   std::vector<BlockId> next_table;
   CompressionKind src_kind = CompressionKind::kCompact;

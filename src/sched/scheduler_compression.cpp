@@ -33,6 +33,7 @@ bool Scheduler::try_start_block_eviction(Request* request) {
   c.src_scored_entries = 0;
   c.src_query_slot = -1;
   c.src_first_compression = !c.compressed();
+  c.src_chunk = false;
   c.dst_blocks.clear();
   c.next_table.clear();
   c.jobs_in_flight = 1;
@@ -213,6 +214,7 @@ bool Scheduler::try_start_compression(Request* request) {
   c.src_scored_entries = c.num_scored_entries;
   c.src_query_slot = c.query_slot;
   c.src_first_compression = !c.compressed();
+  c.src_chunk = c.pending_chunk;
   c.jobs_in_flight = 1;
   if (num_groups > 1) {
     c.jobs_in_flight = 0;

@@ -42,7 +42,9 @@
 // 24 tokens shared by the requests, so some are shorter than the window) for `zipage-attn`,
 // `keydiff` and `snapkv` (budget 64, compressing whenever a chunk leaves more than 64 entries),
 // with long prompts: the kept set after each chunk must be the brute-force top k over the entries
-// the cache holds then, computed the same way.
+// the cache holds then, computed the same way; and `snapkv` with `chunk_score=keydiff`, whose
+// compressions before the prompt's end must keep the pooled KeyDiff top k and whose compression at
+// the prompt's end the pooled attention top k of the prompt's last window.
 // Query slot rows are keyed by logical position: the query of position p is at row p % max_window.
 #include <algorithm>
 #include <cmath>
@@ -87,6 +89,9 @@ struct BruteRecipe {
   bool accumulate = false;    // H2O: S is added to the entry's score from earlier compressions
   double recent_ratio = 0.0;  // the last floor(ratio * kKeep) entries are kept too
   bool kara = false;          // kvllm: Kara's window score and Token2Chunk, with kKaraOptions (no budget)
+  // Prefill-end policies compressed chunk by chunk (chunk_score=keydiff): a compression before the
+  // prompt's end is scored by KeyDiff (pooled as the policy pools), the prompt's end by attention.
+  bool chunk_keydiff = false;
 
   int tail() const { return std::max(window, static_cast<int>(recent_ratio * kKeep)); }
 };
@@ -139,6 +144,11 @@ BruteRecipe snapkv_recipe() {
   r.window = 32;
   r.pool_kernel = 7;
   r.pool_first_only = false;  // pooling is part of SnapKV's score at every compression (chunked prompts)
+  return r;
+}
+BruteRecipe snapkv_chunk_keydiff_recipe() {
+  BruteRecipe r = snapkv_recipe();
+  r.chunk_keydiff = true;
   return r;
 }
 BruteRecipe kvllm_recipe() {
@@ -342,8 +352,10 @@ class BruteForce {
         t.pre_keys[h].emplace_back(k, k + d_);
       }
       std::vector<double> s(static_cast<size_t>(n), 0.0);
-      if (!recipe_.attention) s = keydiff(t, h, n);
-      for (int i = 0; recipe_.attention && i < w; ++i) {
+      // chunk_keydiff: a chunk before the prompt's end (its question) is scored without queries.
+      const bool attention = recipe_.attention && !(recipe_.chunk_keydiff && t.num_computed < t.prompt_length);
+      if (!attention) s = keydiff(t, h, n);
+      for (int i = 0; attention && i < w; ++i) {
         const int visible = n - w + i + 1;
         const std::vector<double>& q = query(t, t.num_computed - w + i);
         std::vector<double> best(static_cast<size_t>(visible), 0.0);
@@ -364,7 +376,7 @@ class BruteForce {
         }
         for (int e = 0; e < visible; ++e) s[e] += best[e];
       }
-      if (recipe_.attention)
+      if (attention)
         for (double& v : s) v /= w;
       if (recipe_.accumulate) {  // H2O: + the score the entry's logical position accumulated so far
         const std::map<int, double>& acc = t.accumulated[h];
@@ -649,6 +661,7 @@ void run_setup(const EngineSetup& setup, const std::vector<int>& prompt_lengths,
   if (setup.chunk > 0) {
     c.max_num_batched_tokens = setup.chunk;
     chunk_options = {{"prefill_chunk_compression", "1"}};
+    if (setup.recipe.chunk_keydiff) chunk_options["chunk_score"] = "keydiff";
     if (!setup.policy_per_request) c.kv_policy_options = chunk_options;
   }
   auto engine = make_engine(c);
@@ -778,7 +791,9 @@ TEST(EngineCompressionBruteForce, PrefillChunkCompressionKeepsTheBruteForceTopKA
   for (const EngineSetup& setup :
        {EngineSetup{"zipage-attn, prefill chunk compression, engine default", false, zipage_attn_recipe(), 24},
         EngineSetup{"keydiff, prefill chunk compression, eval setup", true, keydiff_recipe(), 24},
-        EngineSetup{"snapkv, prefill chunk compression, eval setup", true, snapkv_recipe(), 24}}) {
+        EngineSetup{"snapkv, prefill chunk compression, eval setup", true, snapkv_recipe(), 24},
+        EngineSetup{"snapkv, prefill chunk compression, chunks scored by keydiff, eval setup", true,
+                    snapkv_chunk_keydiff_recipe(), 24}}) {
     Stats stats;
     run_setup(setup, prompt_lengths, num_tokens, &stats);
     ASSERT_FALSE(HasFailure()) << setup.name;

@@ -6,7 +6,8 @@
 //  - Its budget is the average per (layer, KV head): at 64, every job keeps its group's share
 //    (32 or 96 entries), prompts are compressed chunk by chunk, and after the prompt every group's
 //    table holds its own keep plus the tokens computed since; no group ever holds more blocks than
-//    it was reserved at admission, nothing is preempted, every block comes back.
+//    it was reserved at admission, nothing is preempted, every block comes back. The chunks before
+//    a prompt's end are scored by KeyDiff (chunk_score's default), the prompt's end by its window.
 //  - A request's own budget file (kv_head_budgets) under the engine's fixed groups: each group
 //    takes its heads' largest ratio from that file; errors name the file or what is missing.
 //  - Calibrated budgets under `zipage` (decode-time compression): every job keeps its group's
@@ -29,12 +30,14 @@ class JobRecorder : public CpuBackendWrapper {
  public:
   JobRecorder() : CpuBackendWrapper("cpu") {}
   Status execute(const ForwardBatch& batch, StepOutput* out) override {
-    for (const CompressionJob& job : batch.compressions) jobs.push_back({job.group, job.num_entries, job.num_keep, job.num_positions, job.request_id});
+    for (const CompressionJob& job : batch.compressions)
+      jobs.push_back({job.group, job.num_entries, job.num_keep, job.num_positions, job.request_id, job.recipe->scorer});
     return inner_->execute(batch, out);
   }
   struct Job {
     int group, entries, keep, positions;
     uint64_t request_id;
+    Scorer scorer;
   };
   std::vector<Job> jobs;
 };
@@ -123,9 +126,14 @@ TEST(Tangram, EachGroupKeepsItsShareOfTheAverageWithinItsReservation) {
   for (const JobRecorder::Job& j : jobs->jobs) {
     EXPECT_EQ(j.keep, j.group % 2 == 0 ? 32 : 96) << "group " << j.group;
     EXPECT_GT(j.entries, j.keep);
-    mid_prompt += j.positions < engine.request(j.request_id)->num_prompt_tokens() ? 1 : 0;
+    const bool chunk = j.positions < engine.request(j.request_id)->num_prompt_tokens();
+    mid_prompt += chunk ? 1 : 0;
+    // chunk_score=keydiff (the default): a chunk before the question is scored by KeyDiff, the
+    // prompt's end by its window's attention.
+    EXPECT_EQ(j.scorer, chunk ? Scorer::kKeyDiff : Scorer::kAttention) << "positions " << j.positions;
   }
   EXPECT_GT(mid_prompt, 0) << "prompts must be compressed chunk by chunk";
+  EXPECT_LT(mid_prompt, static_cast<int>(jobs->jobs.size())) << "every prompt's end compresses too";
   EXPECT_EQ(engine.metrics().num_preemptions, 0);
   EXPECT_EQ(engine.num_kv_blocks_used(), 0) << "KV blocks leaked";
 }

@@ -389,5 +389,34 @@ TEST(PolicyRegistry, PrefillChunkCompressionRules) {
   EXPECT_FALSE(prefill_chunk_due(s).compress);
 }
 
+// chunk_score: a prompt's intermediate chunks are scored without the question (tangram: KeyDiff by
+// default), its end by the policy's own window attention; `window` keeps one recipe throughout.
+TEST(PolicyRegistry, ChunkScoreRecipes) {
+  auto tangram = make("tangram");
+  EXPECT_EQ(tangram->options().get(kChunkScoreOption), "keydiff");
+  EXPECT_EQ(tangram->score_recipe().scorer, Scorer::kAttention);
+  EXPECT_EQ(tangram->chunk_score_recipe().scorer, Scorer::kKeyDiff);
+  // Everything but the base score is the window's recipe: protection and pooling alike.
+  EXPECT_EQ(tangram->chunk_score_recipe().window, tangram->score_recipe().window);
+  EXPECT_EQ(tangram->chunk_score_recipe().pool_kernel, 7);
+  EXPECT_FALSE(tangram->chunk_score_recipe().pool_first_only);
+  EXPECT_TRUE(tangram->needs().window_queries);  // the prompt's end still reads its window
+  EXPECT_EQ(make("tangram", {{"chunk_score", "knorm"}})->chunk_score_recipe().scorer, Scorer::kKeyNorm);
+  EXPECT_EQ(make("tangram", {{"chunk_score", "window"}})->chunk_score_recipe().scorer, Scorer::kAttention);
+  for (const std::string name : {"snapkv", "adakv"}) {
+    auto p = make(name);
+    EXPECT_EQ(p->options().get(kChunkScoreOption), "window") << name;
+    EXPECT_EQ(p->chunk_score_recipe().scorer, Scorer::kAttention) << name;
+    EXPECT_EQ(make(name, {{"chunk_score", "keydiff"}})->chunk_score_recipe().scorer, Scorer::kKeyDiff) << name;
+  }
+  // adakv's chunks keep its runtime allocation.
+  EXPECT_EQ(make("adakv", {{"chunk_score", "keydiff"}})->chunk_score_recipe().allocation, KeepAllocation::kLayer);
+  // Policies without the option score every compression with one recipe.
+  auto keydiff = make("keydiff");
+  EXPECT_EQ(&keydiff->chunk_score_recipe(), &keydiff->score_recipe());
+  const std::string bad = error_of("tangram", {{"chunk_score", "question"}});
+  EXPECT_NE(bad.find("chunk_score"), std::string::npos) << bad;
+}
+
 }  // namespace
 }  // namespace origami
