@@ -122,21 +122,8 @@ constexpr int kNumBlocks = 256;
 
 std::string tiny_dir() { return testing::shared_dir() + "/models/origami-tiny-qwen3"; }
 
-struct Model {
-  ModelConfig config;
-  ModelWeights weights;
-};
-
-Model load(const std::string& dir) {
-  Model m;
-  auto config = load_model_config(dir);
-  EXPECT_TRUE(config.has_value()) << config.status().to_string();
-  m.config = *config;
-  auto weights = load_model_weights(dir, m.config);
-  EXPECT_TRUE(weights.has_value()) << weights.status().to_string();
-  m.weights = std::move(weights).value();
-  return m;
-}
+using testing::Model;
+Model load(const std::string& dir) { return testing::load_model(dir); }
 
 std::unique_ptr<Backend> make(const Model& m, const std::string& device, bool fp8, bool graphs = true,
                               bool kv_fp8 = false) {

@@ -14,6 +14,8 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "model/config.h"
+#include "model/weights.h"
 #include "core/dtype.h"
 
 namespace origami::cuda::testing {
@@ -23,6 +25,22 @@ namespace origami::cuda::testing {
 inline std::string shared_dir() {
   if (const char* env = std::getenv("ORIGAMI_SHARED_DIR"); env != nullptr && env[0] != '\0') return env;
   return ORIGAMI_SHARED_DIR;
+}
+
+// A model's config and weights, loaded from `dir` (a failure fails the test).
+struct Model {
+  ModelConfig config;
+  ModelWeights weights;
+};
+inline Model load_model(const std::string& dir) {
+  Model m;
+  auto config = load_model_config(dir);
+  EXPECT_TRUE(config.has_value()) << config.status().to_string();
+  if (config.has_value()) m.config = *config;
+  auto weights = load_model_weights(dir, m.config);
+  EXPECT_TRUE(weights.has_value()) << weights.status().to_string();
+  if (weights.has_value()) m.weights = std::move(weights).value();
+  return m;
 }
 
 // Sizes a test sweeps: `full` normally, `small` when ORIGAMI_GPU_TEST_SIZES=small. The

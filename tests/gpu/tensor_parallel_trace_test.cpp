@@ -47,22 +47,8 @@ int gpu_count() {
   return n;
 }
 
-struct Model {
-  ModelConfig config;
-  ModelWeights weights;
-};
-
-Model load_tiny() {
-  Model m;
-  const std::string dir = cuda::testing::shared_dir() + "/models/origami-tiny-qwen3";
-  auto config = load_model_config(dir);
-  EXPECT_TRUE(config.has_value()) << config.status().to_string();
-  m.config = *config;
-  auto weights = load_model_weights(dir, m.config);
-  EXPECT_TRUE(weights.has_value()) << weights.status().to_string();
-  m.weights = std::move(weights).value();
-  return m;
-}
+using cuda::testing::Model;
+Model load_tiny() { return cuda::testing::load_model(cuda::testing::shared_dir() + "/models/origami-tiny-qwen3"); }
 
 // One traced path: the logits and one trace per rank.
 struct Path {

@@ -150,7 +150,7 @@ class CudaBackend : public Backend {
   bf16* projection_out(int num_tokens) const { return peer_reduces(num_tokens) ? peer_->partial() : delta_; }
   bool peer_reduces(int num_tokens) const { return peer_ != nullptr && peer_->covers(num_tokens); }
   // residual += the ranks' sum of the last projection_out() (none at the first layer: has_delta
-  // false); normed_ = rmsnorm(residual) * weight. `sublayer` is the trace's slot of the delta.
+  // false); normed_ = rmsnorm(residual) * weight. `traced`: the trace's slot of that delta, or null.
   void add_rmsnorm(bool has_delta, const bf16* weight, int num_tokens, LayerTrace::Sublayer* traced);
   // Trace: this rank's partial sum of `w` over x, in fp32 and as the step has it in `partial`.
   void trace_partial(const bf16* x, int k, const LinearWeights& w, int num_tokens, const bf16* partial,

@@ -1,5 +1,6 @@
 // Element-wise kernels of the CUDA backend. Arithmetic is fp32; storage is bf16 except the
 // residual stream, which stays fp32 so that 30-60 layers of additions do not lose precision.
+#include "backend/cuda/block_reduce.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise_kernels.h"
 
@@ -9,23 +10,6 @@ namespace {
 constexpr int kNormThreads = 256;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
-
-// Sum over the block; every thread gets the result. `scratch` holds one float per warp.
-__device__ float block_sum(float v, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = (blockDim.x + 31) >> 5;
-  v = warp_sum(v);
-  __syncthreads();  // scratch may still be read by a previous call
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < num_warps; ++w) total += scratch[w];
-  return total;
-}
 
 __global__ void embedding_gather_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
                                         int hidden, float* __restrict__ residual) {

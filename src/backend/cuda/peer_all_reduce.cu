@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/block_reduce.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "core/check.h"
 
@@ -33,16 +34,6 @@ __device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
-}
-
-__device__ float block_sum(float v, float* scratch) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  __syncthreads();  // scratch may still be read by the previous row
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
-  return total;
 }
 
 __global__ void __launch_bounds__(kThreads) peer_reduce_add_rmsnorm_kernel(ReduceArgs a) {
@@ -127,7 +118,10 @@ bool PeerAllReduce::peers_reachable(int num_devices) {
 }
 
 Status PeerAllReduce::init(PeerReduceGroup* group, int rank, int hidden) {
-  if (hidden % 8 != 0 || rank < 0 || rank >= group->size || group->size > kPeerReduceMaxRanks)
+  if (group->size > kPeerReduceMaxRanks || rank < 0 || rank >= group->size)
+    return invalid_argument("peer all-reduce: rank " + std::to_string(rank) + " of " + std::to_string(group->size) +
+                            " (at most " + std::to_string(kPeerReduceMaxRanks) + " ranks)");
+  if (hidden % 8 != 0)
     return invalid_argument("peer all-reduce: hidden size " + std::to_string(hidden) + " is not a multiple of 8");
   int device = 0;
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
