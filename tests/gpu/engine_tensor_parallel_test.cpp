@@ -162,9 +162,10 @@ TEST_F(EngineTensorParallel, PolicyMatrixAcrossRanks) {
   auto configure = [](const std::string& name, EngineConfig* c) {
     c->kv_policy = name;
     c->kv_budget = 64;
-    if (name == "kvllm") c->kv_budget = 0;  // it keeps a ratio of a sliding window, no budget
-    if (name == "kvllm")
+    if (name == "kvllm") {
+      c->kv_budget = 0;  // it keeps a ratio of a sliding window, no budget
       c->kv_policy_options = {{"window", "48"}, {"buffer", "8"}, {"delta", "4"}, {"chunk_budget", "6"}, {"chunk_len", "5"}};
+    }
     if (name == "fastkvzip" || name == "kvzip") c->kv_policy_options["window"] = "16";
     if (name == "fastkvzip") c->kv_gates = std::string(ORIGAMI_SOURCE_DIR) + "/assets/gates/origami-tiny-qwen3.safetensors";
   };
