@@ -81,6 +81,10 @@ Comparison compare_with_cpu(EngineConfig one, EngineConfig two, const std::vecto
   const RunResult b = run(two, ps, max_tokens);
   EXPECT_EQ(b.compressions, a.compressions) << tag;
   r.compressions = b.compressions;
+  if (a.compressions > 0)
+    std::printf("[tp] %s: %lld compressions; pages kept after them TP=1 %lld, TP=2 %lld\n", tag,
+                static_cast<long long>(a.compressions), static_cast<long long>(a.kept_pages),
+                static_cast<long long>(b.kept_pages));
   // Noise: every path teacher-forced on TP = 1's outputs.
   const RunResult fc = run(cpu, ps, max_tokens, &a.tokens);
   const RunResult f1 = run(one, ps, max_tokens, &a.tokens);
@@ -152,9 +156,10 @@ TEST_F(EngineTensorParallel, ZipageCompressesEveryRankLikeOneGpu) {
 // each either runs, every request to its length, the same number of compressions as TP = 1 and
 // forced log-probabilities within bf16 noise of the CPU's (mean |diff| < 0.05, as on one GPU), or is
 // refused before it runs with an error that names tensor parallelism (what is not split across
-// ranks yet: one selection over every rank's heads, head groups). PagedEviction chooses its block
-// from every rank's heads (TensorParallelBackend::execute), Fast KVzip scores with each rank's
-// slice of the gates (uniform allocation: its default global threshold is one of the refusals).
+// ranks yet: head groups). PagedEviction chooses its block from every rank's heads
+// (TensorParallelBackend::execute), Fast KVzip scores with each rank's slice of the gates, and
+// the runtime allocations (adakv, Fast KVzip's global threshold) select over every rank's heads
+// (CudaCompressor::set_tensor_parallel): ranks that kept different counts fail the request.
 TEST_F(EngineTensorParallel, PolicyMatrixAcrossRanks) {
   const PolicyRegistry& registry = PolicyRegistry::builtin();
   const auto ps = prompts(4, 8192);

@@ -131,7 +131,7 @@ CudaCompressor::~CudaCompressor() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   release();
   for (Scratch* s : {&scores_, &final_, &redundancy_, &norms_, &z_, &lse_, &keep_, &joint_guaranteed_, &joint_cut_,
-                     &joint_head_counts_, &kept_counts_})
+                     &joint_head_counts_, &kept_counts_, &gathered_, &wide_final_})
     if (s->ptr != nullptr) cudaFree(s->ptr);
   if (dev_meta_ != nullptr) cudaFree(dev_meta_);
   if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
@@ -303,6 +303,28 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
       parts.push_back(std::move(part));
     }
   }
+  // Tensor parallelism, a joint batch: the selection runs over every rank's heads. Its descriptors
+  // address a wide copy of the scored rows, (layer, global KV head) of every job, built from the
+  // ranks' gathered rows; the same jobs, so its kept counts land where the local selection reads.
+  const int tp_size = tp_comms_ != nullptr ? tp_comms_->size() : 1;
+  std::vector<CompressionJobDesc> wide_descs;
+  JointPlan wide_joint;
+  size_t wide_elems = 0;
+  const int total_heads = g.num_kv_heads * tp_size;
+  if (tp_size > 1 && !grouped && !parts.empty() && !parts[0].joint.scopes.empty()) {
+    const CompressionPart& part = parts[0];
+    const size_t wide_rows = static_cast<size_t>(g.num_layers) * total_heads;
+    wide_descs = part.plan.descs;
+    for (CompressionJobDesc& d : wide_descs) {
+      d.score0 = static_cast<int64_t>(wide_elems);
+      wide_elems += wide_rows * static_cast<size_t>(d.n);
+    }
+    std::vector<const CompressionJob*> desc_jobs;
+    for (int32_t j : part.job_index) desc_jobs.push_back(&jobs[static_cast<size_t>(j)]);
+    wide_joint = plan_joint_selection(desc_jobs, static_cast<int>(wide_rows), [&](int, int lh) {
+      return std::make_pair(lh / total_heads, lh % total_heads);
+    });
+  }
   const CompressionPlan evict_plan =
       plan_compression(jobs, bs, static_cast<int>(rows_max), group_size, CompressionKind::kEvictBlock);
   evicted_blocks_.assign(jobs.size(), -1);
@@ -325,7 +347,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     part.scopes_at = part.pages_at + align16(pl.pages.size() * sizeof(int32_t));
     part.members_at = part.scopes_at + align16(part.joint.scopes.size() * sizeof(JointScope));
     meta_bytes = part.members_at + align16(part.joint.members.size() * sizeof(int32_t));
-    members = std::max(members, part.joint.members.size());
+    members = std::max({members, part.joint.members.size(), wide_joint.members.size()});
     if (!part.joint.scopes.empty()) {
       part.kept0 = kept_total;
       for (size_t d = 0; d < pl.descs.size(); ++d)
@@ -337,6 +359,10 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     lse_elems = std::max(lse_elems, pl.lse_elems);
     any_redundancy = any_redundancy || pl.any_redundancy;
   }
+  const size_t wide_descs_at = meta_bytes;
+  const size_t wide_scopes_at = wide_descs_at + align16(wide_descs.size() * sizeof(CompressionJobDesc));
+  const size_t wide_members_at = wide_scopes_at + align16(wide_joint.scopes.size() * sizeof(JointScope));
+  meta_bytes = wide_members_at + align16(wide_joint.members.size() * sizeof(int32_t));
   if (meta_bytes > host_meta_bytes_) {
     if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
     host_meta_ = nullptr;
@@ -358,6 +384,12 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     }
   }
 
+  if (!wide_descs.empty()) {
+    std::memcpy(h + wide_descs_at, wide_descs.data(), wide_descs.size() * sizeof(CompressionJobDesc));
+    std::memcpy(h + wide_scopes_at, wide_joint.scopes.data(), wide_joint.scopes.size() * sizeof(JointScope));
+    std::memcpy(h + wide_members_at, wide_joint.members.data(), wide_joint.members.size() * sizeof(int32_t));
+  }
+
   // Scratch of one layer group (every part runs after the previous one on the same stream).
   auto need = [&](Scratch& s, size_t bytes) { return ensure_device(&s.ptr, &s.bytes, std::max<size_t>(bytes, 16)); };
   // Block evictions reuse the scores after the compactions (same stream).
@@ -365,6 +397,10 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   ORIGAMI_RETURN_IF_ERROR(need(final_, score_elems * sizeof(float)));
   ORIGAMI_RETURN_IF_ERROR(need(keep_, keep_elems * sizeof(int32_t)));
   ORIGAMI_RETURN_IF_ERROR(need(lse_, lse_elems * sizeof(float2)));
+  if (!wide_descs.empty()) {
+    ORIGAMI_RETURN_IF_ERROR(need(gathered_, static_cast<size_t>(tp_size) * parts[0].plan.score_elems * sizeof(float)));
+    ORIGAMI_RETURN_IF_ERROR(need(wide_final_, wide_elems * sizeof(float)));
+  }
   if (kept_total > 0) {  // the joint selection's per-member scratch and the kept counts
     ORIGAMI_RETURN_IF_ERROR(need(joint_guaranteed_, members * sizeof(int32_t)));
     ORIGAMI_RETURN_IF_ERROR(need(joint_cut_, members * sizeof(unsigned long long)));
@@ -481,9 +517,45 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
       ja.head_counts = static_cast<int32_t*>(joint_head_counts_.ptr);
       ja.kept_counts = static_cast<int32_t*>(kept_counts_.ptr) + part.kept0;
     }
+    // Tensor parallelism: the joint selection over every rank's rows (see set_tensor_parallel).
+    GroupArgs wa = a;
+    JointArgs wja = ja;
+    const bool wide = !wide_descs.empty() && ja.num_scopes > 0;
+    if (wide) {
+      wa.jobs = reinterpret_cast<const CompressionJobDesc*>(dm + wide_descs_at);
+      wa.num_kv_heads = total_heads;
+      wa.final_scores = static_cast<float*>(wide_final_.ptr);
+      wja.scopes = reinterpret_cast<const JointScope*>(dm + wide_scopes_at);
+      wja.num_scopes = static_cast<int>(wide_joint.scopes.size());
+      wja.members = reinterpret_cast<const int32_t*>(dm + wide_members_at);
+      wja.num_members = static_cast<int>(wide_joint.members.size());
+    }
+    auto gather_rows = [&]() -> cudaError_t {
+      const size_t local = pl.score_elems;
+      const Status st = tp_comms_->all_gather(tp_rank_, final_.ptr, gathered_.ptr, local, NcclDataType::kFloat32, stream_);
+      if (!st.is_ok()) return cudaErrorUnknown;
+      // Rank r's rows of layer l of job d: H contiguous rows at its score0 + l * H * n, to the
+      // wide rows (l, r * H ..) at the wide score0 + (l * total_heads + r * H) * n.
+      const float* src = static_cast<const float*>(gathered_.ptr);
+      float* dst = static_cast<float*>(wide_final_.ptr);
+      for (size_t d = 0; d < pl.descs.size(); ++d) {
+        if (!pl.descs[d].joint) continue;
+        const size_t n = static_cast<size_t>(pl.descs[d].n), H = static_cast<size_t>(g.num_kv_heads);
+        for (int r = 0; r < tp_size; ++r) {
+          const cudaError_t err = cudaMemcpy2DAsync(
+              dst + wide_descs[d].score0 + r * H * n, total_heads * n * sizeof(float),
+              src + static_cast<size_t>(r) * local + pl.descs[d].score0, H * n * sizeof(float), H * n * sizeof(float),
+              static_cast<size_t>(g.num_layers), cudaMemcpyDeviceToDevice, stream_);
+          if (err != cudaSuccess) return err;
+        }
+      }
+      return cudaSuccess;
+    };
     auto launch = [&]() -> cudaError_t {
       cudaError_t err = launch_compression_scores(a, stream_);
-      if (err == cudaSuccess && ja.num_scopes > 0) err = launch_joint_counts(a, ja, stream_);
+      if (err == cudaSuccess && wide) err = gather_rows();
+      if (err == cudaSuccess && wide) err = launch_joint_counts(wa, wja, stream_);
+      if (err == cudaSuccess && ja.num_scopes > 0 && !wide) err = launch_joint_counts(a, ja, stream_);
       if (err == cudaSuccess) err = launch_compression_select(a, stream_);
       if (err == cudaSuccess) err = launch_compression_compact(a, stream_);
       return err;

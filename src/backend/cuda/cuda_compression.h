@@ -31,6 +31,8 @@
 #include <vector>
 
 #include "backend/cuda/compression_kernels.h"
+#include "backend/cuda/joint_selection.h"
+#include "backend/cuda/nccl_library.h"
 #include "backend/kv_compressor.h"
 #include "core/status.h"
 #include "kv/block_table.h"
@@ -130,6 +132,16 @@ class CudaCompressor : public KVCompressor {
   // Copy-on-write of one page's global scores (every layer; a group page's own), enqueued on `stream`.
   void copy_scores(BlockId src, BlockId dst, cudaStream_t stream);
 
+  // Tensor parallelism: this compressor holds rank `rank`'s KV heads (geometry's num_kv_heads of
+  // them, heads rank * num_kv_heads ..) of `comms`' ranks. A runtime allocation then selects over
+  // every rank's heads: the scored rows are all-gathered on the compression stream (comms serve
+  // only the ranks' compressors, which run the same batches in the same order) and every rank runs
+  // the joint selection over all of them, so every rank keeps the same count per job.
+  void set_tensor_parallel(const NcclCommunicators* comms, int rank) {
+    tp_comms_ = comms;
+    tp_rank_ = rank;
+  }
+
  private:
   Status validate(const std::vector<CompressionJob>& jobs) const;
   Status ensure_device(void** ptr, size_t* capacity, size_t bytes);
@@ -166,6 +178,12 @@ class CudaCompressor : public KVCompressor {
   // The joint selection's per-(layer, KV head) scratch, its per-descriptor kept counts (device,
   // then pinned for the host) and, per joint job of the batch, (job index, index in host_kept_).
   Scratch joint_guaranteed_, joint_cut_, joint_head_counts_, kept_counts_;
+  // Tensor parallelism (set_tensor_parallel): the compressors' communicators, and the scratch of
+  // a joint batch: every rank's scored rows as gathered, then laid out as one backend with every
+  // head would hold them.
+  const NcclCommunicators* tp_comms_ = nullptr;
+  int tp_rank_ = 0;
+  Scratch gathered_, wide_final_;
   int32_t* host_kept_ = nullptr;
   size_t host_kept_capacity_ = 0;
   std::vector<std::pair<int32_t, int32_t>> joint_kept_index_;

@@ -109,6 +109,7 @@ Expected<std::unique_ptr<Backend>> TensorParallelBackend::create(const BackendOp
   std::iota(devices.begin(), devices.end(), 0);
   std::unique_ptr<TensorParallelBackend> tp(new TensorParallelBackend());
   ORIGAMI_ASSIGN_OR_RETURN(tp->comms_, NcclCommunicators::create(devices));
+  ORIGAMI_ASSIGN_OR_RETURN(tp->compression_comms_, NcclCommunicators::create(devices));
   if (options.tensor_parallel_reduce == BackendOptions::TensorParallelReduce::kPeer &&
       PeerAllReduce::peers_reachable(size)) {
     tp->peer_group_ = std::make_unique<PeerReduceGroup>();
@@ -122,6 +123,7 @@ Expected<std::unique_ptr<Backend>> TensorParallelBackend::create(const BackendOp
     rank.rank = r;
     rank.size = size;
     rank.comms = &tp->comms_;
+    rank.compression_comms = &tp->compression_comms_;
     rank.peer_group = tp->peer_group_.get();
     tp->ranks_[r] = std::make_unique<CudaBackend>(options, rank);
     return Status::ok();
@@ -213,6 +215,8 @@ Status TensorParallelBackend::execute(const ForwardBatch& batch, StepOutput* out
       ++p.ranks;
       if (p.status.is_ok() && !c.status.is_ok()) p.status = c.status;
       if (r == 0) p.evicted_block = c.evicted_block;
+      // A runtime allocation's count: every rank selected over every rank's heads, so they agree.
+      if (c.status.is_ok()) p.kept.push_back(c.num_kept);
       if (!c.block_score_sums.empty()) {
         if (p.block_sums.empty()) p.block_sums.assign(c.block_score_sums.size(), 0.0);
         if (p.block_sums.size() == c.block_score_sums.size()) {
@@ -225,6 +229,9 @@ Status TensorParallelBackend::execute(const ForwardBatch& batch, StepOutput* out
         done.request_id = c.request_id;
         done.status = p.status;
         done.evicted_block = p.evicted_block;
+        done.num_kept = p.kept.empty() ? -1 : p.kept[0];
+        if (done.status.is_ok() && std::any_of(p.kept.begin(), p.kept.end(), [&](int k) { return k != done.num_kept; }))
+          done.status = Status(ErrorCode::kInternal, "tensor parallelism: the ranks kept different entry counts");
         if (p.status.is_ok() && p.ranks_with_sums == size() && p.block_sums.size() >= 3) {
           // Means as the single-GPU choice takes them: over layers x every KV head x block size.
           const double count = static_cast<double>(kv_layout_.num_layers) * kv_layout_.num_kv_heads *

@@ -66,6 +66,8 @@ class TensorParallelBackend : public Backend {
   Status configure_compression(const CompressionConfig& config) override;
   size_t query_slot_bytes(int max_window) const override;
   KVCompressor* compressor() override;
+  // Runtime allocations select over every rank's heads (CudaCompressor::set_tensor_parallel).
+  bool selects_jointly() const override { return true; }
   // Each rank gets its KV heads' slice of the gates (gates::slice_gates): a head's score depends on
   // its own gate rows and the full hidden state, which every rank has.
   Status load_gates(const gates::GateWeights& gates) override;
@@ -83,6 +85,7 @@ class TensorParallelBackend : public Backend {
   void set_up_peer_reduce();
 
   NcclCommunicators comms_;
+  NcclCommunicators compression_comms_;  // the ranks' compression streams only
   std::unique_ptr<PeerReduceGroup> peer_group_;  // null: the ranks reduce through NCCL
   std::unique_ptr<RankThreads> threads_;
   std::vector<std::unique_ptr<CudaBackend>> ranks_;
@@ -95,6 +98,7 @@ class TensorParallelBackend : public Backend {
     int evicted_block = -1;
     std::vector<double> block_sums;  // block evictions: every rank's per-block sums added
     int ranks_with_sums = 0;
+    std::vector<int> kept;  // each rank's kept count (they must agree)
   };
   std::map<uint64_t, PartlyFinished> partly_finished_;
 };
