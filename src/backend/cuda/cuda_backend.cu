@@ -1120,7 +1120,7 @@ Status CudaBackend::configure_compression(const CompressionConfig& config) {
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   graphs_.clear();  // captured graphs point at the old query cache (or capture nothing)
   if (compressor_ == nullptr) compressor_ = std::make_unique<CudaCompressor>(stream_);
-  if (tp_.size > 1) compressor_->set_tensor_parallel(tp_.compression_comms, tp_.rank);
+  if (tp_.size > 1) ORIGAMI_RETURN_IF_ERROR(compressor_->set_tensor_parallel(tp_.compressor_peers, tp_.rank));
   CudaCompressor::Geometry g;
   g.num_layers = config_.num_layers;
   g.num_kv_heads = config_.num_kv_heads;

@@ -35,9 +35,8 @@ struct TensorParallelRank {
   int rank = 0;
   int size = 1;
   const NcclCommunicators* comms = nullptr;  // every rank's communicator; set when size > 1
-  // A second set, used only on the ranks' compression streams (joint selection over every rank's
-  // heads): collectives of one communicator must not interleave across streams.
-  const NcclCommunicators* compression_comms = nullptr;
+  // The ranks' compressors (joint selection over every rank's heads).
+  CompressorPeers* compressor_peers = nullptr;
   // The ranks' peer all-reduce buffers (peer_all_reduce.h), null where the GPUs cannot reach each
   // other's memory or BackendOptions::tensor_parallel_reduce is not kPeer.
   PeerReduceGroup* peer_group = nullptr;

@@ -131,7 +131,7 @@ CudaCompressor::~CudaCompressor() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   release();
   for (Scratch* s : {&scores_, &final_, &redundancy_, &norms_, &z_, &lse_, &keep_, &joint_guaranteed_, &joint_cut_,
-                     &joint_head_counts_, &kept_counts_, &gathered_, &wide_final_})
+                     &joint_head_counts_, &kept_counts_, &wide_final_})
     if (s->ptr != nullptr) cudaFree(s->ptr);
   if (dev_meta_ != nullptr) cudaFree(dev_meta_);
   if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
@@ -249,6 +249,11 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   }
   status_ = validate(jobs);
   if (!status_.is_ok()) return status_;
+  // Tensor parallelism: the other ranks may still read this rank's rows of the last batch
+  // (gather_rows below); wait before any buffer is rewritten or reallocated.
+  if (peers_ != nullptr)
+    for (int r = 0; r < peers_->size(); ++r)
+      if (r != tp_rank_) ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(peers_->read(r)));
 
   const Geometry& g = geom_;
   const int bs = g.block_size, group_size = g.num_q_heads / g.num_kv_heads;
@@ -306,7 +311,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   // Tensor parallelism, a joint batch: the selection runs over every rank's heads. Its descriptors
   // address a wide copy of the scored rows, (layer, global KV head) of every job, built from the
   // ranks' gathered rows; the same jobs, so its kept counts land where the local selection reads.
-  const int tp_size = tp_comms_ != nullptr ? tp_comms_->size() : 1;
+  const int tp_size = peers_ != nullptr ? peers_->size() : 1;
   std::vector<CompressionJobDesc> wide_descs;
   JointPlan wide_joint;
   size_t wide_elems = 0;
@@ -325,6 +330,15 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
       return std::make_pair(lh / total_heads, lh % total_heads);
     });
   }
+  // Every rank meets the others in gather_rows; a rank that leaves begin() before it (an error)
+  // meets them on the way out, so that none waits forever and all report the batch failed.
+  struct MeetOnExit {
+    CompressorPeers* peers = nullptr;
+    ~MeetOnExit() {
+      if (peers != nullptr) (void)peers->arrive_and_wait(false);
+    }
+  } meet_on_exit;
+  if (!wide_descs.empty()) meet_on_exit.peers = peers_;
   const CompressionPlan evict_plan =
       plan_compression(jobs, bs, static_cast<int>(rows_max), group_size, CompressionKind::kEvictBlock);
   evicted_blocks_.assign(jobs.size(), -1);
@@ -397,10 +411,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   ORIGAMI_RETURN_IF_ERROR(need(final_, score_elems * sizeof(float)));
   ORIGAMI_RETURN_IF_ERROR(need(keep_, keep_elems * sizeof(int32_t)));
   ORIGAMI_RETURN_IF_ERROR(need(lse_, lse_elems * sizeof(float2)));
-  if (!wide_descs.empty()) {
-    ORIGAMI_RETURN_IF_ERROR(need(gathered_, static_cast<size_t>(tp_size) * parts[0].plan.score_elems * sizeof(float)));
-    ORIGAMI_RETURN_IF_ERROR(need(wide_final_, wide_elems * sizeof(float)));
-  }
+  if (!wide_descs.empty()) ORIGAMI_RETURN_IF_ERROR(need(wide_final_, wide_elems * sizeof(float)));
   if (kept_total > 0) {  // the joint selection's per-member scratch and the kept counts
     ORIGAMI_RETURN_IF_ERROR(need(joint_guaranteed_, members * sizeof(int32_t)));
     ORIGAMI_RETURN_IF_ERROR(need(joint_cut_, members * sizeof(unsigned long long)));
@@ -530,30 +541,39 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
       wja.members = reinterpret_cast<const int32_t*>(dm + wide_members_at);
       wja.num_members = static_cast<int>(wide_joint.members.size());
     }
-    auto gather_rows = [&]() -> cudaError_t {
-      const size_t local = pl.score_elems;
-      const Status st = tp_comms_->all_gather(tp_rank_, final_.ptr, gathered_.ptr, local, NcclDataType::kFloat32, stream_);
-      if (!st.is_ok()) return cudaErrorUnknown;
-      // Rank r's rows of layer l of job d: H contiguous rows at its score0 + l * H * n, to the
-      // wide rows (l, r * H ..) at the wide score0 + (l * total_heads + r * H) * n.
-      const float* src = static_cast<const float*>(gathered_.ptr);
+    // Every rank's scored rows of the joint jobs into the wide layout: rank r's rows of layer l of
+    // job d (H contiguous rows at its score0 + l * H * n, the same local layout on every rank) go to
+    // the wide rows (l, r * H ..) at the wide score0 + (l * total_heads + r * H) * n. Every rank
+    // reaches the barrier, also after an error (then all stop).
+    auto gather_rows = [&](bool ok) -> cudaError_t {
+      meet_on_exit.peers = nullptr;  // met here
+      if (ok) ok = cudaEventRecord(peers_->scored(tp_rank_), stream_) == cudaSuccess;
+      peers_->rows(tp_rank_) = static_cast<const float*>(final_.ptr);
+      if (!peers_->arrive_and_wait(ok)) return cudaErrorUnknown;
       float* dst = static_cast<float*>(wide_final_.ptr);
-      for (size_t d = 0; d < pl.descs.size(); ++d) {
-        if (!pl.descs[d].joint) continue;
-        const size_t n = static_cast<size_t>(pl.descs[d].n), H = static_cast<size_t>(g.num_kv_heads);
-        for (int r = 0; r < tp_size; ++r) {
+      for (int r = 0; r < tp_size; ++r) {
+        if (r != tp_rank_) {
+          const cudaError_t err = cudaStreamWaitEvent(stream_, peers_->scored(r), 0);
+          if (err != cudaSuccess) return err;
+        }
+        const float* src = peers_->rows(r);
+        for (size_t d = 0; d < pl.descs.size(); ++d) {
+          if (!pl.descs[d].joint) continue;
+          const size_t n = static_cast<size_t>(pl.descs[d].n), H = static_cast<size_t>(g.num_kv_heads);
           const cudaError_t err = cudaMemcpy2DAsync(
-              dst + wide_descs[d].score0 + r * H * n, total_heads * n * sizeof(float),
-              src + static_cast<size_t>(r) * local + pl.descs[d].score0, H * n * sizeof(float), H * n * sizeof(float),
-              static_cast<size_t>(g.num_layers), cudaMemcpyDeviceToDevice, stream_);
+              dst + wide_descs[d].score0 + r * H * n, total_heads * n * sizeof(float), src + pl.descs[d].score0,
+              H * n * sizeof(float), H * n * sizeof(float), static_cast<size_t>(g.num_layers), cudaMemcpyDefault, stream_);
           if (err != cudaSuccess) return err;
         }
       }
-      return cudaSuccess;
+      return cudaEventRecord(peers_->read(tp_rank_), stream_);
     };
     auto launch = [&]() -> cudaError_t {
       cudaError_t err = launch_compression_scores(a, stream_);
-      if (err == cudaSuccess && wide) err = gather_rows();
+      if (wide) {
+        const cudaError_t gathered = gather_rows(err == cudaSuccess);
+        if (err == cudaSuccess) err = gathered;
+      }
       if (err == cudaSuccess && wide) err = launch_joint_counts(wa, wja, stream_);
       if (err == cudaSuccess && ja.num_scopes > 0 && !wide) err = launch_joint_counts(a, ja, stream_);
       if (err == cudaSuccess) err = launch_compression_select(a, stream_);
@@ -675,6 +695,13 @@ void CudaCompressor::account_finished_batch() {
   float ms = 0.0f;
   if (cudaEventElapsedTime(&ms, started_, done_) == cudaSuccess) device_seconds_ += ms * 1e-3;
   else cudaGetLastError();  // timing is best effort; the batch itself succeeded
+}
+
+Status CudaCompressor::set_tensor_parallel(CompressorPeers* peers, int rank) {
+  ORIGAMI_CUDA_RETURN_IF_ERROR(peers->init_rank(rank));
+  peers_ = peers;
+  tp_rank_ = rank;
+  return Status::ok();
 }
 
 void CudaCompressor::copy_scores(BlockId src, BlockId dst, cudaStream_t stream) {

@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "backend/cuda/compression_kernels.h"
+#include "backend/cuda/compressor_peers.h"
 #include "backend/cuda/joint_selection.h"
-#include "backend/cuda/nccl_library.h"
 #include "backend/kv_compressor.h"
 #include "core/status.h"
 #include "kv/block_table.h"
@@ -133,14 +133,11 @@ class CudaCompressor : public KVCompressor {
   void copy_scores(BlockId src, BlockId dst, cudaStream_t stream);
 
   // Tensor parallelism: this compressor holds rank `rank`'s KV heads (geometry's num_kv_heads of
-  // them, heads rank * num_kv_heads ..) of `comms`' ranks. A runtime allocation then selects over
-  // every rank's heads: the scored rows are all-gathered on the compression stream (comms serve
-  // only the ranks' compressors, which run the same batches in the same order) and every rank runs
-  // the joint selection over all of them, so every rank keeps the same count per job.
-  void set_tensor_parallel(const NcclCommunicators* comms, int rank) {
-    tp_comms_ = comms;
-    tp_rank_ = rank;
-  }
+  // them, heads rank * num_kv_heads ..) of the ranks `peers` connects. A runtime allocation then
+  // selects over every rank's heads: each rank reads every other rank's scored rows
+  // (compressor_peers.h) and runs the joint selection over all of them, so every rank keeps the
+  // same count per job. Call on the rank's thread (its device).
+  Status set_tensor_parallel(CompressorPeers* peers, int rank);
 
  private:
   Status validate(const std::vector<CompressionJob>& jobs) const;
@@ -178,12 +175,11 @@ class CudaCompressor : public KVCompressor {
   // The joint selection's per-(layer, KV head) scratch, its per-descriptor kept counts (device,
   // then pinned for the host) and, per joint job of the batch, (job index, index in host_kept_).
   Scratch joint_guaranteed_, joint_cut_, joint_head_counts_, kept_counts_;
-  // Tensor parallelism (set_tensor_parallel): the compressors' communicators, and the scratch of
-  // a joint batch: every rank's scored rows as gathered, then laid out as one backend with every
-  // head would hold them.
-  const NcclCommunicators* tp_comms_ = nullptr;
+  // Tensor parallelism (set_tensor_parallel): the ranks' compressors, and the scratch of a joint
+  // batch: every rank's scored rows laid out as one backend with every head would hold them.
+  CompressorPeers* peers_ = nullptr;
   int tp_rank_ = 0;
-  Scratch gathered_, wide_final_;
+  Scratch wide_final_;
   int32_t* host_kept_ = nullptr;
   size_t host_kept_capacity_ = 0;
   std::vector<std::pair<int32_t, int32_t>> joint_kept_index_;

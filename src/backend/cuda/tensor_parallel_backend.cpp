@@ -109,7 +109,7 @@ Expected<std::unique_ptr<Backend>> TensorParallelBackend::create(const BackendOp
   std::iota(devices.begin(), devices.end(), 0);
   std::unique_ptr<TensorParallelBackend> tp(new TensorParallelBackend());
   ORIGAMI_ASSIGN_OR_RETURN(tp->comms_, NcclCommunicators::create(devices));
-  ORIGAMI_ASSIGN_OR_RETURN(tp->compression_comms_, NcclCommunicators::create(devices));
+  tp->compressor_peers_ = std::make_unique<CompressorPeers>(size);
   if (options.tensor_parallel_reduce == BackendOptions::TensorParallelReduce::kPeer &&
       PeerAllReduce::peers_reachable(size)) {
     tp->peer_group_ = std::make_unique<PeerReduceGroup>();
@@ -123,7 +123,7 @@ Expected<std::unique_ptr<Backend>> TensorParallelBackend::create(const BackendOp
     rank.rank = r;
     rank.size = size;
     rank.comms = &tp->comms_;
-    rank.compression_comms = &tp->compression_comms_;
+    rank.compressor_peers = tp->compressor_peers_.get();
     rank.peer_group = tp->peer_group_.get();
     tp->ranks_[r] = std::make_unique<CudaBackend>(options, rank);
     return Status::ok();

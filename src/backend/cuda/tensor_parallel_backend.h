@@ -85,7 +85,7 @@ class TensorParallelBackend : public Backend {
   void set_up_peer_reduce();
 
   NcclCommunicators comms_;
-  NcclCommunicators compression_comms_;  // the ranks' compression streams only
+  std::unique_ptr<CompressorPeers> compressor_peers_;
   std::unique_ptr<PeerReduceGroup> peer_group_;  // null: the ranks reduce through NCCL
   std::unique_ptr<RankThreads> threads_;
   std::vector<std::unique_ptr<CudaBackend>> ranks_;
