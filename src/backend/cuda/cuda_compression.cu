@@ -533,6 +533,9 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     JointArgs wja = ja;
     const bool wide = !wide_descs.empty() && ja.num_scopes > 0;
     if (wide) {
+      // A joint batch is one layer group of every layer (stride == num_layers); `a` gets its
+      // per-group fields in the loop below, the wide view needs them now.
+      wa.num_group_layers = g.num_layers;
       wa.jobs = reinterpret_cast<const CompressionJobDesc*>(dm + wide_descs_at);
       wa.num_kv_heads = total_heads;
       wa.final_scores = static_cast<float*>(wide_final_.ptr);
