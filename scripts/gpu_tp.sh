@@ -5,7 +5,10 @@
 # reductions (TPSTEP lines), then `origami bench` at TP = 1 and TP = 2 (peer and NCCL all-reduce)
 # on the Qwen3-8B shape (dummy weights, 256 x (128 -> 1024)) in the same run. TP_32B=1: only the
 # Qwen3-32B shape at TP = 2, 256 x (128 -> 4096): full KV, zipage 1024 and Fast KVzip 1024.
-# TP_SKIP_TESTS=1 skips the tests. Logs under $OUT (or /tmp/origami-gpu-tp); the summary table
+# TP_SKIP_TESTS=1 skips the tests; TP_SKIP_BENCH=1 the `origami bench` runs. TP_BREAKDOWN=1 also
+# times the step's parts (GEMMs, attention, rest: RooflineAndBreakdown) of the whole model and of
+# one rank's share of it run alone on one GPU (heads, KV heads, MLP width and vocabulary / 2), so
+# that TP = 2's step minus the rank's is what the splitting costs (reductions, logits, host). Logs under $OUT (or /tmp/origami-gpu-tp); the summary table
 # comes last (summary.txt).
 #   OUT=... BUILD=/tmp/build-gpu scripts/gpu_tp.sh
 set -uo pipefail
@@ -21,7 +24,7 @@ t0=$(date +%s)
 cmake -S . -B "$BUILD" "${GPU_CMAKE_GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DORIGAMI_CUDA=ON -DORIGAMI_CUDA_ARCH=90 \
   -DORIGAMI_SHARED_DIR="$SH" "${GPU_CMAKE_EXTRA[@]}" >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 cmake --build "$BUILD" -j16 --target origami_cli engine_tensor_parallel_test tensor_parallel_trace_test cuda_nccl_test \
-  engine_cuda_kv_memory_test cuda_decode_bench_test \
+  engine_cuda_kv_memory_test cuda_decode_bench_test ${TP_EXTRA_TARGETS:-} \
   >> "$OUT/build.log" 2>&1
 RESULT[1_build]="rc=$? ($(( $(date +%s) - t0 ))s)"
 grep -E "error" "$OUT/build.log" | head -20
@@ -46,6 +49,27 @@ if [ "${TP_32B:-0}" != 1 ]; then
   while read -r line; do RESULT["2_tp_step_$i"]="$line"; i=$((i + 1)); done < <(grep TPSTEP "$OUT/tp_step.log" | cut -c1-260)
 fi
 
+if [ "${TP_BREAKDOWN:-0}" = 1 ]; then
+  python3 - "$SH/configs/qwen3-8b/config.json" "$SH/configs/qwen3-8b-tp2-rank" <<'PY'
+import json, os, sys
+c = json.load(open(sys.argv[1]))
+for k in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+    c[k] //= 2
+c["vocab_size"] = (c["vocab_size"] + 1) // 2
+os.makedirs(sys.argv[2], exist_ok=True)
+json.dump(c, open(sys.argv[2] + "/config.json", "w"), indent=1)
+PY
+  for cfg in qwen3-8b qwen3-8b-tp2-rank; do
+    ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=$cfg ORIGAMI_BENCH_BATCHES=${TP_STEP_BATCHES:-1,64,256} \
+      ORIGAMI_BENCH_CONTEXTS=1024 timeout 300 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*RooflineAndBreakdown*' \
+      > "$OUT/breakdown_$cfg.log" 2>&1
+    grep -E "BREAKDOWN|ROOFLINE" "$OUT/breakdown_$cfg.log" | sed "s/^/$cfg /"
+    i=0
+    while read -r line; do RESULT["2_breakdown_${cfg}_$i"]="$line"; i=$((i + 1)); done \
+      < <(grep BREAKDOWN "$OUT/breakdown_$cfg.log" | cut -c1-260)
+  done
+fi
+
 bench() {  # name, then bench flags
   local name=$1; shift
   t0=$(date +%s)
@@ -56,7 +80,9 @@ bench() {  # name, then bench flags
   tail -3 "$OUT/bench_$name.err"
 }
 W8="--model $SH/configs/qwen3-8b --num-prompts 256 --input-len 128 --output-len 1024"
-if [ "${TP_32B:-0}" != 1 ]; then
+if [ "${TP_SKIP_BENCH:-0}" = 1 ]; then
+  :
+elif [ "${TP_32B:-0}" != 1 ]; then
   # shellcheck disable=SC2086
   bench 8b_tp1 $W8 --tensor-parallel-size 1
   # shellcheck disable=SC2086
