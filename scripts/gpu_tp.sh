@@ -56,6 +56,8 @@ c = json.load(open(sys.argv[1]))
 for k in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
     c[k] //= 2
 c["vocab_size"] = (c["vocab_size"] + 1) // 2
+for k in ("bos_token_id", "eos_token_id"):
+    c.pop(k, None)
 os.makedirs(sys.argv[2], exist_ok=True)
 json.dump(c, open(sys.argv[2] + "/config.json", "w"), indent=1)
 PY

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <optional>
 
@@ -168,6 +169,15 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
     // global threshold): per-head pages make the memory follow the counts. --heads-per-group N
     // (N = the model's KV heads: one group) overrides it.
     grouped_config.heads_per_group = 1;
+  } else if (config.heads_per_group == 0 && config.group_budget_ratios.empty() && config.tensor_parallel_size > 1 &&
+             memory.default_policy != nullptr && memory.default_policy->prefers_per_head_pages()) {
+    // Said loudly: the method's memory saving needs per-head pages, which are not split across
+    // ranks; on one page table every head keeps the request's largest head count.
+    std::fprintf(stderr,
+                 "[origami] tensor parallelism: KV policy %s runs on one page table per request (per-head pages are "
+                 "not split across ranks): every head keeps the largest head's count, so it frees less memory than "
+                 "on one GPU\n",
+                 memory.default_policy->name().c_str());
   }
   if (grouped_config.heads_per_group > 0 && grouped_config.heads_per_group < mc.num_kv_heads) {
     // Head groups: the same memory, cut into group pages (one shared pool).

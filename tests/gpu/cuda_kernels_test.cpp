@@ -12,6 +12,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/logprob_kernels.h"
 #include "backend/cuda/sampling_kernels.h"
+#include "backend/cuda/tensor_parallel_kernels.h"
 #include "cuda_test_util.h"
 #include "rope_check.h"
 #include "sampling/logprob.h"
@@ -222,6 +223,59 @@ TEST(CudaKernels, SamplingMatchesCpuSampler) {
       }
       EXPECT_LE(mismatches, 1) << "vocab " << vocab << " T " << cfg.temperature << " k " << cfg.top_k << " p "
                                << cfg.top_p << " min_p " << cfg.min_p;
+    }
+  }
+}
+
+// Tensor parallelism's greedy path: each shard's argmax, merged, picks what the CPU's argmax over
+// the whole row picks (ties across and within shards to the lowest id, NaN as -inf, rows without a
+// finite maximum flagged), for shards that split the vocabulary unevenly (the last one overhangs,
+// its padding columns holding values that would win if they were read).
+TEST(CudaKernels, ShardedArgmaxMatchesWholeRowArgmax) {
+  std::mt19937 rng(11);
+  for (int vocab : {1, 5, 1000, 4097, 151936}) {
+    for (int ranks : {2, 4}) {
+      const int rows = 24, shard = (vocab + ranks - 1) / ranks;
+      std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+      std::normal_distribution<float> dist(0.0f, 3.0f);
+      for (float& x : logits) x = dist(rng);
+      auto row = [&](int r) { return logits.data() + static_cast<size_t>(r) * vocab; };
+      if (vocab > 10) {
+        std::uniform_int_distribution<int> pick(0, vocab - 1);
+        for (int r = 0; r < rows; ++r) {
+          const float top = *std::max_element(row(r), row(r) + vocab) + 1.0f;
+          switch (r % 8) {
+            case 0: row(r)[pick(rng)] = top; row(r)[pick(rng)] = top; break;  // a tie, maybe across shards
+            case 1: row(r)[vocab - 1] = top; row(r)[0] = top; break;           // tie: first and last id
+            case 2: std::fill(row(r), row(r) + vocab, NAN); break;             // no finite maximum
+            case 3: row(r)[pick(rng)] = INFINITY; break;                        // +inf: flagged
+            case 4: for (int i = 0; i < vocab; ++i) if (i % 3) row(r)[i] = NAN; break;
+            case 5: std::fill(row(r), row(r) + std::min(vocab, shard), -INFINITY); break;  // a shard of -inf
+            case 6: std::fill(row(r), row(r) + vocab, -5.0f); break;           // all equal: token 0
+            default: break;
+          }
+        }
+      }
+      // Each rank's shard [rows, shard], zero-padded past the vocabulary, then its argmax.
+      std::vector<ShardArgmax> gathered;
+      for (int k = 0; k < ranks; ++k) {
+        const int begin = k * shard, valid = std::max(0, std::min(shard, vocab - begin));
+        std::vector<float> part(static_cast<size_t>(rows) * shard, 1e30f);
+        for (int r = 0; r < rows; ++r)
+          std::copy_n(row(r) + begin, valid, part.begin() + static_cast<size_t>(r) * shard);
+        DeviceBuffer<float> d_part(part);
+        DeviceBuffer<ShardArgmax> d_best(rows);
+        launch_shard_argmax(d_part.get(), rows, shard, valid, begin, d_best.get(), nullptr);
+        const std::vector<ShardArgmax> best = d_best.download();
+        gathered.insert(gathered.end(), best.begin(), best.end());
+      }
+      DeviceBuffer<ShardArgmax> d_gathered(gathered);
+      DeviceBuffer<int32_t> d_tokens(rows);
+      d_tokens.poison();
+      launch_merge_shard_argmax(d_gathered.get(), ranks, rows, d_tokens.get(), nullptr);
+      const std::vector<int32_t> got = d_tokens.download();
+      for (int r = 0; r < rows; ++r)
+        EXPECT_EQ(got[r], greedy_token(row(r), vocab)) << "vocab " << vocab << " ranks " << ranks << " row " << r;
     }
   }
 }

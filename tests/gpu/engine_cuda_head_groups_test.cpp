@@ -126,16 +126,20 @@ TEST(CudaHeadGroups, TangramChunksScoredByKeyDiffMatchCpu) {
       testing::run(configure(tiny_config("cpu", 2, false), "keydiff"), long_prompts, kTokens, &cpu.tokens);
   const RunResult gpu_forced =
       testing::run(configure(tiny_config("cuda", 2, true), "keydiff"), long_prompts, kTokens, &cpu.tokens);
-  const RunResult gpu_window =
-      testing::run(configure(tiny_config("cuda", 2, true), "window"), long_prompts, kTokens, &cpu.tokens);
+  // The GPU run is classified by the CPU reference it lies nearest: KeyDiff's, not the window
+  // scorer's. (On this fixture the two CPU scorers differ by 0.09 mean |log p| and bf16 noise is
+  // 0.027, so a GPU that scored chunks by the window would lie 3x nearer the window's reference.)
+  const RunResult cpu_window =
+      testing::run(configure(tiny_config("cpu", 2, false), "window"), long_prompts, kTokens, &cpu.tokens);
   EXPECT_EQ(gpu_forced.compressions, cpu_forced.compressions);
   const double err = mean_abs_diff(gpu_forced, cpu_forced);
-  const double other = mean_abs_diff(gpu_window, cpu_forced);
+  const double to_window = mean_abs_diff(gpu_forced, cpu_window);
   std::printf("[tiny-qwen3 tangram chunk_score=keydiff] compressions cpu %lld gpu %lld; forced log-prob |gpu - cpu| "
-              "mean %.4f (gpu with chunk_score=window: %.4f)\n",
-              static_cast<long long>(cpu_forced.compressions), static_cast<long long>(gpu_forced.compressions), err, other);
+              "mean %.4f (|gpu - cpu with chunk_score=window|: %.4f; the two CPU scorers differ by %.4f)\n",
+              static_cast<long long>(cpu_forced.compressions), static_cast<long long>(gpu_forced.compressions), err,
+              to_window, mean_abs_diff(cpu_window, cpu_forced));
   EXPECT_LT(err, 0.05) << "bf16 noise";
-  EXPECT_LT(err, 0.25 * other) << "the GPU scores the chunks by KeyDiff as the CPU does";
+  EXPECT_LT(err, 0.5 * to_window) << "the GPU scores the chunks by KeyDiff as the CPU does";
 }
 
 }  // namespace

@@ -164,7 +164,11 @@ TEST_F(EngineTensorParallel, PolicyMatrixAcrossRanks) {
   const PolicyRegistry& registry = PolicyRegistry::builtin();
   const auto ps = prompts(4, 8192);
   int ran = 0, refused = 0;
-  auto configure = [](const std::string& name, EngineConfig* c) {
+  // Per-head pages are not split across ranks: at TP = 2 the engine runs Fast KVzip's global
+  // threshold on one page table per request (it says so at start), so TP = 1 and the CPU run
+  // that layout too here, and the joint selection over both ranks' heads must keep their counts.
+  const int kv_heads = load_model_config(cuda::testing::shared_dir() + "/models/origami-tiny-qwen3")->num_kv_heads;
+  auto configure = [&](const std::string& name, EngineConfig* c) {
     c->kv_policy = name;
     c->kv_budget = 64;
     if (name == "kvllm") {
@@ -173,6 +177,7 @@ TEST_F(EngineTensorParallel, PolicyMatrixAcrossRanks) {
     }
     if (name == "fastkvzip" || name == "kvzip") c->kv_policy_options["window"] = "16";
     if (name == "fastkvzip") c->kv_gates = std::string(ORIGAMI_SOURCE_DIR) + "/assets/gates/origami-tiny-qwen3.safetensors";
+    if (name == "fastkvzip") c->heads_per_group = kv_heads;
   };
   auto variants = [](const std::string& name) {
     std::vector<std::map<std::string, std::string>> v = {{}};

@@ -26,6 +26,8 @@
 
 namespace origami::cuda {
 
+struct ShardArgmax;  // tensor_parallel_kernels.h
+
 // This backend's share of a tensor-parallel group (backend/cuda/tensor_parallel_backend.h). Rank
 // `rank` of `size` holds 1/size of the attention heads (whole KV heads, with their query heads and
 // their KV cache), of the MLP, and of the vocabulary (embedding and LM head rows), Megatron-style:
@@ -139,8 +141,12 @@ class CudaBackend : public Backend {
   // query_rows (set whenever compression is configured and a graph is captured, since the graph
   // must serve steps that capture).
   // uniform_splits: the uniform plan's split count, which picks the head groups' split map.
+  // shard_greedy (tensor parallelism, every row greedy with no logit adjustments or log-probs):
+  // each rank's argmax over its vocabulary shard, merged, instead of all-gathering the logits.
   void record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan, int uniform_splits,
-                   bool capture_queries);
+                   bool capture_queries, bool shard_greedy);
+  // Greedy tokens of `rows` rows of logit_hidden_ into dev_tokens_ + r0 (the shard_greedy path).
+  void sample_greedy_sharded(int rows, int r0);
   Status compute_all_logits(const ForwardBatch& batch, StepOutput* out);
   // LM head over `rows` hidden states (bf16 [rows, hidden]): fp32 logits of the whole vocabulary
   // in logits_, rows logits_stride() apart (with tensor parallelism: this rank's shard, gathered).
@@ -230,6 +236,9 @@ class CudaBackend : public Backend {
   float* logits_ = nullptr;       // [kLogitRows, logits_stride()]
   float* logits_shard_ = nullptr;     // tensor parallel: [kLogitRows, vocab_shard] of this rank
   float* logits_gathered_ = nullptr;  // tensor parallel: [size, kLogitRows, vocab_shard]
+  // Tensor parallel, greedy-only steps: this rank's argmax per row and every rank's, gathered.
+  ShardArgmax* shard_best_ = nullptr;           // [kLogitRows]
+  ShardArgmax* shard_best_gathered_ = nullptr;  // [size, kLogitRows]
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
 

@@ -19,8 +19,8 @@ int CudaGraphRunner::bucket_for(int batch_size) const {
   return 0;
 }
 
-void CudaGraphRunner::run(int bucket, cudaStream_t stream, const std::function<void()>& record) {
-  auto it = graphs_.find(bucket);
+void CudaGraphRunner::run(int bucket, int variant, cudaStream_t stream, const std::function<void()>& record) {
+  auto it = graphs_.find({bucket, variant});
   if (it == graphs_.end()) {
     cudaGraph_t graph = nullptr;
     ORIGAMI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -29,13 +29,13 @@ void CudaGraphRunner::run(int bucket, cudaStream_t stream, const std::function<v
     cudaGraphExec_t exec = nullptr;
     ORIGAMI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     ORIGAMI_CUDA_CHECK(cudaGraphDestroy(graph));
-    it = graphs_.emplace(bucket, exec).first;
+    it = graphs_.emplace(std::make_pair(bucket, variant), exec).first;
   }
   ORIGAMI_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
 }
 
 void CudaGraphRunner::clear() {
-  for (auto& [bucket, exec] : graphs_) cudaGraphExecDestroy(exec);
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   graphs_.clear();
 }
 

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <utility>
 #include <vector>
 
 namespace origami::cuda {
@@ -21,16 +22,17 @@ class CudaGraphRunner {
   int bucket_for(int batch_size) const;
   int max_bucket() const { return buckets_.back(); }
 
-  // Replays the graph of `bucket` on `stream`, capturing `record` (which must only enqueue work
-  // on `stream`) the first time.
-  void run(int bucket, cudaStream_t stream, const std::function<void()>& record);
+  // Replays the graph of (`bucket`, `variant`) on `stream`, capturing `record` (which must only
+  // enqueue work on `stream`) the first time. A variant is a different recording of the same
+  // bucket (tensor parallelism's greedy-only sampling: graph_variant in cuda_backend.cu).
+  void run(int bucket, int variant, cudaStream_t stream, const std::function<void()>& record);
   // Drops every graph (their buffers moved, or the KV cache was reallocated).
   void clear();
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
 
  private:
   std::vector<int> buckets_;
-  std::map<int, cudaGraphExec_t> graphs_;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (bucket, variant)
 };
 
 }  // namespace origami::cuda

@@ -11,7 +11,12 @@ namespace origami::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kThreads = 256;
+// A CTA reduces kRowsPerCta rows at once, kRowThreads threads each: a decode step's rows are few
+// (a CTA has at most one or two at 256 tokens), and each row waits on loads from the other GPU,
+// so rows in flight together hide that latency where rows one after the other would pay it each.
+constexpr int kRowsPerCta = 2;
+constexpr int kRowThreads = 512;
+constexpr int kThreads = kRowsPerCta * kRowThreads;
 
 struct ReduceArgs {
   const bf16* partials[kPeerReduceMaxRanks];  // this parity's buffer of every rank
@@ -36,8 +41,20 @@ __device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
   return v;
 }
 
+// Sum over the kRowThreads threads of this thread's row group (every thread of the block calls it).
+__device__ __forceinline__ float row_group_sum(float v, float (*scratch)[kRowThreads / 32]) {
+  const int group = threadIdx.x / kRowThreads, warp = (threadIdx.x % kRowThreads) >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // the previous row's readers are done
+  if ((threadIdx.x & 31) == 0) scratch[group][warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kRowThreads / 32; ++w) total += scratch[group][w];
+  return total;
+}
+
 __global__ void __launch_bounds__(kThreads) peer_reduce_add_rmsnorm_kernel(ReduceArgs a) {
-  __shared__ float scratch[kThreads / 32];
+  __shared__ float scratch[kRowsPerCta][kRowThreads / 32];
   __shared__ uint32_t generation;
   // The barrier with this CTA's twin on every rank: the twins run the same number of launches
   // of each grid size, so their counters agree. A rank may already have signalled the next
@@ -57,10 +74,15 @@ __global__ void __launch_bounds__(kThreads) peer_reduce_add_rmsnorm_kernel(Reduc
   }
   __syncthreads();
   const int chunks = a.hidden / 8;
-  for (int t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
-    const size_t base = static_cast<size_t>(t) * a.hidden;
+  const int group = threadIdx.x / kRowThreads, lt = threadIdx.x % kRowThreads;
+  // Every thread runs every iteration (row_group_sum synchronizes the block); a group past the
+  // last row idles through it.
+  for (int t0 = blockIdx.x * kRowsPerCta; t0 < a.num_tokens; t0 += gridDim.x * kRowsPerCta) {
+    const int t = t0 + group;
+    const bool active = t < a.num_tokens;
+    const size_t base = static_cast<size_t>(active ? t : 0) * a.hidden;
     float sum_sq = 0.0f;
-    for (int c = threadIdx.x; c < chunks; c += kThreads) {
+    for (int c = lt; active && c < chunks; c += kRowThreads) {
       float x[8];
       float4* r = reinterpret_cast<float4*>(a.residual + base) + 2 * c;
       const float4 r0 = r[0], r1 = r[1];
@@ -81,8 +103,8 @@ __global__ void __launch_bounds__(kThreads) peer_reduce_add_rmsnorm_kernel(Reduc
       r[0] = make_float4(x[0], x[1], x[2], x[3]);
       r[1] = make_float4(x[4], x[5], x[6], x[7]);
     }
-    const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / a.hidden + a.eps);
-    for (int c = threadIdx.x; c < chunks; c += kThreads) {
+    const float inv_rms = rsqrtf(row_group_sum(sum_sq, scratch) / a.hidden + a.eps);
+    for (int c = lt; active && c < chunks; c += kRowThreads) {
       const float4* r = reinterpret_cast<const float4*>(a.residual + base) + 2 * c;
       const float4 r0 = r[0], r1 = r[1];
       const float x[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
@@ -185,7 +207,7 @@ void PeerAllReduce::reduce_add_rmsnorm(float* residual, const bf16* weight, floa
     a.out = out;
     // Every CTA resident at once (at most one per SM), so each meets its twins without waiting
     // for a slot another spinning CTA holds.
-    const int blocks = std::min({num_tokens, num_sms_, kMaxBlocks});
+    const int blocks = std::min({(num_tokens + kRowsPerCta - 1) / kRowsPerCta, num_sms_, kMaxBlocks});
     peer_reduce_add_rmsnorm_kernel<<<blocks, kThreads, 0, stream>>>(a);
     ORIGAMI_CUDA_CHECK_LAUNCH();
   }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/row_argmax.cuh"
 #include "backend/cuda/sampling_kernels.h"
 #include "sampling/sampler.h"
 
@@ -133,35 +134,10 @@ __device__ __forceinline__ float adjusted_logit_rn(float logit, const LogitAdjus
 __device__ int select_token(const float* __restrict__ logits, int vocab, const RowSamplingParams& p, SelectSmem& s,
                             float* red_val, int* red_idx) {
   // Argmax: the largest logit, ties to the lowest id; NaN counts as -inf.
-  float best = -INFINITY;
-  int best_id = 0x7fffffff;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float l = clean_logit(logits[i]);
-    if (l > best || (l == best && i < best_id)) {
-      best = l;
-      best_id = i;
-    }
-  }
-  for (int off = 16; off > 0; off >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, best, off);
-    const int id = __shfl_xor_sync(0xffffffffu, best_id, off);
-    if (v > best || (v == best && id < best_id)) {
-      best = v;
-      best_id = id;
-    }
-  }
-  if ((threadIdx.x & 31) == 0) {
-    red_val[threadIdx.x >> 5] = best;
-    red_idx[threadIdx.x >> 5] = best_id;
-  }
-  __syncthreads();
+  float best;
+  int best_id;
+  block_row_argmax(logits, vocab, red_val, red_idx, &best, &best_id);
   if (threadIdx.x == 0) {
-    for (int w = 0; w < kThreads / 32; ++w) {
-      if (red_val[w] > best || (red_val[w] == best && red_idx[w] < best_id)) {
-        best = red_val[w];
-        best_id = red_idx[w];
-      }
-    }
     red_val[0] = best;
     // No finite maximum (all NaN / -inf, or a +inf): the row is unusable; the engine fails the
     // request on kNonFiniteLogits (sampling/sampler.h) instead of decoding token 0.

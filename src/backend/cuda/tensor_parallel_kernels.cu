@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/row_argmax.cuh"
+#include "sampling/sampler.h"
 
 namespace origami::cuda {
 namespace {
@@ -29,7 +31,46 @@ __global__ void unshard_logits_kernel(const float* __restrict__ gathered, int ra
   }
 }
 
+constexpr int kArgmaxThreads = 1024;
+
+__global__ void __launch_bounds__(kArgmaxThreads) shard_argmax_kernel(const float* __restrict__ logits, int shard,
+                                                                      int valid, int vocab_begin,
+                                                                      ShardArgmax* __restrict__ out) {
+  __shared__ float red_val[kArgmaxThreads / 32];
+  __shared__ int red_idx[kArgmaxThreads / 32];
+  float best;
+  int best_id;
+  block_row_argmax(logits + static_cast<size_t>(blockIdx.x) * shard, valid, red_val, red_idx, &best, &best_id);
+  // A shard without a candidate (every entry NaN / -inf) offers -inf at its first id.
+  if (threadIdx.x == 0) out[blockIdx.x] = ShardArgmax{best, vocab_begin + (best_id == 0x7fffffff ? 0 : best_id)};
+}
+
+__global__ void merge_shard_argmax_kernel(const ShardArgmax* __restrict__ gathered, int ranks, int rows,
+                                          int32_t* __restrict__ tokens) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  ShardArgmax best = gathered[r];
+  for (int k = 1; k < ranks; ++k) {
+    const ShardArgmax c = gathered[static_cast<size_t>(k) * rows + r];
+    if (argmax_beats(c.logit, c.id, best.logit, best.id)) best = c;
+  }
+  tokens[r] = isfinite(best.logit) ? best.id : kNonFiniteLogits;
+}
+
 }  // namespace
+
+void launch_shard_argmax(const float* logits, int rows, int shard, int valid, int vocab_begin, ShardArgmax* out,
+                         cudaStream_t stream) {
+  if (rows <= 0) return;
+  shard_argmax_kernel<<<rows, kArgmaxThreads, 0, stream>>>(logits, shard, valid, vocab_begin, out);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_merge_shard_argmax(const ShardArgmax* gathered, int ranks, int rows, int32_t* tokens, cudaStream_t stream) {
+  if (rows <= 0) return;
+  merge_shard_argmax_kernel<<<(rows + 255) / 256, 256, 0, stream>>>(gathered, ranks, rows, tokens);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
 
 void launch_embedding_gather_shard(const __nv_bfloat16* table, const int32_t* ids, int n, int hidden,
                                    int vocab_begin, int vocab_shard, float* residual, cudaStream_t stream) {
