@@ -133,8 +133,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
                   "needs their pages)");
   cmd->add_option("--heads-per-group", c.heads_per_group,
                   "KV heads per head group: each (layer, group of heads) gets its own page table from one shared "
-                  "pool (CPU and CUDA, one GPU; default: all heads, one group, or one head per group when the "
-                  "--kv-policy keeps page-aligned per-head counts, as fastkvzip does)")
+                  "pool (CPU and CUDA; default: all heads, one group, or one head per group when the "
+                  "--kv-policy keeps page-aligned per-head counts, as fastkvzip does). With --tensor-parallel-size R "
+                  "a group takes N / R heads from each rank (N a multiple of R; the per-head default becomes R "
+                  "heads, one per rank)")
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("--group-budget-ratios", c.group_budget_ratios,
                   "Each head group's share of the KV budget, in (0, 1]: one per group, or one per group of a layer "

@@ -3,12 +3,14 @@
 # tensor-parallel GPU tests (the layer-by-layer trace against the CPU's fp32 forward included),
 # times the decode step at TP = 1 / TP = 2 with NCCL / with the peer all-reduce / without
 # reductions (TPSTEP lines), then `origami bench` at TP = 1 and TP = 2 (peer and NCCL all-reduce)
-# on the Qwen3-8B shape (dummy weights, 256 x (128 -> 1024)) in the same run. TP_32B=1: only the
-# Qwen3-32B shape at TP = 2, 256 x (128 -> 4096): full KV, zipage 1024 and Fast KVzip 1024.
-# TP_SKIP_TESTS=1 skips the tests; TP_SKIP_BENCH=1 the `origami bench` runs. TP_BREAKDOWN=1 also
-# times the step's parts (GEMMs, attention, rest: RooflineAndBreakdown) of the whole model and of
-# one rank's share of it run alone on one GPU (heads, KV heads, MLP width and vocabulary / 2), so
-# that TP = 2's step minus the rank's is what the splitting costs (reductions, logits, host). Logs under $OUT (or /tmp/origami-gpu-tp); the summary table
+# on the Qwen3-8B shape (dummy weights, 256 x (128 -> 1024)) in the same run. TP_32B=1: the tests,
+# then the Qwen3-32B shape at TP = 2, 256 x (128 -> 4096): full KV, zipage 1024 and Fast KVzip
+# 1024 (TP_32B_RUNS picks some). TP_SKIP_TESTS=1 skips the tests; TP_SKIP_BENCH=1 the `origami
+# bench` runs. TP_BREAKDOWN=1 also times the step's parts (GEMMs, attention, rest:
+# RooflineAndBreakdown) of the whole model and of one rank's share of it run alone on one GPU
+# (heads, KV heads, MLP width and vocabulary / 2), so that TP = 2's step minus the rank's is what
+# the splitting costs (reductions, logits, host). Logs under $OUT (or /tmp/origami-gpu-tp); the
+# summary table
 # comes last (summary.txt).
 #   OUT=... BUILD=/tmp/build-gpu scripts/gpu_tp.sh
 set -uo pipefail
@@ -29,7 +31,7 @@ cmake --build "$BUILD" -j16 --target origami_cli engine_tensor_parallel_test ten
 RESULT[1_build]="rc=$? ($(( $(date +%s) - t0 ))s)"
 grep -E "error" "$OUT/build.log" | head -20
 
-if [ "${TP_SKIP_TESTS:-0}" != 1 ] && [ "${TP_32B:-0}" != 1 ]; then
+if [ "${TP_SKIP_TESTS:-0}" != 1 ]; then
   for t in cuda_nccl_test tensor_parallel_trace_test engine_tensor_parallel_test engine_cuda_kv_memory_test; do
     t0=$(date +%s)
     timeout 300 "$BUILD/tests/$t" > "$OUT/$t.log" 2>&1
@@ -93,12 +95,19 @@ elif [ "${TP_32B:-0}" != 1 ]; then
   bench 8b_tp2_nccl $W8 --tensor-parallel-size 2 --disable-custom-all-reduce
 else
   W32="--model $SH/configs/qwen3-32b --num-prompts 256 --input-len 128 --output-len 4096 --block-size 256"
-  # shellcheck disable=SC2086
-  bench 32b_tp2_full $W32 --tensor-parallel-size 2 --query-slots -1
-  # shellcheck disable=SC2086
-  bench 32b_tp2_zipage $W32 --tensor-parallel-size 2 --kv-policy zipage --kv-budget 1024
-  # shellcheck disable=SC2086
-  bench 32b_tp2_fastkvzip $W32 --tensor-parallel-size 2 --kv-policy fastkvzip --kv-budget 1024 ${TP_FASTKVZIP_OPTS:-}
+  # TP_32B_RUNS: which of full, zipage, fastkvzip (default all; fastkvzip: the default global
+  # threshold on head groups of one head per rank, random gates; TP_FASTKVZIP_OPTS adds flags).
+  for run in ${TP_32B_RUNS:-full zipage fastkvzip}; do
+    case $run in
+      # shellcheck disable=SC2086
+      full) bench 32b_tp2_full $W32 --tensor-parallel-size 2 --query-slots -1 ;;
+      # shellcheck disable=SC2086
+      zipage) bench 32b_tp2_zipage $W32 --tensor-parallel-size 2 --kv-policy zipage --kv-budget 1024 ;;
+      # shellcheck disable=SC2086
+      fastkvzip) bench 32b_tp2_fastkvzip $W32 --tensor-parallel-size 2 --kv-policy fastkvzip --kv-budget 1024 \
+        --kv-gates random ${TP_FASTKVZIP_OPTS:-} ;;
+    esac
+  done
 fi
 gpu_print_summary "tensor parallel" "$OUT/summary.txt"
 # One archive of the logs (the device returns a bounded number of files).

@@ -12,6 +12,7 @@
 #include "engine/head_budget_loader.h"
 #include "engine/kv_memory_plan.h"
 #include "kv/head_grouping.h"
+#include "kv/kv_layout_ranks.h"
 #include "policy/kvzip_prompt.h"
 #include "sched/compression_state.h"
 #include "model/weights.h"
@@ -159,25 +160,24 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   layout.groups[0].num_blocks = num_blocks;
   // Calibrated head budgets: clustered groups and their ratios (below) replace the adjacent ones.
   EngineConfig grouped_config = config;
+  // Head groups striped over the tensor-parallel ranks (kv/kv_layout_ranks.h), else adjacent.
+  const int stripes = config.head_group_stripes > 0 ? config.head_group_stripes : std::max(1, config.tensor_parallel_size);
   std::optional<CalibratedGroups> calibrated;
   if (!config.kv_head_budgets.empty()) {
     ORIGAMI_ASSIGN_OR_RETURN(calibrated, calibrated_head_groups(config, mc));
     grouped_config.heads_per_group = calibrated->grouping.heads_per_group;
-  } else if (config.heads_per_group == 0 && config.group_budget_ratios.empty() && config.tensor_parallel_size <= 1 &&
-             memory.default_policy != nullptr && memory.default_policy->prefers_per_head_pages()) {
+  } else if (config.heads_per_group == 0 && config.group_budget_ratios.empty() && memory.default_policy != nullptr &&
+             memory.default_policy->prefers_per_head_pages()) {
     // The default policy's method keeps a different count per head in whole pages (Fast KVzip's
     // global threshold): per-head pages make the memory follow the counts. --heads-per-group N
-    // (N = the model's KV heads: one group) overrides it.
-    grouped_config.heads_per_group = 1;
-  } else if (config.heads_per_group == 0 && config.group_budget_ratios.empty() && config.tensor_parallel_size > 1 &&
-             memory.default_policy != nullptr && memory.default_policy->prefers_per_head_pages()) {
-    // Said loudly: the method's memory saving needs per-head pages, which are not split across
-    // ranks; on one page table every head keeps the request's largest head count.
-    std::fprintf(stderr,
-                 "[origami] tensor parallelism: KV policy %s runs on one page table per request (per-head pages are "
-                 "not split across ranks): every head keeps the largest head's count, so it frees less memory than "
-                 "on one GPU\n",
-                 memory.default_policy->name().c_str());
+    // (N = the model's KV heads: one group) overrides it. Over R ranks (or stripes) a group takes
+    // one head from each rank: its heads share a table and keep the largest of their counts.
+    grouped_config.heads_per_group = stripes;
+    if (stripes > 1)
+      std::fprintf(stderr,
+                   "[origami] tensor parallelism: KV policy %s on head groups of %d KV heads, one per rank (per-head "
+                   "pages on one GPU): each group keeps the largest of its heads' counts\n",
+                   memory.default_policy->name().c_str(), stripes);
   }
   if (grouped_config.heads_per_group > 0 && grouped_config.heads_per_group < mc.num_kv_heads) {
     // Head groups: the same memory, cut into group pages (one shared pool).
@@ -188,11 +188,16 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
       return invalid_argument("--heads-per-group " + std::to_string(hp) + ": " + std::to_string(pages) +
                               " group pages are more than block ids can name");
     num_blocks = static_cast<int>(pages);
-    ORIGAMI_ASSIGN_OR_RETURN(
-        layout, KVLayout::grouped(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.block_size, num_blocks,
-                                  layout.dtype,
-                                  calibrated ? calibrated->grouping.groups
-                                             : KVLayout::adjacent_heads(mc.num_layers, mc.num_kv_heads, hp)));
+    std::vector<std::vector<std::vector<int>>> heads;
+    if (calibrated) {
+      heads = calibrated->grouping.groups;
+    } else if (stripes > 1) {
+      ORIGAMI_ASSIGN_OR_RETURN(heads, striped_heads(mc.num_layers, mc.num_kv_heads, hp, stripes));
+    } else {
+      heads = KVLayout::adjacent_heads(mc.num_layers, mc.num_kv_heads, hp);
+    }
+    ORIGAMI_ASSIGN_OR_RETURN(layout, KVLayout::grouped(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.block_size,
+                                                       num_blocks, layout.dtype, heads));
     layout.fp8 = config.kv_cache_dtype == KVCacheDType::kFP8;
   }
   // Each group's share of the request's budget: its largest head's ratio over the largest group's.

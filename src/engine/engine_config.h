@@ -50,6 +50,12 @@ struct EngineConfig {
   // layout). Must divide the model's num_kv_heads. num_kv_blocks keeps counting full-layout
   // blocks (the same memory).
   int heads_per_group = 0;
+  // With tensor parallelism over R ranks, head groups are striped instead of adjacent: each group
+  // takes heads_per_group / R heads from every rank's slice (kv/kv_layout_ranks.h), so that each
+  // rank stores its heads' slots of every page; per-head pages (the default of a policy that
+  // prefers them) become groups of R heads, one per rank. head_group_stripes > 0 stripes over that
+  // many slices instead (on one GPU too: the layout a tensor-parallel run uses, for comparisons).
+  int head_group_stripes = 0;
   // Each head group's share of a request's compression budget (group g keeps
   // ceil(ratio x num_keep) entries per head), groups numbered layer by layer. Either one ratio per
   // group, or one per group of a layer (repeated for every layer); empty = 1.0 each (uniform).

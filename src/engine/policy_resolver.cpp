@@ -17,8 +17,7 @@ Status check_joint_selection(const KVPolicy& policy, const CompressionSupport& s
   if (!policy.needs().joint_selection || support.joint_selection) return Status::ok();
   return invalid_argument("KV policy " + policy.name() + " with allocation " + keep_allocation_name(recipe.allocation) +
                           " lets the backend choose each head's kept count (one selection over the request's heads), "
-                          "which the " + support.backend + " backend does not run (the CPU and single-GPU CUDA backends do; not "
-                          "tensor parallelism" +
+                          "which the " + support.backend + " backend does not run (the CPU and CUDA backends do" +
                           (policy.name() == "adakv" ? std::string("") : std::string("; allocation=uniform runs there")) + ")");
 }
 

@@ -7,7 +7,7 @@
 // On pages a head group holds its heads' largest count (the others keep their next-best entries
 // up to it), so memory is freed only when heads have pages of their own (--heads-per-group 1, or
 // small groups); in the one-group layout the cache holds the layer's largest head count for every
-// head (docs/policies.md, `adakv`). Trigger: end of prefill, once (SnapKV's); CPU and CUDA (one GPU).
+// head (docs/policies.md, `adakv`). Trigger: end of prefill, once (SnapKV's); CPU and CUDA (tensor parallelism: over every rank's heads).
 #include "core/check.h"
 #include "policy/keep_allocation_option.h"
 #include "policy/policy_registry.h"

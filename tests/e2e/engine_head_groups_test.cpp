@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "cpu_backend_wrapper.h"
@@ -62,7 +63,7 @@ struct EngineRun {
   EngineMetrics metrics;
 };
 
-EngineRun run_case(const Case& c, int heads_per_group) {
+EngineRun run_case(const Case& c, int heads_per_group, int stripes = 0) {
   EngineConfig config = cpu_config(tiny_qwen3_dir());
   config.num_threads = 2;
   config.block_size = kBlock;
@@ -70,6 +71,7 @@ EngineRun run_case(const Case& c, int heads_per_group) {
   config.enable_prefix_caching = true;
   config.max_num_batched_tokens = 64;
   config.heads_per_group = heads_per_group;
+  config.head_group_stripes = stripes;
   config.reserve_bounded_kv = c.reserve;
   auto engine = make_engine(config);
   if (!engine) return {};
@@ -92,18 +94,21 @@ TEST_P(HeadGroupsInvariant, SameTokensAndLogprobsAsOneGroup) {
   if (c.policy != "full") {
     EXPECT_GT(base.metrics.num_compressions, 0);
   }
-  for (int hp : {1, 2}) {
-    const EngineRun grouped = run_case(c, hp);
+  // Adjacent heads per group (1, 2), and pairs striped over two slices ({0, 2}, {1, 3}: the
+  // grouping tensor parallelism over two ranks uses).
+  for (auto [hp, stripes] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{2, 2}}) {
+    const EngineRun grouped = run_case(c, hp, stripes);
     ASSERT_EQ(grouped.results.size(), base.results.size());
     for (size_t i = 0; i < base.results.size(); ++i) {
       const BatchResult& a = base.results[i];
       const BatchResult& b = grouped.results[i];
       ASSERT_TRUE(b.ok) << b.error;
-      EXPECT_EQ(a.output_token_ids, b.output_token_ids) << c.policy << " heads_per_group " << hp << " request " << i;
+      EXPECT_EQ(a.output_token_ids, b.output_token_ids)
+          << c.policy << " heads_per_group " << hp << " stripes " << stripes << " request " << i;
       ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
       for (size_t t = 0; t < a.logprobs.size(); ++t) {
         ASSERT_EQ(a.logprobs[t].logprob, b.logprobs[t].logprob)
-            << c.policy << " heads_per_group " << hp << " request " << i << " token " << t;
+            << c.policy << " heads_per_group " << hp << " stripes " << stripes << " request " << i << " token " << t;
         ASSERT_EQ(a.logprobs[t].top.size(), b.logprobs[t].top.size());
         for (size_t k = 0; k < a.logprobs[t].top.size(); ++k)
           ASSERT_EQ(a.logprobs[t].top[k].logprob, b.logprobs[t].top[k].logprob);

@@ -164,10 +164,10 @@ TEST_F(EngineTensorParallel, PolicyMatrixAcrossRanks) {
   const PolicyRegistry& registry = PolicyRegistry::builtin();
   const auto ps = prompts(4, 8192);
   int ran = 0, refused = 0;
-  // Per-head pages are not split across ranks: at TP = 2 the engine runs Fast KVzip's global
-  // threshold on one page table per request (it says so at start), so TP = 1 and the CPU run
-  // that layout too here, and the joint selection over both ranks' heads must keep their counts.
-  const int kv_heads = load_model_config(cuda::testing::shared_dir() + "/models/origami-tiny-qwen3")->num_kv_heads;
+  // Head groups at TP = 2 take one head from each rank (kv_layout_ranks.h: Fast KVzip's per-head
+  // pages become pairs of heads {0, 2}, {1, 3} of the tiny model's 4), so TP = 1 and the CPU run
+  // that striped layout too (head_group_stripes), and the joint selection over both ranks' heads
+  // must keep their counts.
   auto configure = [&](const std::string& name, EngineConfig* c) {
     c->kv_policy = name;
     c->kv_budget = 64;
@@ -177,11 +177,13 @@ TEST_F(EngineTensorParallel, PolicyMatrixAcrossRanks) {
     }
     if (name == "fastkvzip" || name == "kvzip") c->kv_policy_options["window"] = "16";
     if (name == "fastkvzip") c->kv_gates = std::string(ORIGAMI_SOURCE_DIR) + "/assets/gates/origami-tiny-qwen3.safetensors";
-    if (name == "fastkvzip") c->heads_per_group = kv_heads;
   };
   auto variants = [](const std::string& name) {
     std::vector<std::map<std::string, std::string>> v = {{}};
-    if (name == "fastkvzip") v.push_back({{"allocation", "uniform"}, {"page_aligned", "0"}});
+    if (name == "fastkvzip") v.push_back({{"allocation", "uniform"}, {"page_aligned", "0"}, {"heads-per-group", "4"}});
+    // Head groups of two heads, one per rank, under uniform and non-uniform budgets.
+    if (name == "snapkv") v.push_back({{"heads-per-group", "2"}});
+    if (name == "adakv") v.push_back({{"heads-per-group", "2"}});
     return v;
   };
   for (const PolicyInfo& info : registry.policies()) {
@@ -189,7 +191,11 @@ TEST_F(EngineTensorParallel, PolicyMatrixAcrossRanks) {
       EngineConfig one = tiny_config(1), two = tiny_config(2);
       configure(info.name, &one);
       configure(info.name, &two);
-      for (const auto& [k, v] : extra) one.kv_policy_options[k] = two.kv_policy_options[k] = v;
+      one.head_group_stripes = 2;  // TP = 2's grouping (it stripes over its ranks by itself)
+      for (const auto& [k, v] : extra) {
+        if (k == "heads-per-group") one.heads_per_group = two.heads_per_group = std::stoi(v);
+        else one.kv_policy_options[k] = two.kv_policy_options[k] = v;
+      }
       std::string tag = info.name;
       for (const auto& [k, v] : extra) tag += " " + k + "=" + v;
       // Refused? (at engine start or at the first request)

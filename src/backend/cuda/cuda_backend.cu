@@ -576,8 +576,6 @@ Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
     return invalid_argument("CUDA backend: KV layout does not match the model (layers/kv heads/head_dim)");
   const HeadGroup& g = layout.groups[0];
   const bool grouped = layout.groups.size() > 1 || layout.shared_pool;
-  if (grouped && tp_.size > 1)
-    return Status(ErrorCode::kUnimplemented, "CUDA backend: head groups with tensor parallelism are not supported");
   if (!grouped && (static_cast<int>(g.layers.size()) != layout.num_layers ||
                    static_cast<int>(g.kv_heads.size()) != layout.num_kv_heads))
     return Status(ErrorCode::kUnimplemented, "CUDA backend: the head group must cover every layer and KV head");

@@ -309,16 +309,21 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     }
   }
   // Tensor parallelism, a joint batch: the selection runs over every rank's heads. Its descriptors
-  // address a wide copy of the scored rows, (layer, global KV head) of every job, built from the
-  // ranks' gathered rows; the same jobs, so its kept counts land where the local selection reads.
+  // address a wide copy of the scored rows, built from the ranks' gathered rows: a job's local rows
+  // are [row_layers][row_heads][n] (every layer x this rank's heads; head groups: one layer x the
+  // group's slots on this rank), its wide rows [row_layers][ranks x row_heads][n], rank r's rows
+  // at r x row_heads (rank r holds model heads r x num_kv_heads ..). The same jobs, so the wide
+  // selection's kept counts land where the local selection reads them.
   const int tp_size = peers_ != nullptr ? peers_->size() : 1;
+  const int row_layers = grouped ? 1 : g.num_layers;
+  const int row_heads = grouped ? g.heads_per_group : g.num_kv_heads;
+  const int wide_heads = row_heads * tp_size;
   std::vector<CompressionJobDesc> wide_descs;
   JointPlan wide_joint;
   size_t wide_elems = 0;
-  const int total_heads = g.num_kv_heads * tp_size;
-  if (tp_size > 1 && !grouped && !parts.empty() && !parts[0].joint.scopes.empty()) {
+  if (tp_size > 1 && parts.size() == 1 && !parts[0].joint.scopes.empty()) {
     const CompressionPart& part = parts[0];
-    const size_t wide_rows = static_cast<size_t>(g.num_layers) * total_heads;
+    const size_t wide_rows = static_cast<size_t>(row_layers) * wide_heads;
     wide_descs = part.plan.descs;
     for (CompressionJobDesc& d : wide_descs) {
       d.score0 = static_cast<int64_t>(wide_elems);
@@ -326,8 +331,12 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     }
     std::vector<const CompressionJob*> desc_jobs;
     for (int32_t j : part.job_index) desc_jobs.push_back(&jobs[static_cast<size_t>(j)]);
-    wide_joint = plan_joint_selection(desc_jobs, static_cast<int>(wide_rows), [&](int, int lh) {
-      return std::make_pair(lh / total_heads, lh % total_heads);
+    wide_joint = plan_joint_selection(desc_jobs, static_cast<int>(wide_rows), [&](int d, int lh) {
+      const int layer = lh / wide_heads, rank = lh % wide_heads / row_heads, slot = lh % row_heads;
+      if (!grouped) return std::make_pair(layer, rank * g.num_kv_heads + slot);
+      const int group = desc_jobs[static_cast<size_t>(d)]->group;
+      return std::make_pair(g.group_layer[group],
+                            rank * g.num_kv_heads + g.group_heads[group * g.heads_per_group + slot]);
     });
   }
   // Every rank meets the others in gather_rows; a rank that leaves begin() before it (an error)
@@ -533,11 +542,11 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     JointArgs wja = ja;
     const bool wide = !wide_descs.empty() && ja.num_scopes > 0;
     if (wide) {
-      // A joint batch is one layer group of every layer (stride == num_layers); `a` gets its
-      // per-group fields in the loop below, the wide view needs them now.
-      wa.num_group_layers = g.num_layers;
+      // A joint batch is one launch sequence: every layer (full layout; `a` gets its per-group
+      // fields in the loop below, the wide view needs them now) or every group (head groups).
+      wa.num_group_layers = row_layers;
       wa.jobs = reinterpret_cast<const CompressionJobDesc*>(dm + wide_descs_at);
-      wa.num_kv_heads = total_heads;
+      wa.num_kv_heads = wide_heads;
       wa.final_scores = static_cast<float*>(wide_final_.ptr);
       wja.scopes = reinterpret_cast<const JointScope*>(dm + wide_scopes_at);
       wja.num_scopes = static_cast<int>(wide_joint.scopes.size());
@@ -545,9 +554,9 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
       wja.num_members = static_cast<int>(wide_joint.members.size());
     }
     // Every rank's scored rows of the joint jobs into the wide layout: rank r's rows of layer l of
-    // job d (H contiguous rows at its score0 + l * H * n, the same local layout on every rank) go to
-    // the wide rows (l, r * H ..) at the wide score0 + (l * total_heads + r * H) * n. Every rank
-    // reaches the barrier, also after an error (then all stop).
+    // job d (row_heads contiguous rows at its score0 + l * row_heads * n, the same local layout on
+    // every rank) go to the wide rows (l, r * row_heads ..) at the wide score0 + (l * wide_heads +
+    // r * row_heads) * n. Every rank reaches the barrier, also after an error (then all stop).
     auto gather_rows = [&](bool ok) -> cudaError_t {
       meet_on_exit.peers = nullptr;  // met here
       if (ok) ok = cudaEventRecord(peers_->scored(tp_rank_), stream_) == cudaSuccess;
@@ -562,10 +571,10 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
         const float* src = peers_->rows(r);
         for (size_t d = 0; d < pl.descs.size(); ++d) {
           if (!pl.descs[d].joint) continue;
-          const size_t n = static_cast<size_t>(pl.descs[d].n), H = static_cast<size_t>(g.num_kv_heads);
+          const size_t n = static_cast<size_t>(pl.descs[d].n), H = static_cast<size_t>(row_heads);
           const cudaError_t err = cudaMemcpy2DAsync(
-              dst + wide_descs[d].score0 + r * H * n, total_heads * n * sizeof(float), src + pl.descs[d].score0,
-              H * n * sizeof(float), H * n * sizeof(float), static_cast<size_t>(g.num_layers), cudaMemcpyDefault, stream_);
+              dst + wide_descs[d].score0 + r * H * n, wide_heads * n * sizeof(float), src + pl.descs[d].score0,
+              H * n * sizeof(float), H * n * sizeof(float), static_cast<size_t>(row_layers), cudaMemcpyDefault, stream_);
           if (err != cudaSuccess) return err;
         }
       }

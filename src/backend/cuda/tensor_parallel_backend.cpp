@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "backend/cpu/block_eviction.h"
+#include "kv/kv_layout_ranks.h"
 #include "gates/gate_weights.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/check.h"
@@ -183,21 +184,16 @@ size_t TensorParallelBackend::available_kv_bytes(size_t requested_bytes) const {
 }
 
 Status TensorParallelBackend::allocate_kv_cache(const KVLayout& layout) {
-  if (layout.groups.size() != 1)
-    return Status(ErrorCode::kUnimplemented,
-                  "tensor parallelism: only the full KV layout (one head group) is supported; head groups run on one "
-                  "GPU");
-  if (layout.num_kv_heads % size() != 0)
-    return invalid_argument("tensor parallelism: " + std::to_string(layout.num_kv_heads) + " KV heads over " +
-                            std::to_string(size()) + " ranks");
-  // Every rank's pool has the same pages (block ids) holding its own heads, numbered from 0.
-  KVLayout rank_layout = layout;
-  rank_layout.num_kv_heads = layout.num_kv_heads / size();
-  rank_layout.groups[0].kv_heads.resize(rank_layout.num_kv_heads);
-  std::iota(rank_layout.groups[0].kv_heads.begin(), rank_layout.groups[0].kv_heads.end(), 0);
+  // Every rank's pool has the same pages (block ids) and groups, holding its own heads, numbered
+  // from 0 (kv_layout_ranks.h: head groups must hold as many heads on every rank).
+  std::vector<KVLayout> rank_layouts;
+  for (int r = 0; r < size(); ++r) {
+    ORIGAMI_ASSIGN_OR_RETURN(KVLayout rank_layout, slice_layout_for_rank(layout, r, size()));
+    rank_layouts.push_back(std::move(rank_layout));
+  }
   compressor_.reset();
   kv_layout_ = layout;
-  return run([&](int r) { return ranks_[r]->allocate_kv_cache(rank_layout); });
+  return run([&](int r) { return ranks_[r]->allocate_kv_cache(rank_layouts[r]); });
 }
 
 Status TensorParallelBackend::execute(const ForwardBatch& batch, StepOutput* out) {
@@ -211,7 +207,9 @@ Status TensorParallelBackend::execute(const ForwardBatch& batch, StepOutput* out
   std::vector<CompressionResult> finished;
   for (int r = 0; r < size(); ++r) {
     for (CompressionResult& c : outs[r].finished_compressions) {
-      PartlyFinished& p = partly_finished_[c.request_id];
+      // One job per (request, head group); every rank runs each on its heads of the group.
+      const std::pair<uint64_t, int> key{c.request_id, c.group};
+      PartlyFinished& p = partly_finished_[key];
       ++p.ranks;
       if (p.status.is_ok() && !c.status.is_ok()) p.status = c.status;
       if (r == 0) p.evicted_block = c.evicted_block;
@@ -227,6 +225,7 @@ Status TensorParallelBackend::execute(const ForwardBatch& batch, StepOutput* out
       if (p.ranks == size()) {
         CompressionResult done;
         done.request_id = c.request_id;
+        done.group = c.group;
         done.status = p.status;
         done.evicted_block = p.evicted_block;
         done.num_kept = p.kept.empty() ? -1 : p.kept[0];
@@ -241,7 +240,7 @@ Status TensorParallelBackend::execute(const ForwardBatch& batch, StepOutput* out
           done.evicted_block = cpu::pick_evicted_block(means);
         }
         finished.push_back(std::move(done));
-        partly_finished_.erase(c.request_id);
+        partly_finished_.erase(key);
       }
     }
   }

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <utility>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -100,7 +101,7 @@ class TensorParallelBackend : public Backend {
     int ranks_with_sums = 0;
     std::vector<int> kept;  // each rank's kept count (they must agree)
   };
-  std::map<uint64_t, PartlyFinished> partly_finished_;
+  std::map<std::pair<uint64_t, int>, PartlyFinished> partly_finished_;  // (request, head group)
 };
 
 }  // namespace origami::cuda
