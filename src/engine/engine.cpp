@@ -173,7 +173,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
     // (N = the model's KV heads: one group) overrides it. Over R ranks (or stripes) a group takes
     // one head from each rank: its heads share a table and keep the largest of their counts.
     grouped_config.heads_per_group = stripes;
-    if (stripes > 1)
+    if (config.tensor_parallel_size > 1)
       std::fprintf(stderr,
                    "[origami] tensor parallelism: KV policy %s on head groups of %d KV heads, one per rank (per-head "
                    "pages on one GPU): each group keeps the largest of its heads' counts\n",

@@ -359,6 +359,41 @@ TEST(HeadGroupsConfig, BadGroupingIsAClearError) {
   engine = Engine::create(config);
   ASSERT_FALSE(engine.has_value());
   EXPECT_NE(engine.status().message().find("group budget ratios need head groups"), std::string::npos);
+  // Striped groups (tensor parallelism's layout) take as many heads from every slice.
+  config.group_budget_ratios.clear();
+  config.heads_per_group = 1;
+  config.head_group_stripes = 2;
+  engine = Engine::create(config);
+  ASSERT_FALSE(engine.has_value());
+  EXPECT_NE(engine.status().message().find("--heads-per-group must be a multiple of the ranks"), std::string::npos)
+      << engine.status().message();
+}
+
+// The per-head default of Fast KVzip's global threshold over two stripes: groups of two heads,
+// one from each slice ({0, 2}, {1, 3}), whose tables hold the larger of their heads' counts.
+TEST(HeadGroupsConfig, PerHeadDefaultOverStripesPairsOneHeadOfEachSlice) {
+  EngineConfig config = cpu_config(tiny_qwen3_dir());
+  config.kv_policy = "fastkvzip";
+  config.kv_gates = std::string(ORIGAMI_SOURCE_DIR) + "/assets/gates/origami-tiny-qwen3.safetensors";
+  config.head_group_stripes = 2;
+  struct LayoutWatcher : CpuBackendWrapper {
+    LayoutWatcher() : CpuBackendWrapper("cpu") {}
+    Status allocate_kv_cache(const KVLayout& l) override {
+      layout = l;
+      return CpuBackendWrapper::allocate_kv_cache(l);
+    }
+    KVLayout layout;
+  };
+  auto watcher = std::make_unique<LayoutWatcher>();
+  LayoutWatcher* w = watcher.get();
+  auto engine = Engine::create(config, std::move(watcher));
+  ASSERT_TRUE(engine.has_value()) << engine.status().to_string();
+  const KVLayout& layout = w->layout;
+  ASSERT_EQ(layout.num_groups(), 6 * 2);
+  for (int l = 0; l < 6; ++l) {
+    EXPECT_EQ(layout.groups[static_cast<size_t>(2 * l)].kv_heads, (std::vector<int>{0, 2}));
+    EXPECT_EQ(layout.groups[static_cast<size_t>(2 * l + 1)].kv_heads, (std::vector<int>{1, 3}));
+  }
 }
 
 TEST(HeadGroupsConfig, BlockEvictionIsRefusedWithMoreThanOneGroup) {
