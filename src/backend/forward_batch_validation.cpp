@@ -19,9 +19,28 @@ struct Where {
   }
 };
 
-// One group's table: `num_cached` entries before the step's `num_new` must fit its pages.
+// Whether one group's table holds `num_cached` entries before the step's `num_new` in pages
+// inside the pool: the check every table of every sequence gets each step (288 x 256 for the
+// Qwen3-8B shape with per-head pages), so it is branch-free over the pages, without a division
+// and without a Status; validate_table says what is wrong only when this fails.
+inline bool table_fits(const std::vector<BlockId>& table, int num_cached, int num_new, const ForwardBatchLimits& limits) {
+  if (num_cached < 0) return false;
+  const int64_t num_entries = static_cast<int64_t>(num_cached) + num_new;
+  const int64_t bs = limits.block_size;
+  if (static_cast<int64_t>(table.size()) * bs < num_entries) return false;
+  bool all_inside = true;
+  for (int64_t p = 0; p * bs < num_entries; ++p) {
+    const BlockId b = table[static_cast<size_t>(p)];
+    all_inside &= b > kNullBlock && b < limits.num_blocks;
+  }
+  return all_inside;
+}
+
+// One group's table: `num_cached` entries before the step's `num_new` must fit its pages; the
+// error says which page or count is wrong.
 Status validate_table(const Where& where, const std::vector<BlockId>& table, int num_cached, int num_new,
                       const ForwardBatchLimits& limits) {
+  if (table_fits(table, num_cached, num_new, limits)) return Status::ok();
   const int bs = limits.block_size;
   if (num_cached < 0) return invalid_argument(where.str() + ": negative num_cached_entries");
   const int64_t num_entries = static_cast<int64_t>(num_cached) + num_new;
@@ -29,13 +48,6 @@ Status validate_table(const Where& where, const std::vector<BlockId>& table, int
   if (static_cast<int64_t>(table.size()) < num_pages)
     return invalid_argument(where.str() + ": block table has " + std::to_string(table.size()) + " pages, " +
                             std::to_string(num_entries) + " entries need " + std::to_string(num_pages));
-  // Branch-free scan first (every page of every table, every step); the message only on a failure.
-  bool all_inside = true;
-  for (int64_t p = 0; p < num_pages; ++p) {
-    const BlockId b = table[static_cast<size_t>(p)];
-    all_inside &= b > kNullBlock && b < limits.num_blocks;
-  }
-  if (all_inside) return Status::ok();
   for (int64_t p = 0; p < num_pages; ++p) {
     const BlockId b = table[static_cast<size_t>(p)];
     if (b <= kNullBlock || b >= limits.num_blocks)
@@ -91,8 +103,9 @@ Status validate_forward_batch(const ForwardBatch& batch, const ForwardBatchLimit
         return invalid_argument(where.str() + ": kv does not hold block_table as group 0's table");
       for (size_t g = 1; g < seq.kv->groups.size(); ++g) {
         const BlockTable& t = seq.kv->groups[g];
-        ORIGAMI_RETURN_IF_ERROR(validate_table(Where{s, seq.request_id, g}, t.blocks,
-                                               t.num_entries - seq.num_query_tokens, seq.num_query_tokens, limits));
+        const int num_cached = t.num_entries - seq.num_query_tokens;
+        if (!table_fits(t.blocks, num_cached, seq.num_query_tokens, limits))
+          return validate_table(Where{s, seq.request_id, g}, t.blocks, num_cached, seq.num_query_tokens, limits);
       }
     }
     if (seq.logits_mode != LogitsMode::kNone && !seq.sampling) return invalid_argument(where.str() + ": no sampling parameters");

@@ -149,6 +149,23 @@ int KVCacheManager::num_held_blocks(const KVSequence& request) const {
 }
 
 bool KVCacheManager::grow_tables(KVSequence& request, int num_entries, bool add) {
+  // A decode step: every running request appends one entry to each of its groups (288 tables per
+  // request for the Qwen3-8B shape with per-head pages), and most tables still have room in their
+  // last page. One pass moves the counts; the first table that needs a page undoes the counts
+  // moved so far and leaves the step to the general path below, which also allocates.
+  if (add) {
+    ORIGAMI_CHECK(num_entries >= 0);
+    const int64_t b = layout_.block_size;
+    size_t moved = 0;
+    for (BlockTable& table : request.kv.groups) {
+      const int64_t after = int64_t{table.num_entries} + num_entries;
+      if (after > static_cast<int64_t>(table.blocks.size()) * b) break;
+      table.num_entries = static_cast<int>(after);
+      ++moved;
+    }
+    if (moved == request.kv.groups.size()) return true;
+    for (size_t g = 0; g < moved; ++g) request.kv.groups[g].num_entries -= num_entries;
+  }
   auto entries_after = [&](const BlockTable& table) { return add ? table.num_entries + num_entries : num_entries; };
   // Prepare: every group must be able to grow (groups sharing a pool together), or nothing changes.
   // Every running request calls this each step, over all its groups: no allocation here.

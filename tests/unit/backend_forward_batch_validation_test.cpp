@@ -78,6 +78,26 @@ TEST(ForwardBatchValidation, NamesTheGroupWithTooFewPages) {
       << st.to_string();
 }
 
+// Exactly the pages the entries reach are checked: a table whose entries fill its pages is
+// accepted, one more entry is a page short, and a page past the entries is not read.
+TEST(ForwardBatchValidation, ChecksThePagesTheEntriesReachAndNoMore) {
+  GroupedBatch b;
+  b.kv_a.groups[2].num_entries = 8;  // 7 cached + 1 new: both pages full
+  EXPECT_TRUE(validate_forward_batch(b.batch, grouped_limits()).is_ok());
+  b.kv_a.groups[2].num_entries = 9;
+  Status st = validate_forward_batch(b.batch, grouped_limits());
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_TRUE(contains(st, "batch: sequence 0 (request 7) group 2: block table has 2 pages, 9 entries need 3"))
+      << st.to_string();
+  b.kv_a.groups[2].num_entries = 4;  // 3 cached + 1 new: only page 0 is read
+  b.kv_a.groups[2].blocks[1] = kNullBlock;
+  EXPECT_TRUE(validate_forward_batch(b.batch, grouped_limits()).is_ok());
+  b.kv_a.groups[2].num_entries = 0;  // a negative cached count
+  st = validate_forward_batch(b.batch, grouped_limits());
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_TRUE(contains(st, "batch: sequence 0 (request 7) group 2: negative num_cached_entries")) << st.to_string();
+}
+
 TEST(ForwardBatchValidation, GroupZeroErrorsNameOnlyTheSequence) {
   GroupedBatch b;
   b.kv_a.groups[0].blocks[0] = kNullBlock;

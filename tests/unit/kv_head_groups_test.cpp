@@ -137,6 +137,36 @@ TEST(KVHeadGroups, GroupsGrowFromTheirOwnLengths) {
   EXPECT_EQ(kv.num_held_blocks(a), 11);
 }
 
+// Leading groups with room in their last page and a later one that needs a page (per-head pages
+// after a joint compaction): each group grows once, and when the page is not there every count
+// is as before.
+TEST(KVHeadGroups, ALaterGroupThatNeedsAPageGrowsEveryGroupOnceOrNone) {
+  KVCacheManager kv(grouped_layout(11), false);  // 10 usable pages
+  KVSequence a = make_request(iota_tokens(20, 0));
+  ASSERT_TRUE(kv.allocate_slots(a, 6));  // 2 pages per group, 8 in all
+  a.kv.groups[2].num_entries = 8;        // group 2's pages are full
+  EXPECT_EQ(kv.blocks_to_append(a, 1), 1);
+  ASSERT_TRUE(kv.append_slots(a, 1));
+  EXPECT_EQ(a.kv.groups[0].num_entries, 7);
+  EXPECT_EQ(a.kv.groups[1].num_entries, 7);
+  EXPECT_EQ(a.kv.groups[2].num_entries, 9);
+  EXPECT_EQ(a.kv.groups[2].blocks.size(), 3u);
+  EXPECT_EQ(a.kv.groups[3].num_entries, 7);
+  EXPECT_EQ(kv.num_free_blocks(), 1);
+
+  // Group 3 full as well, group 1 now too: 2 pages needed, 1 free; nothing moves.
+  a.kv.groups[1].num_entries = 8;
+  a.kv.groups[3].num_entries = 8;
+  const RequestKV before = a.kv;
+  EXPECT_EQ(kv.blocks_to_append(a, 1), 2);
+  EXPECT_FALSE(kv.append_slots(a, 1));
+  for (size_t g = 0; g < 4; ++g) {
+    EXPECT_EQ(a.kv.groups[g].blocks, before.groups[g].blocks);
+    EXPECT_EQ(a.kv.groups[g].num_entries, before.groups[g].num_entries) << "group " << g;
+  }
+  EXPECT_EQ(kv.num_free_blocks(), 1);
+}
+
 TEST(KVHeadGroups, PagesFreedByOneGroupServeAnother) {
   KVCacheManager kv(grouped_layout(9), false);  // 8 usable pages
   KVSequence a = make_request(iota_tokens(8, 0));

@@ -1,0 +1,195 @@
+// Host time per engine step with many page tables: the real Engine (scheduler, KV manager,
+// ForwardBatch building, batch validation, output handling) over a backend that computes nothing,
+// so that wall time / steps is the host's share of a step. The Qwen3-8B shape (36 layers x 8 KV
+// heads) with Fast KVzip's per-head pages gives every request 288 page tables; this measures what
+// that costs the host against one table (full KV, Zipage) and 72 tables (4 heads per group).
+//
+// Built with the project (target engine_host_bench, not part of `all`). Run from the repository:
+//   build/engine_host_bench [num_requests=256] [output_tokens=1024] [policy=all]
+// policy: all | full | zipage | fastkvzip | fastkvzip-hpg4. Prompts are 128 tokens, block 256,
+// budget 1024.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/forward_batch_validation.h"
+#include "engine/engine.h"
+
+using namespace origami;
+
+namespace {
+
+// Computes nothing: every sequence that samples gets token 1, and every compression finishes in
+// the step that starts it, keeping what the scheduler allows (a runtime allocation: a
+// deterministic count per group around the job's mean, in whole pages where the recipe asks).
+// It still validates every batch, as the CPU and CUDA backends do before each step.
+class NullBackend : public Backend {
+ public:
+  std::string name() const override { return "null"; }
+  Status load(const ModelConfig& config, const ModelWeights&) override {
+    model_ = config;
+    return Status::ok();
+  }
+  Status load_dummy(const ModelConfig& config, uint64_t) override {
+    model_ = config;
+    return Status::ok();
+  }
+  size_t available_kv_bytes(size_t requested) const override {
+    const size_t h100_kv = size_t{60} << 30;  // what an H100 has left beside Qwen3-8B in bf16
+    return requested > 0 ? std::min(requested, h100_kv) : h100_kv;
+  }
+  Status allocate_kv_cache(const KVLayout& layout) override {
+    limits_.vocab_size = model_.vocab_size;
+    limits_.block_size = layout.block_size;
+    limits_.num_blocks = layout.groups[0].num_blocks;
+    limits_.num_groups = layout.num_groups();
+    return Status::ok();
+  }
+  Status configure_compression(const CompressionConfig& config) override {
+    limits_.num_query_slots = config.num_query_slots;
+    return Status::ok();
+  }
+  size_t query_slot_bytes(int max_window) const override {
+    return size_t{2} * model_.num_layers * max_window * model_.num_heads * model_.head_dim;  // bf16
+  }
+  Status load_gates(const gates::GateWeights&) override { return Status::ok(); }
+  bool selects_jointly() const override { return true; }
+  int num_groups() const { return limits_.num_groups; }  // page tables per request
+  void copy_block(int, BlockId, BlockId) override {}
+
+  Status execute(const ForwardBatch& batch, StepOutput* out) override {
+    ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits_));
+    out->sampled_tokens.clear();
+    for (const SequenceInput& s : batch.sequences)
+      out->sampled_tokens.push_back(s.logits_mode == LogitsMode::kNone ? -1 : 1);
+    out->finished_compressions.clear();
+    for (const CompressionJob& job : batch.compressions) {
+      CompressionResult result;
+      result.request_id = job.request_id;
+      result.group = job.group;
+      if (job.kind == CompressionKind::kCompact) result.num_kept = kept_count(job);
+      if (job.kind == CompressionKind::kEvictBlock) result.evicted_block = 1;
+      out->finished_compressions.push_back(std::move(result));
+    }
+    return Status::ok();
+  }
+
+ private:
+  int kept_count(const CompressionJob& job) const {
+    if (job.mean_keep <= 0) return job.num_keep;  // the scheduler fixed the count
+    // Joint selection: groups keep between half and 1.5x the mean (a fixed pattern over groups),
+    // never fewer than the protected tail nor more than the job allows.
+    const int spread = job.group * 7919 % 11;  // 0..10
+    int kept = job.mean_keep / 2 + job.mean_keep * spread / 10;
+    const int b = limits_.block_size;
+    if (job.recipe != nullptr && job.recipe->page_aligned) kept = (kept + b / 2) / b * b;
+    const int floor_keep = job.recipe != nullptr ? job.recipe->protected_tail() : 0;
+    return std::min(std::max(kept, floor_keep), job.num_keep);
+  }
+
+  ModelConfig model_;
+  ForwardBatchLimits limits_{0, 1, 0, -1, 1};  // no query slots until configure_compression()
+};
+
+struct Workload {
+  const char* name;
+  const char* policy;
+  int heads_per_group;  // 0: the policy's default layout
+};
+
+int run(const Workload& w, int num_requests, int output_tokens) {
+  EngineConfig config;
+  config.model_dir = "../shared/configs/qwen3-8b";
+  config.tokenizer_dir = "../shared/models/origami-tiny-qwen3";
+  config.dummy_weights = true;
+  // Not "cpu": that would size the KV cache in host memory and keep it in fp32. The backend is
+  // the null one either way.
+  config.device = "cuda";
+  config.block_size = 256;
+  config.kv_policy = w.policy;
+  config.kv_budget = 1024;
+  config.heads_per_group = w.heads_per_group;
+  config.max_num_seqs = num_requests;
+  if (std::strcmp(w.policy, "fastkvzip") == 0) config.kv_gates = kRandomKvGates;
+  Expected<std::unique_ptr<Engine>> created = Engine::create(config, std::make_unique<NullBackend>());
+  if (!created) {
+    std::fprintf(stderr, "%s: %s\n", w.name, created.status().to_string().c_str());
+    return 1;
+  }
+  Engine& engine = **created;
+  SamplingParams params;
+  params.max_tokens = output_tokens;
+  params.ignore_eos = true;
+  params.temperature = 0.0f;
+  for (int r = 0; r < num_requests; ++r) {
+    std::vector<int32_t> prompt(128);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + (r * 131 + i * 17) % 4000);
+    Expected<RequestId> id = engine.add_request(std::move(prompt), params);
+    if (!id) {
+      std::fprintf(stderr, "%s: %s\n", w.name, id.status().to_string().c_str());
+      return 1;
+    }
+  }
+  int64_t errors = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (engine.has_unfinished())
+    for (const RequestOutput& out : engine.step())
+      if (out.finish_reason == FinishReason::kError) ++errors;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const EngineMetrics& m = engine.metrics();
+  if (errors > 0 || m.num_generated_tokens != int64_t{num_requests} * output_tokens) {
+    std::fprintf(stderr, "%s: %lld requests failed, %lld of %lld tokens generated\n", w.name,
+                 static_cast<long long>(errors), static_cast<long long>(m.num_generated_tokens),
+                 static_cast<long long>(int64_t{num_requests} * output_tokens));
+    return 1;
+  }
+  const double steps = static_cast<double>(std::max<int64_t>(m.num_steps, 1));
+  const int tables = static_cast<NullBackend&>(engine.backend()).num_groups();
+  const double total_ms = 1e3 * wall / steps, sched_ms = 1e3 * m.schedule_seconds / steps;
+  const double exec_ms = 1e3 * m.execute_seconds / steps;
+  std::printf("| %-16s | %6d | %6lld | %11lld | %12.3f | %8.3f | %8.3f | %8.3f |\n", w.name, tables,
+              static_cast<long long>(m.num_steps), static_cast<long long>(m.num_compressions), total_ms, sched_ms,
+              exec_ms, total_ms - sched_ms - exec_ms);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int num_requests = argc > 1 ? std::atoi(argv[1]) : 256;
+  const int output_tokens = argc > 2 ? std::atoi(argv[2]) : 1024;
+  const std::string which = argc > 3 ? argv[3] : "all";
+  const Workload workloads[] = {
+      {"full", "full", 0},
+      {"zipage", "zipage", 0},
+      {"fastkvzip", "fastkvzip", 0},  // per-head pages: one table per (layer, KV head)
+      {"fastkvzip-hpg4", "fastkvzip", 4},
+  };
+  if (num_requests < 1 || output_tokens < 1) {
+    std::fprintf(stderr, "usage: %s [num_requests >= 1] [output_tokens >= 1] [all|full|zipage|fastkvzip|fastkvzip-hpg4]\n",
+                 argv[0]);
+    return 2;
+  }
+  std::printf("%d requests x (128 -> %d), block 256, budget 1024, Qwen3-8B shape, null backend\n", num_requests,
+              output_tokens);
+  std::printf("| workload         | tables | steps  | compactions | host ms/step | schedule | execute* | rest     |\n");
+  std::printf("|------------------|--------|--------|-------------|--------------|----------|----------|----------|\n");
+  bool any = false;
+  for (const Workload& w : workloads) {
+    if (which != "all" && which != w.name) continue;
+    any = true;
+    if (run(w, num_requests, output_tokens) != 0) return 1;
+  }
+  if (!any) {
+    std::fprintf(stderr, "unknown workload '%.100s'\n", which.c_str());
+    return 2;
+  }
+  return 0;
+}
