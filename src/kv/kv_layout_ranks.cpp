@@ -6,14 +6,14 @@ namespace origami {
 
 Expected<std::vector<std::vector<std::vector<int>>>> striped_heads(int num_layers, int num_kv_heads,
                                                                    int heads_per_group, int ranks) {
-  const std::string what = "tensor parallelism: " + std::to_string(heads_per_group) + " heads per group over " +
-                           std::to_string(ranks) + " ranks";
   if (ranks < 1 || num_kv_heads % ranks != 0)
     return invalid_argument("tensor parallelism: " + std::to_string(num_kv_heads) + " KV heads do not split over " +
                             std::to_string(ranks) + " ranks");
   if (heads_per_group < ranks || heads_per_group % ranks != 0 || num_kv_heads % heads_per_group != 0)
-    return invalid_argument(what + ": a group takes as many heads from every rank, so --heads-per-group must be a "
-                                   "multiple of the ranks that divides the model's " +
+    return invalid_argument("tensor parallelism: " + std::to_string(heads_per_group) + " heads per group over " +
+                            std::to_string(ranks) +
+                            " ranks: a group takes as many heads from every rank, so --heads-per-group must be a "
+                            "multiple of the ranks that divides the model's " +
                             std::to_string(num_kv_heads) + " KV heads");
   const int per_rank = num_kv_heads / ranks, share = heads_per_group / ranks;
   std::vector<std::vector<std::vector<int>>> out(static_cast<size_t>(num_layers));

@@ -586,8 +586,8 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
         const cudaError_t gathered = gather_rows(err == cudaSuccess);
         if (err == cudaSuccess) err = gathered;
       }
-      if (err == cudaSuccess && wide) err = launch_joint_counts(wa, wja, stream_);
-      if (err == cudaSuccess && ja.num_scopes > 0 && !wide) err = launch_joint_counts(a, ja, stream_);
+      if (err == cudaSuccess && ja.num_scopes > 0)
+        err = wide ? launch_joint_counts(wa, wja, stream_) : launch_joint_counts(a, ja, stream_);
       if (err == cudaSuccess) err = launch_compression_select(a, stream_);
       if (err == cudaSuccess) err = launch_compression_compact(a, stream_);
       return err;
