@@ -5,9 +5,15 @@
 // that costs the host against one table (full KV, Zipage) and 72 tables (4 heads per group).
 //
 // Built with the project (target engine_host_bench, not part of `all`). Run from the repository:
-//   build/engine_host_bench [num_requests=256] [output_tokens=1024] [policy=all]
+//   build/engine_host_bench [num_requests=256] [output_tokens=1024] [policy=all] [inputs=cuda] [threads=1]
 // policy: all | full | zipage | fastkvzip | fastkvzip-hpg4. Prompts are 128 tokens, block 256,
-// budget 1024.
+// budget 1024. inputs: what the backend does on the host with each batch:
+//   validate     validate_forward_batch, every page of every table (the CPU backend)
+//   cuda         the CUDA backend: validation without the page tables, then the tables sized and
+//                flattened into an upload buffer with the page checks folded in (page_table_inputs.h)
+//   cuda-before  the CUDA backend before that fold: the full validation, then the same flattening
+// threads: the flattening's threads (PageTableInputs; the CUDA backend takes a quarter of the
+// host's, at most 4).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "backend/forward_batch_validation.h"
+#include "backend/page_table_inputs.h"
 #include "engine/engine.h"
 
 using namespace origami;
@@ -28,9 +35,12 @@ namespace {
 // Computes nothing: every sequence that samples gets token 1, and every compression finishes in
 // the step that starts it, keeping what the scheduler allows (a runtime allocation: a
 // deterministic count per group around the job's mean, in whole pages where the recipe asks).
-// It still validates every batch, as the CPU and CUDA backends do before each step.
+// It still does the host work of a real backend with every batch (`Inputs`).
+enum class Inputs { kValidate, kCuda, kCudaBefore };
+
 class NullBackend : public Backend {
  public:
+  NullBackend(Inputs inputs, int threads) : tables_(threads), inputs_(inputs) {}
   std::string name() const override { return "null"; }
   Status load(const ModelConfig& config, const ModelWeights&) override {
     model_ = config;
@@ -64,7 +74,10 @@ class NullBackend : public Backend {
   void copy_block(int, BlockId, BlockId) override {}
 
   Status execute(const ForwardBatch& batch, StepOutput* out) override {
-    ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits_));
+    ForwardBatchLimits limits = limits_;
+    limits.check_page_tables = inputs_ != Inputs::kCuda;
+    ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits));
+    if (inputs_ != Inputs::kValidate) ORIGAMI_RETURN_IF_ERROR(flatten_tables(batch));
     out->sampled_tokens.clear();
     for (const SequenceInput& s : batch.sequences)
       out->sampled_tokens.push_back(s.logits_mode == LogitsMode::kNone ? -1 : 1);
@@ -93,8 +106,38 @@ class NullBackend : public Backend {
     return std::min(std::max(kept, floor_keep), job.num_keep);
   }
 
+  // As CudaBackend::prepare_step: sized, then flattened into a buffer that only grows.
+  Status flatten_tables(const ForwardBatch& batch) {
+    const int G = limits_.num_groups, seqs = static_cast<int>(batch.sequences.size());
+    const int tokens = static_cast<int>(batch.token_ids.size());
+    const auto t0 = std::chrono::steady_clock::now();
+    const PageTableInputsSize size = tables_.size(batch, G, limits_.block_size);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!size.tables_cover) return Status(ErrorCode::kInternal, "a table does not cover its entries");
+    auto grow = [](std::vector<int32_t>& v, size_t n) {
+      if (v.size() < n) v.resize(n);
+    };
+    grow(slots_, static_cast<size_t>(G) * tokens);
+    grow(indptr_, static_cast<size_t>(G) * seqs + 1);
+    grow(kv_len_, static_cast<size_t>(G) * seqs);
+    grow(pages_, static_cast<size_t>(size.num_pages));
+    const PageTableInputsFill fill =
+        tables_.fill(batch, limits_.num_blocks, seqs, tokens, {slots_.data(), indptr_.data(), kv_len_.data(), pages_.data()});
+    const auto t2 = std::chrono::steady_clock::now();
+    size_seconds += std::chrono::duration<double>(t1 - t0).count();
+    fill_seconds += std::chrono::duration<double>(t2 - t1).count();
+    if (!fill.pages_inside) return Status(ErrorCode::kInternal, "a page outside the pool");
+    return Status::ok();
+  }
+
+  PageTableInputs tables_;
+  Inputs inputs_;
   ModelConfig model_;
   ForwardBatchLimits limits_{0, 1, 0, -1, 1};  // no query slots until configure_compression()
+ public:
+  double size_seconds = 0, fill_seconds = 0;
+ private:
+  std::vector<int32_t> slots_, indptr_, kv_len_, pages_;
 };
 
 struct Workload {
@@ -103,7 +146,7 @@ struct Workload {
   int heads_per_group;  // 0: the policy's default layout
 };
 
-int run(const Workload& w, int num_requests, int output_tokens) {
+int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, int threads) {
   EngineConfig config;
   config.model_dir = "../shared/configs/qwen3-8b";
   config.tokenizer_dir = "../shared/models/origami-tiny-qwen3";
@@ -117,7 +160,7 @@ int run(const Workload& w, int num_requests, int output_tokens) {
   config.heads_per_group = w.heads_per_group;
   config.max_num_seqs = num_requests;
   if (std::strcmp(w.policy, "fastkvzip") == 0) config.kv_gates = kRandomKvGates;
-  Expected<std::unique_ptr<Engine>> created = Engine::create(config, std::make_unique<NullBackend>());
+  Expected<std::unique_ptr<Engine>> created = Engine::create(config, std::make_unique<NullBackend>(inputs, threads));
   if (!created) {
     std::fprintf(stderr, "%s: %s\n", w.name, created.status().to_string().c_str());
     return 1;
@@ -156,6 +199,8 @@ int run(const Workload& w, int num_requests, int output_tokens) {
   std::printf("| %-16s | %6d | %6lld | %11lld | %12.3f | %8.3f | %8.3f | %8.3f |\n", w.name, tables,
               static_cast<long long>(m.num_steps), static_cast<long long>(m.num_compressions), total_ms, sched_ms,
               exec_ms, total_ms - sched_ms - exec_ms);
+  const NullBackend& nb = static_cast<NullBackend&>(engine.backend());
+  std::printf("  (tables sized %.3f ms/step, flattened %.3f ms/step)\n", 1e3 * nb.size_seconds / steps, 1e3 * nb.fill_seconds / steps);
   std::fflush(stdout);
   return 0;
 }
@@ -166,6 +211,15 @@ int main(int argc, char** argv) {
   const int num_requests = argc > 1 ? std::atoi(argv[1]) : 256;
   const int output_tokens = argc > 2 ? std::atoi(argv[2]) : 1024;
   const std::string which = argc > 3 ? argv[3] : "all";
+  const std::string inputs_name = argc > 4 ? argv[4] : "cuda";
+  const int threads = argc > 5 ? std::atoi(argv[5]) : 1;  // the CUDA backend's flattening threads
+  Inputs inputs = Inputs::kCuda;
+  if (inputs_name == "validate") inputs = Inputs::kValidate;
+  else if (inputs_name == "cuda-before") inputs = Inputs::kCudaBefore;
+  else if (inputs_name != "cuda") {
+    std::fprintf(stderr, "unknown inputs '%.100s' (validate | cuda | cuda-before)\n", inputs_name.c_str());
+    return 2;
+  }
   const Workload workloads[] = {
       {"full", "full", 0},
       {"zipage", "zipage", 0},
@@ -173,19 +227,19 @@ int main(int argc, char** argv) {
       {"fastkvzip-hpg4", "fastkvzip", 4},
   };
   if (num_requests < 1 || output_tokens < 1) {
-    std::fprintf(stderr, "usage: %s [num_requests >= 1] [output_tokens >= 1] [all|full|zipage|fastkvzip|fastkvzip-hpg4]\n",
+    std::fprintf(stderr, "usage: %s [num_requests >= 1] [output_tokens >= 1] [all|full|zipage|fastkvzip|fastkvzip-hpg4] [validate|cuda|cuda-before] [threads]\n",
                  argv[0]);
     return 2;
   }
-  std::printf("%d requests x (128 -> %d), block 256, budget 1024, Qwen3-8B shape, null backend\n", num_requests,
-              output_tokens);
+  std::printf("%d requests x (128 -> %d), block 256, budget 1024, Qwen3-8B shape, null backend, inputs %s, %d thread(s)\n",
+              num_requests, output_tokens, inputs_name.c_str(), threads);
   std::printf("| workload         | tables | steps  | compactions | host ms/step | schedule | execute* | rest     |\n");
   std::printf("|------------------|--------|--------|-------------|--------------|----------|----------|----------|\n");
   bool any = false;
   for (const Workload& w : workloads) {
     if (which != "all" && which != w.name) continue;
     any = true;
-    if (run(w, num_requests, output_tokens) != 0) return 1;
+    if (run(w, num_requests, output_tokens, inputs, threads) != 0) return 1;
   }
   if (!any) {
     std::fprintf(stderr, "unknown workload '%.100s'\n", which.c_str());

@@ -91,7 +91,8 @@ Status validate_forward_batch(const ForwardBatch& batch, const ForwardBatchLimit
       return invalid_argument(where.str() + ": num_top_logprobs " + std::to_string(seq.num_top_logprobs) + " is above " +
                               std::to_string(kMaxTopLogprobs));
     if (!seq.block_table) return invalid_argument(where.str() + ": no block table");
-    ORIGAMI_RETURN_IF_ERROR(validate_table(where, *seq.block_table, seq.num_cached_entries, seq.num_query_tokens, limits));
+    if (limits.check_page_tables)
+      ORIGAMI_RETURN_IF_ERROR(validate_table(where, *seq.block_table, seq.num_cached_entries, seq.num_query_tokens, limits));
     if (limits.num_groups > 1 &&
         (seq.kv == nullptr || seq.kv->groups.size() != static_cast<size_t>(limits.num_groups)))
       return invalid_argument("batch: request " + std::to_string(seq.request_id) + " gives " +
@@ -101,7 +102,7 @@ Status validate_forward_batch(const ForwardBatch& batch, const ForwardBatchLimit
       // Head groups: every group's table covers its own entries.
       if (seq.kv->groups.empty() || &seq.kv->groups[0].blocks != seq.block_table)
         return invalid_argument(where.str() + ": kv does not hold block_table as group 0's table");
-      for (size_t g = 1; g < seq.kv->groups.size(); ++g) {
+      for (size_t g = 1; limits.check_page_tables && g < seq.kv->groups.size(); ++g) {
         const BlockTable& t = seq.kv->groups[g];
         const int num_cached = t.num_entries - seq.num_query_tokens;
         if (!table_fits(t.blocks, num_cached, seq.num_query_tokens, limits))

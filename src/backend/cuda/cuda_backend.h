@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/forward_batch_validation.h"
+#include "backend/page_table_inputs.h"
 #include "backend/compression_stepper.h"
 #include "backend/layer_trace.h"
 #include "backend/cuda/cuda_compression.h"
@@ -105,8 +107,20 @@ class CudaBackend : public Backend {
   void set_layer_trace(LayerTrace* trace) { trace_ = trace; }
 
  private:
-  // The model step proper (execute() validates the batch and wraps it with its compressions).
-  Status forward(const ForwardBatch& batch, StepOutput* out);
+  // How a step runs, decided with its page tables flattened into host_inputs_ by prepare_step,
+  // before execute() starts any compression: a batch whose tables are wrong fails with nothing
+  // enqueued.
+  struct StepShape {
+    bool use_graph = false;
+    int run_seqs = 0;    // sequences (rows) the step runs: a graph's bucket, or the batch's
+    int run_tokens = 0;  // tokens it runs (a graph: one per row)
+    int max_kv_len = 0;  // the longest (group, sequence) row after the step
+    int num_pages = 0;   // page_indices written, padding rows included
+  };
+  Status prepare_step(const ForwardBatch& batch, const ForwardBatchLimits& limits, StepShape* shape);
+  // The model step proper over a prepared step (execute() validates and prepares the batch and
+  // wraps it with its compressions).
+  Status forward(const ForwardBatch& batch, const StepShape& step, StepOutput* out);
   using bf16 = __nv_bfloat16;
   struct Layer {
     bf16* input_norm = nullptr;      // [hidden]
@@ -213,6 +227,7 @@ class CudaBackend : public Backend {
   int num_groups_ = 1;
   long long kv_page_elems_ = 0;
   RaggedHeadTables ragged_;
+  PageTableInputs page_tables_;  // the step's tables flattened into host_inputs_ (prepare_step)
 
   // Activations, [capacity.tokens, ...].
   Capacity cap_;

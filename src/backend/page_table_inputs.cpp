@@ -1,0 +1,122 @@
+#include "backend/page_table_inputs.h"
+
+#include <algorithm>
+
+#include "backend/cpu/cpu_thread_pool.h"
+
+namespace origami {
+namespace {
+
+// Below this many (sequence, group) rows a step flattens on the calling thread: waking the pool
+// costs more than it saves (one group: a row per sequence).
+constexpr size_t kParallelRows = 8192;
+constexpr int kSeqsPerItem = 16;  // sequences per work item of the parallel passes
+
+int num_items(int num_seqs) { return (num_seqs + kSeqsPerItem - 1) / kSeqsPerItem; }
+
+}  // namespace
+
+PageTableInputs::PageTableInputs(int num_threads) {
+  if (num_threads > 1) pool_ = std::make_unique<cpu::ThreadPool>(num_threads);
+}
+
+PageTableInputs::~PageTableInputs() = default;
+
+void PageTableInputs::for_each_item(int num_seqs, const std::function<void(int, int)>& fn) {
+  const int items = num_items(num_seqs);
+  auto run = [&](int item) { fn(item * kSeqsPerItem, std::min(num_seqs, (item + 1) * kSeqsPerItem)); };
+  if (pool_ != nullptr && static_cast<size_t>(num_seqs) * num_groups_ >= kParallelRows) cpu::parallel_for(pool_.get(), items, run);
+  else
+    for (int item = 0; item < items; ++item) run(item);
+}
+
+PageTableInputsSize PageTableInputs::size(const ForwardBatch& batch, int num_groups, int block_size) {
+  num_groups_ = num_groups;
+  block_size_ = block_size;
+  num_seqs_ = static_cast<int>(batch.sequences.size());
+  row_pages_.resize(static_cast<size_t>(num_seqs_) * num_groups);
+  item_sizes_.assign(static_cast<size_t>(num_items(num_seqs_)), PageTableInputsSize{});
+  const int64_t bs = block_size;
+  // Each item's sequences, request by request (a request's tables lie together in its RequestKV);
+  // the counts go group-major, so that the row offsets are one scan per group.
+  for_each_item(num_seqs_, [&](int first, int last) {
+    PageTableInputsSize& size = item_sizes_[static_cast<size_t>(first / kSeqsPerItem)];
+    for (int i = first; i < last; ++i) {
+      const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
+      for (int g = 0; g < num_groups; ++g) {
+        const int cached = s.group_cached_entries(g);
+        const int64_t kv_len = static_cast<int64_t>(cached) + s.num_query_tokens;
+        const int64_t pages = (kv_len + bs - 1) / bs;
+        size.tables_cover &= cached >= 0 && static_cast<int64_t>(s.group_blocks(g).size()) >= pages;
+        row_pages_[static_cast<size_t>(g) * num_seqs_ + i] = static_cast<int32_t>(std::min<int64_t>(pages, INT32_MAX));
+        size.num_pages += pages;
+        size.max_kv_len = static_cast<int>(std::max<int64_t>(size.max_kv_len, kv_len));
+      }
+    }
+  });
+  PageTableInputsSize size;
+  for (const PageTableInputsSize& part : item_sizes_) {
+    size.num_pages += part.num_pages;
+    size.max_kv_len = std::max(size.max_kv_len, part.max_kv_len);
+    size.tables_cover &= part.tables_cover;
+  }
+  return size;
+}
+
+PageTableInputsFill PageTableInputs::fill(const ForwardBatch& batch, int num_blocks, int run_seqs, int run_tokens,
+                                          const PageTableInputsOut& out) {
+  PageTableInputsFill fill;
+  const int num_seqs = num_seqs_;
+  const int G = num_groups_, bs = block_size_;
+  // Row offsets, group-major: a group's real rows, then its padding rows (one null page each).
+  int count = 0;
+  out.page_indptr[0] = 0;
+  for (int g = 0; g < G; ++g) {
+    const size_t row0 = static_cast<size_t>(g) * run_seqs;
+    const int32_t* pages = row_pages_.data() + static_cast<size_t>(g) * num_seqs;
+    for (int i = 0; i < num_seqs; ++i) {
+      count += pages[i];
+      out.page_indptr[row0 + i + 1] = count;
+    }
+    for (int i = num_seqs; i < run_seqs; ++i) {
+      out.page_indices[count++] = kNullBlock;
+      out.page_indptr[row0 + i + 1] = count;
+      out.kv_len[row0 + i] = 1;
+      out.slots[static_cast<size_t>(g) * run_tokens + i] = -1;
+    }
+  }
+  fill.num_pages = count;
+  // Pages, lengths and slots, request by request; every row writes its own places. The range check
+  // (unsigned compare: block - 1 < num_blocks - 1 <=> 1 <= block < num_blocks) is branch-free over
+  // the pages just copied.
+  const uint32_t limit = num_blocks > 1 ? static_cast<uint32_t>(num_blocks - 1) : 0u;
+  item_inside_.assign(static_cast<size_t>(num_items(num_seqs)), 1);
+  for_each_item(num_seqs, [&](int first, int last) {
+    bool inside = true;
+    for (int i = first; i < last; ++i) {
+      const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
+      for (int g = 0; g < G; ++g) {
+        const size_t row = static_cast<size_t>(g) * run_seqs + i;
+        const BlockId* table = s.group_blocks(g).data();
+        const int cached = s.group_cached_entries(g);
+        int32_t* dst = out.page_indices + out.page_indptr[row];
+        const int pages = out.page_indptr[row + 1] - out.page_indptr[row];
+        for (int p = 0; p < pages; ++p) {  // a few pages: no memmove call
+          dst[p] = table[p];
+          inside &= static_cast<uint32_t>(table[p] - 1) < limit;
+        }
+        int32_t* slots = out.slots + static_cast<size_t>(g) * run_tokens + s.query_start;
+        for (int j = 0; j < s.num_query_tokens; ++j) {
+          const int e = cached + j;
+          slots[j] = table[e / bs] * bs + e % bs;
+        }
+        out.kv_len[row] = cached + s.num_query_tokens;
+      }
+    }
+    item_inside_[static_cast<size_t>(first / kSeqsPerItem)] = inside ? 1 : 0;
+  });
+  for (const char inside : item_inside_) fill.pages_inside &= inside != 0;
+  return fill;
+}
+
+}  // namespace origami

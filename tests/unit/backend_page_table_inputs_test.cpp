@@ -1,0 +1,245 @@
+// The step's page tables flattened for the paged kernels (page_table_inputs.h): the rows, pages,
+// lengths and slots equal a brute-force flattening of the same tables, padding rows read the null
+// block and write nothing, and the folded checks (tables cover their entries, pages inside the
+// pool) accept exactly the batches validate_forward_batch's own page-table check accepts.
+#include "backend/page_table_inputs.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "backend/forward_batch_validation.h"
+
+namespace origami {
+namespace {
+
+constexpr int kBlock = 4;
+constexpr int kNumBlocks = 64;
+
+// `seqs` sequences over `groups` head groups; sequence s has s % 3 + 1 new tokens (a prefill chunk
+// or a decode; decode: one each, as a graph's batch) and each group its own cached count, tables
+// with exactly the pages they need plus `spare` more.
+struct Batch {
+  Batch(int seqs, int groups, std::mt19937& rng, int spare = 0, bool decode = false) : kvs(static_cast<size_t>(seqs)) {
+    std::uniform_int_distribution<int> cached(0, 13), block(1, kNumBlocks - 1);
+    int token = 0;
+    for (int s = 0; s < seqs; ++s) {
+      RequestKV& kv = kvs[static_cast<size_t>(s)];
+      const int num_new = decode ? 1 : s % 3 + 1;
+      kv.groups.resize(static_cast<size_t>(groups));
+      for (int g = 0; g < groups; ++g) {
+        BlockTable& t = kv.groups[static_cast<size_t>(g)];
+        t.num_entries = cached(rng) + num_new;
+        const int pages = (t.num_entries + kBlock - 1) / kBlock + spare;
+        for (int p = 0; p < pages; ++p) t.blocks.push_back(block(rng));
+      }
+      SequenceInput in;
+      in.request_id = 100 + static_cast<uint64_t>(s);
+      in.query_start = token;
+      in.num_query_tokens = num_new;
+      in.num_cached_entries = kv.groups[0].num_entries - num_new;
+      in.start_position = in.num_cached_entries;
+      in.block_table = &kv.groups[0].blocks;
+      in.kv = &kv;
+      in.sampling = &sampling;
+      for (int j = 0; j < num_new; ++j) {
+        batch.token_ids.push_back(7);
+        batch.positions.push_back(in.start_position + j);
+      }
+      token += num_new;
+      batch.sequences.push_back(in);
+    }
+  }
+  std::vector<RequestKV> kvs;
+  SamplingParams sampling;
+  ForwardBatch batch;
+};
+
+struct Flat {
+  std::vector<int32_t> slots, page_indptr, kv_len, page_indices;
+};
+
+Flat flatten(const ForwardBatch& batch, int groups, int run_seqs, int run_tokens, PageTableInputsFill* fill) {
+  PageTableInputs tables;
+  const PageTableInputsSize size = tables.size(batch, groups, kBlock);
+  Flat f;
+  f.slots.assign(static_cast<size_t>(groups) * run_tokens, -7);
+  f.page_indptr.assign(static_cast<size_t>(groups) * run_seqs + 1, -7);
+  f.kv_len.assign(static_cast<size_t>(groups) * run_seqs, -7);
+  f.page_indices.assign(static_cast<size_t>(size.num_pages) + static_cast<size_t>(groups) * run_seqs, -7);
+  *fill = tables.fill(batch, kNumBlocks, run_seqs, run_tokens,
+                      {f.slots.data(), f.page_indptr.data(), f.kv_len.data(), f.page_indices.data()});
+  return f;
+}
+
+ForwardBatchLimits limits(int groups) {
+  ForwardBatchLimits l;
+  l.vocab_size = 100;
+  l.block_size = kBlock;
+  l.num_blocks = kNumBlocks;
+  l.num_query_slots = -1;
+  l.num_groups = groups;
+  return l;
+}
+
+TEST(PageTableInputs, EqualABruteForceFlatteningWithPaddingRows) {
+  std::mt19937 rng(3);
+  for (int groups : {1, 3, 8})
+    for (const bool decode : {false, true}) {
+    Batch b(5, groups, rng, /*spare=*/1, decode);
+    const int num_tokens = static_cast<int>(b.batch.token_ids.size());
+    // Padding rows come with decode graphs only (token i of row i); a mixed batch runs as it is.
+    const int run_seqs = decode ? 8 : 5, run_tokens = decode ? 8 : num_tokens;
+    PageTableInputsFill fill;
+    const Flat f = flatten(b.batch, groups, run_seqs, run_tokens, &fill);
+    EXPECT_TRUE(fill.pages_inside);
+    // Brute force: row (g, i) lists the pages its entries after the step reach, nothing more.
+    size_t page = 0;
+    EXPECT_EQ(f.page_indptr[0], 0);
+    for (int g = 0; g < groups; ++g) {
+      for (int i = 0; i < run_seqs; ++i) {
+        const size_t row = static_cast<size_t>(g) * run_seqs + i;
+        if (i < 5) {
+          const SequenceInput& s = b.batch.sequences[static_cast<size_t>(i)];
+          const BlockTable& t = b.kvs[static_cast<size_t>(i)].groups[static_cast<size_t>(g)];
+          ASSERT_EQ(f.kv_len[row], t.num_entries);
+          for (int e = 0; e < t.num_entries; e += kBlock) ASSERT_EQ(f.page_indices[page++], t.blocks[e / kBlock]);
+          for (int j = 0; j < s.num_query_tokens; ++j) {
+            const int e = t.num_entries - s.num_query_tokens + j;
+            ASSERT_EQ(f.slots[static_cast<size_t>(g) * run_tokens + s.query_start + j],
+                      t.blocks[e / kBlock] * kBlock + e % kBlock);
+          }
+        } else {
+          ASSERT_EQ(f.kv_len[row], 1);
+          ASSERT_EQ(f.page_indices[page++], kNullBlock);
+          ASSERT_EQ(f.slots[static_cast<size_t>(g) * run_tokens + i], -1);
+        }
+        ASSERT_EQ(f.page_indptr[row + 1], static_cast<int32_t>(page));
+      }
+    }
+    EXPECT_EQ(fill.num_pages, static_cast<int>(page));
+    // Nothing written past them (the buffer has the backend's capacity: the pages + a row each).
+    for (size_t p = page; p < f.page_indices.size(); ++p) ASSERT_EQ(f.page_indices[p], -7);
+    }
+}
+
+TEST(PageTableInputs, SizeCountsThePagesAndTheLongestRow) {
+  std::mt19937 rng(5);
+  Batch b(6, 4, rng, /*spare=*/2);
+  const PageTableInputsSize size = PageTableInputs().size(b.batch, 4, kBlock);
+  int64_t pages = 0;
+  int longest = 0;
+  for (const RequestKV& kv : b.kvs)
+    for (const BlockTable& t : kv.groups) {
+      pages += (t.num_entries + kBlock - 1) / kBlock;
+      longest = std::max(longest, t.num_entries);
+    }
+  EXPECT_TRUE(size.tables_cover);
+  EXPECT_EQ(size.num_pages, pages);
+  EXPECT_EQ(size.max_kv_len, longest);
+}
+
+// The folded checks accept a batch exactly when validate_forward_batch's page-table check does,
+// over random corruptions: a table one page short, a block outside the pool, the null block, a
+// negative count; the rest of the batch stays valid.
+TEST(PageTableInputs, FoldedChecksAgreeWithTheValidator) {
+  std::mt19937 rng(11);
+  int rejected = 0, accepted = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int groups = 1 + trial % 5;
+    Batch b(1 + trial % 7, groups, rng);
+    std::uniform_int_distribution<int> pick_seq(0, static_cast<int>(b.kvs.size()) - 1), pick_group(0, groups - 1),
+        kind(0, 4);
+    RequestKV& kv = b.kvs[static_cast<size_t>(pick_seq(rng))];
+    BlockTable& t = kv.groups[static_cast<size_t>(pick_group(rng))];
+    switch (kind(rng)) {
+      case 0: break;  // untouched
+      case 1: t.blocks.pop_back(); break;
+      case 2: t.blocks[rng() % t.blocks.size()] = kNumBlocks + static_cast<int>(rng() % 3); break;
+      case 3: t.blocks[rng() % t.blocks.size()] = kNullBlock; break;
+      case 4: t.blocks[rng() % t.blocks.size()] = -1 - static_cast<int>(rng() % 5); break;
+    }
+    // Group 0's count lives in the sequence (num_cached_entries), the others' in their tables.
+    for (size_t s = 0; s < b.kvs.size(); ++s)
+      b.batch.sequences[s].num_cached_entries = b.kvs[s].groups[0].num_entries - b.batch.sequences[s].num_query_tokens;
+    const bool valid = validate_forward_batch(b.batch, limits(groups)).is_ok();
+    ForwardBatchLimits skip = limits(groups);
+    skip.check_page_tables = false;
+    ASSERT_TRUE(validate_forward_batch(b.batch, skip).is_ok()) << "only the page tables were corrupted";
+    const PageTableInputsSize size = PageTableInputs().size(b.batch, groups, kBlock);
+    bool folded = size.tables_cover;
+    if (folded) {
+      PageTableInputsFill fill;
+      (void)flatten(b.batch, groups, static_cast<int>(b.kvs.size()), static_cast<int>(b.batch.token_ids.size()), &fill);
+      folded = fill.pages_inside;
+    }
+    ASSERT_EQ(folded, valid) << "trial " << trial;
+    (valid ? accepted : rejected) += 1;
+  }
+  // Both outcomes were exercised.
+  EXPECT_GT(accepted, 50);
+  EXPECT_GT(rejected, 50);
+}
+
+// A step with many tables is flattened by the pool, sequences split among its threads: the same
+// inputs as one thread, and a bad page in any work item is found.
+TEST(PageTableInputs, ThreadsFlattenAsOneThreadDoes) {
+  std::mt19937 rng(17);
+  Batch b(70, 144, rng, /*spare=*/0, /*decode=*/true);  // 10,080 rows: above the parallel threshold
+  const int run_seqs = 72, run_tokens = 72;
+  auto flat = [&](PageTableInputs& tables, PageTableInputsFill* fill) {
+    const PageTableInputsSize size = tables.size(b.batch, 144, kBlock);
+    EXPECT_TRUE(size.tables_cover);
+    Flat f;
+    f.slots.assign(static_cast<size_t>(144) * run_tokens, -7);
+    f.page_indptr.assign(static_cast<size_t>(144) * run_seqs + 1, -7);
+    f.kv_len.assign(static_cast<size_t>(144) * run_seqs, -7);
+    f.page_indices.assign(static_cast<size_t>(size.num_pages) + 144 * run_seqs, -7);
+    *fill = tables.fill(b.batch, kNumBlocks, run_seqs, run_tokens,
+                        {f.slots.data(), f.page_indptr.data(), f.kv_len.data(), f.page_indices.data()});
+    return f;
+  };
+  PageTableInputs one(1), three(3);
+  PageTableInputsFill fill_one, fill_three;
+  const Flat a = flat(one, &fill_one), c = flat(three, &fill_three);
+  EXPECT_TRUE(fill_one.pages_inside);
+  EXPECT_TRUE(fill_three.pages_inside);
+  EXPECT_EQ(fill_one.num_pages, fill_three.num_pages);
+  EXPECT_EQ(a.slots, c.slots);
+  EXPECT_EQ(a.page_indptr, c.page_indptr);
+  EXPECT_EQ(a.kv_len, c.kv_len);
+  EXPECT_EQ(a.page_indices, c.page_indices);
+  // A block outside the pool in the last request's last table.
+  b.kvs.back().groups.back().blocks.back() = kNumBlocks;
+  (void)flat(three, &fill_three);
+  EXPECT_FALSE(fill_three.pages_inside);
+}
+
+TEST(PageTableInputs, NoPageIsInsideAPoolOfOnlyTheNullBlock) {
+  std::mt19937 rng(2);
+  Batch b(2, 2, rng);
+  PageTableInputs tables;
+  const PageTableInputsSize size = tables.size(b.batch, 2, kBlock);
+  ASSERT_TRUE(size.tables_cover);
+  Flat f;
+  f.slots.assign(64, 0);
+  f.page_indptr.assign(8, 0);
+  f.kv_len.assign(8, 0);
+  f.page_indices.assign(static_cast<size_t>(size.num_pages), 0);
+  const PageTableInputsFill fill =
+      tables.fill(b.batch, /*num_blocks=*/1, 2, static_cast<int>(b.batch.token_ids.size()),
+                  {f.slots.data(), f.page_indptr.data(), f.kv_len.data(), f.page_indices.data()});
+  EXPECT_FALSE(fill.pages_inside);
+}
+
+TEST(PageTableInputs, ANegativeCountDoesNotCover) {
+  std::mt19937 rng(9);
+  Batch b(3, 2, rng);
+  b.kvs[1].groups[1].num_entries = 0;  // 0 entries with a new token: cached = -1
+  EXPECT_FALSE(PageTableInputs().size(b.batch, 2, kBlock).tables_cover);
+  EXPECT_FALSE(validate_forward_batch(b.batch, limits(2)).is_ok());
+}
+
+}  // namespace
+}  // namespace origami
