@@ -197,12 +197,12 @@ long long written_rows(const DeviceBuffer<T>& buf, int row_len) {
   return n;
 }
 
-void expect_same_cache(const DeviceCache& got, const DeviceCache& want, const Step& s, const std::string& what) {
+void expect_same_cache(const DeviceCache& got, const DeviceCache& want, const Step& s) {
   if (s.fp8) {
-    expect_same_bytes(got.codes, want.codes, what + ", fp8 codes");
-    expect_same_bytes(got.scales, want.scales, what + ", fp8 scales");
+    expect_same_bytes(got.codes, want.codes, "fp8 codes");
+    expect_same_bytes(got.scales, want.scales, "fp8 scales");
   } else {
-    expect_same_bytes(got.values, want.values, what + ", bf16 cache");
+    expect_same_bytes(got.values, want.values, "bf16 cache");
   }
 }
 
@@ -222,12 +222,9 @@ TEST(CudaRopeKVWrite, FusedWriteEqualsRopeThenScatterBitForBit) {
       for (bool norm : {false, true})
         for (bool fp8 : {false, true})
           for (int n : {1, 7, 300}) {
-            const std::string what = [&] {
-              return "head_dim " + std::to_string(d) + ", block " + std::to_string(l.block_size) +
-                     (l.ragged ? ", ragged" : ", one group") + (norm ? ", qk norm" : "") + (fp8 ? ", fp8" : ", bf16") +
-                     ", " + std::to_string(n) + " tokens";
-            }();
-            SCOPED_TRACE(what);
+            SCOPED_TRACE("head_dim " + std::to_string(d) + ", block " + std::to_string(l.block_size) +
+                         (l.ragged ? ", ragged" : ", one group") + (norm ? ", qk norm" : "") +
+                         (fp8 ? ", fp8" : ", bf16") + ", " + std::to_string(n) + " tokens");
             const Step s(n, d, l, norm, fp8, rng);
             const size_t q_elems = static_cast<size_t>(n) * kHeads * d, kv_elems = static_cast<size_t>(n) * kKVHeads * d;
             DeviceBuffer<bf16> q_ref(q_elems), k_ref(kv_elems), v_ref(kv_elems), q(q_elems), k(kv_elems), v(kv_elems);
@@ -239,11 +236,11 @@ TEST(CudaRopeKVWrite, FusedWriteEqualsRopeThenScatterBitForBit) {
             s.run_fused(q.get(), keep_kv ? k.get() : nullptr, keep_kv ? v.get() : nullptr, fused, nullptr);
             ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
             ASSERT_EQ(fp8 ? written_rows(ref.scales, 1) : written_rows(ref.values, d), expected_rows(s));
-            expect_same_bytes(q, q_ref, what + ", q_out");
-            expect_same_cache(fused, ref, s, what);
+            expect_same_bytes(q, q_ref, "q_out");
+            expect_same_cache(fused, ref, s);
             if (keep_kv) {
-              expect_same_bytes(k, k_ref, what + ", k_out");
-              expect_same_bytes(v, v_ref, what + ", v_out");
+              expect_same_bytes(k, k_ref, "k_out");
+              expect_same_bytes(v, v_ref, "v_out");
             }
           }
 }
@@ -277,7 +274,7 @@ TEST(CudaRopeKVWrite, GraphReplayFollowsNewSlots) {
     ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
     ASSERT_EQ(fp8 ? written_rows(ref.scales, 1) : written_rows(ref.values, s.head_dim), expected_rows(s));
     expect_same_bytes(q, q_ref, "q_out");
-    expect_same_cache(fused, ref, s, "graph replay");
+    expect_same_cache(fused, ref, s);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     ORIGAMI_CUDA_CHECK(cudaStreamDestroy(stream));
