@@ -478,8 +478,10 @@ Status CudaBackend::ensure_capacity(int tokens, int seqs, int pages) {
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&normed_, t * h * 2));
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&qkv_, t * (c.q_size() + 2 * c.kv_size()) * 2));
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&q_, t * c.q_size() * 2));
-    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&k_, t * c.kv_size() * 2));
-    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&v_, t * c.kv_size() * 2));
+    if (!qk_norm_rope_writes_kv(c.head_dim)) {  // else the RoPE kernel writes K and V to the cache itself
+      ORIGAMI_RETURN_IF_ERROR(realloc_dev(&k_, t * c.kv_size() * 2));
+      ORIGAMI_RETURN_IF_ERROR(realloc_dev(&v_, t * c.kv_size() * 2));
+    }
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&attn_out_, t * c.q_size() * 2));
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&delta_, t * h * 2));
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&gate_up_, t * 2 * c.intermediate_size * 2));
@@ -724,28 +726,8 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     }
     linear(normed_, num_tokens, h, l.qkv, qkv_cols, qkv_);
     if (l.qkv_bias != nullptr) launch_bias_add(qkv_, l.qkv_bias, num_tokens, qkv_cols, stream_);
-    RopeArgs ra;
-    ra.qkv = qkv_;
-    ra.qkv_stride = qkv_cols;
-    ra.positions = d_positions;
-    ra.inv_freq = inv_freq_;
-    ra.q_norm = l.q_norm;
-    ra.k_norm = l.k_norm;
-    ra.eps = c.rms_norm_eps;
-    ra.num_tokens = num_tokens;
-    ra.num_heads = c.num_heads;
-    ra.num_kv_heads = c.num_kv_heads;
-    ra.head_dim = c.head_dim;
-    ra.q_out = q_;
-    ra.k_out = k_;
-    ra.v_out = v_;
-    launch_qk_norm_rope(ra, stream_);
-    if (capture_queries)
-      launch_capture_queries(q_, dev_inputs_ + in.query_rows, num_tokens, c.q_size(),
-                             compressor_->query_cache() + li * compressor_->query_layer_pitch(), stream_);
+    // The layer's new K and V rows go into the paged cache through the step's slot tables.
     KVWriteArgs wa;
-    wa.k = k_;
-    wa.v = v_;
     wa.slot_mapping = dev_inputs_ + in.slots;
     wa.k_cache = k_cache_[li];
     wa.v_cache = v_cache_[li];
@@ -759,11 +741,39 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
       wa.head_slot = ragged_.head_slot(li);
       wa.page_stride = kv_page_elems_;
     }
-    if (kv_fp8_) {
-      ORIGAMI_CUDA_CHECK(write_kv_cache_fp8(wa, KVWriteFp8Out{k_codes_[li], v_codes_[li], k_scales_[li], v_scales_[li]},
-                                            stream_));
+    const KVWriteFp8Out fp8_out = kv_fp8_ ? KVWriteFp8Out{k_codes_[li], v_codes_[li], k_scales_[li], v_scales_[li]}
+                                          : KVWriteFp8Out{};
+    RopeArgs ra;
+    ra.qkv = qkv_;
+    ra.qkv_stride = qkv_cols;
+    ra.positions = d_positions;
+    ra.inv_freq = inv_freq_;
+    ra.q_norm = l.q_norm;
+    ra.k_norm = l.k_norm;
+    ra.eps = c.rms_norm_eps;
+    ra.num_tokens = num_tokens;
+    ra.num_heads = c.num_heads;
+    ra.num_kv_heads = c.num_kv_heads;
+    ra.head_dim = c.head_dim;
+    ra.q_out = q_;
+    // Head dims 64 and 128: the RoPE kernel writes the cache itself (nothing else reads k_ / v_);
+    // other head dims: roped K and V through k_ / v_, then the separate scatter.
+    const bool fused_kv_write = qk_norm_rope_writes_kv(c.head_dim);
+    if (fused_kv_write) {
+      ra.kv = wa;
+      ra.kv_fp8 = fp8_out;
     } else {
-      ORIGAMI_CUDA_CHECK(write_kv_cache(wa, stream_));
+      ra.k_out = k_;
+      ra.v_out = v_;
+    }
+    launch_qk_norm_rope(ra, stream_);
+    if (capture_queries)
+      launch_capture_queries(q_, dev_inputs_ + in.query_rows, num_tokens, c.q_size(),
+                             compressor_->query_cache() + li * compressor_->query_layer_pitch(), stream_);
+    if (!fused_kv_write) {
+      wa.k = k_;
+      wa.v = v_;
+      ORIGAMI_CUDA_CHECK(kv_fp8_ ? write_kv_cache_fp8(wa, fp8_out, stream_) : write_kv_cache(wa, stream_));
     }
     AttentionArgs aa;
     aa.shape = AttentionShape{num_seqs, num_tokens, c.num_heads, c.num_kv_heads, c.head_dim, kv_layout_.block_size};

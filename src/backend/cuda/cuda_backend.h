@@ -235,8 +235,8 @@ class CudaBackend : public Backend {
   bf16* normed_ = nullptr;     // [tokens, hidden]
   bf16* qkv_ = nullptr;        // [tokens, q_size + 2 * kv_size]
   bf16* q_ = nullptr;          // [tokens, num_heads, head_dim]
-  bf16* k_ = nullptr;          // [tokens, num_kv_heads, head_dim]
-  bf16* v_ = nullptr;
+  bf16* k_ = nullptr;          // [tokens, num_kv_heads, head_dim]; null where the RoPE kernel
+  bf16* v_ = nullptr;          // writes the KV cache itself (qk_norm_rope_writes_kv)
   bf16* attn_out_ = nullptr;   // [tokens, q_size]
   bf16* delta_ = nullptr;      // [tokens, hidden] (tensor parallelism: partial sums reduced by NCCL)
   std::unique_ptr<PeerAllReduce> peer_;  // tensor parallelism's fused reduction, where it runs

@@ -3,6 +3,8 @@
 #include "backend/cuda/block_reduce.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise_kernels.h"
+#include "backend/cuda/kv_cache_write.cuh"
+#include "core/check.h"
 
 namespace origami::cuda {
 namespace {
@@ -150,7 +152,9 @@ __global__ void qk_norm_rope_kernel(RopeArgs a) {
 // registers: lane l holds elements l + 32 k, so the rotate-half partner of element i < D/2
 // (i + D/2) sits in the same lane and no shared memory is needed. Grid: x = token,
 // y = groups of warps-per-block heads, so every head of every token has its own warp (more
-// parallelism for small batches than one block per token). Same arithmetic as above.
+// parallelism for small batches than one block per token). Same arithmetic as above. With
+// a.kv.slot_mapping set, k and v heads also go into the paged cache (RopeArgs), in the lane
+// layout kv_fp8_store_row_warp takes.
 template <int D>
 __global__ void qk_norm_rope_warp_kernel(RopeArgs a) {
   constexpr int kPer = D / 32, kHalfPer = kPer / 2;
@@ -160,41 +164,61 @@ __global__ void qk_norm_rope_warp_kernel(RopeArgs a) {
   const int total_heads = a.num_heads + 2 * a.num_kv_heads;
   if (h >= total_heads) return;
   const bf16* src = a.qkv + static_cast<size_t>(t) * a.qkv_stride + static_cast<size_t>(h) * D;
-  if (h >= a.num_heads + a.num_kv_heads) {  // v: copied
-    bf16* dst = a.v_out + (static_cast<size_t>(t) * a.num_kv_heads + (h - a.num_heads - a.num_kv_heads)) * D;
+  const bool is_q = h < a.num_heads, is_v = h >= a.num_heads + a.num_kv_heads;
+  const int kv_head = is_q ? -1 : is_v ? h - a.num_heads - a.num_kv_heads : h - a.num_heads;
+  bf16 out[kPer];  // element lane + 32 k of the head as stored
+  if (is_v) {  // v: copied
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) dst[lane + 32 * k] = src[lane + 32 * k];
-    return;
+    for (int k = 0; k < kPer; ++k) out[k] = src[lane + 32 * k];
+  } else {
+    const bf16* norm = is_q ? a.q_norm : a.k_norm;
+    float x[kPer], nw[kPer], freq[kHalfPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      x[k] = __bfloat162float(src[lane + 32 * k]);
+      nw[k] = norm != nullptr ? __bfloat162float(norm[lane + 32 * k]) : 1.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kHalfPer; ++k) freq[k] = a.inv_freq[lane + 32 * k];
+    const float pos = static_cast<float>(a.positions[t]);
+    if (norm != nullptr) {
+      float sum_sq = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) sum_sq += x[k] * x[k];
+      const float inv_rms = rsqrtf(warp_sum(sum_sq) / D + a.eps);
+      // The HF models round the normalised head to the activation dtype before RoPE.
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) x[k] = __bfloat162float(__float2bfloat16(x[k] * inv_rms * nw[k]));
+    }
+#pragma unroll
+    for (int k = 0; k < kHalfPer; ++k) {
+      float sn, cs;
+      sincosf(pos * freq[k], &sn, &cs);
+      const float x1 = x[k], x2 = x[k + kHalfPer];
+      out[k] = __float2bfloat16(x1 * cs - x2 * sn);  // element lane + 32 k
+      out[k + kHalfPer] = __float2bfloat16(x2 * cs + x1 * sn);  // element lane + 32 k + D / 2
+    }
   }
-  const bool is_q = h < a.num_heads;
-  bf16* dst = is_q ? a.q_out + (static_cast<size_t>(t) * a.num_heads + h) * D
-                   : a.k_out + (static_cast<size_t>(t) * a.num_kv_heads + (h - a.num_heads)) * D;
-  const bf16* norm = is_q ? a.q_norm : a.k_norm;
-  float x[kPer], nw[kPer], freq[kHalfPer];
+  bf16* const out_base = is_q ? a.q_out : is_v ? a.v_out : a.k_out;  // k_out / v_out null: skipped
+  if (out_base != nullptr) {
+    bf16* dst = out_base + (is_q ? static_cast<size_t>(t) * a.num_heads + h
+                                 : static_cast<size_t>(t) * a.num_kv_heads + kv_head) * D;
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    x[k] = __bfloat162float(src[lane + 32 * k]);
-    nw[k] = norm != nullptr ? __bfloat162float(norm[lane + 32 * k]) : 1.0f;
+    for (int k = 0; k < kPer; ++k) dst[lane + 32 * k] = out[k];
   }
+  if (is_q || a.kv.slot_mapping == nullptr) return;
+  const long long row = kv_cache_row_offset(a.kv, t, kv_head);
+  if (row < 0) return;  // a padding row: uniform over the warp
+  if (a.kv_fp8.k_codes != nullptr) {
+    float x[kPer];
 #pragma unroll
-  for (int k = 0; k < kHalfPer; ++k) freq[k] = a.inv_freq[lane + 32 * k];
-  const float pos = static_cast<float>(a.positions[t]);
-  if (norm != nullptr) {
-    float sum_sq = 0.0f;
+    for (int k = 0; k < kPer; ++k) x[k] = __bfloat162float(out[k]);
+    kv_fp8_store_row_warp(x, kPer, lane, (is_v ? a.kv_fp8.v_codes : a.kv_fp8.k_codes) + row,
+                          (is_v ? a.kv_fp8.v_scales : a.kv_fp8.k_scales) + row / D);
+  } else {
+    bf16* cache = (is_v ? a.kv.v_cache : a.kv.k_cache) + row;
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) sum_sq += x[k] * x[k];
-    const float inv_rms = rsqrtf(warp_sum(sum_sq) / D + a.eps);
-    // The HF models round the normalised head to the activation dtype before RoPE.
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) x[k] = __bfloat162float(__float2bfloat16(x[k] * inv_rms * nw[k]));
-  }
-#pragma unroll
-  for (int k = 0; k < kHalfPer; ++k) {
-    float sn, cs;
-    sincosf(pos * freq[k], &sn, &cs);
-    const float x1 = x[k], x2 = x[k + kHalfPer];
-    dst[lane + 32 * k] = __float2bfloat16(x1 * cs - x2 * sn);
-    dst[lane + 32 * k + D / 2] = __float2bfloat16(x2 * cs + x1 * sn);
+    for (int k = 0; k < kPer; ++k) cache[lane + 32 * k] = out[k];
   }
 }
 
@@ -289,9 +313,20 @@ void launch_add_rmsnorm(float* residual, const bf16* delta, const bf16* weight, 
 }
 
 void launch_qk_norm_rope(const RopeArgs& args, cudaStream_t stream) {
+  const bool write_kv = args.kv.slot_mapping != nullptr;
+  if (write_kv) {
+    ORIGAMI_CHECK_MSG(qk_norm_rope_writes_kv(args.head_dim), "launch_qk_norm_rope: no fused KV write for this head_dim");
+    ORIGAMI_CHECK_MSG(args.kv.num_tokens == args.num_tokens && args.kv.num_kv_heads == args.num_kv_heads &&
+                          args.kv.head_dim == args.head_dim &&
+                          kv_write_args_valid(args.kv, args.kv_fp8.k_codes != nullptr ? &args.kv_fp8 : nullptr) &&
+                          (args.kv_fp8.k_codes != nullptr || (args.kv.k_cache != nullptr && args.kv.v_cache != nullptr)),
+                      "launch_qk_norm_rope: bad fused KV write arguments");
+  } else {
+    ORIGAMI_CHECK_MSG(args.k_out != nullptr && args.v_out != nullptr, "launch_qk_norm_rope: k_out / v_out missing");
+  }
   if (args.num_tokens == 0) return;
   const int total_heads = args.num_heads + 2 * args.num_kv_heads;
-  if (args.head_dim == 64 || args.head_dim == 128) {
+  if (qk_norm_rope_writes_kv(args.head_dim)) {
     constexpr int kWarps = 8;
     const dim3 grid(args.num_tokens, (total_heads + kWarps - 1) / kWarps);
     if (args.head_dim == 64) qk_norm_rope_warp_kernel<64><<<grid, kWarps * 32, 0, stream>>>(args);

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kv_cache_write.h"
+
 namespace origami::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -25,6 +27,13 @@ void launch_add_rmsnorm(float* residual, const bf16* delta, const bf16* weight, 
 // qkv [n, qkv_stride] holds q (num_heads heads), then k (num_kv_heads), then v, each head_dim wide.
 // Writes q to q_out [n, num_heads, head_dim], k to k_out [n, num_kv_heads, head_dim] and v to
 // v_out [n, num_kv_heads, head_dim] (contiguous, as the attention and KV-write kernels read them).
+//
+// Optionally the KV write is fused in, saving the separate write_kv_cache(_fp8) launch per layer
+// (head_dim 64 and 128 only: qk_norm_rope_writes_kv): when kv.slot_mapping is set, each roped k
+// head (the bf16 values k_out would hold) and each v head go straight into the paged cache,
+// stored bit for bit as write_kv_cache (into kv.k_cache / kv.v_cache) or, when kv_fp8.k_codes is
+// set, write_kv_cache_fp8 would store them from k_out / v_out. kv.k / kv.v are unused; kv's
+// num_tokens, num_kv_heads and head_dim must equal these. k_out / v_out may then be null (skipped).
 struct RopeArgs {
   const bf16* qkv = nullptr;
   int qkv_stride = 0;
@@ -40,8 +49,13 @@ struct RopeArgs {
   bf16* q_out = nullptr;
   bf16* k_out = nullptr;
   bf16* v_out = nullptr;
+  KVWriteArgs kv;
+  KVWriteFp8Out kv_fp8;
 };
 void launch_qk_norm_rope(const RopeArgs& args, cudaStream_t stream);
+
+// Whether launch_qk_norm_rope can write the KV cache itself for heads of this size.
+inline bool qk_norm_rope_writes_kv(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i].   gate_up [n, 2 * inter], out [n, inter]
 void launch_silu_and_mul(const bf16* gate_up, int n, int inter, bf16* out, cudaStream_t stream);

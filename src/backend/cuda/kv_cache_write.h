@@ -48,4 +48,8 @@ struct KVWriteFp8Out {
 };
 cudaError_t write_kv_cache_fp8(const KVWriteArgs& args, const KVWriteFp8Out& out, cudaStream_t stream);
 
+// The size checks of the two launchers (and of the write fused into launch_qk_norm_rope): false
+// for what write_kv_cache (fp8 null) or write_kv_cache_fp8 (fp8 its outputs) would reject.
+bool kv_write_args_valid(const KVWriteArgs& args, const KVWriteFp8Out* fp8);
+
 }  // namespace origami::cuda
