@@ -3,7 +3,9 @@
 # once, up to --max-num-seqs running, dummy weights (tokenizer-free random prompts), on one GPU.
 #   MAXLOAD_RUNS   space-separated runs, each  name:config:prompts:in:out:quant:kvdtype:policy:budget
 #                  (quant none|fp8, kvdtype bf16|fp8, policy full, full-reserved (--reserve-full-kv:
-#                  admitted only when prompt + output fit, never preempted) or a --kv-policy, budget tokens)
+#                  admitted only when prompt + output fit, never preempted) or a --kv-policy, budget tokens;
+#                  fastkvzip runs its default (global threshold in whole pages, per-head pages),
+#                  fastkvzip-uniform its uniform budgets on one group)
 #   MAXLOAD_SEQS   --max-num-seqs (default 2048), MAXLOAD_TOKENS --max-num-batched-tokens (8192)
 #   MAXLOAD_BLOCK  --block-size (default 256 under compression, 16 for full KV)
 # Logs and JSON per run go to $OUT (default /tmp/origami-gpu); a table is printed last, with
@@ -27,9 +29,11 @@ for run in $RUNS; do
     flags+=(--query-slots -1 --block-size "${MAXLOAD_BLOCK:-16}")
     [ "$pol" = full-reserved ] && flags+=(--reserve-full-kv)
   else
-    flags+=(--kv-policy "$pol" --kv-budget "$budget" --block-size "${MAXLOAD_BLOCK:-256}")
+    flags+=(--kv-policy "${pol%-uniform}" --kv-budget "$budget" --block-size "${MAXLOAD_BLOCK:-256}")
     [ "$pol" = fastkvzip ] && flags+=(--kv-gates random --heads-per-group 1 --kv-policy-opt allocation=global
                                       --kv-policy-opt page_aligned=1)
+    [ "$pol" = fastkvzip-uniform ] && flags+=(--kv-gates random --kv-policy-opt allocation=uniform
+                                              --kv-policy-opt page_aligned=0)
   fi
   t0=$(date +%s)
   timeout "${MAXLOAD_TIMEOUT:-420}" "$BUILD/origami" bench --model "$SH/configs/$cfg" --dummy-weights --tokenizer "$TOK" \
@@ -50,11 +54,12 @@ tps = j["output_tokens_per_second"]
 vs = f"{tps / float(trt):.2f}x of {trt}" if trt else ""
 print(f"| {name} | {cfg} | {n} x ({i} -> {o}) | {q}/{kv} | {pol}{' ' + budget if not pol.startswith('full') else ''} | "
       f"{tps:,.0f} | {vs} | {j['peak_running_requests']} | {j['num_preemptions']} | "
-      f"{j.get('schedule_ms_per_step', 0):.3f} ms / {1e3 * j['wall_seconds'] / max(1, j['num_steps']):.1f} ms |")
+      f"{j.get('schedule_ms_per_step', 0):.3f} / {1e3 * j['execute_seconds'] / max(1, j['num_steps']):.2f} / "
+      f"{1e3 * j['wall_seconds'] / max(1, j['num_steps']):.2f} ms |")
 PY
 )")
 done
 echo
-echo "| run | model | workload | weights/KV | KV policy | output tok/s | vs TensorRT-LLM FP8 | peak running | preemptions | scheduler / wall per step |"
+echo "| run | model | workload | weights/KV | KV policy | output tok/s | vs TensorRT-LLM FP8 | peak running | preemptions | scheduler / execute / wall per step |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
