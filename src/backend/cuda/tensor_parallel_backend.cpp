@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <numeric>
 
@@ -16,6 +17,27 @@ namespace origami::cuda {
 
 // ---------------------------------------------------------------- RankThreads
 
+namespace {
+
+// How long a side spins before it sleeps: longer than the host's step between two runs (0.1-1 ms),
+// far shorter than an idle engine's wait.
+constexpr auto kSpin = std::chrono::milliseconds(2);
+
+// Spins until pred() holds or kSpin has passed; whether it holds.
+template <typename Pred>
+bool spin_until(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return false;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
+}  // namespace
+
 RankThreads::RankThreads(const std::vector<int>& devices) {
   results_.resize(devices.size());
   for (size_t r = 0; r < devices.size(); ++r) threads_.emplace_back([this, r, d = devices[r]] { loop(static_cast<int>(r), d); });
@@ -24,7 +46,7 @@ RankThreads::RankThreads(const std::vector<int>& devices) {
 RankThreads::~RankThreads() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+    stop_.store(true);
   }
   work_cv_.notify_all();
   for (std::thread& t : threads_) t.join();
@@ -33,31 +55,37 @@ RankThreads::~RankThreads() {
 void RankThreads::loop(int rank, int device) {
   ORIGAMI_CUDA_CHECK(cudaSetDevice(device));
   uint64_t seen = 0;
+  auto ready = [&] { return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; };
   for (;;) {
-    const std::function<Status(int)>* task = nullptr;
-    {
+    if (!spin_until(ready)) {
       std::unique_lock<std::mutex> lock(mutex_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      task = task_;
+      work_cv_.wait(lock, ready);
     }
-    Status st = (*task)(rank);
-    {
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
+    Status st = (*task_)(rank);
+    results_[rank] = std::move(st);
+    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // The lock orders this with a caller between its check and its sleep (no lost wake-up).
       std::lock_guard<std::mutex> lock(mutex_);
-      results_[rank] = std::move(st);
-      if (--remaining_ == 0) done_cv_.notify_one();
+      done_cv_.notify_one();
     }
   }
 }
 
 Status RankThreads::run(const std::function<Status(int)>& fn) {
-  std::unique_lock<std::mutex> lock(mutex_);
   task_ = &fn;
-  remaining_ = size();
-  ++generation_;
+  remaining_.store(size(), std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
   work_cv_.notify_all();
-  done_cv_.wait(lock, [&] { return remaining_ == 0; });
+  auto done = [&] { return remaining_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(done)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_cv_.wait(lock, done);
+  }
   task_ = nullptr;
   for (Status& st : results_)
     if (!st.is_ok()) return st;
