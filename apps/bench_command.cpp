@@ -177,6 +177,11 @@ nlohmann::json bench_json(const BenchFlags& f, const Engine& eng, const BenchTal
   j["execute_seconds"] = m.execute_seconds;
   j["schedule_seconds"] = m.schedule_seconds;
   j["schedule_ms_per_step"] = m.num_steps > 0 ? 1e3 * m.schedule_seconds / static_cast<double>(m.num_steps) : 0.0;
+  const double per_step_ms = m.num_steps > 0 ? 1e3 / static_cast<double>(m.num_steps) : 0.0;
+  j["execute_ms_per_step"] = m.execute_seconds * per_step_ms;
+  j["backend_prepare_ms_per_step"] = m.backend_prepare_seconds * per_step_ms;
+  j["device_ms_per_step"] = m.device_seconds * per_step_ms;
+  j["wall_ms_per_step"] = wall * per_step_ms;
   j["kv_policy"] = f.engine.config.kv_policy;
   j["kv_budget"] = f.engine.config.kv_budget;
   j["kv_policy_options"] = f.engine.config.kv_policy_options;
@@ -229,6 +234,10 @@ std::string bench_report(const BenchFlags& f, const nlohmann::json& j) {
           integer("block_size"));
   appendf(&out, "preemptions         %lld\n", integer("num_preemptions"));
   appendf(&out, "steps               %lld (scheduler %.3f ms per step)\n", integer("num_steps"), num("schedule_ms_per_step"));
+  if (num("device_ms_per_step") > 0)
+    appendf(&out, "per step            %.3f ms wall: %.3f scheduler, %.3f backend host before the device, %.3f device\n",
+            num("wall_ms_per_step"), num("schedule_ms_per_step"), num("backend_prepare_ms_per_step"),
+            num("device_ms_per_step"));
   appendf(&out, "KV policy           %s", f.engine.config.kv_policy.c_str());
   if (f.engine.config.kv_budget > 0) appendf(&out, " (budget %d)", f.engine.config.kv_budget);
   appendf(&out, ", %lld query slots\n", integer("query_slots"));

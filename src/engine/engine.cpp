@@ -585,6 +585,8 @@ std::vector<RequestOutput> Engine::step() {
   Status st = backend_->execute(batch, &result);
   metrics_.execute_seconds += now() - t1;
   metrics_.compression_seconds += result.compression_seconds;
+  metrics_.backend_prepare_seconds += result.prepare_seconds;
+  metrics_.device_seconds += result.device_seconds;
   metrics_.compression_device_seconds = std::max(metrics_.compression_device_seconds, result.compression_device_seconds);
   if (!st.is_ok()) {
     // A backend failure is not one request's fault; fail the step's requests, keep the engine.

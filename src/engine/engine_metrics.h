@@ -24,6 +24,11 @@ struct EngineMetrics {
   int num_kv_blocks_total = 0;
   double execute_seconds = 0.0;   // time in backend.execute
   double schedule_seconds = 0.0;  // time planning steps
+  // Inside execute, where the backend measures it (StepOutput): its host time before the step's
+  // first enqueue, and the steps' spans on the device. execute - prepare - device is the host's
+  // wait and result handling; wall - execute - schedule the engine's own work between steps.
+  double backend_prepare_seconds = 0.0;
+  double device_seconds = 0.0;
 
   // KV compression.
   int64_t num_compressions = 0;      // request compressions completed

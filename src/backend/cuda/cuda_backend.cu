@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -122,6 +123,8 @@ CudaBackend::CudaBackend(const BackendOptions& options, TensorParallelRank tp)
   int device = 0;
   ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
   ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+  ORIGAMI_CUDA_CHECK(cudaEventCreate(&step_start_));
+  ORIGAMI_CUDA_CHECK(cudaEventCreate(&step_end_));
   gemm_ = std::make_unique<Gemm>();
   gemm_->set_stream(stream_);
 }
@@ -148,6 +151,8 @@ CudaBackend::~CudaBackend() {
                   static_cast<void*>(host_tokens_), static_cast<void*>(host_logprobs_),
                   static_cast<void*>(host_top_)})
     if (p != nullptr) cudaFreeHost(p);
+  if (step_start_ != nullptr) cudaEventDestroy(step_start_);
+  if (step_end_ != nullptr) cudaEventDestroy(step_end_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -942,6 +947,7 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   limits.num_query_slots = compressor_ != nullptr ? compressor_->config().num_query_slots : -1;
   limits.num_groups = num_groups_;
   limits.check_page_tables = false;  // prepare_step checks them as it flattens them
+  step_entered_ = std::chrono::steady_clock::now();
   ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits));
   StepShape shape;
   ORIGAMI_RETURN_IF_ERROR(prepare_step(batch, limits, &shape));
@@ -1104,6 +1110,8 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, St
       {in.sample_rows, in.sample_rows + num_sample_rows},
       {in.page_indices, in.page_indices + page_count},
   };
+  out->prepare_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_entered_).count();
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_start_, stream_));
   ORIGAMI_CUDA_RETURN_IF_ERROR(
       copy_used_inputs(dev_inputs_, host_inputs_, used, sizeof(used) / sizeof(used[0]), stream_));
   if (num_sample_rows > 0)
@@ -1150,7 +1158,10 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, St
                                                  static_cast<size_t>(num_sample_rows) * kMaxTopLogprobs * sizeof(TopLogprob),
                                                  cudaMemcpyDeviceToHost, stream_));
   ORIGAMI_RETURN_IF_ERROR(compute_all_logits(batch, out));
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_end_, stream_));
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  float device_ms = 0.0f;
+  if (cudaEventElapsedTime(&device_ms, step_start_, step_end_) == cudaSuccess) out->device_seconds = 1e-3 * device_ms;
   for (int i = 0, row = 0; i < num_seqs; ++i) {
     const bool sampled = use_graph || batch.sequences[i].logits_mode != LogitsMode::kNone;
     if (!sampled) continue;

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -228,6 +229,10 @@ class CudaBackend : public Backend {
   long long kv_page_elems_ = 0;
   RaggedHeadTables ragged_;
   PageTableInputs page_tables_;  // the step's tables flattened into host_inputs_ (prepare_step)
+  // Where a step's time goes (StepOutput::prepare_seconds / device_seconds): execute()'s entry,
+  // and events around the step's work on the stream (its input upload to its last result copy).
+  std::chrono::steady_clock::time_point step_entered_;
+  cudaEvent_t step_start_ = nullptr, step_end_ = nullptr;
 
   // Activations, [capacity.tokens, ...].
   Capacity cap_;

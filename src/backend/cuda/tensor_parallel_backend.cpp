@@ -277,7 +277,14 @@ Status TensorParallelBackend::execute(const ForwardBatch& batch, StepOutput* out
     seconds = std::max(seconds, o.compression_seconds);
     device_seconds = std::max(device_seconds, o.compression_device_seconds);
   }
+  double prepare = 0.0, device = 0.0;
+  for (const StepOutput& o : outs) {
+    prepare = std::max(prepare, o.prepare_seconds);
+    device = std::max(device, o.device_seconds);
+  }
   *out = std::move(outs[0]);
+  out->prepare_seconds = prepare;
+  out->device_seconds = device;
   out->finished_compressions = std::move(finished);
   out->compression_seconds = seconds;
   out->compression_device_seconds = device_seconds;
