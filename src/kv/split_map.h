@@ -32,4 +32,46 @@ Expected<SplitMap> apportion_ctas(const std::vector<std::vector<double>>& group_
 // Algorithm 1 over a grouping (clustered or adjacent): weights = group_budget_sum.
 Expected<SplitMap> compute_split_map(const HeadGrouping& grouping, int num_ctas);
 
+// The split map only where it wins (issue 29). A launch of s uniform splits sized by a planning
+// length of P entries (the mean group length, RaggedHeadTables::planning_length) either shares
+// its s x groups CTAs out by the map or gives every group s splits ("plain"). Measured on the
+// H100 (bench/ragged_attention_bench.cu, Qwen3-8B shape, 36 layers, head ratios in [0.1, 0.6];
+// docs/benchmarks.md "Head groups (ragged paging)"), under the plan the backend uses
+// (plan_ragged_attention), no map / map:
+//   P / s about 125 (batch 1, 3-5K entries per head, s 25-28):           0.97-0.98x  (plain wins)
+//   P / s 376-441  (batch 1 with 12-14K, batch 4 with 3-3.5K entries):   1.03-1.12x  (map wins)
+//   P / s 1550-6200 (batch 4 long, batch 16 and 64):                     1.00-1.26x  (map or tie)
+// Near the 128-entry minimum split the map's extra splits for long groups cannot take their
+// share (each split reads at least 128 entries) and cost their fixed per-CTA work and a longer
+// merge; from a few KV tiles per split they shorten the longest CTA. Threshold: 256 entries (four
+// 64-entry KV tiles, two minimum splits), between the losses (<= 126) and the wins (>= 376).
+// Under plan_paged_attention's two waves (not what the backend launches for non-uniform budgets
+// at batch 1-4) the rows near 250 disagree (batch 1: 0.96x at 252, batch 4: 1.02x at 252): the
+// threshold is set by the one-wave plan.
+inline constexpr int kSplitMapMinEntriesPerSplit = 256;
+
+// The rule alone: the map for `uniform_splits` splits of a `planning_len` plan.
+inline bool split_map_wins(long long planning_len, int uniform_splits) {
+  return planning_len >= static_cast<long long>(kSplitMapMinEntriesPerSplit) * uniform_splits;
+}
+
+// The rule decided once per layout (when the budgets load), for every uniform split count the
+// planner can return: maps_by_splits[s - 1] is the split map for s uniform splits. A step then
+// only compares its planning length with the bound of its s (no planning, no new tables). Where
+// the map gives every group exactly s splits (uniform budgets, or s = 1) it is plain splits and
+// is never "used" (plain tables, the same launch).
+class SplitMapChoice {
+ public:
+  SplitMapChoice() = default;
+  explicit SplitMapChoice(const std::vector<SplitMap>& maps_by_splits);
+  // The shortest planning length from which the map is used with s uniform splits (-1 = never;
+  // s outside 1 .. max_splits(): never).
+  long long min_planning_len(int uniform_splits) const;
+  bool use_map(int uniform_splits, long long planning_len) const;
+  int max_splits() const { return static_cast<int>(min_len_.size()); }
+
+ private:
+  std::vector<long long> min_len_;  // [s - 1]
+};
+
 }  // namespace origami
