@@ -22,7 +22,8 @@
 // as the backend plans uniform budgets, and at the graph capture length) against the one-group
 // kernel over the same bytes, each a CUDA graph of the 36 launches, next to the bandwidth floor.
 // Build: cmake target ragged_attention_bench (links origami_cuda).
-// Run: build/ragged_attention_bench (head groups H_p 2, 4) or build/ragged_attention_bench --per-head.
+// Run: build/ragged_attention_bench (head groups H_p 2, 4), --long (H_p 2, batch 1-2, N 64K-128K)
+// or --per-head.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -77,8 +78,10 @@ LayerInputs make_inputs(const std::vector<int>& lens, int batch, int pool_pages,
   return {upload(indptr), upload(pages), upload(kv_len)};
 }
 
-// Head groups of H_p = 2 and 4 at block 16, calibration-like budgets: split map, no map, one group.
-int grouped_table(int sms, double copy_gbs) {
+// Head groups at block 16, calibration-like budgets: split map, no map, one group. The default
+// table: H_p 2 and 4, batch 1-64, N 8K and 32K in a 6 GiB pool; `long_groups` (--long): H_p 2 at
+// batch 1 and 2 with N 64K and 128K (the rule's long-group rows at small batch) in a 40 GiB pool.
+int grouped_table(int sms, double copy_gbs, bool long_groups) {
   // Synthetic calibration: [layer][head] ratios in [0.1, 0.6].
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> ratio(0.1, 0.6);
@@ -87,7 +90,10 @@ int grouped_table(int sms, double copy_gbs) {
     for (double& r : layer) r = ratio(rng);
 
   // One pool for the largest case, shared by every layer's tables (each layer its own shuffle).
-  const size_t pool_bytes = size_t(6) << 30;
+  const size_t pool_bytes = size_t(long_groups ? 40 : 6) << 30;
+  const std::vector<int> hps = long_groups ? std::vector<int>{2} : std::vector<int>{2, 4};
+  const std::vector<int> batches = long_groups ? std::vector<int>{1, 2} : std::vector<int>{1, 4, 16, 64};
+  const std::vector<int> lengths = long_groups ? std::vector<int>{65536, 131072} : std::vector<int>{8192, 32768};
   __nv_bfloat16* pool = nullptr;
   CK(cudaMalloc(&pool, pool_bytes));
   fill_random<<<4096, 256>>>(pool, pool_bytes / 2, 1);
@@ -102,9 +108,9 @@ int grouped_table(int sms, double copy_gbs) {
 
   std::printf("%3s %5s %6s | %9s %8s | %9s %8s | %9s %8s | %8s %9s %9s\n", "H_p", "batch", "N", "map_us", "GB/s",
               "nomap_us", "GB/s", "unif_us", "GB/s", "map/unif", "nomap/map", "floor_us");
-  for (int hp : {2, 4})
-    for (int batch : {1, 4, 16, 64})
-      for (int N : {8192, 32768}) {
+  for (int hp : hps)
+    for (int batch : batches)
+      for (int N : lengths) {
         auto grouping = cluster_heads(ratios, hp);
         if (!grouping) { std::fprintf(stderr, "%s\n", grouping.status().to_string().c_str()); return 1; }
         const int T = kHeads / hp;
@@ -485,13 +491,15 @@ int per_head_table(int sms, double copy_gbs) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool per_head = false;
+  bool per_head = false, long_groups = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--per-head") {
       per_head = true;
+    } else if (arg == "--long") {
+      long_groups = true;
     } else {
-      std::fprintf(stderr, "usage: ragged_attention_bench [--per-head]  (unknown argument '%.100s')\n", argv[i]);
+      std::fprintf(stderr, "usage: ragged_attention_bench [--per-head | --long]  (unknown argument '%.100s')\n", argv[i]);
       return 2;
     }
   }
@@ -502,5 +510,5 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, dev));
   std::printf("device: %s, %d SMs\n", prop.name, sms);
   const double copy_gbs = measure_copy_gbs(10);
-  return per_head ? per_head_table(sms, copy_gbs) : grouped_table(sms, copy_gbs);
+  return per_head ? per_head_table(sms, copy_gbs) : grouped_table(sms, copy_gbs, long_groups);
 }

@@ -35,20 +35,24 @@ Expected<SplitMap> compute_split_map(const HeadGrouping& grouping, int num_ctas)
 // The split map only where it wins (issue 29). A launch of s uniform splits sized by a planning
 // length of P entries (the mean group length, RaggedHeadTables::planning_length) either shares
 // its s x groups CTAs out by the map or gives every group s splits ("plain"). Measured on the
-// H100 (bench/ragged_attention_bench.cu, Qwen3-8B shape, 36 layers, head ratios in [0.1, 0.6];
-// docs/benchmarks.md "Head groups (ragged paging)"), under the plan the backend uses
-// (plan_ragged_attention), no map / map:
-//   P / s about 125 (batch 1, 3-5K entries per head, s 25-28):           0.97-0.98x  (plain wins)
-//   P / s 376-441  (batch 1 with 12-14K, batch 4 with 3-3.5K entries):   1.03-1.12x  (map wins)
-//   P / s 1550-6200 (batch 4 long, batch 16 and 64):                     1.00-1.26x  (map or tie)
-// Near the 128-entry minimum split the map's extra splits for long groups cannot take their
-// share (each split reads at least 128 entries) and cost their fixed per-CTA work and a longer
-// merge; from a few KV tiles per split they shorten the longest CTA. Threshold: 256 entries (four
-// 64-entry KV tiles, two minimum splits), between the losses (<= 126) and the wins (>= 376).
-// Under plan_paged_attention's two waves (not what the backend launches for non-uniform budgets
-// at batch 1-4) the rows near 250 disagree (batch 1: 0.96x at 252, batch 4: 1.02x at 252): the
-// threshold is set by the one-wave plan.
-inline constexpr int kSplitMapMinEntriesPerSplit = 256;
+// H100 with the narrow decode kernel (bench/ragged_attention_bench.cu and its --long rows,
+// Qwen3-8B shape, 36 launches, head ratios in [0.1, 0.6]; docs/kernels.md "Ragged paging"), under
+// the plan the backend launches (plan_ragged_attention), no map / map by P / s:
+//   124-126  (batch 1, N 8K: 3-5K entries per head)        0.93-0.96x  plain wins
+//   375-427  (batch 1, N 32K)                               0.94-0.97x  plain wins
+//   387-441  (batch 4, N 8K)                                1.00-1.01x  tie
+//   620-706  (batch 16, N 8K)                               1.00x       tie
+//   751      (batch 1, N 64K)                               1.04x       map wins
+//   1502-7061 (batch 1-2 with N 64-128K, batch 4-64 long)   1.01-1.11x  map wins
+// Short splits are latency-bound: the map's extra splits for long groups each pay a CTA's fixed
+// work and lengthen the merge, and that outweighs the shorter longest CTA until a split reads
+// several hundred entries. Threshold: 512 entries (eight 64-entry KV tiles, four 128-entry
+// minimum splits), between the last loss (427) and the first win (751); the rows between are
+// ties. Not measured: batch 1 between 427 and 751, and other GPUs (re-measure with the bench,
+// which prints the rule's pick and the faster variant per row). Under plan_paged_attention's two
+// waves (not what the backend launches for non-uniform budgets at batch 1-4) the map loses more
+// (0.84-0.95x at batch 1-2 up to P / s 1550): the threshold is set by the one-wave plan.
+inline constexpr int kSplitMapMinEntriesPerSplit = 512;
 
 // The rule alone: the map for `uniform_splits` splits of a `planning_len` plan.
 inline bool split_map_wins(long long planning_len, int uniform_splits) {

@@ -220,7 +220,7 @@ TEST(RaggedAttention, SplitMapFollowsBudgets) {
   RaggedHeadTables uniform;
   ASSERT_TRUE(uniform.build(one_layer_layout(16, 64, true), 16, /*use_budgets=*/false).is_ok());
   EXPECT_EQ(uniform.split_map(8)[0], std::vector<int>(kGroups, 8));
-  // The map only where it wins (kv/split_map.h): from 256 entries per split of the planning
+  // The map only where it wins (kv/split_map.h): from 512 entries per split of the planning
   // length, never where it equals plain splits (s = 1, uniform budgets).
   EXPECT_TRUE(tables.use_split_map(8, 8 * kSplitMapMinEntriesPerSplit));
   EXPECT_FALSE(tables.use_split_map(8, 8 * kSplitMapMinEntriesPerSplit - 1));

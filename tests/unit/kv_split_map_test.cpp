@@ -125,12 +125,12 @@ TEST(SplitMapChoice, FollowsTheEntriesPerSplitRuleForEverySplitCount) {
     for (const auto& layer : maps[s - 1])
       for (int x : layer) differs = differs || x != s;
     EXPECT_EQ(differs, s >= 2) << "s " << s;  // s = 1: one CTA per group either way
-    for (int len = 1; len <= 300 * s; len += (len < 250 * s ? 7 : 1)) {
+    for (int len = 1; len <= 600 * s; len += (len < 500 * s ? 7 : 1)) {
       const bool expected = differs && len >= kSplitMapMinEntriesPerSplit * s;
       ASSERT_EQ(choice.use_map(s, len), expected) << "s " << s << " planning length " << len;
       ASSERT_EQ(choice.use_map(s, len), differs && split_map_wins(len, s));
     }
-    EXPECT_EQ(choice.min_planning_len(s), differs ? 256LL * s : -1);
+    EXPECT_EQ(choice.min_planning_len(s), differs ? 512LL * s : -1);
   }
   // Split counts the planner cannot return (the backend clamps before asking): never the map.
   EXPECT_FALSE(choice.use_map(0, 1 << 30));
@@ -148,23 +148,26 @@ TEST(SplitMapChoice, UniformBudgetsNeverUseTheMap) {
 }
 
 TEST(SplitMapChoice, PicksTheFasterVariantOfTheMeasuredRows) {
-  // H100 rows of docs/benchmarks.md ("Head groups (ragged paging)"), under the plan the backend
-  // launches (plan_ragged_attention), whose two variants differ by 2% or more: planning length
-  // (the bench's mean group length, from its seed-7 calibration), s, and no map / map.
+  // H100 rows of bench/ragged_attention_bench.cu (default and --long tables, docs/kernels.md
+  // "Ragged paging"), under the plan the backend launches (plan_ragged_attention), whose two
+  // variants differ by 2% or more: planning length (the bench's mean group length, from its
+  // seed-7 calibration), s, and no map / map.
   struct Row {
     int planning_len, s;
     double nomap_over_map;
   };
   const Row rows[] = {
-      {3101, 25, 0.97},   // H_p 2, batch 1, N 8192
-      {12400, 33, 1.04},  // H_p 2, batch 1, N 32768
-      {3101, 8, 1.12},    // H_p 2, batch 4, N 8192
-      {12400, 8, 1.26},   // H_p 2, batch 4, N 32768
-      {3531, 28, 0.98},   // H_p 4, batch 1, N 8192
-      {14122, 33, 1.03},  // H_p 4, batch 1, N 32768
-      {3531, 8, 1.09},    // H_p 4, batch 4, N 8192
-      {14122, 8, 1.17},   // H_p 4, batch 4, N 32768
-      {14122, 5, 1.02},   // H_p 4, batch 16, N 32768
+      {3101, 25, 0.94},   // H_p 2, batch 1, N 8192
+      {12400, 33, 0.94},  // H_p 2, batch 1, N 32768
+      {24798, 33, 1.04},  // H_p 2, batch 1, N 65536
+      {49596, 33, 1.10},  // H_p 2, batch 1, N 131072
+      {24798, 16, 1.10},  // H_p 2, batch 2, N 65536
+      {49596, 16, 1.11},  // H_p 2, batch 2, N 131072
+      {12400, 8, 1.07},   // H_p 2, batch 4, N 32768
+      {12400, 5, 1.02},   // H_p 2, batch 16, N 32768
+      {3531, 28, 0.95},   // H_p 4, batch 1, N 8192
+      {14122, 33, 0.97},  // H_p 4, batch 1, N 32768
+      {14122, 8, 1.04},   // H_p 4, batch 4, N 32768
   };
   for (const Row& r : rows)
     EXPECT_EQ(split_map_wins(r.planning_len, r.s), r.nomap_over_map > 1.0)
