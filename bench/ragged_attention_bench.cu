@@ -10,8 +10,20 @@
 // Budgets are synthetic with a calibration's spread (each head's ratio uniform in [0.1, 0.6],
 // seeded; heads clustered by budget as --kv-head-budgets does), group g of a layer holds
 // ceil(ratio_g x N) entries for each of its heads. Bytes counted: K and V of every entry read once
-// (plus q and out); the floor is bytes / the measured device-to-device copy bandwidth.
+// (plus q and out); the floor is bytes / the measured device-to-device copy bandwidth. Each row
+// also prints which variant the backend's rule picks (RaggedHeadTables::use_split_map: the map
+// from kv/split_map.h kSplitMapMinEntriesPerSplit entries per split of the planning length).
+//
+// --per-head: the production per-head layout instead (--heads-per-group 1, block 256, Fast KVzip:
+// one page table per (layer, KV head), uniform group budgets), bf16 and FP8 KV, batch 1 / 64 /
+// 256, N = 1024 / 4096 entries per head, every head at N ("uniform") or head lengths drawn in
+// whole pages around N with each (sequence, layer) summing to 8 N ("spread", what a page-aligned
+// global budget gives): the per-head launch (plan_paged_attention over the step's longest head,
+// as the backend plans uniform budgets, and at the graph capture length) against the one-group
+// kernel over the same bytes, each a CUDA graph of the 36 launches, next to the bandwidth floor.
 // Build: cmake target ragged_attention_bench (links origami_cuda).
+// Run: build/ragged_attention_bench (head groups H_p 2, 4), --long (H_p 2, batch 1-2, N 64K-128K)
+// or --per-head.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -21,6 +33,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/paged_attention.h"
@@ -65,16 +78,10 @@ LayerInputs make_inputs(const std::vector<int>& lens, int batch, int pool_pages,
   return {upload(indptr), upload(pages), upload(kv_len)};
 }
 
-}  // namespace
-
-int main() {
-  int dev = 0, sms = 0;
-  CK(cudaGetDevice(&dev));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
-  std::printf("device: %s, %d SMs\n", prop.name, sms);
-  const double copy_gbs = measure_copy_gbs(10);
+// Head groups at block 16, calibration-like budgets: split map, no map, one group. The default
+// table: H_p 2 and 4, batch 1-64, N 8K and 32K in a 6 GiB pool; `long_groups` (--long): H_p 2 at
+// batch 1 and 2 with N 64K and 128K (the rule's long-group rows at small batch) in a 40 GiB pool.
+int grouped_table(int sms, double copy_gbs, bool long_groups) {
   // Synthetic calibration: [layer][head] ratios in [0.1, 0.6].
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> ratio(0.1, 0.6);
@@ -83,7 +90,10 @@ int main() {
     for (double& r : layer) r = ratio(rng);
 
   // One pool for the largest case, shared by every layer's tables (each layer its own shuffle).
-  const size_t pool_bytes = size_t(6) << 30;
+  const size_t pool_bytes = size_t(long_groups ? 40 : 6) << 30;
+  const std::vector<int> hps = long_groups ? std::vector<int>{2} : std::vector<int>{2, 4};
+  const std::vector<int> batches = long_groups ? std::vector<int>{1, 2} : std::vector<int>{1, 4, 16, 64};
+  const std::vector<int> lengths = long_groups ? std::vector<int>{65536, 131072} : std::vector<int>{8192, 32768};
   __nv_bfloat16* pool = nullptr;
   CK(cudaMalloc(&pool, pool_bytes));
   fill_random<<<4096, 256>>>(pool, pool_bytes / 2, 1);
@@ -98,9 +108,9 @@ int main() {
 
   std::printf("%3s %5s %6s | %9s %8s | %9s %8s | %9s %8s | %8s %9s %9s\n", "H_p", "batch", "N", "map_us", "GB/s",
               "nomap_us", "GB/s", "unif_us", "GB/s", "map/unif", "nomap/map", "floor_us");
-  for (int hp : {2, 4})
-    for (int batch : {1, 4, 16, 64})
-      for (int N : {8192, 32768}) {
+  for (int hp : hps)
+    for (int batch : batches)
+      for (int N : lengths) {
         auto grouping = cluster_heads(ratios, hp);
         if (!grouping) { std::fprintf(stderr, "%s\n", grouping.status().to_string().c_str()); return 1; }
         const int T = kHeads / hp;
@@ -189,12 +199,17 @@ int main() {
         const float unif_ms = median_ms([&](int) { uniform_step(); }, 15);
         const double bytes = kv_bytes + kLayers * 2.0 * batch * kQHeads * kD * 2;
         auto gbs = [&](float ms) { return bytes / ms / 1e6; };
-        std::printf("%3d %5d %6d | %9.1f %8.0f | %9.1f %8.0f | %9.1f %8.0f | %7.0f%% %8.2fx %9.1f   (s=%d, max splits %d)\n",
+        // The backend's choice for this plan (decided when the budgets loaded): map or plain splits.
+        const int plan_len = with_map.planning_length(max_len);
+        auto rule = [&](int s) { return with_map.use_split_map(s, plan_len) ? "map" : "plain"; };
+        std::printf("%3d %5d %6d | %9.1f %8.0f | %9.1f %8.0f | %9.1f %8.0f | %7.0f%% %8.2fx %9.1f   (s=%d, max splits %d,"
+                    " %d entries/split, rule: %s, faster: %s)\n",
                     hp, batch, N, map_ms * 1e3, gbs(map_ms), nomap_ms * 1e3, gbs(nomap_ms), unif_ms * 1e3, gbs(unif_ms),
                     100.0 * unif_ms / map_ms, nomap_ms / map_ms, bytes / copy_gbs / 1e3, uniform_plan.num_splits,
-                    with_map.max_splits(uniform_plan.num_splits));
-        std::printf("    two waves (s=%d): map %.1f us, no map %.1f us, no map / map %.2fx\n", s_wave, map1_ms * 1e3,
-                    nomap1_ms * 1e3, nomap1_ms / map1_ms);
+                    with_map.max_splits(uniform_plan.num_splits), plan_len / uniform_plan.num_splits,
+                    rule(uniform_plan.num_splits), map_ms <= nomap_ms ? "map" : "plain");
+        std::printf("    two waves (s=%d): map %.1f us, no map %.1f us, no map / map %.2fx (rule: %s, not the backend's plan)\n",
+                    s_wave, map1_ms * 1e3, nomap1_ms * 1e3, nomap1_ms / map1_ms, rule(s_wave));
         for (auto* v : {&ragged_in, &uniform_in})
           for (LayerInputs& in : *v) {
             CK(cudaFree(in.page_indptr));
@@ -208,4 +223,292 @@ int main() {
   CK(cudaFree(out));
   CK(cudaFree(ws));
   return 0;
+}
+
+// ------------------------------------------------------------------ per-head section (--per-head)
+
+constexpr int kHeadBlock = 256;       // Fast KVzip's page-aligned budgets: block 256
+constexpr int kGraphLen = 40960;      // Qwen3-8B max_position_embeddings: the backend's graph plan length
+
+// E4M3 codes without NaN (exponent field < 15) and scales near amax / 448 of a unit vector.
+__global__ void fill_codes(uint8_t* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned x = (unsigned)i * 2654435761u ^ seed;
+    x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
+    p[i] = static_cast<uint8_t>(x & 0xF7);
+  }
+}
+__global__ void fill_scales(float* p, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = 1.f / 448.f;
+}
+
+// A pool of pages of `page_elems` elements (K and V of one page; bf16, or FP8 codes followed by
+// one fp32 scale per head_dim elements, 256-byte aligned, as cuda_backend.cu lays it out) in a
+// buffer of `bytes`.
+struct PoolView {
+  int pages = 0;
+  size_t codes_bytes = 0;  // FP8: where the scales start
+};
+PoolView pool_view(size_t bytes, long long page_elems, bool fp8) {
+  PoolView v;
+  const double per_elem = fp8 ? 1.0 + 4.0 / kD : 2.0;
+  v.pages = static_cast<int>(std::min<double>((bytes - 4096) / (per_elem * page_elems), 2e9));
+  const size_t elems = static_cast<size_t>(v.pages) * page_elems;
+  v.codes_bytes = fp8 ? (elems + 255) / 256 * 256 : elems * 2;
+  return v;
+}
+
+// Page ids 1 .. pages - 1 in a seeded shuffle, handed out in order and from the start again once
+// all are used: when a step reads more bytes than the pool holds (batch 256 x 4096 x 36 layers x
+// 8 heads: 155 GB bf16, 80 GB FP8), a page is read again only after every other page of the pool
+// (tens of GB later, far beyond the 50 MB L2), so each launch still reads from DRAM.
+struct PageSource {
+  std::vector<int32_t> ids;
+  size_t next = 0;
+  size_t handed = 0;
+  PageSource(int pages, std::mt19937& rng) : ids(pages - 1) {
+    std::iota(ids.begin(), ids.end(), 1);
+    std::shuffle(ids.begin(), ids.end(), rng);
+  }
+  int32_t take() {
+    ++handed;
+    const int32_t id = ids[next];
+    next = (next + 1) % ids.size();
+    return id;
+  }
+};
+
+// Device step inputs of one layer: lens[t][i] entries of table t (0 .. T-1) for sequence i,
+// tables group-major as the backend uploads them.
+LayerInputs per_head_inputs(const std::vector<std::vector<int>>& lens, PageSource& src) {
+  std::vector<int32_t> indptr = {0}, pages, kv_len;
+  for (const std::vector<int>& table : lens)
+    for (int len : table) {
+      for (int p = 0; p < (len + kHeadBlock - 1) / kHeadBlock; ++p) pages.push_back(src.take());
+      indptr.push_back(static_cast<int32_t>(pages.size()));
+      kv_len.push_back(len);
+    }
+  return {upload(indptr), upload(pages), upload(kv_len)};
+}
+
+// Head lengths of one (sequence, layer): every head N, or whole pages drawn uniformly in
+// [1, 2P - 1] (P = N / block, the mean) and then moved one page at a time between random heads
+// until they sum to H x P: the bytes of the uniform row, spread as a global budget spreads them.
+std::vector<int> head_lengths(int N, bool spread, std::mt19937& rng) {
+  std::vector<int> len(kHeads, N);
+  if (!spread) return len;
+  const int P = N / kHeadBlock, hi = 2 * P - 1;
+  std::uniform_int_distribution<int> draw(1, hi), head(0, kHeads - 1);
+  std::vector<int> pages(kHeads);
+  int sum = 0;
+  for (int& p : pages) sum += (p = draw(rng));
+  while (sum != kHeads * P) {
+    int& p = pages[head(rng)];
+    if (sum > kHeads * P && p > 1) --p, --sum;
+    else if (sum < kHeads * P && p < hi) ++p, ++sum;
+  }
+  for (int h = 0; h < kHeads; ++h) len[h] = pages[h] * kHeadBlock;
+  return len;
+}
+
+template <typename F>
+cudaGraphExec_t capture(cudaStream_t st, F&& body) {
+  cudaGraph_t g;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+  body(st);
+  CK(cudaStreamEndCapture(st, &g));
+  cudaGraphExec_t e;
+  CK(cudaGraphInstantiate(&e, g, 0));
+  CK(cudaGraphDestroy(g));
+  return e;
+}
+
+int per_head_table(int sms, double copy_gbs) {
+  // One buffer for every case, as large as fits beside q, out and the workspace (the engine's
+  // pool takes what the weights leave; here the 36 layers wrap around it, see PageSource).
+  size_t free_b = 0, total_b = 0;
+  CK(cudaMemGetInfo(&free_b, &total_b));
+  const size_t buf_bytes = std::min<size_t>(free_b - (size_t(3) << 30), size_t(64) << 30) / (2 << 20) * (2 << 20);
+  uint8_t* buf = nullptr;
+  CK(cudaMalloc(&buf, buf_bytes));
+  const int max_batch = 256;
+  __nv_bfloat16 *q, *out;
+  CK(cudaMalloc(&q, size_t(max_batch) * kQHeads * kD * 2));
+  CK(cudaMalloc(&out, size_t(max_batch) * kQHeads * kD * 2));
+  fill_random<<<256, 256>>>(q, size_t(max_batch) * kQHeads * kD, 3);
+  void* ws = nullptr;
+  const size_t ws_cap = size_t(512) << 20;
+  CK(cudaMalloc(&ws, ws_cap));
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  std::printf("\nPer-head pages (--heads-per-group 1, block %d, uniform group budgets), Qwen3-8B shape, %d layers, one\n"
+              "CUDA graph of the %d launches each; pool %.1f GiB (steps that read more wrap around it, every page\n"
+              "re-read only after the whole pool: DRAM reads); floor = bytes / copy bandwidth; ph = per-head launch\n"
+              "planned like the backend's eager step (plan_paged_attention, longest head), ph@%d = the graph\n"
+              "plan (capture length %d), 1grp = one-group kernel, every head at N, the same bytes, planned at N\n",
+              kHeadBlock, kLayers, kLayers, buf_bytes / double(1 << 30), kGraphLen, kGraphLen);
+  std::printf("%4s %7s %5s %5s | %9s %6s %6s | %9s %8s | %9s %6s | %9s | %5s %5s\n", "kv", "lengths", "batch", "N",
+              "ph_us", "GB/s", "%floor", "1grp_us", "ph/1grp", "ph@cap_us", "%flr", "floor_us", "s", "s@cap");
+  std::mt19937 rng(11);
+  for (bool fp8 : {false, true})
+    for (bool spread : {false, true})
+      for (int batch : {1, 64, 256})
+        for (int N : {1024, 4096}) {
+          if (spread && N < 2 * kHeadBlock) continue;
+          // Per-head layout: pages [2, 1, block, D]; the same buffer seen as the one-group layout
+          // (pages [8, block, D] of K in the first half, of V in the second) for the comparison.
+          const long long page_elems = 2LL * kHeadBlock * kD;
+          const PoolView ragged_pool = pool_view(buf_bytes, page_elems, fp8);
+          const long long full_page_elems = static_cast<long long>(kHeads) * kHeadBlock * kD;
+          const PoolView full_pool = pool_view(buf_bytes, 2 * full_page_elems, fp8);
+          if (fp8) {
+            fill_codes<<<4096, 256>>>(buf, buf_bytes, 5);
+            // Both views' scales: the ragged view's start is later (smaller pages per element), so fill from
+            // the earlier start to the end.
+            const size_t s0 = std::min(ragged_pool.codes_bytes, full_pool.codes_bytes);
+            fill_scales<<<4096, 256>>>(reinterpret_cast<float*>(buf + s0), (buf_bytes - s0) / 4);
+          } else {
+            fill_random<<<4096, 256>>>(reinterpret_cast<__nv_bfloat16*>(buf), buf_bytes / 2, 1);
+          }
+          CK(cudaGetLastError());
+          auto layout = KVLayout::grouped(kLayers, kHeads, kD, kHeadBlock, ragged_pool.pages, DType::kBF16,
+                                          KVLayout::adjacent_heads(kLayers, kHeads, 1));
+          if (!layout) { std::fprintf(stderr, "%s\n", layout.status().to_string().c_str()); return 1; }
+          RaggedHeadTables tables;
+          const int max_s = std::max(1, (4 * sms + kHeads - 1) / kHeads);  // as allocate_kv_cache
+          if (!tables.build(*layout, max_s).is_ok()) return 1;
+          // Lengths [layer][head][seq]; per layer the one-group layout holds every head at N.
+          PageSource ragged_src(ragged_pool.pages, rng), full_src(full_pool.pages, rng);
+          std::vector<LayerInputs> ragged_in, full_in;
+          int max_len = 0;
+          double entries = 0;
+          for (int l = 0; l < kLayers; ++l) {
+            std::vector<std::vector<int>> lens(kHeads, std::vector<int>(batch));
+            for (int i = 0; i < batch; ++i) {
+              const std::vector<int> h = head_lengths(N, spread, rng);
+              for (int t = 0; t < kHeads; ++t) {
+                lens[t][i] = h[t];
+                max_len = std::max(max_len, h[t]);
+                entries += h[t];
+              }
+            }
+            ragged_in.push_back(per_head_inputs(lens, ragged_src));
+            full_in.push_back(per_head_inputs({std::vector<int>(batch, N)}, full_src));
+          }
+          std::vector<int32_t> q_indptr(batch + 1);
+          std::iota(q_indptr.begin(), q_indptr.end(), 0);
+          int32_t* d_q_indptr = upload(q_indptr);
+          AttentionArgs base;
+          base.shape = {batch, batch, kQHeads, kHeads, kD, kHeadBlock};
+          base.softmax_scale = 0.08838834764f;
+          base.q = q;
+          base.out = out;
+          base.q_indptr = d_q_indptr;
+          // Element offsets of K and V (ragged: within a page; one group: the two halves).
+          auto set_cache = [&](AttentionArgs& a, const PoolView& v, size_t k_off, size_t v_off) {
+            if (fp8) {
+              a.k_codes = buf + k_off;
+              a.v_codes = buf + v_off;
+              a.k_scales = reinterpret_cast<const float*>(buf + v.codes_bytes) + k_off / kD;
+              a.v_scales = reinterpret_cast<const float*>(buf + v.codes_bytes) + v_off / kD;
+            } else {
+              a.k_cache = reinterpret_cast<const __nv_bfloat16*>(buf) + k_off;
+              a.v_cache = reinterpret_cast<const __nv_bfloat16*>(buf) + v_off;
+            }
+          };
+          // The backend's decode step with uniform budgets: plan_paged_attention over its plan length,
+          // the tables' map for that s where the rule takes it (never, with uniform budgets).
+          auto ragged_graph = [&](int plan_len, AttentionPlan* used) {
+            const AttentionPlan uniform = plan_paged_attention(base.shape, plan_len, sms);
+            const bool map = !tables.uniform_budgets() && tables.use_split_map(uniform.num_splits, plan_len);
+            const AttentionPlan plan = ragged_plan(uniform, tables.layer(0, uniform.num_splits, page_elems, map));
+            *used = plan;
+            const size_t bytes = paged_attention_workspace_bytes(plan, base.shape);
+            if (bytes > ws_cap) std::abort();
+            return capture(st, [&](cudaStream_t s) {
+              for (int l = 0; l < kLayers; ++l) {
+                AttentionArgs a = base;
+                set_cache(a, ragged_pool, 0, size_t(kHeadBlock) * kD);
+                a.page_indptr = ragged_in[l].page_indptr;
+                a.page_indices = ragged_in[l].pages;
+                a.kv_len = ragged_in[l].kv_len;
+                a.ragged = tables.layer(l, uniform.num_splits, page_elems, map);
+                CK(paged_attention(a, plan, ws, bytes, s));
+              }
+            });
+          };
+          AttentionPlan eager_plan, cap_plan;
+          cudaGraphExec_t g_ph = ragged_graph(max_len, &eager_plan);
+          cudaGraphExec_t g_cap = ragged_graph(kGraphLen, &cap_plan);
+          const AttentionPlan full_plan = plan_paged_attention(base.shape, N, sms);
+          cudaGraphExec_t g_full = capture(st, [&](cudaStream_t s) {
+            const size_t region = static_cast<size_t>(full_pool.pages) * full_page_elems;
+            for (int l = 0; l < kLayers; ++l) {
+              AttentionArgs a = base;
+              set_cache(a, full_pool, 0, region);
+              a.page_indptr = full_in[l].page_indptr;
+              a.page_indices = full_in[l].pages;
+              a.kv_len = full_in[l].kv_len;
+              const size_t bytes = paged_attention_workspace_bytes(full_plan, a.shape);
+              CK(paged_attention(a, full_plan, ws, bytes, s));
+            }
+          });
+          for (int w = 0; w < 3; ++w)
+            for (cudaGraphExec_t g : {g_ph, g_cap, g_full}) CK(cudaGraphLaunch(g, 0));
+          CK(cudaDeviceSynchronize());
+          const double step_gb = entries * (fp8 ? 2.0 * (kD + 4) : 2.0 * kD * 2) / 1e9;
+          const int iters = step_gb > 20 ? 7 : 15;
+          const float ph_ms = median_ms([&](int) { CK(cudaGraphLaunch(g_ph, 0)); }, iters);
+          const float cap_ms = median_ms([&](int) { CK(cudaGraphLaunch(g_cap, 0)); }, iters);
+          const float full_ms = median_ms([&](int) { CK(cudaGraphLaunch(g_full, 0)); }, iters);
+          // Bytes read: K and V of every entry (FP8: codes and scales), q and out of every layer.
+          const double bytes = step_gb * 1e9 + kLayers * 2.0 * batch * kQHeads * kD * 2;
+          const double floor_us = bytes / copy_gbs / 1e3;
+          std::printf("%4s %7s %5d %5d | %9.1f %6.0f %5.0f%% | %9.1f %7.2fx | %9.1f %5.0f%% | %9.1f | %5d %5d%s\n",
+                      fp8 ? "fp8" : "bf16", spread ? "spread" : "uniform", batch, N, ph_ms * 1e3, bytes / ph_ms / 1e6,
+                      100.0 * floor_us / (ph_ms * 1e3), full_ms * 1e3, ph_ms / full_ms, cap_ms * 1e3,
+                      100.0 * floor_us / (cap_ms * 1e3), floor_us, eager_plan.num_splits, cap_plan.num_splits,
+                      ragged_src.handed > ragged_src.ids.size() ? "  (pool wrapped)" : "");
+          std::fflush(stdout);
+          for (cudaGraphExec_t g : {g_ph, g_cap, g_full}) CK(cudaGraphExecDestroy(g));
+          for (auto* v : {&ragged_in, &full_in})
+            for (LayerInputs& in : *v) {
+              CK(cudaFree(in.page_indptr));
+              CK(cudaFree(in.pages));
+              CK(cudaFree(in.kv_len));
+            }
+          CK(cudaFree(d_q_indptr));
+        }
+  CK(cudaStreamDestroy(st));
+  CK(cudaFree(buf));
+  CK(cudaFree(q));
+  CK(cudaFree(out));
+  CK(cudaFree(ws));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool per_head = false, long_groups = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--per-head") {
+      per_head = true;
+    } else if (arg == "--long") {
+      long_groups = true;
+    } else {
+      std::fprintf(stderr, "usage: ragged_attention_bench [--per-head | --long]  (unknown argument '%.100s')\n", argv[i]);
+      return 2;
+    }
+  }
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, dev));
+  std::printf("device: %s, %d SMs\n", prop.name, sms);
+  const double copy_gbs = measure_copy_gbs(10);
+  return per_head ? per_head_table(sms, copy_gbs) : grouped_table(sms, copy_gbs, long_groups);
 }

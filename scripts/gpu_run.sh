@@ -20,7 +20,8 @@
 #   fidelity  `origami eval` sweeps on origami-tiny-qwen3: scripts/gpu_fidelity.sh (every registered
 #             policy, retrieval prefill / context / stream, perplexity, blocks 16 and 256)
 #   ragged    head groups (TANGRAM ragged paging): the kernel and engine tests of the CUDA head
-#             groups and bench/ragged_attention_bench.cu (split map vs no map vs one group)
+#             groups and bench/ragged_attention_bench.cu (split map vs no map vs one group, --long,
+#             --per-head: per-head pages at block 256 against the bandwidth floor)
 #   tune      stream-mode retrieval of policy variants on a tuning set built from the papers
 #             (scripts/make_retrieval_set.py; never the dev set the results are reported on):
 #             TUNE_VARIANTS="policy[,policy] [key=value ...];..." (see the default below)
@@ -226,7 +227,10 @@ if has ragged; then
     RESULT["10_$t"]="rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/ragged.log" | tail -1)"
   done
   grep -E "^\[ *(OK|FAILED)|Failure|head groups\]" "$OUT/ragged.log"
-  timeout 300 "$BUILD/ragged_attention_bench" > "$OUT/ragged_bench.log" 2>&1
+  # Head groups (split map vs plain splits, the rule's pick per row), their long-group rows at
+  # batch 1-2, and per-head pages (block 256, bf16 and FP8) against the bandwidth floor.
+  { timeout 300 "$BUILD/ragged_attention_bench" && timeout 120 "$BUILD/ragged_attention_bench" --long &&
+      timeout 300 "$BUILD/ragged_attention_bench" --per-head; } > "$OUT/ragged_bench.log" 2>&1
   RESULT[10_ragged_bench]="rc=$? ($(( $(date +%s) - t0 ))s)"
   cat "$OUT/ragged_bench.log"
 fi

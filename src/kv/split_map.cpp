@@ -74,4 +74,24 @@ Expected<SplitMap> compute_split_map(const HeadGrouping& grouping, int num_ctas)
   return apportion_ctas(grouping.group_budget_sum, num_ctas);
 }
 
+SplitMapChoice::SplitMapChoice(const std::vector<SplitMap>& maps_by_splits) {
+  for (size_t i = 0; i < maps_by_splits.size(); ++i) {
+    const int s = static_cast<int>(i) + 1;
+    bool differs = false;
+    for (const std::vector<int>& layer : maps_by_splits[i])
+      for (int splits : layer) differs = differs || splits != s;
+    min_len_.push_back(differs ? static_cast<long long>(kSplitMapMinEntriesPerSplit) * s : -1);
+  }
+}
+
+long long SplitMapChoice::min_planning_len(int uniform_splits) const {
+  if (uniform_splits < 1 || uniform_splits > max_splits()) return -1;
+  return min_len_[static_cast<size_t>(uniform_splits) - 1];
+}
+
+bool SplitMapChoice::use_map(int uniform_splits, long long planning_len) const {
+  const long long bound = min_planning_len(uniform_splits);
+  return bound >= 0 && planning_len >= bound;
+}
+
 }  // namespace origami

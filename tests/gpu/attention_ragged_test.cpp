@@ -141,7 +141,7 @@ std::vector<double> reference(const RaggedCase& c) {
 }
 
 double run_ragged(const RaggedCase& c, const RaggedHeadTables& tables, int uniform_splits,
-                  const std::vector<double>& ref) {
+                  const std::vector<double>& ref, bool split_map = true) {
   const int S = static_cast<int>(c.q_len.size());
   DeviceBuffer<uint16_t> q(c.q), pool(c.pool), out(ref.size());
   DeviceBuffer<int32_t> q_indptr(c.q_indptr), page_indptr(c.page_indptr), pages(c.page_indices), kv_len(c.kv_len_flat);
@@ -156,7 +156,7 @@ double run_ragged(const RaggedCase& c, const RaggedHeadTables& tables, int unifo
   a.page_indptr = page_indptr.get();
   a.page_indices = pages.get();
   a.kv_len = kv_len.get();
-  a.ragged = tables.layer(0, uniform_splits, c.page_elems());
+  a.ragged = tables.layer(0, uniform_splits, c.page_elems(), split_map);
   AttentionPlan uniform = plan_paged_attention(a.shape, 4096, 132);
   uniform.num_splits = uniform_splits;
   const AttentionPlan plan = ragged_plan(uniform, a.ragged);
@@ -192,6 +192,12 @@ TEST(RaggedAttention, NonAdjacentGroupsWithOwnLengthsMatchCpuTwin) {
           std::printf("  block=%3d seqs=%zu split_map=%d s=%2d max_splits=%2d rel_err=%.2e\n", bs, q_len.size(),
                       budgets, s, tables.max_splits(s), err);
           EXPECT_LT(err, 1e-2) << "block " << bs << " s " << s << " budgets " << budgets;
+          // The same tables' plain splits (what the backend launches where the map does not win).
+          const double plain_err = run_ragged(c, tables, s, ref, /*split_map=*/false);
+          std::printf("  block=%3d seqs=%zu plain splits  s=%2d max_splits=%2d rel_err=%.2e\n", bs, q_len.size(), s,
+                      tables.max_splits(s, false), plain_err);
+          EXPECT_EQ(tables.max_splits(s, false), s);
+          EXPECT_LT(plain_err, 1e-2) << "plain splits, block " << bs << " s " << s << " budgets " << budgets;
         }
       }
     }
@@ -214,6 +220,12 @@ TEST(RaggedAttention, SplitMapFollowsBudgets) {
   RaggedHeadTables uniform;
   ASSERT_TRUE(uniform.build(one_layer_layout(16, 64, true), 16, /*use_budgets=*/false).is_ok());
   EXPECT_EQ(uniform.split_map(8)[0], std::vector<int>(kGroups, 8));
+  // The map only where it wins (kv/split_map.h): from 512 entries per split of the planning
+  // length, never where it equals plain splits (s = 1, uniform budgets).
+  EXPECT_TRUE(tables.use_split_map(8, 8 * kSplitMapMinEntriesPerSplit));
+  EXPECT_FALSE(tables.use_split_map(8, 8 * kSplitMapMinEntriesPerSplit - 1));
+  EXPECT_FALSE(tables.use_split_map(1, 1 << 30));
+  for (int s = 1; s <= 16; ++s) EXPECT_FALSE(uniform.use_split_map(s, 1 << 30)) << "s " << s;
   // Not a grouped layout: refused with a message.
   RaggedHeadTables bad;
   const Status st = bad.build(KVLayout::full(1, kHeads, 128, 16, 64, DType::kBF16), 4);

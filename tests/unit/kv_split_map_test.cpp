@@ -105,5 +105,74 @@ TEST(SplitMap, InvariantsOverRandomBudgets) {
   }
 }
 
+// The maps for s = 1 .. max_s of one set of [layer][group] weights (what RaggedHeadTables builds).
+std::vector<SplitMap> maps_up_to(const std::vector<std::vector<double>>& w, int max_s) {
+  std::vector<SplitMap> maps;
+  for (int s = 1; s <= max_s; ++s) maps.push_back(*apportion_ctas(w, s * static_cast<int>(w[0].size())));
+  return maps;
+}
+
+TEST(SplitMapChoice, FollowsTheEntriesPerSplitRuleForEverySplitCount) {
+  // Two layers of four groups, a calibration-like spread: the map differs from plain splits for
+  // every s >= 2 (checked by brute force below, not assumed).
+  const std::vector<std::vector<double>> w = {{0.1, 0.25, 0.4, 0.6}, {0.3, 0.35, 0.5, 0.2}};
+  const int max_s = 40;
+  const std::vector<SplitMap> maps = maps_up_to(w, max_s);
+  const SplitMapChoice choice(maps);
+  ASSERT_EQ(choice.max_splits(), max_s);
+  for (int s = 1; s <= max_s; ++s) {
+    bool differs = false;
+    for (const auto& layer : maps[s - 1])
+      for (int x : layer) differs = differs || x != s;
+    EXPECT_EQ(differs, s >= 2) << "s " << s;  // s = 1: one CTA per group either way
+    for (int len = 1; len <= 600 * s; len += (len < 500 * s ? 7 : 1)) {
+      const bool expected = differs && len >= kSplitMapMinEntriesPerSplit * s;
+      ASSERT_EQ(choice.use_map(s, len), expected) << "s " << s << " planning length " << len;
+      ASSERT_EQ(choice.use_map(s, len), differs && split_map_wins(len, s));
+    }
+    EXPECT_EQ(choice.min_planning_len(s), differs ? 512LL * s : -1);
+  }
+  // Split counts the planner cannot return (the backend clamps before asking): never the map.
+  EXPECT_FALSE(choice.use_map(0, 1 << 30));
+  EXPECT_FALSE(choice.use_map(max_s + 1, 1 << 30));
+}
+
+TEST(SplitMapChoice, UniformBudgetsNeverUseTheMap) {
+  // Equal weights: every map is s splits per group, i.e. plain splits, however long the plan.
+  const SplitMapChoice choice(maps_up_to({{0.5, 0.5, 0.5, 0.5}, {1.0, 1.0, 1.0, 1.0}}, 66));
+  for (int s = 1; s <= 66; ++s) {
+    EXPECT_EQ(choice.min_planning_len(s), -1);
+    EXPECT_FALSE(choice.use_map(s, 1 << 30));
+  }
+  EXPECT_FALSE(SplitMapChoice().use_map(1, 1 << 30));  // no layout loaded
+}
+
+TEST(SplitMapChoice, PicksTheFasterVariantOfTheMeasuredRows) {
+  // H100 rows of bench/ragged_attention_bench.cu (default and --long tables, docs/kernels.md
+  // "Ragged paging"), under the plan the backend launches (plan_ragged_attention), whose two
+  // variants differ by 2% or more: planning length (the bench's mean group length, from its
+  // seed-7 calibration), s, and no map / map.
+  struct Row {
+    int planning_len, s;
+    double nomap_over_map;
+  };
+  const Row rows[] = {
+      {3101, 25, 0.94},   // H_p 2, batch 1, N 8192
+      {12400, 33, 0.94},  // H_p 2, batch 1, N 32768
+      {24798, 33, 1.04},  // H_p 2, batch 1, N 65536
+      {49596, 33, 1.10},  // H_p 2, batch 1, N 131072
+      {24798, 16, 1.10},  // H_p 2, batch 2, N 65536
+      {49596, 16, 1.11},  // H_p 2, batch 2, N 131072
+      {12400, 8, 1.07},   // H_p 2, batch 4, N 32768
+      {12400, 5, 1.02},   // H_p 2, batch 16, N 32768
+      {3531, 28, 0.95},   // H_p 4, batch 1, N 8192
+      {14122, 33, 0.97},  // H_p 4, batch 1, N 32768
+      {14122, 8, 1.04},   // H_p 4, batch 4, N 32768
+  };
+  for (const Row& r : rows)
+    EXPECT_EQ(split_map_wins(r.planning_len, r.s), r.nomap_over_map > 1.0)
+        << "planning length " << r.planning_len << ", s " << r.s << ": measured no map / map " << r.nomap_over_map;
+}
+
 }  // namespace
 }  // namespace origami

@@ -689,7 +689,7 @@ void CudaBackend::copy_block(int group, BlockId src, BlockId dst) {
 }
 
 void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan,
-                              int uniform_splits, bool capture_queries, bool shard_greedy) {
+                              int uniform_splits, bool split_map, bool capture_queries, bool shard_greedy) {
   const ModelConfig& c = config_;
   const InputLayout in = input_layout(cap_);
   const int32_t* d_tokens = dev_inputs_ + in.tokens;
@@ -800,7 +800,7 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     if (!ragged_.empty()) {
       aa.page_indptr += first_table * num_seqs;
       aa.kv_len += first_table * num_seqs;
-      aa.ragged = ragged_.layer(li, uniform_splits, kv_page_elems_);
+      aa.ragged = ragged_.layer(li, uniform_splits, kv_page_elems_, split_map);
     }
     ORIGAMI_CUDA_CHECK(paged_attention(aa, plan, attn_workspace_, attn_workspace_bytes_, stream_));
     bf16* attn_partial = projection_out(num_tokens);
@@ -1126,13 +1126,17 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, St
   // Head groups with non-uniform budgets: splits sized by the mean group length
   // (RaggedHeadTables::planning_length) within one resident wave, shared out by the split map.
   const int plan_len = use_graph ? graph_max_kv_len_ : max_kv_len;
-  const AttentionPlan uniform =
-      ragged_.empty() || ragged_.uniform_budgets()
-          ? plan_paged_attention(shape, plan_len, num_sms_)
-          : plan_ragged_attention(shape, ragged_.planning_length(plan_len), num_sms_);
-  // Head groups: the same CTAs per query tile, shared among the groups by the split map.
+  const bool budgets = !ragged_.empty() && !ragged_.uniform_budgets();
+  const int ragged_len = budgets ? ragged_.planning_length(plan_len) : plan_len;
+  const AttentionPlan uniform = budgets ? plan_ragged_attention(shape, ragged_len, num_sms_)
+                                        : plan_paged_attention(shape, plan_len, num_sms_);
+  // Head groups: the same CTAs per query tile, shared among the groups by the split map where it
+  // wins (decided per split count when the budgets loaded: RaggedHeadTables::use_split_map), else
+  // plain splits. A graph bucket plans with graph_max_kv_len_, so its choice is fixed at capture.
+  const bool split_map = budgets && ragged_.use_split_map(uniform.num_splits, ragged_len);
   const AttentionPlan plan =
-      ragged_.empty() ? uniform : ragged_plan(uniform, ragged_.layer(0, uniform.num_splits, kv_page_elems_));
+      ragged_.empty() ? uniform
+                      : ragged_plan(uniform, ragged_.layer(0, uniform.num_splits, kv_page_elems_, split_map));
   ORIGAMI_RETURN_IF_ERROR(ensure_attention_workspace(paged_attention_workspace_bytes(plan, shape)));
   const int uniform_splits = uniform.num_splits;
   // Tensor parallelism: a step whose rows all decode greedily, with no logit adjustments or
@@ -1141,11 +1145,13 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, St
   const bool shard_greedy = tp_.size > 1 && all_greedy && num_adjust == 0 && !any_logprobs;
   if (use_graph) {
     graphs_.run(run_seqs, shard_greedy ? 1 : 0, stream_, [&] {
-      record_step(run_tokens, run_seqs, num_sample_rows, plan, uniform_splits, capture_queries, shard_greedy);
+      record_step(run_tokens, run_seqs, num_sample_rows, plan, uniform_splits, split_map, capture_queries,
+                  shard_greedy);
     });
     ++num_graph_steps_;
   } else {
-    record_step(run_tokens, run_seqs, num_sample_rows, plan, uniform_splits, capture_queries, shard_greedy);
+    record_step(run_tokens, run_seqs, num_sample_rows, plan, uniform_splits, split_map, capture_queries,
+                shard_greedy);
   }
   if (num_sample_rows > 0)
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_, dev_tokens_, num_sample_rows * sizeof(int32_t),

@@ -155,11 +155,12 @@ class CudaBackend : public Backend {
   // capture_queries: copy each layer's queries into the query cache rows of the step input
   // query_rows (set whenever compression is configured and a graph is captured, since the graph
   // must serve steps that capture).
-  // uniform_splits: the uniform plan's split count, which picks the head groups' split map.
+  // uniform_splits: the uniform plan's split count, which picks the head groups' split map;
+  // split_map: that map (true) or plain splits, every head uniform_splits (RaggedHeadTables::use_split_map).
   // shard_greedy (tensor parallelism, every row greedy with no logit adjustments or log-probs):
   // each rank's argmax over its vocabulary shard, merged, instead of all-gathering the logits.
   void record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan, int uniform_splits,
-                   bool capture_queries, bool shard_greedy);
+                   bool split_map, bool capture_queries, bool shard_greedy);
   // Greedy tokens of `rows` rows of logit_hidden_ into dev_tokens_ + r0 (the shard_greedy path).
   void sample_greedy_sharded(int rows, int r0);
   Status compute_all_logits(const ForwardBatch& batch, StepOutput* out);

@@ -19,6 +19,7 @@ void RaggedHeadTables::clear() {
   mean_length_fraction_ = 1.0;
   maps_.clear();
   max_splits_.clear();
+  choice_ = SplitMapChoice();
 }
 
 Status RaggedHeadTables::build(const KVLayout& layout, int max_uniform_splits, bool use_budgets) {
@@ -27,7 +28,9 @@ Status RaggedHeadTables::build(const KVLayout& layout, int max_uniform_splits, b
     return invalid_argument("ragged paging: the layout is not a grouped one (one layer and H_p heads per group)");
   if (max_uniform_splits < 1) return invalid_argument("ragged paging: max_uniform_splits must be >= 1");
   const int T = H / hp;
-  std::vector<int32_t> host(static_cast<size_t>(2 + 2 * max_uniform_splits) * L * H, -1);
+  const size_t LH = static_cast<size_t>(L) * H;
+  const size_t plain0 = (2 + 2 * static_cast<size_t>(max_uniform_splits)) * LH;  // plain splits' tables
+  std::vector<int32_t> host(plain0 + 2 * static_cast<size_t>(max_uniform_splits) * H, -1);
   std::vector<std::vector<double>> weights(L, std::vector<double>(T, 1.0));
   for (int l = 0; l < L; ++l) {
     for (int j = 0; j < T; ++j) {
@@ -72,7 +75,13 @@ Status RaggedHeadTables::build(const KVLayout& layout, int max_uniform_splits, b
     }
     maps.push_back(std::move(map).value());
     max_splits.push_back(largest);
+    int32_t* plain = host.data() + plain0 + 2 * static_cast<size_t>(s - 1) * H;
+    for (int h = 0; h < H; ++h) {
+      plain[h] = s;
+      plain[H + h] = h * s;
+    }
   }
+  SplitMapChoice choice(maps);
   int32_t* dev = nullptr;
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMalloc(&dev, host.size() * sizeof(int32_t)));
   const cudaError_t err = cudaMemcpy(dev, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice);
@@ -89,6 +98,7 @@ Status RaggedHeadTables::build(const KVLayout& layout, int max_uniform_splits, b
   mean_length_fraction_ = mean_fraction;
   maps_ = std::move(maps);
   max_splits_ = std::move(max_splits);
+  choice_ = std::move(choice);
   return Status::ok();
 }
 
@@ -99,13 +109,15 @@ int RaggedHeadTables::planning_length(int max_kv_len) const {
 
 int RaggedHeadTables::clamp_s(int s) const { return std::clamp(s, 1, max_s_); }
 
-int RaggedHeadTables::max_splits(int uniform_splits) const { return max_splits_[clamp_s(uniform_splits) - 1]; }
+int RaggedHeadTables::max_splits(int uniform_splits, bool split_map) const {
+  return split_map ? max_splits_[clamp_s(uniform_splits) - 1] : clamp_s(uniform_splits);
+}
 
 const std::vector<std::vector<int>>& RaggedHeadTables::split_map(int uniform_splits) const {
   return maps_[clamp_s(uniform_splits) - 1];
 }
 
-RaggedHeads RaggedHeadTables::layer(int layer, int uniform_splits, long long page_stride) const {
+RaggedHeads RaggedHeadTables::layer(int layer, int uniform_splits, long long page_stride, bool split_map) const {
   const int s = clamp_s(uniform_splits);
   const size_t LH = static_cast<size_t>(num_layers_) * num_kv_heads_;
   RaggedHeads r;
@@ -113,10 +125,15 @@ RaggedHeads RaggedHeadTables::layer(int layer, int uniform_splits, long long pag
   r.page_stride = page_stride;
   r.head_table = head_table(layer);
   r.head_slot = head_slot(layer);
-  r.head_splits = dev_ + 2 * LH + static_cast<size_t>(2 * (s - 1)) * LH + static_cast<size_t>(layer) * num_kv_heads_;
-  r.head_split0 = r.head_splits + LH;
+  if (split_map) {
+    r.head_splits = dev_ + 2 * LH + static_cast<size_t>(2 * (s - 1)) * LH + static_cast<size_t>(layer) * num_kv_heads_;
+    r.head_split0 = r.head_splits + LH;
+  } else {
+    r.head_splits = dev_ + (2 + 2 * static_cast<size_t>(max_s_)) * LH + 2 * static_cast<size_t>(s - 1) * num_kv_heads_;
+    r.head_split0 = r.head_splits + num_kv_heads_;
+  }
   r.num_work = s * num_kv_heads_;
-  r.max_splits = max_splits_[s - 1];
+  r.max_splits = max_splits(s, split_map);
   return r;
 }
 

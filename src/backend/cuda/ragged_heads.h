@@ -10,6 +10,11 @@
 // (apportion_ctas with N_CTA = s x groups), so a group of ratio 0.6 gets six times the splits of
 // one of ratio 0.1 and every CTA reads about as many entries. The maps depend only on the layout
 // and s, so they are computed once here and a CUDA graph captured for a bucket replays its own.
+//
+// The map only where it wins: for every s the tables also hold plain splits (every head s), and
+// which of the two a step launches is decided here too (kv/split_map.h SplitMapChoice: the map
+// from kSplitMapMinEntriesPerSplit entries per split of the planning length, and only where it
+// differs from plain splits); a step compares its planning length with the bound of its s.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -18,6 +23,7 @@
 #include "backend/cuda/paged_attention.h"
 #include "core/status.h"
 #include "kv/kv_layout.h"
+#include "kv/split_map.h"
 
 namespace origami::cuda {
 
@@ -39,11 +45,19 @@ class RaggedHeadTables {
 
   int groups_per_layer() const { return groups_per_layer_; }
   int max_uniform_splits() const { return max_s_; }
-  // The largest split count any head gets with `uniform_splits` (the workspace's partial slots).
-  int max_splits(int uniform_splits) const;
+  // The largest split count any head gets with `uniform_splits` (the workspace's partial slots);
+  // split_map = false: plain splits, uniform_splits itself (clamped).
+  int max_splits(int uniform_splits, bool split_map = true) const;
   // The attention kernel's view of `layer` with the map for `uniform_splits` (clamped to
-  // 1 .. max_uniform_splits()); page_stride in elements.
-  RaggedHeads layer(int layer, int uniform_splits, long long page_stride) const;
+  // 1 .. max_uniform_splits()), or with plain splits (every head uniform_splits) when split_map
+  // is false; page_stride in elements.
+  RaggedHeads layer(int layer, int uniform_splits, long long page_stride, bool split_map = true) const;
+  // Whether a step with `uniform_splits` splits planned for `planning_len` entries (the value
+  // planning_length() gave the planner) launches the split map rather than plain splits: decided
+  // in build() for every split count (SplitMapChoice), one comparison here.
+  bool use_split_map(int uniform_splits, int planning_len) const {
+    return choice_.use_map(clamp_s(uniform_splits), planning_len);
+  }
   const int32_t* head_table(int layer) const { return dev_ + layer * num_kv_heads_; }
   const int32_t* head_slot(int layer) const { return dev_ + (num_layers_ + layer) * num_kv_heads_; }
 
@@ -69,7 +83,9 @@ class RaggedHeadTables {
   double mean_length_fraction_ = 1.0;  // mean group budget / largest
   std::vector<std::vector<std::vector<int>>> maps_;  // [s - 1][layer][group]
   std::vector<int> max_splits_;                      // [s - 1]
-  // [L][H] table, [L][H] slot, then per s: [L][H] splits, [L][H] first grid row.
+  SplitMapChoice choice_;
+  // [L][H] table, [L][H] slot, then per s: [L][H] splits, [L][H] first grid row (the map), then
+  // per s: [H] splits, [H] first grid row (plain splits, the same for every layer).
   int32_t* dev_ = nullptr;
 };
 
