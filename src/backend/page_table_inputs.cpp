@@ -11,8 +11,26 @@ namespace {
 // costs more than it saves (one group: a row per sequence).
 constexpr size_t kParallelRows = 8192;
 constexpr int kSeqsPerItem = 16;  // sequences per work item of the parallel passes
+constexpr int kGroupsPerItem = 8;  // groups per work item of fill()
 
 int num_items(int num_seqs) { return (num_seqs + kSeqsPerItem - 1) / kSeqsPerItem; }
+
+// Page arithmetic by a block size known only at run time: a division per table (tens of cycles,
+// 73,728 tables a step with per-head pages) is most of the walk, so a power of two (every block
+// size the engine is run with) shifts and masks instead.
+struct BlockMath {
+  explicit BlockMath(int block_size) : size(block_size) {
+    if (block_size > 0 && (block_size & (block_size - 1)) == 0)
+      while ((1 << shift) < block_size) ++shift;
+    else
+      shift = -1;
+  }
+  int64_t pages(int64_t entries) const { return shift >= 0 ? (entries + size - 1) >> shift : (entries + size - 1) / size; }
+  int page(int entry) const { return shift >= 0 ? entry >> shift : entry / size; }
+  int offset(int entry) const { return shift >= 0 ? entry & (size - 1) : entry % size; }
+  int size;
+  int shift = 0;
+};
 
 }  // namespace
 
@@ -34,25 +52,34 @@ PageTableInputsSize PageTableInputs::size(const ForwardBatch& batch, int num_gro
   num_groups_ = num_groups;
   block_size_ = block_size;
   num_seqs_ = static_cast<int>(batch.sequences.size());
-  row_pages_.resize(static_cast<size_t>(num_seqs_) * num_groups);
+  const size_t num_rows = static_cast<size_t>(num_seqs_) * num_groups;
+  row_pages_.resize(num_rows);
+  rows_.resize(num_rows);
   item_sizes_.assign(static_cast<size_t>(num_items(num_seqs_)), PageTableInputsSize{});
-  const int64_t bs = block_size;
-  // Each item's sequences, request by request (a request's tables lie together in its RequestKV);
-  // the counts go group-major, so that the row offsets are one scan per group.
+  const BlockMath bm(block_size);
+  // Each item's sequences, request by request (a request's tables lie together in its RequestKV).
+  // What fill() needs of each table is kept in rows_ (request-major, so fill() reads it in order
+  // instead of the tables again), and its page count group-major too, so that the row offsets
+  // are one scan per group.
   for_each_item(num_seqs_, [&](int first, int last) {
-    PageTableInputsSize& size = item_sizes_[static_cast<size_t>(first / kSeqsPerItem)];
+    PageTableInputsSize size;  // summed here, stored once: items' sums share cache lines
     for (int i = first; i < last; ++i) {
       const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
+      Row* row = rows_.data() + static_cast<size_t>(i) * num_groups;
       for (int g = 0; g < num_groups; ++g) {
+        const std::vector<BlockId>& table = s.group_blocks(g);
         const int cached = s.group_cached_entries(g);
         const int64_t kv_len = static_cast<int64_t>(cached) + s.num_query_tokens;
-        const int64_t pages = (kv_len + bs - 1) / bs;
-        size.tables_cover &= cached >= 0 && static_cast<int64_t>(s.group_blocks(g).size()) >= pages;
-        row_pages_[static_cast<size_t>(g) * num_seqs_ + i] = static_cast<int32_t>(std::min<int64_t>(pages, INT32_MAX));
+        const int64_t pages = bm.pages(kv_len);
+        size.tables_cover &= cached >= 0 && static_cast<int64_t>(table.size()) >= pages;
+        const int32_t clamped = static_cast<int32_t>(std::min<int64_t>(pages, INT32_MAX));
+        row[g] = Row{table.data(), cached, clamped};
+        row_pages_[static_cast<size_t>(g) * num_seqs_ + i] = clamped;
         size.num_pages += pages;
         size.max_kv_len = static_cast<int>(std::max<int64_t>(size.max_kv_len, kv_len));
       }
     }
+    item_sizes_[static_cast<size_t>(first / kSeqsPerItem)] = size;
   });
   PageTableInputsSize size;
   for (const PageTableInputsSize& part : item_sizes_) {
@@ -68,6 +95,7 @@ PageTableInputsFill PageTableInputs::fill(const ForwardBatch& batch, int num_blo
   PageTableInputsFill fill;
   const int num_seqs = num_seqs_;
   const int G = num_groups_, bs = block_size_;
+  const BlockMath bm(bs);
   // Row offsets, group-major: a group's real rows, then its padding rows (one null page each).
   int count = 0;
   out.page_indptr[0] = 0;
@@ -90,31 +118,38 @@ PageTableInputsFill PageTableInputs::fill(const ForwardBatch& batch, int num_blo
   // (unsigned compare: block - 1 < num_blocks - 1 <=> 1 <= block < num_blocks) is branch-free over
   // the pages just copied.
   const uint32_t limit = num_blocks > 1 ? static_cast<uint32_t>(num_blocks - 1) : 0u;
-  item_inside_.assign(static_cast<size_t>(num_items(num_seqs)), 1);
-  for_each_item(num_seqs, [&](int first, int last) {
+  // Group by group (every write in order), each work item a range of groups; what each table
+  // needs was gathered by size() into rows_, which is small enough to stay in cache.
+  const int group_items = (G + kGroupsPerItem - 1) / kGroupsPerItem;
+  item_inside_.assign(static_cast<size_t>(group_items), 1);
+  auto fill_groups = [&](int item) {
     bool inside = true;
-    for (int i = first; i < last; ++i) {
-      const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
-      for (int g = 0; g < G; ++g) {
-        const size_t row = static_cast<size_t>(g) * run_seqs + i;
-        const BlockId* table = s.group_blocks(g).data();
-        const int cached = s.group_cached_entries(g);
-        int32_t* dst = out.page_indices + out.page_indptr[row];
-        const int pages = out.page_indptr[row + 1] - out.page_indptr[row];
-        for (int p = 0; p < pages; ++p) {  // a few pages: no memmove call
+    const int g_end = std::min(G, (item + 1) * kGroupsPerItem);
+    for (int g = item * kGroupsPerItem; g < g_end; ++g) {
+      int32_t* dst = out.page_indices + out.page_indptr[static_cast<size_t>(g) * run_seqs];
+      int32_t* kv_len = out.kv_len + static_cast<size_t>(g) * run_seqs;
+      int32_t* slots = out.slots + static_cast<size_t>(g) * run_tokens;
+      for (int i = 0; i < num_seqs; ++i) {
+        const Row& r = rows_[static_cast<size_t>(i) * G + g];
+        const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
+        const BlockId* table = r.pages;
+        for (int p = 0; p < r.num_pages; ++p) {  // a few pages: no memmove call
           dst[p] = table[p];
           inside &= static_cast<uint32_t>(table[p] - 1) < limit;
         }
-        int32_t* slots = out.slots + static_cast<size_t>(g) * run_tokens + s.query_start;
+        dst += r.num_pages;
         for (int j = 0; j < s.num_query_tokens; ++j) {
-          const int e = cached + j;
-          slots[j] = table[e / bs] * bs + e % bs;
+          const int e = r.cached + j;
+          slots[s.query_start + j] = table[bm.page(e)] * bs + bm.offset(e);
         }
-        out.kv_len[row] = cached + s.num_query_tokens;
+        kv_len[i] = r.cached + s.num_query_tokens;
       }
     }
-    item_inside_[static_cast<size_t>(first / kSeqsPerItem)] = inside ? 1 : 0;
-  });
+    item_inside_[static_cast<size_t>(item)] = inside ? 1 : 0;
+  };
+  if (pool_ != nullptr && static_cast<size_t>(num_seqs) * G >= kParallelRows) cpu::parallel_for(pool_.get(), group_items, fill_groups);
+  else
+    for (int item = 0; item < group_items; ++item) fill_groups(item);
   for (const char inside : item_inside_) fill.pages_inside &= inside != 0;
   return fill;
 }

@@ -6,12 +6,13 @@
 // Why a pass of its own, with the page checks folded in: with per-head pages a request has one
 // table per (layer, KV head) (288 for the Qwen3-8B shape), so a step of 256 requests walks 73,728
 // tables. validate_forward_batch's per-table check read every page of every table, the backend's
-// sizing pass walked them again and its copy a third time, group by group, i.e. jumping between
-// requests at every table. Here the sizing pass reads only the tables' sizes, the copy reads each
-// page once, both request by request (a request's tables lie together), and the range check runs
-// over the copied pages, which lie contiguous in the upload buffer
+// sizing pass walked the tables again and its copy a third time. Here the sizing pass reads each
+// table's header once, request by request (a request's tables lie together), keeping what the
+// copy needs in a compact array; the copy then reads each page once and writes every output in
+// order, and the range check runs on the pages as they are copied
 // (ForwardBatchLimits::check_page_tables = false tells validate_forward_batch that the backend
-// does this; a failure is re-checked there for the message).
+// does this; a failure is re-checked there for the message). What is left is memory traffic,
+// about 10 ns a table on the hosts measured (docs/benchmarks.md).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -46,8 +47,7 @@ struct PageTableInputsFill {
 // One step's flattening: size() then fill() on the same batch. Keeps each row's page count
 // between the two (and its scratch between steps). With num_threads > 1, a step with many tables
 // (per-head pages: 73,728 at 256 requests of the Qwen3-8B shape) is flattened by a pool of that
-// many threads (the calling one included), each taking requests in turn: the walk is memory
-// latency (every table's pages are a heap array of their own), which threads overlap.
+// many threads (the calling one included), size() taking requests in turn and fill() groups.
 class PageTableInputs {
  public:
   explicit PageTableInputs(int num_threads = 1);
@@ -74,6 +74,14 @@ class PageTableInputs {
   int num_groups_ = 1;
   int block_size_ = 1;
   int num_seqs_ = 0;
+  // What fill() reads of each (sequence, group) table, request-major: its pages, its entries
+  // before the step, the pages the step reaches.
+  struct Row {
+    const BlockId* pages;
+    int32_t cached;
+    int32_t num_pages;
+  };
+  std::vector<Row> rows_;
   std::vector<int32_t> row_pages_;  // [group][sequence]: the pages each row reaches
   std::vector<PageTableInputsSize> item_sizes_;  // per work item of size()
   std::vector<char> item_inside_;                // per work item of fill()
