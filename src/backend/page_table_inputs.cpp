@@ -53,16 +53,17 @@ PageTableInputsSize PageTableInputs::size(const ForwardBatch& batch, int num_gro
   block_size_ = block_size;
   num_seqs_ = static_cast<int>(batch.sequences.size());
   const size_t num_rows = static_cast<size_t>(num_seqs_) * num_groups;
-  row_pages_.resize(num_rows);
   rows_.resize(num_rows);
-  item_sizes_.assign(static_cast<size_t>(num_items(num_seqs_)), PageTableInputsSize{});
+  const int items = num_items(num_seqs_);
+  item_sizes_.assign(static_cast<size_t>(items), PageTableInputsSize{});
+  item_group_pages_.assign(static_cast<size_t>(items) * num_groups, 0);
   const BlockMath bm(block_size);
   // Each item's sequences, request by request (a request's tables lie together in its RequestKV).
-  // What fill() needs of each table is kept in rows_ (request-major, so fill() reads it in order
-  // instead of the tables again), and its page count group-major too, so that the row offsets
-  // are one scan per group.
+  // What fill() needs of each table is kept in rows_, and each group's pages over the item's
+  // requests in the item's own row of item_group_pages_ (where each group's rows start).
   for_each_item(num_seqs_, [&](int first, int last) {
     PageTableInputsSize size;  // summed here, stored once: items' sums share cache lines
+    int64_t* group_pages = item_group_pages_.data() + static_cast<size_t>(first / kSeqsPerItem) * num_groups;
     for (int i = first; i < last; ++i) {
       const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
       Row* row = rows_.data() + static_cast<size_t>(i) * num_groups;
@@ -74,7 +75,7 @@ PageTableInputsSize PageTableInputs::size(const ForwardBatch& batch, int num_gro
         size.tables_cover &= cached >= 0 && static_cast<int64_t>(table.size()) >= pages;
         const int32_t clamped = static_cast<int32_t>(std::min<int64_t>(pages, INT32_MAX));
         row[g] = Row{table.data(), cached, clamped};
-        row_pages_[static_cast<size_t>(g) * num_seqs_ + i] = clamped;
+        group_pages[g] += pages;
         size.num_pages += pages;
         size.max_kv_len = static_cast<int>(std::max<int64_t>(size.max_kv_len, kv_len));
       }
@@ -96,27 +97,20 @@ PageTableInputsFill PageTableInputs::fill(const ForwardBatch& batch, int num_blo
   const int num_seqs = num_seqs_;
   const int G = num_groups_, bs = block_size_;
   const BlockMath bm(bs);
-  // Row offsets, group-major: a group's real rows, then its padding rows (one null page each).
-  int count = 0;
-  out.page_indptr[0] = 0;
+  // Where each group's rows start, group-major: a group's real rows, then its padding rows (one
+  // null page each).
+  group_start_.resize(static_cast<size_t>(G) + 1);
+  group_start_[0] = 0;
+  const int items = num_items(num_seqs);
   for (int g = 0; g < G; ++g) {
-    const size_t row0 = static_cast<size_t>(g) * run_seqs;
-    const int32_t* pages = row_pages_.data() + static_cast<size_t>(g) * num_seqs;
-    for (int i = 0; i < num_seqs; ++i) {
-      count += pages[i];
-      out.page_indptr[row0 + i + 1] = count;
-    }
-    for (int i = num_seqs; i < run_seqs; ++i) {
-      out.page_indices[count++] = kNullBlock;
-      out.page_indptr[row0 + i + 1] = count;
-      out.kv_len[row0 + i] = 1;
-      out.slots[static_cast<size_t>(g) * run_tokens + i] = -1;
-    }
+    int64_t pages = run_seqs - num_seqs;
+    for (int item = 0; item < items; ++item) pages += item_group_pages_[static_cast<size_t>(item) * G + g];
+    group_start_[static_cast<size_t>(g) + 1] = group_start_[static_cast<size_t>(g)] + pages;
   }
-  fill.num_pages = count;
-  // Pages, lengths and slots, request by request; every row writes its own places. The range check
-  // (unsigned compare: block - 1 < num_blocks - 1 <=> 1 <= block < num_blocks) is branch-free over
-  // the pages just copied.
+  fill.num_pages = static_cast<int>(group_start_[static_cast<size_t>(G)]);
+  out.page_indptr[0] = 0;
+  // The range check (unsigned compare: block - 1 < num_blocks - 1 <=> 1 <= block < num_blocks) is
+  // branch-free over the pages as they are copied.
   const uint32_t limit = num_blocks > 1 ? static_cast<uint32_t>(num_blocks - 1) : 0u;
   // Group by group (every write in order), each work item a range of groups; what each table
   // needs was gathered by size() into rows_, which is small enough to stay in cache.
@@ -126,23 +120,33 @@ PageTableInputsFill PageTableInputs::fill(const ForwardBatch& batch, int num_blo
     bool inside = true;
     const int g_end = std::min(G, (item + 1) * kGroupsPerItem);
     for (int g = item * kGroupsPerItem; g < g_end; ++g) {
-      int32_t* dst = out.page_indices + out.page_indptr[static_cast<size_t>(g) * run_seqs];
-      int32_t* kv_len = out.kv_len + static_cast<size_t>(g) * run_seqs;
+      const size_t row0 = static_cast<size_t>(g) * run_seqs;
+      int count = static_cast<int>(group_start_[static_cast<size_t>(g)]);
+      int32_t* indptr = out.page_indptr + row0 + 1;
+      int32_t* kv_len = out.kv_len + row0;
       int32_t* slots = out.slots + static_cast<size_t>(g) * run_tokens;
       for (int i = 0; i < num_seqs; ++i) {
         const Row& r = rows_[static_cast<size_t>(i) * G + g];
         const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
         const BlockId* table = r.pages;
+        int32_t* dst = out.page_indices + count;
         for (int p = 0; p < r.num_pages; ++p) {  // a few pages: no memmove call
           dst[p] = table[p];
           inside &= static_cast<uint32_t>(table[p] - 1) < limit;
         }
-        dst += r.num_pages;
+        count += r.num_pages;
+        indptr[i] = count;
         for (int j = 0; j < s.num_query_tokens; ++j) {
           const int e = r.cached + j;
           slots[s.query_start + j] = table[bm.page(e)] * bs + bm.offset(e);
         }
         kv_len[i] = r.cached + s.num_query_tokens;
+      }
+      for (int i = num_seqs; i < run_seqs; ++i) {
+        out.page_indices[count++] = kNullBlock;
+        indptr[i] = count;
+        kv_len[i] = 1;
+        slots[i] = -1;
       }
     }
     item_inside_[static_cast<size_t>(item)] = inside ? 1 : 0;

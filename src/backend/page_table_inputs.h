@@ -82,8 +82,9 @@ class PageTableInputs {
     int32_t num_pages;
   };
   std::vector<Row> rows_;
-  std::vector<int32_t> row_pages_;  // [group][sequence]: the pages each row reaches
   std::vector<PageTableInputsSize> item_sizes_;  // per work item of size()
+  std::vector<int64_t> item_group_pages_;        // [work item of size()][group]: its rows' pages
+  std::vector<int64_t> group_start_;             // [group + 1]: where each group's rows start
   std::vector<char> item_inside_;                // per work item of fill()
 };
 

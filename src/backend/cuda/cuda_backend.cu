@@ -106,12 +106,12 @@ ModelConfig shard_config(const ModelConfig& c, int size) {
 
 namespace {
 
-// Threads that flatten a step's page tables (PageTableInputs): a quarter of the host's, at most 4
-// (per-head pages: 73,728 tables a step at 256 requests; 4 threads cut ~1.6 ms of host time a
-// step to a fraction, more give little), none on a small host.
+// Threads that flatten a step's page tables (PageTableInputs): half the host's, at most 8 (per-head
+// pages: 73,728 tables a step at 256 requests, ~1.2 ms on one thread of the H100 host, memory
+// traffic that 8 threads overlap; engine_host_bench in docs/benchmarks.md), one on a 2-core host.
 int step_input_threads() {
   const int hw = static_cast<int>(std::thread::hardware_concurrency());
-  return std::clamp(hw / 4, 1, 4);
+  return std::clamp(hw / 2, 1, 8);
 }
 
 }  // namespace
