@@ -94,7 +94,7 @@ TriggerState trigger_state(const Request& request, int block_size, int num_entri
 
 int query_capture_from(const Request& request, int block_size, int num_entries, int num_new_tokens) {
   const RequestCompression& c = request.compression;
-  if (!c.enabled() || c.policy == nullptr) return -1;
+  if (!may_capture_queries(request)) return -1;
   const TriggerState s = trigger_state(request, block_size, num_entries, 0, 0, num_new_tokens);
   return prefill_chunk_capture_from(s, c.policy->capture_from(s));
 }

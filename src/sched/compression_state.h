@@ -45,6 +45,14 @@ double mean_kept_entries(const RequestCompression& compression, int num_groups, 
 // describe. Every group grows by the same tokens, so any of these counts moves with the tokens.
 int num_cache_entries(const Request& request);
 
+// Whether the request can ever capture queries for a compression: only with a query window
+// (every trigger's capture_from is -1 without one). Lets the scheduler skip num_cache_entries,
+// which walks every head group's table of a runtime allocation (288 with per-head pages).
+inline bool may_capture_queries(const Request& request) {
+  const RequestCompression& c = request.compression;
+  return c.enabled() && c.policy != nullptr && c.window > 0;
+}
+
 // Entries the cache will hold once every known token is computed: the end of the current
 // prefill, or the entry the next decode step writes.
 int entries_after_known_tokens(const Request& request);

@@ -169,7 +169,9 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
     const int remaining = request->num_tokens() - request->num_computed_tokens;
     if (remaining <= 0 || (!config_.enable_chunked_prefill && remaining > budget)) continue;
     int num_new = std::min(remaining, budget);
-    const int entries = num_entries(*request);
+    // Only a request that captures queries needs its entries here (num_cache_entries walks every
+    // head group's table of a runtime allocation).
+    const int entries = may_capture_queries(*request) ? num_entries(*request) : 0;
 
     // A token of the next compression's window needs a query slot to capture its query into.
     const int capture_from = query_capture_from(*request, block_size, entries, num_new);
@@ -183,8 +185,6 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
       num_new = before_window;  // the tokens before the window need no slot
       take_slot = false;
     }
-    const int entries_after = entries + num_new;
-
     bool scheduled = false;
     for (;;) {
       // Every head group gets the step's tokens (groups may hold different numbers of entries).
@@ -192,7 +192,8 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
         scheduled = true;
         break;
       }
-      std::string why = never_fits(*request, entries_after);
+      // append_slots changed nothing (all or nothing): the entries before the step are as they were.
+      std::string why = never_fits(*request, num_entries(*request) + num_new);
       if (!why.empty()) {
         running_.erase(std::find(running_.begin(), running_.end(), request));
         reject(request, std::move(why), &out);
@@ -253,7 +254,7 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
       const int remaining = num_tokens - num_cached;
       bool admitted = config_.enable_chunked_prefill || remaining <= budget;
       int num_new = std::min(remaining, budget);
-      const int entries = num_entries(*request);
+      const int entries = may_capture_queries(*request) ? num_entries(*request) : 0;  // for the capture only
       const int capture_from = query_capture_from(*request, block_size, entries, num_new);
       bool take_slot = capture_from >= 0 && entries + num_new > capture_from;
       if (take_slot && slots_.num_free() == 0) {
