@@ -5,7 +5,7 @@
 # reductions (TPSTEP lines), then `origami bench` at TP = 1 and TP = 2 (peer and NCCL all-reduce)
 # on the Qwen3-8B shape (dummy weights, 256 x (128 -> 1024)) in the same run. TP_32B=1: the tests,
 # then the Qwen3-32B shape at TP = 2, 256 x (128 -> 4096): full KV, zipage 1024 and Fast KVzip
-# 1024 (TP_32B_RUNS picks some). TP_SKIP_TESTS=1 skips the tests; TP_SKIP_BENCH=1 the `origami
+# 1024 (TP_32B_RUNS picks some; TP_8B_RUNS the 8B runs). TP_SKIP_TESTS=1 skips the tests; TP_SKIP_BENCH=1 the `origami
 # bench` runs. TP_BREAKDOWN=1 also times the step's parts (GEMMs, attention, rest:
 # RooflineAndBreakdown) of the whole model and of one rank's share of it run alone on one GPU
 # (heads, KV heads, MLP width and vocabulary / 2), so that TP = 2's step minus the rank's is what
@@ -87,12 +87,17 @@ W8="--model $SH/configs/qwen3-8b --num-prompts 256 --input-len 128 --output-len 
 if [ "${TP_SKIP_BENCH:-0}" = 1 ]; then
   :
 elif [ "${TP_32B:-0}" != 1 ]; then
-  # shellcheck disable=SC2086
-  bench 8b_tp1 $W8 --tensor-parallel-size 1
-  # shellcheck disable=SC2086
-  bench 8b_tp2_peer $W8 --tensor-parallel-size 2
-  # shellcheck disable=SC2086
-  bench 8b_tp2_nccl $W8 --tensor-parallel-size 2 --disable-custom-all-reduce
+  # TP_8B_RUNS: which of tp1, tp2_peer, tp2_nccl (default all)
+  for run in ${TP_8B_RUNS:-tp1 tp2_peer tp2_nccl}; do
+    case $run in
+      # shellcheck disable=SC2086
+      tp1) bench 8b_tp1 $W8 --tensor-parallel-size 1 ;;
+      # shellcheck disable=SC2086
+      tp2_peer) bench 8b_tp2_peer $W8 --tensor-parallel-size 2 ;;
+      # shellcheck disable=SC2086
+      tp2_nccl) bench 8b_tp2_nccl $W8 --tensor-parallel-size 2 --disable-custom-all-reduce ;;
+    esac
+  done
 else
   W32="--model $SH/configs/qwen3-32b --num-prompts 256 --input-len 128 --output-len 4096 --block-size 256"
   # TP_32B_RUNS: which of full, zipage, fastkvzip (default all; fastkvzip: the default global

@@ -90,5 +90,9 @@ print("%.0f tok/s, peak running %d, peak KV %.1f%% of the pool, preemptions %d, 
       100.0 * j.get("peak_kv_blocks", 0) / max(1, j.get("kv_blocks_total", 1)), j.get("num_preemptions", -1),
       j.get("num_compressions", 0), 100 * j.get("compression_time_share", 0),
       100 * j.get("compression_device_time_share", 0)))
+if j.get("device_ms_per_step", 0) > 0:
+    print("per step (ms): wall %.3f = scheduler %.3f + backend host %.3f + device %.3f + rest; TPOT %.2f" % (
+          j["wall_ms_per_step"], j["schedule_ms_per_step"], j["backend_prepare_ms_per_step"], j["device_ms_per_step"],
+          j["mean_tpot_ms"]))
 PY
 }
