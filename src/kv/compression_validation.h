@@ -26,6 +26,14 @@ Status validate_compression_config(const CompressionConfig& config);
 Status validate_compression_batch(const std::vector<CompressionJob>& jobs, int block_size, int num_blocks,
                                   int num_query_slots, int max_window, bool have_global_scores);
 
+// The two halves of validate_compression_batch, for its tests: a pass that names nothing (true:
+// every check passes; with per-head pages a batch holds 288 jobs a request, and naming each job
+// was most of a compression's host time), and the named checks it defers to otherwise.
+bool compression_batch_fits(const std::vector<CompressionJob>& jobs, int block_size, int num_blocks,
+                            int num_query_slots, int max_window, bool have_global_scores);
+Status describe_compression_batch_error(const std::vector<CompressionJob>& jobs, int block_size, int num_blocks,
+                                        int num_query_slots, int max_window, bool have_global_scores);
+
 // Head groups: every job names a group of the layout's `num_groups`, and block eviction (which
 // averages over one table's layers and heads) runs on the one-group layout only.
 Status validate_job_groups(const std::vector<CompressionJob>& jobs, int num_groups);
