@@ -78,6 +78,14 @@ LayerInputs make_inputs(const std::vector<int>& lens, int batch, int pool_pages,
   return {upload(indptr), upload(pages), upload(kv_len)};
 }
 
+void free_inputs(std::vector<LayerInputs>& layers) {
+  for (LayerInputs& in : layers) {
+    CK(cudaFree(in.page_indptr));
+    CK(cudaFree(in.pages));
+    CK(cudaFree(in.kv_len));
+  }
+}
+
 // Head groups at block 16, calibration-like budgets: split map, no map, one group. The default
 // table: H_p 2 and 4, batch 1-64, N 8K and 32K in a 6 GiB pool; `long_groups` (--long): H_p 2 at
 // batch 1 and 2 with N 64K and 128K (the rule's long-group rows at small batch) in a 40 GiB pool.
@@ -210,12 +218,7 @@ int grouped_table(int sms, double copy_gbs, bool long_groups) {
                     rule(uniform_plan.num_splits), map_ms <= nomap_ms ? "map" : "plain");
         std::printf("    two waves (s=%d): map %.1f us, no map %.1f us, no map / map %.2fx (rule: %s, not the backend's plan)\n",
                     s_wave, map1_ms * 1e3, nomap1_ms * 1e3, nomap1_ms / map1_ms, rule(s_wave));
-        for (auto* v : {&ragged_in, &uniform_in})
-          for (LayerInputs& in : *v) {
-            CK(cudaFree(in.page_indptr));
-            CK(cudaFree(in.pages));
-            CK(cudaFree(in.kv_len));
-          }
+        for (auto* v : {&ragged_in, &uniform_in}) free_inputs(*v);
         CK(cudaFree(d_q_indptr));
       }
   CK(cudaFree(pool));
@@ -472,12 +475,7 @@ int per_head_table(int sms, double copy_gbs) {
                       ragged_src.handed > ragged_src.ids.size() ? "  (pool wrapped)" : "");
           std::fflush(stdout);
           for (cudaGraphExec_t g : {g_ph, g_cap, g_full}) CK(cudaGraphExecDestroy(g));
-          for (auto* v : {&ragged_in, &full_in})
-            for (LayerInputs& in : *v) {
-              CK(cudaFree(in.page_indptr));
-              CK(cudaFree(in.pages));
-              CK(cudaFree(in.kv_len));
-            }
+          for (auto* v : {&ragged_in, &full_in}) free_inputs(*v);
           CK(cudaFree(d_q_indptr));
         }
   CK(cudaStreamDestroy(st));
