@@ -15,9 +15,9 @@ constexpr int kGroupsPerItem = 8;  // groups per work item of fill()
 
 int num_items(int num_seqs) { return (num_seqs + kSeqsPerItem - 1) / kSeqsPerItem; }
 
-// Page arithmetic by a block size known only at run time: a division per table (tens of cycles,
-// 73,728 tables a step with per-head pages) is most of the walk, so a power of two (every block
-// size the engine is run with) shifts and masks instead.
+// Page arithmetic by a block size known only at run time: a power of two (every block size the
+// engine is run with) shifts and masks instead of dividing, twice per table of a step (73,728 with
+// per-head pages). The walk stays memory-bound either way (docs/benchmarks.md).
 struct BlockMath {
   explicit BlockMath(int block_size) : size(block_size) {
     if (block_size > 0 && (block_size & (block_size - 1)) == 0)
