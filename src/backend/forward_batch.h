@@ -98,8 +98,9 @@ struct StepOutput {
   double compression_seconds = 0.0;         // host time this step spent starting or waiting for them
   double compression_device_seconds = 0.0;  // the backend's KVCompressor::device_seconds() so far
   // Where the step's time went, for backends that measure it (0 otherwise): host time before the
-  // backend enqueued anything (checks, flattened inputs), and the step's span on the device (its
-  // input upload to its last result copy, timed by the device).
+  // backend enqueued the step's forward pass (checks, flattened inputs, starting a compression
+  // batch), and the step's span on the device (its input upload to its last result copy, timed by
+  // the device).
   double prepare_seconds = 0.0;
   double device_seconds = 0.0;
 };
