@@ -112,6 +112,7 @@ class CudaBackend : public Backend {
   // before execute() starts any compression: a batch whose tables are wrong fails with nothing
   // enqueued.
   struct StepShape {
+    std::chrono::steady_clock::time_point entered;  // execute()'s start (StepOutput::prepare_seconds)
     bool use_graph = false;
     int run_seqs = 0;    // sequences (rows) the step runs: a graph's bucket, or the batch's
     int run_tokens = 0;  // tokens it runs (a graph: one per row)
@@ -230,9 +231,8 @@ class CudaBackend : public Backend {
   long long kv_page_elems_ = 0;
   RaggedHeadTables ragged_;
   PageTableInputs page_tables_;  // the step's tables flattened into host_inputs_ (prepare_step)
-  // Where a step's time goes (StepOutput::prepare_seconds / device_seconds): execute()'s entry,
-  // and events around the step's work on the stream (its input upload to its last result copy).
-  std::chrono::steady_clock::time_point step_entered_;
+  // The step's span on the device (StepOutput::device_seconds): events around its work on the
+  // stream, from its input upload to its last result copy.
   cudaEvent_t step_start_ = nullptr, step_end_ = nullptr;
 
   // Activations, [capacity.tokens, ...].
