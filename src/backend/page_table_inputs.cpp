@@ -40,12 +40,12 @@ PageTableInputs::PageTableInputs(int num_threads) {
 
 PageTableInputs::~PageTableInputs() = default;
 
-void PageTableInputs::for_each_item(int num_seqs, const std::function<void(int, int)>& fn) {
-  const int items = num_items(num_seqs);
-  auto run = [&](int item) { fn(item * kSeqsPerItem, std::min(num_seqs, (item + 1) * kSeqsPerItem)); };
-  if (pool_ != nullptr && static_cast<size_t>(num_seqs) * num_groups_ >= kParallelRows) cpu::parallel_for(pool_.get(), items, run);
-  else
-    for (int item = 0; item < items; ++item) run(item);
+void PageTableInputs::run_items(int items, const std::function<void(int)>& fn) {
+  if (pool_ != nullptr && static_cast<size_t>(num_seqs_) * num_groups_ >= kParallelRows) {
+    cpu::parallel_for(pool_.get(), items, fn);
+    return;
+  }
+  for (int item = 0; item < items; ++item) fn(item);
 }
 
 PageTableInputsSize PageTableInputs::size(const ForwardBatch& batch, int num_groups, int block_size) {
@@ -61,9 +61,10 @@ PageTableInputsSize PageTableInputs::size(const ForwardBatch& batch, int num_gro
   // Each item's sequences, request by request (a request's tables lie together in its RequestKV).
   // What fill() needs of each table is kept in rows_, and each group's pages over the item's
   // requests in the item's own row of item_group_pages_ (where each group's rows start).
-  for_each_item(num_seqs_, [&](int first, int last) {
+  run_items(items, [&](int item) {
+    const int first = item * kSeqsPerItem, last = std::min(num_seqs_, first + kSeqsPerItem);
     PageTableInputsSize size;  // summed here, stored once: items' sums share cache lines
-    int64_t* group_pages = item_group_pages_.data() + static_cast<size_t>(first / kSeqsPerItem) * num_groups;
+    int64_t* group_pages = item_group_pages_.data() + static_cast<size_t>(item) * num_groups;
     for (int i = first; i < last; ++i) {
       const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
       Row* row = rows_.data() + static_cast<size_t>(i) * num_groups;
@@ -80,7 +81,7 @@ PageTableInputsSize PageTableInputs::size(const ForwardBatch& batch, int num_gro
         size.max_kv_len = static_cast<int>(std::max<int64_t>(size.max_kv_len, kv_len));
       }
     }
-    item_sizes_[static_cast<size_t>(first / kSeqsPerItem)] = size;
+    item_sizes_[static_cast<size_t>(item)] = size;
   });
   PageTableInputsSize size;
   for (const PageTableInputsSize& part : item_sizes_) {
@@ -151,9 +152,7 @@ PageTableInputsFill PageTableInputs::fill(const ForwardBatch& batch, int num_blo
     }
     item_inside_[static_cast<size_t>(item)] = inside ? 1 : 0;
   };
-  if (pool_ != nullptr && static_cast<size_t>(num_seqs) * G >= kParallelRows) cpu::parallel_for(pool_.get(), group_items, fill_groups);
-  else
-    for (int item = 0; item < group_items; ++item) fill_groups(item);
+  run_items(group_items, fill_groups);
   for (const char inside : item_inside_) fill.pages_inside &= inside != 0;
   return fill;
 }

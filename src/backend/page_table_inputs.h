@@ -67,8 +67,8 @@ class PageTableInputs {
                            const PageTableInputsOut& out);
 
  private:
-  // fn(first, last) over ranges of the batch's sequences, on the pool when the step is large.
-  void for_each_item(int num_seqs, const std::function<void(int, int)>& fn);
+  // fn(item) for every item in [0, items), on the pool when the step sized last is large.
+  void run_items(int items, const std::function<void(int)>& fn);
 
   std::unique_ptr<cpu::ThreadPool> pool_;
   int num_groups_ = 1;
