@@ -226,8 +226,8 @@ int main(int argc, char** argv) {
       {"fastkvzip", "fastkvzip", 0},  // per-head pages: one table per (layer, KV head)
       {"fastkvzip-hpg4", "fastkvzip", 4},
   };
-  if (num_requests < 1 || output_tokens < 1) {
-    std::fprintf(stderr, "usage: %s [num_requests >= 1] [output_tokens >= 1] [all|full|zipage|fastkvzip|fastkvzip-hpg4] [validate|cuda|cuda-before] [threads]\n",
+  if (num_requests < 1 || output_tokens < 1 || threads < 1 || threads > 64) {
+    std::fprintf(stderr, "usage: %s [num_requests >= 1] [output_tokens >= 1] [all|full|zipage|fastkvzip|fastkvzip-hpg4] [validate|cuda|cuda-before] [threads 1..64]\n",
                  argv[0]);
     return 2;
   }

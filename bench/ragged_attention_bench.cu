@@ -78,6 +78,20 @@ LayerInputs make_inputs(const std::vector<int>& lens, int batch, int pool_pages,
   return {upload(indptr), upload(pages), upload(kv_len)};
 }
 
+// One decode step's attention arguments over `batch` sequences (one query token each) at the
+// Qwen3-8B attention shape; q_indptr uploaded (the caller frees base.q_indptr).
+AttentionArgs decode_args(int batch, int block, __nv_bfloat16* q, __nv_bfloat16* out) {
+  std::vector<int32_t> q_indptr(batch + 1);
+  std::iota(q_indptr.begin(), q_indptr.end(), 0);
+  AttentionArgs base;
+  base.shape = {batch, batch, kQHeads, kHeads, kD, block};
+  base.softmax_scale = 0.08838834764f;  // 1 / sqrt(128)
+  base.q = q;
+  base.out = out;
+  base.q_indptr = upload(q_indptr);
+  return base;
+}
+
 void free_inputs(std::vector<LayerInputs>& layers) {
   for (LayerInputs& in : layers) {
     CK(cudaFree(in.page_indptr));
@@ -152,15 +166,7 @@ int grouped_table(int sms, double copy_gbs, bool long_groups) {
           const int full_pages = static_cast<int>(pool_bytes / 2 / 2 / (size_t(kHeads) * kBlock * kD));
           uniform_in.push_back(make_inputs({uniform_len[l]}, batch, full_pages, rng));
         }
-        std::vector<int32_t> q_indptr(batch + 1);
-        std::iota(q_indptr.begin(), q_indptr.end(), 0);
-        int32_t* d_q_indptr = upload(q_indptr);
-        AttentionArgs base;
-        base.shape = {batch, batch, kQHeads, kHeads, kD, kBlock};
-        base.softmax_scale = 0.08838834764f;
-        base.q = q;
-        base.out = out;
-        base.q_indptr = d_q_indptr;
+        AttentionArgs base = decode_args(batch, kBlock, q, out);
         // The backend's plan: the uniform split count of the mean group length (planning_length).
         // The backend's plan for non-uniform budgets: one resident wave over the mean group length.
         AttentionPlan uniform_plan = plan_ragged_attention(base.shape, with_map.planning_length(max_len), sms);
@@ -219,7 +225,7 @@ int grouped_table(int sms, double copy_gbs, bool long_groups) {
         std::printf("    two waves (s=%d): map %.1f us, no map %.1f us, no map / map %.2fx (rule: %s, not the backend's plan)\n",
                     s_wave, map1_ms * 1e3, nomap1_ms * 1e3, nomap1_ms / map1_ms, rule(s_wave));
         for (auto* v : {&ragged_in, &uniform_in}) free_inputs(*v);
-        CK(cudaFree(d_q_indptr));
+        CK(cudaFree(const_cast<int32_t*>(base.q_indptr)));
       }
   CK(cudaFree(pool));
   CK(cudaFree(q));
@@ -399,15 +405,7 @@ int per_head_table(int sms, double copy_gbs) {
             ragged_in.push_back(per_head_inputs(lens, ragged_src));
             full_in.push_back(per_head_inputs({std::vector<int>(batch, N)}, full_src));
           }
-          std::vector<int32_t> q_indptr(batch + 1);
-          std::iota(q_indptr.begin(), q_indptr.end(), 0);
-          int32_t* d_q_indptr = upload(q_indptr);
-          AttentionArgs base;
-          base.shape = {batch, batch, kQHeads, kHeads, kD, kHeadBlock};
-          base.softmax_scale = 0.08838834764f;
-          base.q = q;
-          base.out = out;
-          base.q_indptr = d_q_indptr;
+          AttentionArgs base = decode_args(batch, kHeadBlock, q, out);
           // Element offsets of K and V (ragged: within a page; one group: the two halves).
           auto set_cache = [&](AttentionArgs& a, const PoolView& v, size_t k_off, size_t v_off) {
             if (fp8) {
@@ -476,7 +474,7 @@ int per_head_table(int sms, double copy_gbs) {
           std::fflush(stdout);
           for (cudaGraphExec_t g : {g_ph, g_cap, g_full}) CK(cudaGraphExecDestroy(g));
           for (auto* v : {&ragged_in, &full_in}) free_inputs(*v);
-          CK(cudaFree(d_q_indptr));
+          CK(cudaFree(const_cast<int32_t*>(base.q_indptr)));
         }
   CK(cudaStreamDestroy(st));
   CK(cudaFree(buf));
