@@ -62,6 +62,9 @@ gpu_print_summary() {
 gpu_build() {
   local build=$1 log=$2
   shift 2
+  # A job of gpu_queue_run: the queue's owner built before starting the workers, and several
+  # builds at once in one folder would race.
+  if [ -n "${GPU_SKIP_BUILD:-}" ]; then GPU_BUILD_RC=0; GPU_BUILD_SECONDS=0; return 0; fi
   gpu_cmake_args
   local t0; t0=$(date +%s)
   cmake -S "$ROOT" -B "$build" "${GPU_CMAKE_GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DORIGAMI_CUDA=ON -DORIGAMI_CUDA_ARCH=90 \
@@ -73,6 +76,34 @@ gpu_build() {
   GPU_BUILD_RC=$?
   GPU_BUILD_SECONDS=$(( $(date +%s) - t0 ))
   return 0
+}
+
+# Runs the lines of file $1 (each a bash command) on every visible GPU at once: one worker per GPU
+# (GPU_WORKERS overrides the count) takes the next line whenever its last one ends, with
+# CUDA_VISIBLE_DEVICES naming its GPU and GPU_SKIP_BUILD set (build before calling this). Put the
+# longest jobs first: the queue is taken in file order. A job's output goes to the log it names;
+# each start and end is printed with the GPU and the seconds it took.
+gpu_queue_run() {
+  local file=$1 workers=${GPU_WORKERS:-$(nvidia-smi -L | wc -l)}
+  local counter; counter=$(mktemp)
+  echo 0 > "$counter"
+  local g
+  for ((g = 0; g < workers; g++)); do
+    (
+      while true; do
+        local i line t0
+        i=$(flock "$counter" bash -c 'i=$(cat "$1"); echo $((i + 1)) > "$1"; echo "$i"' _ "$counter")
+        line=$(sed -n "$((i + 1))p" "$file")
+        [ -z "$line" ] && break
+        t0=$(date +%s)
+        echo "[gpu $g] start job $((i + 1)): ${line:0:160}"
+        CUDA_VISIBLE_DEVICES=$g GPU_SKIP_BUILD=1 bash -c "$line"
+        echo "[gpu $g] job $((i + 1)) rc=$? ($(( $(date +%s) - t0 )) s)"
+      done
+    ) &
+  done
+  wait
+  rm -f "$counter"
 }
 
 # Prints one line from an `origami bench --json` file ($1): throughput, peak running requests,
