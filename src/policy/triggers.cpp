@@ -44,7 +44,12 @@ TriggerDecision paged_eviction_due(const TriggerState& s) {
     d.compress = s.entries > full_level(s) - s.block_size;
     return d;
   }
-  d.compress = d.evict_block = s.entries >= full_level(s);
+  // Decoding: one whole block leaves when the request holds exactly N_max full blocks. A retained
+  // context's next turn (kv/retained_contexts.h) appends a prompt that can carry the cache past
+  // N_max blocks, to a count no whole block evens out: that prompt's end is compacted token-wise
+  // to k, as the first prompt's end is.
+  d.compress = s.entries >= full_level(s);
+  d.evict_block = s.entries == full_level(s);
   return d;
 }
 

@@ -66,7 +66,8 @@ int prefill_end_capture_from(const TriggerState& state);
 
 // PagedEviction: once all known tokens are computed, at the end of a prefill (decided once) a cache
 // holding more than k = (N_max - 1) * b entries is compacted token-wise to k; afterwards, a cache
-// holding N_max full blocks drops one whole block (evict_block), leaving k entries. Either way the
+// holding exactly N_max full blocks drops one whole block (evict_block), leaving k entries; one
+// holding more (a retained context's next prompt) is compacted token-wise to k. Either way the
 // request holds at most N_max blocks while it decodes.
 TriggerDecision paged_eviction_due(const TriggerState& state);
 

@@ -158,6 +158,43 @@ TEST(EngineRetainedContexts, CompressedContinuationEqualsTheContextModeEmulation
   EXPECT_EQ(engine->num_kv_blocks_used(), 0);
 }
 
+// PagedEviction evicts a whole block when the request holds exactly N_max full blocks; a
+// continuation's prompt carries a compacted context past N_max blocks in one prefill, to a count
+// that is not N_max blocks (the eval's context mode once failed an internal check here). That
+// prompt is compacted token-wise to k, as a first prompt's end is, then decoding evicts blocks.
+TEST(EngineRetainedContexts, PagedEvictionContinuationPastItsBlocksIsCompacted) {
+  auto engine = make_engine(retaining(cpu_config(tiny_qwen3_dir())));
+  ASSERT_NE(engine, nullptr);
+  const int block = engine->config().block_size;
+  const int budget = 3 * block;  // k = 3 blocks, N_max = 4
+  const std::vector<int32_t> doc = document(*engine, 90);
+  std::vector<int32_t> long_question = engine->tokenizer()->encode(
+      " Question: what is the secret number of the blue heron that the keeper wrote into the small leather book "
+      "beside the lamp, and which winds came from the west?",
+      false);
+  ASSERT_GT(static_cast<int>(long_question.size()), 2 * block);
+  const int answer = block + 4;  // decodes past N_max blocks once more: a block eviction
+  // Past N_max blocks by a count no whole block evens out, then by whole blocks.
+  for (int question_len : {block + 5, 2 * block}) {
+    SCOPED_TRACE(question_len);
+    const std::vector<int32_t> question(long_question.begin(), long_question.begin() + question_len);
+    RequestOptions retain_only = options_for("pagedeviction", budget);
+    retain_only.retain_only = true;
+    const int64_t compressions = engine->metrics().num_compressions;
+    run_all(*engine, {{doc, retain_only}}, 1);
+    EXPECT_EQ(engine->metrics().num_compressions, compressions + 1);  // the document, to k
+    const int64_t hits = engine->metrics().num_retained_hits;
+    const Outcome continued = run_all(*engine, {{concat(doc, question), options_for("pagedeviction", budget)}}, answer)[0];
+    EXPECT_EQ(engine->metrics().num_retained_hits, hits + 1);
+    EXPECT_EQ(continued.tokens.size(), static_cast<size_t>(answer));
+    EXPECT_EQ(continued.reason, FinishReason::kLength);
+    // The question's end (k + question > N_max blocks: a compaction), then the decode's block eviction.
+    EXPECT_GE(engine->metrics().num_compressions, compressions + 3);
+    engine->release_retained_contexts();
+  }
+  EXPECT_EQ(engine->num_kv_blocks_used(), 0);
+}
+
 // Per-head pages under a runtime allocation (adakv): a compressed context's head groups hold
 // different numbers of entries, and its continuation grows each by the new tokens (admission
 // once sized every group from one count and failed an internal check).

@@ -67,6 +67,16 @@ TEST(PagedEvictionPolicy, TriggerCompactsLongPromptsOnceThenEvictsBlocks) {
   d = p->compression_due(s);
   EXPECT_TRUE(d.compress);
   EXPECT_TRUE(d.evict_block);
+  // A retained context's next prompt carries the cache past N_max blocks (to a count no whole
+  // block evens out, or to whole blocks beyond N_max): compacted token-wise, never a block eviction
+  // (which drops one block of exactly N_max).
+  for (int e : {81, 95, 96, 200}) {
+    s.entries = e;
+    d = p->compression_due(s);
+    EXPECT_TRUE(d.compress) << e;
+    EXPECT_FALSE(d.evict_block) << e;
+  }
+  s.entries = 80;
   // No queries are ever captured.
   EXPECT_EQ(p->capture_from(s), -1);
 }
