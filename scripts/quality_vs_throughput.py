@@ -119,7 +119,7 @@ def main():
     ap.add_argument("--eval-context", type=int, default=2048, help="tokens a budget is a share of in the eval")
     ap.add_argument("--svg", required=True)
     ap.add_argument("--table", required=True)
-    ap.add_argument("--title", default="Retrieval accuracy (tiny model, CPU) vs output tok/s (Qwen3-8B shape, H100)")
+    ap.add_argument("--title", default="Retrieval accuracy (dev set, tiny model) vs output tok/s (Qwen3-8B shape, 256 x (128 -> 4096), H100)")
     args = ap.parse_args()
 
     acc = {}  # (policy, mode, share) -> (accuracy, budget, documents)
