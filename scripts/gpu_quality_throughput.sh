@@ -19,10 +19,19 @@
 #                QT_EVAL_LIMIT (documents, 0 = all 100), QT_EVAL_SHARES (QT_SHARES)
 #   QT_EXTRA_JOBS a file of more job lines (bash commands) to run first on the same queue
 #   QT_TIMEOUT   seconds per run (420); each bench run is ~1-4 min on an H100, an eval well under
+#   QT_RESULTS   where the results go ($OUT). The device tool brings back only a few files of $OUT:
+#                give a folder outside it, and the script packs it into $OUT/quality_throughput.tgz at
+#                the end (wrap the script in `timeout` below the call's limit so that the end comes)
 # Internal: `--bench POLICY SHARE BUDGET FLAGS...` and `--eval MODE POLICY` run one job.
 set -uo pipefail
 source "$(dirname "$0")/lib/gpu_common.sh"
 gpu_script_init /tmp/origami-gpu
+PACK_TO=
+if [ -n "${QT_RESULTS:-}" ] && [ "${1:-}" != --bench ] && [ "${1:-}" != --eval ]; then
+  mkdir -p "$QT_RESULTS"
+  PACK_TO=$OUT
+  OUT=$(cd "$QT_RESULTS" && pwd)
+fi
 export OUT BUILD
 TOK=$SH/models/origami-tiny-qwen3  # any tokenizer: the bench draws random prompt ids
 N=${QT_PROMPTS:-256}; IN=${QT_IN:-128}; OUTLEN=${QT_OUT:-4096}; BLOCK=${QT_BLOCK:-256}
@@ -102,3 +111,4 @@ echo "results: $RESULTS and $OUT/eval_*.jsonl (join them with scripts/quality_vs
 for j in map(json.loads, open(sys.argv[1])):
     print("%-14s share %-6s budget %5d: %8.0f tok/s, peak running %d, preemptions %d" % (j["policy"], j["share"], j["budget"],
           j["output_tokens_per_second"], j["peak_running_requests"], j["num_preemptions"]))' "$RESULTS"
+[ -n "$PACK_TO" ] && tar czf "$PACK_TO/quality_throughput.tgz" -C "$OUT" --exclude=build.log . && echo "packed: $PACK_TO/quality_throughput.tgz"
