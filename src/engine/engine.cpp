@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/check.h"
+#include "core/host_timers.h"
 #include "engine/forward_batch_builder.h"
 #include "engine/engine_setup_check.h"
 #include "engine/head_budget_loader.h"
@@ -549,6 +550,7 @@ void Engine::process_aborts(std::vector<RequestOutput>* outputs) {
 }
 
 std::vector<RequestOutput> Engine::step() {
+  ORIGAMI_HOST_TIMER("engine.step");
   std::vector<RequestOutput> outputs;
   process_aborts(&outputs);
   SchedulerOutput plan = schedule_step(&outputs);
@@ -575,7 +577,10 @@ std::vector<RequestOutput> Engine::step() {
   };
   batch_options.num_top_logprobs = [this](const Request& r) { return requests_.at(r.id)->logprobs; };
   batch_options.reconstruction_prompt = &reconstruction_prompt_;
-  const ForwardBatch batch = build_forward_batch(plan, batch_options);
+  const ForwardBatch batch = [&] {
+    ORIGAMI_HOST_TIMER("engine.build_forward_batch");
+    return build_forward_batch(plan, batch_options);
+  }();
 
   // Continuations of retained contexts write their own copies of shared, partly filled pages.
   for (const BlockCopy& c : plan.block_copies) backend_->copy_block(c.group, c.src, c.dst);
@@ -595,7 +600,10 @@ std::vector<RequestOutput> Engine::step() {
   }
   // The one place where the step's results reach the scheduler: computed tokens (requests failed
   // above are skipped) and finished compressions.
-  const SchedulerUpdate update = scheduler_->update_from_output(plan, result.finished_compressions);
+  const SchedulerUpdate update = [&] {
+    ORIGAMI_HOST_TIMER("engine.scheduler_update");
+    return scheduler_->update_from_output(plan, result.finished_compressions);
+  }();
   metrics_.num_compressions += update.num_compressions;
   metrics_.num_evicted_tokens += update.num_evicted_entries;
   metrics_.num_kept_kv_pages += update.num_kept_pages;

@@ -3,6 +3,7 @@
 // pairs that share one page table and one length per request. Full KV uses one group holding
 // every layer and head (a vLLM block); non-uniform methods use several groups with their own
 // tables and lengths. Attention kernels see each table as a CSR row (indptr/indices/last_len).
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -20,21 +21,42 @@ struct BlockKey {
   uint64_t entry_id = kNoCacheEntry;
 };
 
+// 32 bytes, two to a cache line: the engine walks every table of every running request several
+// times a step (73,728 tables at 256 requests with per-head pages), and each walk's cost is the
+// cache lines it reads. What only the prefix cache reads lives beside the tables (RequestKV).
 struct BlockTable {
   std::vector<BlockId> blocks;
   int num_entries = 0;  // KV entries stored (== logical tokens unless compressed)
-  // Keys of the leading full blocks already looked up or registered in the prefix cache.
-  std::vector<BlockKey> block_keys;
 };
 
 struct RequestKV {
   std::vector<BlockTable> groups;  // indexed by head group
+  // Per group: keys of the leading full blocks already looked up or registered in the prefix
+  // cache (sized on first use; a group past the end has none).
+  std::vector<std::vector<BlockKey>> block_keys;
   // Entries were evicted (compressed in place): the blocks hold a selection of entries that no
   // token run hashes to, so they are never registered in the prefix cache again.
   bool compacted = false;
+  // The sum of the groups' num_entries, or -1 when not known. A runtime allocation's trigger
+  // averages the groups' counts every step (288 tables a request with per-head pages): whoever
+  // changes a count either moves the sum with it (a step's tokens, added to every group) or
+  // forgets it (sum_forget), and the next reader sums the tables once (sched/compression_state).
+  mutable int64_t entries_sum = -1;
+  void sum_forget() { entries_sum = -1; }
+
+  std::vector<BlockKey>& keys_of(std::size_t group) {
+    if (block_keys.size() <= group) block_keys.resize(groups.size() > group ? groups.size() : group + 1);
+    return block_keys[group];
+  }
+  // Keeps at most the first `n` keys of a group (its tables' first n full blocks).
+  void trim_keys(std::size_t group, std::size_t n) {
+    if (group < block_keys.size() && block_keys[group].size() > n) block_keys[group].resize(n);
+  }
   void clear() {
     groups.clear();
+    block_keys.clear();
     compacted = false;
+    entries_sum = -1;
   }
 };
 

@@ -48,7 +48,10 @@ int KVCacheManager::num_usable_blocks() const {
 }
 
 void KVCacheManager::ensure_tables(KVSequence& request) const {
-  if (request.kv.groups.empty()) request.kv.groups.resize(layout_.groups.size());
+  if (request.kv.groups.empty()) {
+    request.kv.groups.resize(layout_.groups.size());
+    request.kv.sum_forget();
+  }
   ORIGAMI_CHECK(request.kv.groups.size() == layout_.groups.size());
 }
 
@@ -109,13 +112,15 @@ int KVCacheManager::acquire_cached_prefix(KVSequence& request, int max_cached_to
 
   for (int g = 0; g < num_groups; ++g) {
     BlockTable& table = request.kv.groups[static_cast<size_t>(g)];
+    std::vector<BlockKey>& table_keys = request.kv.keys_of(static_cast<size_t>(g));
     for (int i = 0; i < num_hit; ++i) {
       const BlockId block = matched[g][static_cast<size_t>(i)];
       pools_[pool_index(g)]->touch(block);
       table.blocks.push_back(block);
-      table.block_keys.push_back(keys[g][static_cast<size_t>(i)]);
+      table_keys.push_back(keys[g][static_cast<size_t>(i)]);
     }
     table.num_entries = num_hit * b;
+    request.kv.sum_forget();
   }
   const int num_cached = num_hit * b;
   stats_.num_queried_tokens += num_tokens;
@@ -163,7 +168,10 @@ bool KVCacheManager::grow_tables(KVSequence& request, int num_entries, bool add)
       table.num_entries = static_cast<int>(after);
       ++moved;
     }
-    if (moved == request.kv.groups.size()) return true;
+    if (moved == request.kv.groups.size()) {
+      if (request.kv.entries_sum >= 0) request.kv.entries_sum += int64_t{num_entries} * static_cast<int64_t>(moved);
+      return true;
+    }
     for (size_t g = 0; g < moved; ++g) request.kv.groups[g].num_entries -= num_entries;
   }
   auto entries_after = [&](const BlockTable& table) { return add ? table.num_entries + num_entries : num_entries; };
@@ -188,6 +196,10 @@ bool KVCacheManager::grow_tables(KVSequence& request, int num_entries, bool add)
     // The step being planned writes these entries; the backend reads the table as holding them.
     table.num_entries = after;
   }
+  // Every group moved by the same count, or was set to it.
+  const int64_t n = static_cast<int64_t>(request.kv.groups.size());
+  if (!add) request.kv.entries_sum = int64_t{num_entries} * n;
+  else if (request.kv.entries_sum >= 0) request.kv.entries_sum += int64_t{num_entries} * n;
   return true;
 }
 
@@ -204,14 +216,15 @@ void KVCacheManager::cache_full_blocks(KVSequence& request, int num_computed_tok
     // once entries were evicted (compression) the blocks no longer match any token run.
     if (table.num_entries != num_computed_tokens) continue;
     const int num_full = std::min(num_computed_tokens / b, static_cast<int>(table.blocks.size()));
-    for (int i = static_cast<int>(table.block_keys.size()); i < num_full; ++i) {
-      const BlockKey parent = i == 0 ? group_root(static_cast<int>(g)) : table.block_keys[static_cast<size_t>(i - 1)];
+    std::vector<BlockKey>& keys = request.kv.keys_of(g);
+    for (int i = static_cast<int>(keys.size()); i < num_full; ++i) {
+      const BlockKey parent = i == 0 ? group_root(static_cast<int>(g)) : keys[static_cast<size_t>(i - 1)];
       const uint64_t hash = block_hash(request, i, parent.hash, &scratch);
       // After a link that could not be registered, nothing later in the chain can be found.
       const uint64_t entry = parent.entry_id == kNoCacheEntry
                                  ? kNoCacheEntry
                                  : pool.cache_block(table.blocks[static_cast<size_t>(i)], hash, parent.entry_id, scratch);
-      table.block_keys.push_back({hash, entry});
+      keys.push_back({hash, entry});
     }
   }
 }
@@ -323,11 +336,12 @@ bool KVCacheManager::retain(const KVSequence& request, int num_tokens, const Ret
   context.kv = request.kv;
   // Pages beyond the entries (a cache-full request's spare page for its next tokens) hold nothing
   // of the history; a continuation appending into a shared one would write it.
-  for (BlockTable& t : context.kv.groups) {
+  for (size_t g = 0; g < context.kv.groups.size(); ++g) {
+    BlockTable& t = context.kv.groups[g];
     const size_t used = static_cast<size_t>(blocks_needed(t.num_entries));
     ORIGAMI_CHECK(used <= t.blocks.size());
     t.blocks.resize(used);
-    t.block_keys.resize(std::min(t.block_keys.size(), used));
+    context.kv.trim_keys(g, used);
   }
   context.state = state;
   if (context.num_pages() > max_retained_pages_) return false;
@@ -411,7 +425,7 @@ int KVCacheManager::continue_retained(KVSequence& request, const RetainedContext
     pools_[p]->free(std::span<const BlockId>(&t.blocks.back(), 1));
     t.blocks.back() = dst;
     // Only full pages carry prefix-cache keys; the copy is the request's own.
-    t.block_keys.resize(std::min(t.block_keys.size(), t.blocks.size() - 1));
+    kv.trim_keys(g, t.blocks.size() - 1);
   }
   request.kv = std::move(kv);
   // Used now: released last.

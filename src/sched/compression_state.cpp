@@ -15,9 +15,13 @@ int lead_group(const Request& request) {
 int num_cache_entries(const Request& request) {
   if (request.kv.groups.empty()) return 0;
   if (request.compression.runtime_allocated()) {
-    long long sum = 0;
-    for (const BlockTable& t : request.kv.groups) sum += t.num_entries;
-    const long long n = static_cast<long long>(request.kv.groups.size());
+    if (request.kv.entries_sum < 0) {
+      int64_t sum = 0;
+      for (const BlockTable& t : request.kv.groups) sum += t.num_entries;
+      request.kv.entries_sum = sum;
+    }
+    const int64_t sum = request.kv.entries_sum;
+    const int64_t n = static_cast<int64_t>(request.kv.groups.size());
     return static_cast<int>((sum + n - 1) / n);
   }
   return request.kv.groups[static_cast<size_t>(lead_group(request))].num_entries;

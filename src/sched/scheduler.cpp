@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/host_timers.h"
 #include "sched/compression_state.h"
 #include "sched/retained_state.h"
 
@@ -134,9 +135,13 @@ Request* Scheduler::pick_victim(bool slotless_only) const {
 }
 
 SchedulerOutput Scheduler::schedule() {
+  ORIGAMI_HOST_TIMER("scheduler.schedule");
   SchedulerOutput out;
   // One batch of compressions in flight at a time (the backend's compressor runs one).
-  if (compressing_.empty()) start_compressions(&out);
+  if (compressing_.empty()) {
+    ORIGAMI_HOST_TIMER("scheduler.start_compressions");
+    start_compressions(&out);
+  }
   for (;;) {
     schedule_requests(&out);
     if (!out.sequences.empty() || running_.empty()) break;
@@ -350,6 +355,7 @@ SchedulerUpdate Scheduler::update_from_output(const SchedulerOutput& output,
 }
 
 void Scheduler::advance(const SchedulerOutput& output) {
+  ORIGAMI_HOST_TIMER("scheduler.advance");
   const int block_size = kv_->layout().block_size;
   if (!output.sequences.empty()) ++num_steps_;
   // Requests found due this step, per policy name (a periodic trigger caps them per step).

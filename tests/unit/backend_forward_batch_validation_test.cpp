@@ -28,9 +28,9 @@ struct GroupedBatch {
   GroupedBatch() {
     for (RequestKV* kv : {&kv_a, &kv_b}) {
       kv->groups.resize(3);
-      kv->groups[0] = {{1, 2, 3}, 10, {}};
-      kv->groups[1] = {{4}, 3, {}};
-      kv->groups[2] = {{5, 6}, 7, {}};
+      kv->groups[0] = {{1, 2, 3}, 10};
+      kv->groups[1] = {{4}, 3};
+      kv->groups[2] = {{5, 6}, 7};
     }
     batch.token_ids = {1, 2};
     batch.positions = {9, 9};

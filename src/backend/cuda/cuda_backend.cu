@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <optional>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "backend/page_table_inputs.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/check.h"
+#include "core/host_timers.h"
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/fp8_kernels.h"
 #include "model/fp8_weights.h"
@@ -949,10 +951,21 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
   limits.check_page_tables = false;  // prepare_step checks them as it flattens them
   StepShape shape;
   shape.entered = std::chrono::steady_clock::now();
-  ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits));
+  {
+    ORIGAMI_HOST_TIMER("cuda.validate_forward_batch");
+    ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits));
+  }
   ORIGAMI_RETURN_IF_ERROR(prepare_step(batch, limits, &shape));
-  compressions_.start(compressor_.get(), batch, out);
-  const Status st = forward(batch, shape, out);
+  {
+    ORIGAMI_HOST_TIMER("cuda.compressions.start");
+    compressions_.start(compressor_.get(), batch, out);
+  }
+  Status st;
+  {
+    ORIGAMI_HOST_TIMER("cuda.forward");
+    st = forward(batch, shape, out);
+  }
+  ORIGAMI_HOST_TIMER("cuda.compressions.collect");
   compressions_.collect(compressor_.get(), out);
   return st;
 }
@@ -968,7 +981,10 @@ Status CudaBackend::prepare_step(const ForwardBatch& batch, const ForwardBatchLi
     const Status named = validate_forward_batch(batch, full);
     return named.is_ok() ? Status(ErrorCode::kInternal, std::string("CUDA backend: ") + what) : named;
   };
-  const PageTableInputsSize size = page_tables_.size(batch, G, kv_layout_.block_size);
+  const PageTableInputsSize size = [&] {
+    ORIGAMI_HOST_TIMER("cuda.page_tables.size");
+    return page_tables_.size(batch, G, kv_layout_.block_size);
+  }();
   if (!size.tables_cover) return table_error("a page table does not cover its entries");
   // Decode steps replay a graph of their bucket; padding rows are inert.
   bool use_graph = options_.enable_cuda_graphs && batch.is_decode_only() && graphs_.bucket_for(num_seqs) > 0 &&
@@ -987,7 +1003,10 @@ Status CudaBackend::prepare_step(const ForwardBatch& batch, const ForwardBatchLi
   dst.page_indptr = host_inputs_ + in.page_indptr;
   dst.kv_len = host_inputs_ + in.kv_len;
   dst.page_indices = host_inputs_ + in.page_indices;
-  const PageTableInputsFill fill = page_tables_.fill(batch, limits.num_blocks, run_seqs, run_tokens, dst);
+  const PageTableInputsFill fill = [&] {
+    ORIGAMI_HOST_TIMER("cuda.page_tables.fill");
+    return page_tables_.fill(batch, limits.num_blocks, run_seqs, run_tokens, dst);
+  }();
   if (!fill.pages_inside) return table_error("a page table holds a block outside the pool");
   shape->use_graph = use_graph;
   shape->run_seqs = run_seqs;
@@ -1108,6 +1127,8 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, St
       {in.page_indices, in.page_indices + page_count},
   };
   out->prepare_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step.entered).count();
+  const int launch_timer = HostTimers::enabled() ? HostTimers::slot("cuda.forward.upload_plan_launch") : -1;
+  std::optional<ScopedHostTimer> launch_time(std::in_place, launch_timer);
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_start_, stream_));
   ORIGAMI_CUDA_RETURN_IF_ERROR(
       copy_used_inputs(dev_inputs_, host_inputs_, used, sizeof(used) / sizeof(used[0]), stream_));
@@ -1162,7 +1183,11 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, St
                                                  cudaMemcpyDeviceToHost, stream_));
   ORIGAMI_RETURN_IF_ERROR(compute_all_logits(batch, out));
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_end_, stream_));
-  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  launch_time.reset();
+  {
+    ORIGAMI_HOST_TIMER("cuda.forward.wait");
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  }
   float device_ms = 0.0f;
   if (cudaEventElapsedTime(&device_ms, step_start_, step_end_) == cudaSuccess) out->device_seconds = 1e-3 * device_ms;
   else cudaGetLastError();  // timing is best effort: no stale error for a later launch check

@@ -10,6 +10,7 @@
 #include "backend/cuda/compression_kernels.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/joint_selection.h"
+#include "core/host_timers.h"
 #include "kv/compression_validation.h"
 
 // nvcc (unlike g++) warns on `status_ = ...` because Status is a [[nodiscard]] class and its
@@ -247,8 +248,12 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     if (err != cudaSuccess) status_ = cuda_status(err, "compression batch");
     else account_finished_batch();
   }
-  status_ = validate(jobs);
+  {
+    ORIGAMI_HOST_TIMER("compressor.begin.validate");
+    status_ = validate(jobs);
+  }
   if (!status_.is_ok()) return status_;
+  ORIGAMI_HOST_TIMER("compressor.begin.plan_stage_launch");
   // Tensor parallelism: the other ranks may still read this rank's rows of the last batch
   // (gather_rows below); wait before any buffer is rewritten or reallocated.
   if (peers_ != nullptr)
