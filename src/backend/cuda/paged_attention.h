@@ -92,6 +92,9 @@ struct AttentionPlan {
   int num_tile_slots = 0;   // CTAs along the query dimension (an upper bound; extras exit at once)
   int query_rows = 64;      // packed query rows per CTA: 64 (the warps split the rows: prefill,
                             // mixed) or 16 (the warps split each KV tile: decode)
+  int items_per_cta = 0;    // FP8 decode (query_rows 16, GQA group <= 8): work items (sequence,
+                            // KV head, split) per CTA of the streamed kernel; 0 = one CTA per
+                            // query tile (the bf16 cache always)
 };
 
 // True when the kernels are built for this head_dim (64 and 128). Others (e.g. 8) are not: the
