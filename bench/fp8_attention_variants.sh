@@ -16,7 +16,7 @@ B=/tmp/fa && mkdir -p $B
 GT="-I$PWD/../prefix/include -L$PWD/../prefix/lib/x86_64-linux-gnu"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee $OUT/bench.log
 if [ -n "${CMAKE_TESTS:-}" ]; then
-  ROOT=$PWD; mkdir -p .devdata
+  ROOT=$PWD; mkdir -p .devdata; export ORIGAMI_SHARED_DIR=$ROOT/../shared
   for d in include prefix shared; do ln -sfn $ROOT/../$d .devdata/$d; done
   ( source scripts/lib/gpu_common.sh; gpu_script_init /tmp/o > /dev/null; cd $ROOT
     gpu_build /tmp/b-fp8attn /tmp/cmake_build.log $CMAKE_TESTS; echo "cmake build rc=$GPU_BUILD_RC ${GPU_BUILD_SECONDS}s" ) \
