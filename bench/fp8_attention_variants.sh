@@ -81,11 +81,20 @@ for name in ${RAGGED:-}; do
   timeout 200 $B/ragged_$name --per-head --fp8-only 2>&1 | tee -a $OUT/bench.log
 done
 if [ -n "${CMAKE_TESTS:-}" ]; then
-  wait $CMAKE_PID; cat /tmp/cmake_bg.log; grep -E "error" /tmp/cmake_build.log | head -5
+  wait; cat /tmp/cmake_bg.log; grep -E "error" /tmp/cmake_build.log | head -5
   for t in $CMAKE_TESTS; do
-    [ -x /tmp/b-fp8attn/$t ] || { echo "$t: not built"; continue; }
-    timeout 240 /tmp/b-fp8attn/$t > $OUT/$t.log 2>&1
+    [ "$t" = cuda_decode_bench_test ] && continue
+    [ -x /tmp/b-fp8attn/tests/$t ] || { echo "$t: not built"; continue; }
+    timeout 240 /tmp/b-fp8attn/tests/$t > $OUT/$t.log 2>&1
     echo "$t rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/$t.log | tr '\n' ' ')"
     grep -E "^\[  FAILED|Failure" $OUT/$t.log | head -5
   done
 fi
+# DECODE_BENCH="batches:context ...": the engine's decode step (Llama-3.1-8B shape, FP8 weights
+# and KV cache, cuda_decode_bench_test Roofline) per batch list and context.
+for bc in ${DECODE_BENCH:-}; do
+  [ -x /tmp/b-fp8attn/tests/cuda_decode_bench_test ] || { echo "cuda_decode_bench_test: not built"; break; }
+  ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=fp8 ORIGAMI_BENCH_KV_DTYPE=fp8 \
+    ORIGAMI_BENCH_BATCHES=${bc%%:*} ORIGAMI_BENCH_CONTEXTS=${bc#*:} timeout 150 \
+    /tmp/b-fp8attn/tests/cuda_decode_bench_test --gtest_filter='*Roofline*' 2>&1 | tee -a $OUT/decode_bench.log | tail -25
+done

@@ -730,14 +730,6 @@ __device__ __forceinline__ StreamItem resolve_stream_item(const KernelParams& p,
   return s;
 }
 
-// Resident CTAs per SM of the streamed kernel, as its shared memory allows (233472 B per SM,
-// 1 KiB reserved per CTA; D 128: 67 KB, 3 CTAs, which its 153 registers also allow).
-constexpr int kStreamMinWaves = 4;
-constexpr int stream_ctas_per_sm(int head_dim) {
-  return 233472 / ((head_dim == 64 ? StreamGeom<64>::kSmemBytes : StreamGeom<128>::kSmemBytes) + 1024);
-}
-static_assert(stream_ctas_per_sm(128) == 3, "the planner's waves assume 3 CTAs per SM at D 128");
-
 template <int D>
 __global__ void __launch_bounds__(kThreads) paged_decode_fp8_stream_kernel(const KernelParams p, int items_per_cta,
                                                                             int num_items) {
@@ -890,7 +882,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_fp8_stream_kernel(const
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
               float acc = w == 0 ? 0.f : acc_row[dim_of(j, i)];
-              if (contributes) acc += o[j][i] * kNarrowOScale * f;
+              if (contributes) acc = fmaf(o[j][i] * kNarrowOScale, f, acc);  // paged_attention_kernel's fma
               acc_row[dim_of(j, i)] = acc;
             }
         } else {
@@ -909,7 +901,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_fp8_stream_kernel(const
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
               float acc = acc_row[dim_of(j, i)];
-              if (contributes) acc += o[j][i] * kNarrowOScale * f;
+              if (contributes) acc = fmaf(o[j][i] * kNarrowOScale, f, acc);  // paged_attention_kernel's fma
               store_row_element<D>(p, row, ci.split, dim_of(j, i), mx, wsum, acc);
             }
         }
@@ -1073,15 +1065,13 @@ AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, 
   chunk = (chunk + kTileKV - 1) / kTileKV * kTileKV;
   plan.num_splits = static_cast<int>((max_kv_len + chunk - 1) / chunk);
   plan.kv_chunk_size = chunk;
-  // FP8 decode (the launch ignores this for bf16): two items per CTA of the streamed kernel once
-  // that still leaves kStreamMinWaves waves of CTAs, else one (H100, batch x context 64-1024 x
-  // 640-4096: 2 won by 3-5% at batch 1024, and lost at batch <= 256, where fewer, longer CTAs
-  // leave a longer tail; 4 and 8 lost everywhere).
-  if (plan.query_rows == kNarrowRows && shape.num_tokens == shape.num_seqs && group <= kStreamRows) {
-    const long long items = units * plan.num_splits;
-    const long long resident = static_cast<long long>(stream_ctas_per_sm(shape.head_dim)) * std::max(num_sms, 1);
-    plan.items_per_cta = items >= 2LL * kStreamMinWaves * resident ? 2 : 1;
-  }
+  // FP8 decode (the launch ignores this for bf16): the streamed kernel, one item per CTA. More
+  // lost at every measured shape (H100, batch 64-1024 x context 640-4096, page 16 and 256: 2
+  // items 0-6% slower than 1 at batch 1024 and up to 25% at batch 64, 4 and 8 slower still): the
+  // hardware already overlaps one CTA's pipeline fill with its neighbours' streaming, while
+  // longer CTAs leave a longer tail and each item change stalls the loads on its page lookups.
+  if (plan.query_rows == kNarrowRows && shape.num_tokens == shape.num_seqs && group <= kStreamRows)
+    plan.items_per_cta = 1;
   return plan;
 }
 
