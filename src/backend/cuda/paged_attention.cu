@@ -657,14 +657,15 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
 }
 
 // ---------------------------------------------------------------------------------------------
-// FP8 decode, streamed: one CTA runs `items` consecutive work items (sequence, KV head, split) and
-// its cp.async pipeline runs on across them, so the next item's first tiles and its Q rows are
-// in flight while the current item finishes (its last tiles and the four warps' merge). With a
-// CTA per item, short items (640 entries = 10 tiles at the max-load shape) paid a pipeline fill
-// (the page-table lookups, then the first tile's whole memory latency with nothing in flight)
-// and a drain per item. Decode batches only (one query token per sequence: item = sequence, no
-// tile slots) with a GQA group of at most kStreamRows heads; the math per tile is the narrow
-// kernel's (every warp 16 entries of each 64-entry tile, codes converted in registers).
+// FP8 decode, streamed: one CTA runs `items` consecutive work items (sequence, KV head, split),
+// its cp.async pipeline running on across them (the next item's Q rows and first tiles load while
+// the current one finishes). Decode batches only (one query token per sequence: an item is a
+// sequence, so no tile slots and no spare CTAs) with a GQA group of at most kStreamRows heads; the
+// math per tile is the narrow kernel's (fp8_narrow_tile). Against paged_attention_kernel's narrow
+// FP8 variant it saves the spare CTAs (a fifth of the grid at group 4) and the Q tile's in-place
+// conversion pass (Q is staged with the item's first tile and converted into registers). More
+// than one item per CTA measured slower at every shape tried, so the planner asks for one
+// (docs/kernels.md, "Decode: the streamed FP8 kernel"); the tests run 1 and 3.
 constexpr int kStreamRows = 8;  // query heads per KV head (group) this kernel serves
 constexpr int kStreamQBufs = 3; // Q rows of the items in flight: at most 3 (see stream_q)
 
