@@ -667,7 +667,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
 // than one item per CTA measured slower at every shape tried, so the planner asks for one
 // (docs/kernels.md, "Decode: the streamed FP8 kernel"); the tests run 1 and 3.
 constexpr int kStreamRows = 8;  // query heads per KV head (group) this kernel serves
-constexpr int kStreamQBufs = 3; // Q rows of the items in flight: at most 3 (see stream_q)
+constexpr int kStreamQBufs = 3; // Q rows of the items in flight: at most 3 (issue_next_tile)
 
 template <int D>
 struct StreamGeom {
