@@ -4,6 +4,10 @@
 // V of every cached entry read once (the floor; FP8: codes and scales), plus q and out. Random data, shuffled page ids, and
 // several page-table copies rotated between iterations so small cases do not sit in L2.
 // Build: nvcc -std=c++20 -O3 -arch=sm_90 -Isrc bench/attention_bench.cu src/backend/cuda/paged_attention.cu
+// Run: attention_bench [--cache bf16|fp8] [--rows 16|64] [--blocks 16,256] [--batches 1,64,256]
+//                      [--contexts 1024,4096] [--items 0,4] [--no-prefill]
+// (defaults in brackets' second form: both caches, both kernels, the lists shown). The max-load
+// decode shape of an 8B model with a compressed cache is --batches 1024 --contexts 640.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -12,6 +16,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/paged_attention.h"
@@ -31,7 +36,65 @@ __global__ void fill_value(float* p, size_t n, float v) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
 }
 
-int main() {
+// "64,256" -> {64, 256}; exits on anything but positive integers.
+std::vector<int> parse_list(const char* flag, const std::string& text, int min_value = 1) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < min_value || v > (1 << 20)) {
+      std::fprintf(stderr, "%s: expected a comma-separated list of positive integers, got '%.100s'\n", flag, text.c_str());
+      std::exit(2);
+    }
+    out.push_back(static_cast<int>(v));
+    at = comma + 1;
+  }
+  return out;
+}
+
+int main(int argc, char** argv) {
+  std::vector<bool> caches = {false, true};
+  std::vector<int> rows_list = {64, 16}, blocks = {16, 256}, batches = {1, 64, 256}, contexts = {1024, 4096};
+  std::vector<int> items_list = {-1};  // -1: the planner's choice
+  bool prefill = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--cache" && has_value) {
+      const std::string v = argv[++i];
+      if (v != "bf16" && v != "fp8") {
+        std::fprintf(stderr, "--cache: expected bf16 or fp8, got '%.100s'\n", v.c_str());
+        return 2;
+      }
+      caches = {v == "fp8"};
+    } else if (arg == "--rows" && has_value) {
+      rows_list = parse_list("--rows", argv[++i]);
+      for (int r : rows_list)
+        if (r != 16 && r != 64) {
+          std::fprintf(stderr, "--rows: expected 16 or 64, got %d\n", r);
+          return 2;
+        }
+    } else if (arg == "--blocks" && has_value) {
+      blocks = parse_list("--blocks", argv[++i]);
+    } else if (arg == "--batches" && has_value) {
+      batches = parse_list("--batches", argv[++i]);
+    } else if (arg == "--contexts" && has_value) {
+      contexts = parse_list("--contexts", argv[++i]);
+    } else if (arg == "--items" && has_value) {
+      items_list = parse_list("--items", argv[++i], 0);
+    } else if (arg == "--no-prefill") {
+      prefill = false;
+    } else {
+      std::fprintf(stderr,
+                   "usage: attention_bench [--cache bf16|fp8] [--rows 16,64] [--blocks 16,256] [--batches 1,64,256] "
+                   "[--contexts 1024,4096] [--items 0,4] [--no-prefill]  (bad argument '%.100s')\n",
+                   argv[i]);
+      return 2;
+    }
+  }
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -43,8 +106,12 @@ int main() {
   const double copy_gbs = measure_copy_gbs(20);
 
   const int num_heads = 32, num_kv_heads = 8, D = 128;
-  // One pool large enough for the largest case (256 x 4K entries: 4.3 GB of K+V).
-  const size_t pool_entries = size_t(256) * 4096 + 4096;
+  // One pool large enough for the largest case (256 x 4K entries: 4.3 GB of bf16 K+V), plus a
+  // spare page of the largest page size.
+  const size_t max_entries = size_t(*std::max_element(batches.begin(), batches.end())) *
+                             *std::max_element(contexts.begin(), contexts.end());
+  const size_t pool_entries = std::max<size_t>(max_entries, size_t(256) * 4096) +
+                              size_t(*std::max_element(blocks.begin(), blocks.end())) + 4096;
   const size_t entry_bytes = size_t(num_kv_heads) * D * 2;  // one entry of K (or V), all heads
   __nv_bfloat16 *k_cache, *v_cache;
   CK(cudaMalloc(&k_cache, pool_entries * entry_bytes));
@@ -65,14 +132,15 @@ int main() {
   fill_value<<<1024, 256>>>(v_scales, head_vectors, 0.02f);
   CK(cudaGetLastError());
 
-  std::printf("%5s %4s %6s %6s %6s %7s %10s %10s %8s %10s\n", "cache", "rows", "block", "batch", "ctx", "splits",
-              "time_us", "GB/s", "of_copy", "single_us");
+  std::printf("%5s %4s %6s %6s %6s %7s %5s %10s %10s %8s %10s\n", "cache", "rows", "block", "batch", "ctx", "splits",
+              "items", "time_us", "GB/s", "of_copy", "single_us");
   std::mt19937 rng(42);
-  for (bool fp8 : {false, true})
-  for (int rows : {64, 16})
-  for (int block_size : {16, 256})
-    for (int batch : {1, 64, 256})
-      for (int ctx : {1024, 4096}) {
+  for (bool fp8 : caches)
+  for (int rows : rows_list)
+  for (int block_size : blocks)
+    for (int batch : batches)
+      for (int ctx : contexts)
+      for (int items : items_list) {
         const int pages_per_seq = (ctx + block_size - 1) / block_size;
         const int pool_pages = static_cast<int>(pool_entries / block_size) - 1;
         const size_t kv_bytes =
@@ -120,7 +188,8 @@ int main() {
           args.k_scales = k_scales;
           args.v_scales = v_scales;
         }
-        const AttentionPlan plan = with_query_rows(plan_paged_attention(args.shape, ctx, sms), args.shape, rows);
+        AttentionPlan plan = with_query_rows(plan_paged_attention(args.shape, ctx, sms), args.shape, rows);
+        if (items >= 0) plan.items_per_cta = items;  // --items: the FP8 decode kernel's items per CTA
         const size_t ws_bytes = paged_attention_workspace_bytes(plan, args.shape);
         void* ws = nullptr;
         if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
@@ -138,8 +207,8 @@ int main() {
         const float single_ms = median_ms(body, 30);
         const double bytes = double(kv_bytes) + 2.0 * batch * num_heads * D * 2;
         const double gbs = bytes / ms / 1e6;
-        std::printf("%5s %4d %6d %6d %6d %7d %10.1f %10.0f %7.0f%% %10.1f\n", fp8 ? "fp8" : "bf16", rows, block_size,
-                    batch, ctx, plan.num_splits, ms * 1e3, gbs, 100.0 * gbs / copy_gbs, single_ms * 1e3);
+        std::printf("%5s %4d %6d %6d %6d %7d %5d %10.1f %10.0f %7.0f%% %10.1f\n", fp8 ? "fp8" : "bf16", rows, block_size,
+                    batch, ctx, plan.num_splits, plan.items_per_cta, ms * 1e3, gbs, 100.0 * gbs / copy_gbs, single_ms * 1e3);
         for (auto p : d_indices) CK(cudaFree(p));
         CK(cudaFree(d_q_indptr));
         CK(cudaFree(d_page_indptr));
@@ -150,7 +219,7 @@ int main() {
       }
 
   // Prefill: one 4096-token causal prompt (FLOPs: 4 * heads * D * n^2 / 2).
-  {
+  if (prefill) {
     const int n = 4096, block_size = 16;
     std::vector<int32_t> ids(n / block_size);
     std::iota(ids.begin(), ids.end(), 1);

@@ -189,8 +189,9 @@ std::vector<double> reference(const Case& c) {
 }
 
 // Runs the kernel under `plan` (output poisoned first) and returns the relative L2 error;
-// a NaN output (an unwritten element) returns infinity.
-double run_and_compare(const Case& c, const AttentionPlan& plan, const std::vector<double>& ref) {
+// a NaN output (an unwritten element) returns infinity. `bits`: the output as computed.
+double run_and_compare(const Case& c, const AttentionPlan& plan, const std::vector<double>& ref,
+                       std::vector<uint16_t>* bits = nullptr) {
   DeviceBuffer<uint16_t> q(c.q), k(c.k_cache), v(c.v_cache);
   DeviceBuffer<uint8_t> k8(c.k_codes), v8(c.v_codes);
   DeviceBuffer<float> ks(c.k_scales), vs(c.v_scales);
@@ -224,6 +225,7 @@ double run_and_compare(const Case& c, const AttentionPlan& plan, const std::vect
   EXPECT_EQ(sync, cudaSuccess) << cudaGetErrorString(sync);
   if (launch != cudaSuccess || sync != cudaSuccess) return INFINITY;
   const auto got = out.get();
+  if (bits) *bits = got;
   double num = 0, den = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     const double g = from_bf16(got[i]);
@@ -265,10 +267,36 @@ void check_case(const std::vector<SeqSpec>& seqs, int num_kv_heads, int group, i
   const auto ref = reference(c);
   for (const auto& [name, plan] : plans_for(c)) {
     const double err = run_and_compare(c, plan, ref);
-    std::printf("  %s D=%3d group=%d block=%3d plan=%-12s rows=%2d splits=%3d  rel_err=%.2e\n", fp8 ? "fp8 " : "bf16",
-                head_dim, group, block_size, name.c_str(), plan.query_rows, plan.num_splits, err);
+    std::printf("  %s D=%3d group=%d block=%3d plan=%-18s rows=%2d splits=%3d items=%d  rel_err=%.2e\n",
+                fp8 ? "fp8 " : "bf16", head_dim, group, block_size, name.c_str(), plan.query_rows, plan.num_splits,
+                plan.items_per_cta, err);
     EXPECT_LT(err, 1e-2) << (fp8 ? "fp8" : "bf16") << " D=" << head_dim << " group=" << group
                          << " block=" << block_size << " plan=" << name;
+  }
+  // FP8 decode batches: the streamed kernel (1 and 3 work items per CTA: a CTA's items then span
+  // sequences, KV heads and splits) computes what the one-CTA-per-tile kernel (0) does, bit for
+  // bit (the same tile math, the warps merged in the same order), under every plan.
+  if (!fp8 || c.shape.num_tokens != c.shape.num_seqs) return;
+  for (const auto& [name, base] : plans_for(c)) {
+    if (base.query_rows != 16) continue;
+    AttentionPlan one_per_tile = base;
+    one_per_tile.items_per_cta = 0;
+    std::vector<uint16_t> expected;
+    EXPECT_LT(run_and_compare(c, one_per_tile, ref, &expected), 1e-2) << "items 0, plan " << name;
+    for (int items : {1, 3}) {
+      AttentionPlan plan = base;
+      plan.items_per_cta = items;
+      std::vector<uint16_t> got;
+      const double err = run_and_compare(c, plan, ref, &got);
+      std::printf("  fp8  D=%3d group=%d block=%3d plan=%-12s rows=16 splits=%3d items=%d rel_err=%.2e %s\n", head_dim,
+                  group, block_size, name.c_str(), plan.num_splits, items, err,
+                  got == expected ? "(= items 0)" : "(DIFFERS from items 0)");
+      EXPECT_LT(err, 1e-2) << "fp8 D=" << head_dim << " group=" << group << " block=" << block_size << " plan=" << name
+                           << " items=" << items;
+      EXPECT_TRUE(got == expected) << "streamed kernel differs from the one-CTA-per-tile kernel: D=" << head_dim
+                                   << " group=" << group << " block=" << block_size << " plan=" << name
+                                   << " items=" << items;
+    }
   }
 }
 

@@ -3,7 +3,8 @@
 // NON-adjacent heads ({3, 6}, {0, 5}, {1, 7}, {2, 4}), every (sequence, group) with its own random
 // length and shuffled pages of one shared pool ([2 (K, V), H_p, block_size, head_dim] per page),
 // decode and prefill rows, GQA 4; every uniform split count the planner may pick, each with the
-// budget split map (ratios 0.1 .. 0.6) and with the uniform one. Plus the split maps themselves.
+// budget split map (ratios 0.1 .. 0.6) and with the uniform one. Plus the split maps themselves,
+// and an FP8 pool (codes + a scale per row) under the decode kernels.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@
 #include "backend/cuda/paged_attention.h"
 #include "backend/cuda/ragged_heads.h"
 #include "cuda_test_util.h"
+#include "kv/kv_cache_dtype.h"
 #include "kv/kv_layout.h"
 
 namespace origami::cuda {
@@ -63,6 +65,10 @@ struct RaggedCase {
   std::vector<std::vector<int>> kv_len;     // [group][seq]
   std::vector<int32_t> q_indptr, page_indptr, page_indices, kv_len_flat;
   std::vector<uint16_t> q, pool;
+  // FP8 pool (quantize_fp8): codes at the bf16 pool's element offsets, one scale per row at
+  // element offset / D, and the dequantized values the twin reads (empty: the bf16 pool).
+  std::vector<uint8_t> codes;
+  std::vector<float> scales, pool_values;
   long long page_elems() const { return 2LL * kHp * bs * D; }
 };
 
@@ -101,6 +107,20 @@ RaggedCase make_case(const std::vector<int>& q_len, int bs, std::mt19937& rng) {
   return c;
 }
 
+// Quantizes every row of the pool as the FP8 write kernel does (kv/kv_cache_dtype.h).
+void quantize_fp8(RaggedCase& c) {
+  const size_t rows = c.pool.size() / c.D;
+  c.codes.assign(c.pool.size(), 0);
+  c.scales.assign(rows, 0.f);
+  c.pool_values.assign(c.pool.size(), 0.f);
+  std::vector<float> row(c.D);
+  for (size_t r = 0; r < rows; ++r) {
+    for (int d = 0; d < c.D; ++d) row[d] = bf16_value(c.pool[r * c.D + d]);
+    c.scales[r] = quantize_head_vector_fp8(row.data(), c.D, c.codes.data() + r * c.D);
+    for (int d = 0; d < c.D; ++d) c.pool_values[r * c.D + d] = kv_fp8_dequantize(c.codes[r * c.D + d], c.scales[r]);
+  }
+}
+
 // fp64 twin: query j of sequence i, query head qh (KV head qh / group, in group g at slot s) sees
 // entries 0 .. kv_len[g][i] - q_len + j of group g's table.
 std::vector<double> reference(const RaggedCase& c) {
@@ -120,30 +140,36 @@ std::vector<double> reference(const RaggedCase& c) {
         const uint16_t* q = &c.q[(static_cast<size_t>(token) * nq + qh) * D];
         auto at = [&](int e, int kv) {
           const long long page = c.page_indices[c.page_indptr[row] + e / c.bs];
-          return &c.pool[page * c.page_elems() + (static_cast<long long>(kv * kHp + slot) * c.bs + e % c.bs) * D];
+          return page * c.page_elems() + (static_cast<long long>(kv * kHp + slot) * c.bs + e % c.bs) * D;
+        };
+        auto value = [&](long long i) {
+          return c.pool_values.empty() ? static_cast<double>(bf16_value(c.pool[i])) : c.pool_values[i];
         };
         std::vector<double> p(visible);
         double mx = -INFINITY, sum = 0;
         for (int e = 0; e < visible; ++e) {
-          const uint16_t* k = at(e, 0);
+          const long long k = at(e, 0);
           double dot = 0;
-          for (int d = 0; d < D; ++d) dot += static_cast<double>(bf16_value(q[d])) * bf16_value(k[d]);
+          for (int d = 0; d < D; ++d) dot += static_cast<double>(bf16_value(q[d])) * value(k + d);
           mx = std::max(mx, p[e] = dot * scale);
         }
         for (double& x : p) sum += (x = std::exp(x - mx));
         double* o = &out[(static_cast<size_t>(token) * nq + qh) * D];
         for (int e = 0; e < visible; ++e) {
-          const uint16_t* v = at(e, 1);
-          for (int d = 0; d < D; ++d) o[d] += p[e] / sum * bf16_value(v[d]);
+          const long long v = at(e, 1);
+          for (int d = 0; d < D; ++d) o[d] += p[e] / sum * value(v + d);
         }
       }
   return out;
 }
 
+// items_per_cta >= 0 overrides the plan's (the FP8 decode kernel's work items per CTA).
 double run_ragged(const RaggedCase& c, const RaggedHeadTables& tables, int uniform_splits,
-                  const std::vector<double>& ref, bool split_map = true) {
+                  const std::vector<double>& ref, bool split_map = true, int items_per_cta = -1) {
   const int S = static_cast<int>(c.q_len.size());
   DeviceBuffer<uint16_t> q(c.q), pool(c.pool), out(ref.size());
+  DeviceBuffer<uint8_t> codes(c.codes);
+  DeviceBuffer<float> scales(c.scales);
   DeviceBuffer<int32_t> q_indptr(c.q_indptr), page_indptr(c.page_indptr), pages(c.page_indices), kv_len(c.kv_len_flat);
   AttentionArgs a;
   a.shape = AttentionShape{S, c.q_indptr.back(), kHeads * c.group, kHeads, c.D, c.bs};
@@ -156,10 +182,18 @@ double run_ragged(const RaggedCase& c, const RaggedHeadTables& tables, int unifo
   a.page_indptr = page_indptr.get();
   a.page_indices = pages.get();
   a.kv_len = kv_len.get();
+  if (!c.codes.empty()) {
+    a.k_cache = a.v_cache = nullptr;
+    a.k_codes = codes.get();
+    a.v_codes = a.k_codes + static_cast<size_t>(kHp) * c.bs * c.D;
+    a.k_scales = scales.get();
+    a.v_scales = a.k_scales + static_cast<size_t>(kHp) * c.bs;
+  }
   a.ragged = tables.layer(0, uniform_splits, c.page_elems(), split_map);
   AttentionPlan uniform = plan_paged_attention(a.shape, 4096, 132);
   uniform.num_splits = uniform_splits;
-  const AttentionPlan plan = ragged_plan(uniform, a.ragged);
+  AttentionPlan plan = ragged_plan(uniform, a.ragged);
+  if (items_per_cta >= 0) plan.items_per_cta = items_per_cta;
   const size_t ws_bytes = paged_attention_workspace_bytes(plan, a.shape);
   DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 1));
   EXPECT_EQ(cudaMemset(out.get(), 0xff, ref.size() * 2), cudaSuccess);  // NaN poison
@@ -200,6 +234,31 @@ TEST(RaggedAttention, NonAdjacentGroupsWithOwnLengthsMatchCpuTwin) {
           EXPECT_LT(plain_err, 1e-2) << "plain splits, block " << bs << " s " << s << " budgets " << budgets;
         }
       }
+    }
+  }
+}
+
+// An FP8 pool under the decode kernels: the streamed one with the planner's items per CTA and
+// with 3 (a CTA's items span sequences, heads and splits of different lengths), and the
+// one-CTA-per-tile kernel (0); a mixed batch takes the prefill kernel.
+TEST(RaggedAttention, Fp8PoolMatchesCpuTwinOfTheDequantizedEntries) {
+  std::mt19937 rng(77);
+  const std::vector<std::vector<int>> batches = {{1, 1, 1, 1, 1, 1, 1}, {1, 37, 1, 130}};
+  for (int bs : {16, 256}) {
+    for (const auto& q_len : batches) {
+      RaggedCase c = make_case(q_len, bs, rng);
+      quantize_fp8(c);
+      const std::vector<double> ref = reference(c);
+      RaggedHeadTables tables;
+      ASSERT_TRUE(tables.build(one_layer_layout(bs, c.num_pages, true), 24, true).is_ok());
+      for (int s : {1, 2, 5, 24})
+        for (bool split_map : {true, false})
+          for (int items : {-1, 0, 3}) {
+            const double err = run_ragged(c, tables, s, ref, split_map, items);
+            std::printf("  fp8 block=%3d seqs=%zu split_map=%d s=%2d items=%2d rel_err=%.2e\n", bs, q_len.size(),
+                        split_map, s, items, err);
+            EXPECT_LT(err, 1e-2) << "fp8 block " << bs << " s " << s << " split_map " << split_map << " items " << items;
+          }
     }
   }
 }

@@ -26,7 +26,7 @@ namespace {
 
 using attn::cp_async_16;
 using attn::cp_async_4;
-using attn::e4m3x2_hi_to_f16x2;
+using attn::e4m3x2_to_f16x2;
 using attn::e4m3x4_to_f16x4;
 using attn::kE4M3ToF16Scale;
 using attn::mma_f16_16816;
@@ -61,18 +61,20 @@ constexpr float kLog2e = 1.4426950408889634f;
 //   after they land, all warps sharing the work: every warp needs every entry), and three stages
 //   of (K, V) code tiles and their per-entry scales;
 // - FP8 cache, narrow: the three stages of codes only. Each warp builds its MMA fragments from
-//   its own 16 entries' codes in registers (one 32-bit load and six integer ops per four codes):
-//   no f16 tiles, no second barrier per tile. K: the head dimension is permuted identically in
+//   its own 16 entries' codes in registers (one 32-bit load and two hardware conversions per
+//   four codes, fp8_narrow_tile): no f16 tiles, no second barrier per tile. K: the head dimension is permuted identically in
 //   Q and K (a dot product does not care) so that lane (g, t)'s B fragment of k-step kk,
 //   dims {2t, 2t+1, 2t+8, 2t+9}, is the four consecutive codes at kk*16 + 4t. V: output column
 //   n of n-tile j is head dim 32 (j / 4) + 4 n + j % 4, so one 32-bit load of an entry's row
 //   gives four n-tiles' codes and four loads (entries 2t, 2t+1, 2t+8, 2t+9) give a lane's B
 //   fragments of four n-tiles after a byte transpose; the output is un-permuted when stored.
 // The codes' rows are padded by 16 bytes so those loads hit 32 distinct banks.
-// The codes become f16 exactly (times 2^-8), the MMAs run in f16 (Q converted once per CTA,
+// The codes become f16 exactly (wide: times 2^-8; kNarrowOScale), the MMAs run in f16 (Q converted once per CTA,
 // exact for |q| in [2^-14, 65504], saturated beyond), K scales multiply the fp32 scores, V
 // scales the probabilities. Three stages of codes keep two tiles in flight per CTA (with two, a
 // wide CTA had too little in flight to cover memory latency).
+// FP8 decode batches with a group of at most kStreamRows take paged_decode_fp8_stream_kernel
+// (below), which runs this narrow kernel's tile math over a stream of work items per CTA.
 template <int D, bool kFp8, bool kNarrow>
 struct TileGeom {
   static constexpr int kRows = kNarrow ? kNarrowRows : kTileRows;  // query rows per CTA
@@ -108,13 +110,6 @@ __device__ __forceinline__ int tile_start(const int32_t* q_indptr, int seq, int 
   return static_cast<int>((static_cast<long long>(q_indptr[seq]) * group) / rows) + seq;
 }
 
-// Byte c of x and byte c of y as the high bytes of the two halves (the low bytes are don't-care:
-// e4m3x2_hi_to_f16x2 masks them), i.e. the layout e4m3x4_to_f16x4 builds from one word.
-template <int c>
-__device__ __forceinline__ uint32_t interleave_byte(uint32_t x, uint32_t y) {
-  return __byte_perm(x, y, c | (c << 4) | ((4 + c) << 8) | ((4 + c) << 12));
-}
-
 // Stores one element of a finished row: bf16 to `out`, or the normalised partial and the row's
 // log-sum-exp (log2 domain, written with head dim 0) to the split workspace.
 template <int D>
@@ -128,6 +123,109 @@ __device__ __forceinline__ void store_row_element(const KernelParams& p, long lo
     const long long prow_idx = split * num_rows + row;
     if (d == 0) p.part_lse[prow_idx] = l > 0.f ? m + log2f(l) : -INFINITY;
     if (l > 0.f) p.part_o[prow_idx * D + d] = unnormalised * inv;  // the merge skips empty splits
+  }
+}
+
+// The narrow kernels convert codes with the hardware instruction (exact values, not times 2^-8
+// as e4m3x4_to_f16x4's), so q.k needs only the K scale; P keeps the factor 2^8 (p scale_v 2^8
+// stays clear of f16's subnormals), hence their outputs carry 2^8 and are scaled back by this
+// exact power of two where the warps merge: bit for bit what the integer conversion gave.
+constexpr float kNarrowOScale = 1.f / kE4M3ToF16Scale;
+
+// One 64-entry KV tile of the narrow FP8 kernel for one warp: its 16 entries (warp_kv0 on) of
+// the stage's codes and scales against the 16 query rows in `qf`, folded into the warp's online
+// softmax (m, l: this lane's rows g and g + 8, l the lane's partial sum) and unnormalised output
+// `o` (head dims permuted: o[j][i] is dim 32 (j / 4) + 4 (2 t + i % 2) + j % 4).
+// `first_entry`: the KV index of the warp's first entry; entries at or past row_limit[h] are masked.
+// K: lane (g, t)'s B fragment of k-step kk, dims {2t, 2t+1, 2t+8, 2t+9} in the permuted order,
+// is the four consecutive codes at kk*16 + 4t (Q's A fragment is permuted alike). V: one 32-bit
+// load of an entry's row holds four n-tiles' codes; four loads (entries 2t, 2t+1, 2t+8, 2t+9)
+// and a byte permute per pair of codes give the B fragments. The conversions are the hardware
+// cvt.rn.f16x2.e4m3x2 (one instruction per two codes): with the integer bit trick (four
+// instructions per two codes) the narrow kernel was issue-bound (ncu: issue slots 55-58% busy,
+// DRAM 68% at batch 1024 x 640 entries) and read FP8 at 74-85% of the copy bandwidth against
+// 82-94% now.
+template <int D, int kCodeStride>
+__device__ __forceinline__ void fp8_narrow_tile(const KernelParams& p, const uint32_t (&qf)[D / 16][4],
+                                                const unsigned char* k_codes, const float* k_scale,
+                                                const float* v_scale, int warp_kv0, int first_entry,
+                                                const int (&row_limit)[2], float (&o)[D / 8][4], float (&m)[2],
+                                                float (&l)[2]) {
+  constexpr int kCodeTileBytes = kTileKV * kCodeStride;
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  float s[2][4];
+#pragma unroll
+  for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(k_codes + (warp_kv0 + 8 * j + g) * kCodeStride + kk * 16 + 4 * t4);
+      mma_f16_16816(s[j], qf[kk], e4m3x2_to_f16x2(w), e4m3x2_to_f16x2(w >> 16));
+    }
+  // Scale (q.k = scale (q.codes)), mask, online softmax (rows are shared by the 4 lanes of a quad).
+  float row_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < 2; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c = n * 8 + 2 * t4 + (i & 1);
+      const float x = s[n][i] * k_scale[warp_kv0 + c];
+      const float v = first_entry + c < row_limit[i >> 1] ? x * p.scale_log2 : -INFINITY;
+      s[n][i] = v;
+      row_max[i >> 1] = fmaxf(row_max[i >> 1], v);
+    }
+  float corr[2], m_use[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
+    row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
+    const float m_new = fmaxf(m[h], row_max[h]);
+    m_use[h] = m_new == -INFINITY ? 0.f : m_new;  // a fully masked row stays at zero, not NaN
+    corr[h] = exp2f(m[h] - m_use[h]);
+    m[h] = m_new;
+    l[h] *= corr[h];
+  }
+#pragma unroll
+  for (int n = 0; n < 2; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float pv = exp2f(s[n][i] - m_use[i >> 1]);
+      s[n][i] = pv;
+      l[i >> 1] += pv;
+    }
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+    o[j][0] *= corr[0]; o[j][1] *= corr[0];
+    o[j][2] *= corr[1]; o[j][3] *= corr[1];
+  }
+  // P scaled by each entry's V scale (sum_e p_e v_e = sum_e (p_e scale_e) codes_e); the row
+  // sums l above took the unscaled p.
+#pragma unroll
+  for (int n = 0; n < 2; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[n][i] *= v_scale[warp_kv0 + n * 8 + 2 * t4 + (i & 1)] * kE4M3ToF16Scale;
+  // O += P V: the two S accumulator tiles (16 entries) form one A fragment.
+  uint32_t pa[4];
+  pa[0] = pack_f16x2(s[0][0], s[0][1]);
+  pa[1] = pack_f16x2(s[0][2], s[0][3]);
+  pa[2] = pack_f16x2(s[1][0], s[1][1]);
+  pa[3] = pack_f16x2(s[1][2], s[1][3]);
+  // Entries 2t, 2t+1, 2t+8, 2t+9 of this warp's 16, head dims 32 jj + 4 g .. + 3.
+  const unsigned char* v_codes = k_codes + kCodeTileBytes + (warp_kv0 + 2 * t4) * kCodeStride + 4 * g;
+#pragma unroll
+  for (int jj = 0; jj < D / 32; ++jj) {
+    const uint32_t r0 = *reinterpret_cast<const uint32_t*>(v_codes + 32 * jj);
+    const uint32_t r1 = *reinterpret_cast<const uint32_t*>(v_codes + kCodeStride + 32 * jj);
+    const uint32_t r2 = *reinterpret_cast<const uint32_t*>(v_codes + 8 * kCodeStride + 32 * jj);
+    const uint32_t r3 = *reinterpret_cast<const uint32_t*>(v_codes + 9 * kCodeStride + 32 * jj);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int sel = c | ((4 + c) << 4);  // byte c of each word as one 16-bit pair
+      mma_f16_16816(o[4 * jj + c], pa, e4m3x2_to_f16x2(__byte_perm(r0, r1, sel)),
+                    e4m3x2_to_f16x2(__byte_perm(r2, r3, sel)));
+    }
   }
 }
 
@@ -362,24 +460,16 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
         __syncthreads();
       }
     }
-    if (warp_active) {
+    if constexpr (kNarrow && kFp8) {
+      fp8_narrow_tile<D, G::kCodeStride>(p, qf, k_codes, k_scale, v_scale, warp_kv0, kv_begin + t * kTileKV + warp_kv0,
+                                         row_limit, o, m, l);
+    } else if (warp_active) {
       const __nv_bfloat16* k_tile = kFp8 ? stage_k(0) : stage_k(t & 1);
       const __nv_bfloat16* v_tile = k_tile + G::kTileElems;
       // S = Q Kᵀ for 16 rows x this warp's entries.
       float s[kWarpKV / 8][4];
       for (int n = 0; n < kWarpKV / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-      if constexpr (kNarrow && kFp8) {
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const uint32_t w = *reinterpret_cast<const uint32_t*>(
-                k_codes + (warp_kv0 + 8 * j + g) * G::kCodeStride + kk * 16 + 4 * t4);
-            uint32_t b0, b1;
-            e4m3x4_to_f16x4(w, b0, b1);
-            mma_f16_16816(s[j], qf[kk], b0, b1);
-          }
-      } else if constexpr (kNarrow) {
+      if constexpr (kNarrow) {
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           uint32_t kb[4];
@@ -463,37 +553,17 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
         pa[1] = pack(s[2 * kk][2], s[2 * kk][3]);
         pa[2] = pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
         pa[3] = pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        if constexpr (kNarrow && kFp8) {
-          // Entries 2t, 2t+1, 2t+8, 2t+9 of this warp's 16, head dims 32 jj + 4 g .. + 3.
-          const unsigned char* v_codes = k_codes + G::kCodeTileBytes + (warp_kv0 + 2 * t4) * G::kCodeStride + 4 * g;
+        const int v_row0 = kNarrow ? warp_kv0 : kk * 16;
 #pragma unroll
-          for (int jj = 0; jj < D / 32; ++jj) {
-            const uint32_t r0 = *reinterpret_cast<const uint32_t*>(v_codes + 32 * jj);
-            const uint32_t r1 = *reinterpret_cast<const uint32_t*>(v_codes + G::kCodeStride + 32 * jj);
-            const uint32_t r2 = *reinterpret_cast<const uint32_t*>(v_codes + 8 * G::kCodeStride + 32 * jj);
-            const uint32_t r3 = *reinterpret_cast<const uint32_t*>(v_codes + 9 * G::kCodeStride + 32 * jj);
-            mma_f16_16816(o[4 * jj + 0], pa, e4m3x2_hi_to_f16x2(interleave_byte<0>(r0, r1)),
-                          e4m3x2_hi_to_f16x2(interleave_byte<0>(r2, r3)));
-            mma_f16_16816(o[4 * jj + 1], pa, e4m3x2_hi_to_f16x2(interleave_byte<1>(r0, r1)),
-                          e4m3x2_hi_to_f16x2(interleave_byte<1>(r2, r3)));
-            mma_f16_16816(o[4 * jj + 2], pa, e4m3x2_hi_to_f16x2(interleave_byte<2>(r0, r1)),
-                          e4m3x2_hi_to_f16x2(interleave_byte<2>(r2, r3)));
-            mma_f16_16816(o[4 * jj + 3], pa, e4m3x2_hi_to_f16x2(interleave_byte<3>(r0, r1)),
-                          e4m3x2_hi_to_f16x2(interleave_byte<3>(r2, r3)));
-          }
-        } else {
-          const int v_row0 = kNarrow ? warp_kv0 : kk * 16;
-#pragma unroll
-          for (int j2 = 0; j2 < D / 16; ++j2) {
-            uint32_t vb[4];
-            ldmatrix_x4_trans(vb, v_tile + (v_row0 + (lane & 7) + ((lane >> 3) & 1) * 8) * G::kStride + j2 * 16 + (lane >> 4) * 8);
-            if constexpr (kFp8) {
-              mma_f16_16816(o[2 * j2], pa, vb[0], vb[1]);
-              mma_f16_16816(o[2 * j2 + 1], pa, vb[2], vb[3]);
-            } else {
-              mma_bf16_16816(o[2 * j2], pa, vb[0], vb[1]);
-              mma_bf16_16816(o[2 * j2 + 1], pa, vb[2], vb[3]);
-            }
+        for (int j2 = 0; j2 < D / 16; ++j2) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, v_tile + (v_row0 + (lane & 7) + ((lane >> 3) & 1) * 8) * G::kStride + j2 * 16 + (lane >> 4) * 8);
+          if constexpr (kFp8) {
+            mma_f16_16816(o[2 * j2], pa, vb[0], vb[1]);
+            mma_f16_16816(o[2 * j2 + 1], pa, vb[2], vb[3]);
+          } else {
+            mma_bf16_16816(o[2 * j2], pa, vb[0], vb[1]);
+            mma_bf16_16816(o[2 * j2 + 1], pa, vb[2], vb[3]);
           }
         }
       }
@@ -531,7 +601,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
 #pragma unroll
       for (int j = 0; j < D / 8; ++j)
 #pragma unroll
-        for (int i = 0; i < 2; ++i) merge_o[(warp * kNarrowRows + r) * D + dim_of(j, i)] = o[j][2 * h + i];
+        for (int i = 0; i < 2; ++i)
+          merge_o[(warp * kNarrowRows + r) * D + dim_of(j, i)] = kFp8 ? o[j][2 * h + i] * kNarrowOScale : o[j][2 * h + i];
     }
     __syncthreads();
     for (int c = tid; c < rows * D; c += kThreads) {
@@ -585,6 +656,262 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// FP8 decode, streamed: one CTA runs `items` consecutive work items (sequence, KV head, split),
+// its cp.async pipeline running on across them (the next item's Q rows and first tiles load while
+// the current one finishes). Decode batches only (one query token per sequence: an item is a
+// sequence, so no tile slots and no spare CTAs) with a GQA group of at most kStreamRows heads; the
+// math per tile is the narrow kernel's (fp8_narrow_tile). Against paged_attention_kernel's narrow
+// FP8 variant it saves the spare CTAs (a fifth of the grid at group 4) and the Q tile's in-place
+// conversion pass (Q is staged with the item's first tile and converted into registers). More
+// than one item per CTA measured slower at every shape tried, so the planner asks for one
+// (docs/kernels.md, "Decode: the streamed FP8 kernel"); the tests run 1 and 3.
+constexpr int kStreamRows = 8;  // query heads per KV head (group) this kernel serves
+constexpr int kStreamQBufs = 3; // Q rows of the items in flight: at most 3 (issue_next_tile)
+
+template <int D>
+struct StreamGeom {
+  using N = TileGeom<D, true, true>;
+  static constexpr int kCodeStride = N::kCodeStride;
+  static constexpr int kCodeTileBytes = N::kCodeTileBytes;
+  static constexpr int kStageBytes = N::kStageBytes;
+  static constexpr int kStages = N::kCodeStages;
+  static constexpr int kQBytes = kStreamRows * D * static_cast<int>(sizeof(__nv_bfloat16));
+  static constexpr int kQOffset = kStages * kStageBytes;
+  static constexpr int kMergeOffset = kQOffset + kStreamQBufs * kQBytes;
+  // The running merge sum [kStreamRows][D] and every warp's (max, sum) per row.
+  static constexpr int kMergeBytes = (kStreamRows * D + kWarps * kStreamRows * 2) * static_cast<int>(sizeof(float));
+  static constexpr int kSmemBytes = kMergeOffset + kMergeBytes;
+};
+
+// One work item's range and where its entries live.
+struct StreamItem {
+  int seq = 0, kv_head = 0, split = 0;
+  int kv_begin = 0, kv_end = 0, num_tiles = 0;  // entries [kv_begin, kv_end) of this split
+  const int32_t* pages = nullptr;
+  long long head_base = 0;  // elements from a page's start to this head's first entry
+};
+
+template <int D>
+__device__ __forceinline__ StreamItem resolve_stream_item(const KernelParams& p, int item) {
+  const AttentionArgs& a = p.a;
+  const RaggedHeads& rg = a.ragged;
+  const int num_seqs = a.shape.num_seqs;
+  StreamItem s;
+  s.seq = item % num_seqs;
+  const int y = item / num_seqs;
+  int num_splits = p.num_splits, table = 0;
+  long long head_off;
+  if (rg.num_tables > 0) {
+    int h = 0;
+    for (int k = 1; k < a.shape.num_kv_heads; ++k)
+      if (rg.head_split0[k] <= y) h = k;
+    s.kv_head = h;
+    s.split = y - rg.head_split0[h];
+    num_splits = rg.head_splits[h];
+    table = rg.head_table[h];
+    head_off = rg.head_slot[h];
+  } else {
+    s.kv_head = y % a.shape.num_kv_heads;
+    s.split = y / a.shape.num_kv_heads;
+    head_off = s.kv_head;
+  }
+  const int kv_len = a.kv_len[table * num_seqs + s.seq];
+  // The split's share as in paged_attention_kernel (one query row: no causal cut inside it).
+  int chunk = rg.num_tables > 0 ? INT_MAX : p.kv_chunk;
+  if (num_splits > 1) {
+    const int share = (kv_len + num_splits - 1) / num_splits;
+    chunk = min(chunk, max(kMinChunk, (share + kTileKV - 1) / kTileKV * kTileKV));
+  }
+  s.kv_begin = s.split * chunk;
+  s.kv_end = (s.split == num_splits - 1) ? kv_len : min(kv_len, s.kv_begin + chunk);
+  s.num_tiles = s.kv_end > s.kv_begin ? (s.kv_end - s.kv_begin + kTileKV - 1) / kTileKV : 0;
+  s.pages = a.page_indices + a.page_indptr[table * num_seqs + s.seq];
+  s.head_base = head_off * a.shape.block_size * D;
+  return s;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) paged_decode_fp8_stream_kernel(const KernelParams p, int items_per_cta,
+                                                                            int num_items) {
+  using G = StreamGeom<D>;
+  const AttentionArgs& a = p.a;
+  const int group = p.group;
+  const int num_heads = a.shape.num_heads;
+  const int block_size = a.shape.block_size;
+  const long long page_stride = a.ragged.num_tables > 0
+                                    ? a.ragged.page_stride
+                                    : static_cast<long long>(a.shape.num_kv_heads) * block_size * D;
+  const bool pow2_pages = (block_size & (block_size - 1)) == 0;
+  const int page_shift = __ffs(block_size) - 1;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto stage_codes = [&](int st) { return smem_raw + st * G::kStageBytes; };
+  auto stage_scales = [&](int st) { return reinterpret_cast<float*>(stage_codes(st) + 2 * G::kCodeTileBytes); };
+  auto q_buf = [&](int b) { return reinterpret_cast<__nv_bfloat16*>(smem_raw + G::kQOffset + b * G::kQBytes); };
+  float* merge_acc = reinterpret_cast<float*>(smem_raw + G::kMergeOffset);  // [row][D]
+  float* merge_ml = merge_acc + kStreamRows * D;                             // [warp][row][2]
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int item_begin = blockIdx.x * items_per_cta;
+  const int item_end = min(num_items, item_begin + items_per_cta);
+
+  // The load cursor: item, its next tile, the stage and Q buffer it fills next. It runs
+  // kStages - 1 tiles ahead of the compute loop, across items; items without entries are
+  // skipped (they need no Q and no tiles).
+  int l_item = item_begin, l_tile = 0, l_stage = 0, l_qbuf = 0;
+  StreamItem li;
+  if (l_item < item_end) li = resolve_stream_item<D>(p, l_item);
+  auto issue_next_tile = [&]() {
+    while (l_item < item_end && l_tile >= li.num_tiles) {
+      ++l_item;
+      l_tile = 0;
+      if (l_item < item_end) li = resolve_stream_item<D>(p, l_item);
+    }
+    if (l_item < item_end) {
+      if (l_tile == 0) {
+        // The item's query rows (head kv_head * group + r of token seq), 16 bytes a thread.
+        constexpr int kPieces = D / 8;
+        if (tid < group * kPieces) {
+          const int r = tid / kPieces, col = (tid % kPieces) * 8;
+          cp_async_16(q_buf(l_qbuf) + r * D + col,
+                      a.q + (static_cast<long long>(li.seq) * num_heads + li.kv_head * group + r) * D + col, true);
+        }
+        l_qbuf = l_qbuf == kStreamQBufs - 1 ? 0 : l_qbuf + 1;
+      }
+      constexpr int kPieces = D / 16;
+      unsigned char* codes = stage_codes(l_stage);
+      float* scales = stage_scales(l_stage);
+      const int col = (tid % kPieces) * 16;
+      const int base = li.kv_begin + l_tile * kTileKV;
+      for (int r = tid / kPieces; r < kTileKV; r += kThreads / kPieces) {
+        const int e = base + r;
+        const bool valid = e < li.kv_end;
+        long long off = 0;
+        if (valid) {
+          const int page = pow2_pages ? e >> page_shift : e / block_size;
+          const int in_page = pow2_pages ? e & (block_size - 1) : e - page * block_size;
+          off = li.pages[page] * page_stride + li.head_base + static_cast<long long>(in_page) * D;
+        }
+        cp_async_16(codes + r * G::kCodeStride + col, a.k_codes + off + col, valid);
+        cp_async_16(codes + G::kCodeTileBytes + r * G::kCodeStride + col, a.v_codes + off + col, valid);
+        if (col == 0) {
+          cp_async_4(scales + r, a.k_scales + off / D, valid);
+          cp_async_4(scales + kTileKV + r, a.v_scales + off / D, valid);
+        }
+      }
+      l_stage = l_stage == G::kStages - 1 ? 0 : l_stage + 1;
+      ++l_tile;
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int st = 0; st < G::kStages - 1; ++st) issue_next_tile();
+
+  constexpr int kWarpKV = kTileKV / kWarps;  // entries of each tile this warp owns
+  const int warp_kv0 = warp * kWarpKV;
+  int c_stage = 0, c_qbuf = 0;
+  for (int item = item_begin; item < item_end; ++item) {
+    const StreamItem ci = resolve_stream_item<D>(p, item);
+    float o[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY};
+    float l[2] = {0.f, 0.f};
+    uint32_t qf[D / 16][4];
+    for (int t = 0; t < ci.num_tiles; ++t) {
+      issue_next_tile();
+      cp_async_wait<G::kStages - 1>();
+      __syncthreads();
+      if (t == 0) {
+        // A fragments of every k-step in the permuted head order (paged_attention_kernel), in
+        // f16 (exact for |q| in [2^-14, 65504], saturated beyond); rows >= group and the
+        // fragments' rows 8..15 are zero.
+        const __nv_bfloat16* qs = q_buf(c_qbuf) + g * D + 4 * t4;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint2 r = g < group ? *reinterpret_cast<const uint2*>(qs + kk * 16) : make_uint2(0u, 0u);
+          constexpr float kF16Max = 65504.f;
+          const float2 f0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.x));
+          const float2 f1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.y));
+          qf[kk][0] = pack_f16x2(fminf(fmaxf(f0.x, -kF16Max), kF16Max), fminf(fmaxf(f0.y, -kF16Max), kF16Max));
+          qf[kk][2] = pack_f16x2(fminf(fmaxf(f1.x, -kF16Max), kF16Max), fminf(fmaxf(f1.y, -kF16Max), kF16Max));
+          qf[kk][1] = qf[kk][3] = 0u;
+        }
+        c_qbuf = c_qbuf == kStreamQBufs - 1 ? 0 : c_qbuf + 1;
+      }
+      const unsigned char* k_codes = stage_codes(c_stage);
+      const float* k_scale = stage_scales(c_stage);
+      const float* v_scale = k_scale + kTileKV;
+      c_stage = c_stage == G::kStages - 1 ? 0 : c_stage + 1;
+      const int row_limit[2] = {ci.kv_end, ci.kv_end};
+      fp8_narrow_tile<D, G::kCodeStride>(p, qf, k_codes, k_scale, v_scale, warp_kv0, ci.kv_begin + t * kTileKV + warp_kv0,
+                                         row_limit, o, m, l);
+      __syncthreads();  // the next iteration refills the stage just read
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+    // Merge the four warps' partial softmaxes of the item's rows (g < group; the fragments'
+    // rows 8..15 are empty) in paged_attention_kernel's order: m = max_w m_w, then for w = 0..3
+    // the running sum += o_w 2^(m_w - m) and l += l_w 2^(m_w - m), skipping empty warps; warp w
+    // adds its share to the running sum in shared memory after warp w - 1, and warp 3 stores.
+    __syncthreads();  // the last item's merge is done with merge_acc / merge_ml
+    const bool row_ok = g < group;
+    if (row_ok && t4 == 0) {
+      merge_ml[(warp * kStreamRows + g) * 2] = m[0];
+      merge_ml[(warp * kStreamRows + g) * 2 + 1] = l[0];
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    if (row_ok) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, merge_ml[(w * kStreamRows + g) * 2]);
+    }
+    const bool contributes = mx != -INFINITY && l[0] > 0.f;
+    const float f = contributes ? exp2f(m[0] - mx) : 0.f;
+    auto dim_of = [&](int j, int i) { return 32 * (j / 4) + 4 * (2 * t4 + (i & 1)) + j % 4; };
+    for (int w = 0; w < kWarps; ++w) {
+      if (warp == w && row_ok) {
+        float* acc_row = merge_acc + g * D;
+        if (w < kWarps - 1) {
+#pragma unroll
+          for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              float acc = w == 0 ? 0.f : acc_row[dim_of(j, i)];
+              if (contributes) acc = fmaf(o[j][i] * kNarrowOScale, f, acc);  // paged_attention_kernel's fma
+              acc_row[dim_of(j, i)] = acc;
+            }
+        } else {
+          float wsum = 0.f;
+          if (mx != -INFINITY) {
+#pragma unroll
+            for (int v = 0; v < kWarps; ++v) {
+              const float lw = merge_ml[(v * kStreamRows + g) * 2 + 1];
+              if (lw <= 0.f) continue;
+              wsum += lw * exp2f(merge_ml[(v * kStreamRows + g) * 2] - mx);
+            }
+          }
+          const long long row = static_cast<long long>(ci.seq) * num_heads + ci.kv_head * group + g;
+#pragma unroll
+          for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              float acc = acc_row[dim_of(j, i)];
+              if (contributes) acc = fmaf(o[j][i] * kNarrowOScale, f, acc);  // paged_attention_kernel's fma
+              store_row_element<D>(p, row, ci.split, dim_of(j, i), mx, wsum, acc);
+            }
+        }
+      }
+      if (w < kWarps - 1) __syncthreads();
+    }
+  }
+  cp_async_wait<0>();
+}
 // One warp per (token, head) row: out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max lse).
 // head_splits (ragged paging): the splits of each KV head, which its query heads (num_heads per
 // token, `group` per KV head) merge; null: num_splits for every row.
@@ -648,6 +975,47 @@ cudaError_t ensure_smem_limit() {
   return err;
 }
 
+template <int D>
+cudaError_t launch_fp8_stream(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
+                              cudaStream_t stream) {
+  static std::array<std::atomic<bool>, kMaxDevices> raised{};
+  int device = 0;
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  if (!raised[device].load(std::memory_order_acquire)) {
+    if (cudaError_t err = cudaFuncSetAttribute(paged_decode_fp8_stream_kernel<D>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, StreamGeom<D>::kSmemBytes);
+        err != cudaSuccess)
+      return err;
+    raised[device].store(true, std::memory_order_release);
+  }
+  const AttentionShape& s = args.shape;
+  KernelParams p;
+  p.a = args;
+  p.group = s.num_heads / s.num_kv_heads;
+  p.num_splits = plan.num_splits;
+  p.kv_chunk = plan.kv_chunk_size;
+  p.scale_log2 = args.softmax_scale * kLog2e;
+  const long long num_rows = static_cast<long long>(s.num_tokens) * s.num_heads;
+  p.part_o = static_cast<float*>(workspace);
+  p.part_lse = p.part_o ? p.part_o + plan.num_splits * num_rows * D : nullptr;
+  const bool ragged = args.ragged.num_tables > 0;
+  const long long items =
+      static_cast<long long>(s.num_seqs) * (ragged ? args.ragged.num_work : s.num_kv_heads * plan.num_splits);
+  const int per_cta = plan.items_per_cta;
+  const long long ctas = (items + per_cta - 1) / per_cta;
+  if (items > INT_MAX || ctas > INT_MAX) return cudaErrorInvalidValue;
+  paged_decode_fp8_stream_kernel<D><<<static_cast<unsigned>(ctas), kThreads, StreamGeom<D>::kSmemBytes, stream>>>(
+      p, per_cta, static_cast<int>(items));
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || plan.num_splits == 1) return err;
+  const unsigned merge_blocks = static_cast<unsigned>((num_rows + 7) / 8);
+  merge_splits_kernel<D><<<merge_blocks, 256, 0, stream>>>(p.part_o, p.part_lse, plan.num_splits, num_rows, args.out,
+                                                            ragged ? args.ragged.head_splits : nullptr, s.num_heads,
+                                                            p.group);
+  return cudaGetLastError();
+}
+
 template <int D, bool kFp8, bool kNarrow>
 cudaError_t launch(const AttentionArgs& args, const AttentionPlan& plan, void* workspace, cudaStream_t stream) {
   if (cudaError_t attr_status = ensure_smem_limit<D, kFp8, kNarrow>(); attr_status != cudaSuccess) return attr_status;
@@ -698,6 +1066,13 @@ AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, 
   chunk = (chunk + kTileKV - 1) / kTileKV * kTileKV;
   plan.num_splits = static_cast<int>((max_kv_len + chunk - 1) / chunk);
   plan.kv_chunk_size = chunk;
+  // FP8 decode (the launch ignores this for bf16): the streamed kernel, one item per CTA. More
+  // lost at every measured shape (H100, batch 64-1024 x context 640-4096, page 16 and 256: 2
+  // items 0-6% slower than 1 at batch 1024 and up to 25% at batch 64, 4 and 8 slower still): the
+  // hardware already overlaps one CTA's pipeline fill with its neighbours' streaming, while
+  // longer CTAs leave a longer tail and each item change stalls the loads on its page lookups.
+  if (plan.query_rows == kNarrowRows && shape.num_tokens == shape.num_seqs && group <= kStreamRows)
+    plan.items_per_cta = 1;
   return plan;
 }
 
@@ -770,7 +1145,7 @@ size_t paged_attention_workspace_bytes(const AttentionPlan& plan, const Attentio
 cudaError_t paged_attention(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
                             size_t workspace_bytes, cudaStream_t stream) {
   const AttentionShape& s = args.shape;
-  if (!shape_ok(s) || plan.num_splits < 1 || plan.kv_chunk_size <= 0 ||
+  if (!shape_ok(s) || plan.num_splits < 1 || plan.kv_chunk_size <= 0 || plan.items_per_cta < 0 ||
       (plan.query_rows != kNarrowRows && plan.query_rows != kTileRows) ||
       plan.num_tile_slots != num_tile_slots(s, plan.query_rows))
     return cudaErrorInvalidValue;
@@ -787,6 +1162,10 @@ cudaError_t paged_attention(const AttentionArgs& args, const AttentionPlan& plan
     return cudaErrorInvalidValue;
   void* ws = plan.num_splits > 1 ? workspace : nullptr;
   const bool narrow = plan.query_rows == kNarrowRows;
+  // FP8 decode batches with a GQA group of at most kStreamRows: the streamed kernel.
+  if (fp8 && narrow && plan.items_per_cta > 0 && s.num_tokens == s.num_seqs &&
+      s.num_heads / s.num_kv_heads <= kStreamRows)
+    return s.head_dim == 64 ? launch_fp8_stream<64>(args, plan, ws, stream) : launch_fp8_stream<128>(args, plan, ws, stream);
   if (s.head_dim == 64) {
     if (narrow) return fp8 ? launch<64, true, true>(args, plan, ws, stream) : launch<64, false, true>(args, plan, ws, stream);
     return fp8 ? launch<64, true, false>(args, plan, ws, stream) : launch<64, false, false>(args, plan, ws, stream);

@@ -17,6 +17,8 @@
 // kv_len out over the splits, at most kv_chunk_size and at least 128 entries per split; splits past
 // its end do no work), so a CUDA graph captured with the model's longest length replays at any
 // length without leaving a short sequence's attention to one split.
+// FP8 decode batches run a variant (paged_attention.cu, paged_decode_fp8_stream_kernel) with a CTA
+// per (sequence, KV head, split) work item instead of per query tile (AttentionPlan::items_per_cta).
 // Launchers only enqueue work on `stream`: no allocation, no synchronisation.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -92,6 +94,10 @@ struct AttentionPlan {
   int num_tile_slots = 0;   // CTAs along the query dimension (an upper bound; extras exit at once)
   int query_rows = 64;      // packed query rows per CTA: 64 (the warps split the rows: prefill,
                             // mixed) or 16 (the warps split each KV tile: decode)
+  int items_per_cta = 0;    // FP8 decode (query_rows 16, one token a sequence, GQA group <= 8):
+                            // work items (sequence, KV head, split) per CTA of the streamed
+                            // kernel (the planner: 1); 0 = the one-CTA-per-query-tile kernel,
+                            // which the bf16 cache always takes. Both are exact for any value.
 };
 
 // True when the kernels are built for this head_dim (64 and 128). Others (e.g. 8) are not: the
