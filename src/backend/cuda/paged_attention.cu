@@ -145,6 +145,24 @@ constexpr float kNarrowOScale = 1.f / kE4M3ToF16Scale;
 // instructions per two codes) the narrow kernel was issue-bound (ncu: issue slots 55-58% busy,
 // DRAM 68% at batch 1024 x 640 entries) and read FP8 at 74-85% of the copy bandwidth against
 // 82-94% now.
+// One tile's step of the online softmax, for the two rows (g, g + 8) a lane holds: the tile's row
+// maxima (over the 4 lanes of a quad) join the running maxima m, the running sums l are rescaled,
+// and corr / m_use give each row's rescale of its output and the maximum its probabilities
+// subtract.
+__device__ __forceinline__ void online_softmax_rescale(float (&row_max)[2], float (&m)[2], float (&l)[2],
+                                                       float (&corr)[2], float (&m_use)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
+    row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
+    const float m_new = fmaxf(m[h], row_max[h]);
+    m_use[h] = m_new == -INFINITY ? 0.f : m_new;  // a fully masked row stays at zero, not NaN
+    corr[h] = exp2f(m[h] - m_use[h]);
+    m[h] = m_new;
+    l[h] *= corr[h];
+  }
+}
+
 template <int D, int kCodeStride>
 __device__ __forceinline__ void fp8_narrow_tile(const KernelParams& p, const uint32_t (&qf)[D / 16][4],
                                                 const unsigned char* k_codes, const float* k_scale,
@@ -177,16 +195,7 @@ __device__ __forceinline__ void fp8_narrow_tile(const KernelParams& p, const uin
       row_max[i >> 1] = fmaxf(row_max[i >> 1], v);
     }
   float corr[2], m_use[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
-    row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
-    const float m_new = fmaxf(m[h], row_max[h]);
-    m_use[h] = m_new == -INFINITY ? 0.f : m_new;  // a fully masked row stays at zero, not NaN
-    corr[h] = exp2f(m[h] - m_use[h]);
-    m[h] = m_new;
-    l[h] *= corr[h];
-  }
+  online_softmax_rescale(row_max, m, l, corr, m_use);
 #pragma unroll
   for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -512,16 +521,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
         }
       }
       float corr[2], m_use[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
-        row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
-        const float m_new = fmaxf(m[h], row_max[h]);
-        m_use[h] = m_new == -INFINITY ? 0.f : m_new;  // a fully masked row stays at zero, not NaN
-        corr[h] = exp2f(m[h] - m_use[h]);
-        m[h] = m_new;
-        l[h] *= corr[h];
-      }
+      online_softmax_rescale(row_max, m, l, corr, m_use);
 #pragma unroll
       for (int n = 0; n < kWarpKV / 8; ++n) {
 #pragma unroll
