@@ -975,6 +975,38 @@ cudaError_t ensure_smem_limit() {
   return err;
 }
 
+// The parameters every attention launch passes: the arguments, the plan's splits and the split
+// partials' place in the workspace.
+template <int D>
+KernelParams kernel_params(const AttentionArgs& args, const AttentionPlan& plan, void* workspace) {
+  const AttentionShape& s = args.shape;
+  KernelParams p;
+  p.a = args;
+  p.group = s.num_heads / s.num_kv_heads;
+  p.num_splits = plan.num_splits;
+  p.kv_chunk = plan.kv_chunk_size;
+  p.scale_log2 = args.softmax_scale * kLog2e;
+  const long long num_rows = static_cast<long long>(s.num_tokens) * s.num_heads;
+  p.part_o = static_cast<float*>(workspace);
+  p.part_lse = p.part_o ? p.part_o + plan.num_splits * num_rows * D : nullptr;
+  return p;
+}
+
+// After an attention launch: its error, or with several splits the merge of their partials.
+template <int D>
+cudaError_t merge_after(const KernelParams& p, const AttentionArgs& args, const AttentionPlan& plan,
+                        cudaStream_t stream) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || plan.num_splits == 1) return err;
+  const AttentionShape& s = args.shape;
+  const long long num_rows = static_cast<long long>(s.num_tokens) * s.num_heads;
+  const unsigned merge_blocks = static_cast<unsigned>((num_rows + 7) / 8);
+  merge_splits_kernel<D><<<merge_blocks, 256, 0, stream>>>(p.part_o, p.part_lse, plan.num_splits, num_rows, args.out,
+                                                            args.ragged.num_tables > 0 ? args.ragged.head_splits : nullptr,
+                                                            s.num_heads, p.group);
+  return cudaGetLastError();
+}
+
 template <int D>
 cudaError_t launch_fp8_stream(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
                               cudaStream_t stream) {
@@ -990,15 +1022,7 @@ cudaError_t launch_fp8_stream(const AttentionArgs& args, const AttentionPlan& pl
     raised[device].store(true, std::memory_order_release);
   }
   const AttentionShape& s = args.shape;
-  KernelParams p;
-  p.a = args;
-  p.group = s.num_heads / s.num_kv_heads;
-  p.num_splits = plan.num_splits;
-  p.kv_chunk = plan.kv_chunk_size;
-  p.scale_log2 = args.softmax_scale * kLog2e;
-  const long long num_rows = static_cast<long long>(s.num_tokens) * s.num_heads;
-  p.part_o = static_cast<float*>(workspace);
-  p.part_lse = p.part_o ? p.part_o + plan.num_splits * num_rows * D : nullptr;
+  const KernelParams p = kernel_params<D>(args, plan, workspace);
   const bool ragged = args.ragged.num_tables > 0;
   const long long items =
       static_cast<long long>(s.num_seqs) * (ragged ? args.ragged.num_work : s.num_kv_heads * plan.num_splits);
@@ -1007,38 +1031,18 @@ cudaError_t launch_fp8_stream(const AttentionArgs& args, const AttentionPlan& pl
   if (items > INT_MAX || ctas > INT_MAX) return cudaErrorInvalidValue;
   paged_decode_fp8_stream_kernel<D><<<static_cast<unsigned>(ctas), kThreads, StreamGeom<D>::kSmemBytes, stream>>>(
       p, per_cta, static_cast<int>(items));
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess || plan.num_splits == 1) return err;
-  const unsigned merge_blocks = static_cast<unsigned>((num_rows + 7) / 8);
-  merge_splits_kernel<D><<<merge_blocks, 256, 0, stream>>>(p.part_o, p.part_lse, plan.num_splits, num_rows, args.out,
-                                                            ragged ? args.ragged.head_splits : nullptr, s.num_heads,
-                                                            p.group);
-  return cudaGetLastError();
+  return merge_after<D>(p, args, plan, stream);
 }
 
 template <int D, bool kFp8, bool kNarrow>
 cudaError_t launch(const AttentionArgs& args, const AttentionPlan& plan, void* workspace, cudaStream_t stream) {
   if (cudaError_t attr_status = ensure_smem_limit<D, kFp8, kNarrow>(); attr_status != cudaSuccess) return attr_status;
   const AttentionShape& s = args.shape;
-  KernelParams p;
-  p.a = args;
-  p.group = s.num_heads / s.num_kv_heads;
-  p.num_splits = plan.num_splits;
-  p.kv_chunk = plan.kv_chunk_size;
-  p.scale_log2 = args.softmax_scale * kLog2e;
-  const long long num_rows = static_cast<long long>(s.num_tokens) * s.num_heads;
-  p.part_o = static_cast<float*>(workspace);
-  p.part_lse = p.part_o ? p.part_o + plan.num_splits * num_rows * D : nullptr;
+  const KernelParams p = kernel_params<D>(args, plan, workspace);
   const bool ragged = args.ragged.num_tables > 0;
   const dim3 grid(plan.num_tile_slots, ragged ? args.ragged.num_work : s.num_kv_heads, ragged ? 1 : plan.num_splits);
   paged_attention_kernel<D, kFp8, kNarrow><<<grid, kThreads, TileGeom<D, kFp8, kNarrow>::kSmemBytes, stream>>>(p);
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess || plan.num_splits == 1) return err;
-  const unsigned merge_blocks = static_cast<unsigned>((num_rows + 7) / 8);
-  merge_splits_kernel<D><<<merge_blocks, 256, 0, stream>>>(p.part_o, p.part_lse, plan.num_splits, num_rows, args.out,
-                                                            ragged ? args.ragged.head_splits : nullptr, s.num_heads,
-                                                            p.group);
-  return cudaGetLastError();
+  return merge_after<D>(p, args, plan, stream);
 }
 
 }  // namespace
