@@ -17,7 +17,7 @@
 # "streaming,snapkv,keydiff,pagedeviction,zipage,fastkvzip"), QT_SHARES ("0.125 0.25 0.5"),
 # QT_CONTEXT (2048: the ~2065-token dev documents; 256 / 512 / 1024 tokens), QT_MODES
 # ("context stream"), QT_LIMIT (documents; 10, --full = 0 = all), QT_THREADS (0 = all cores),
-# QT_DEVICE (cpu), QT_BENCH (the GPU half's JSON lines; none: accuracy only), OUT
+# QT_DEVICE (cpu), QT_KV_MEMORY (8GiB on the CPU), QT_BENCH (the GPU half's JSON lines; none: accuracy only), OUT
 # (/tmp/origami-qt), QT_SVG / QT_TABLE (docs/plots/quality_vs_throughput.{svg,md}).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +39,9 @@ BUDGETS=$(python3 -c 'import sys; c=int(sys.argv[1]); print(",".join(str(round(f
   "$CONTEXT" $SHARES)
 FLAGS=(--device "${QT_DEVICE:-cpu}" --data "$SH/data/retrieval_dev.jsonl" --limit "$LIMIT" --threads "${QT_THREADS:-0}"
        --json --quiet)
+# Context mode retains every document's cache until its question comes: 100 dev documents of the
+# tiny model need ~2.4 GB of fp32 KV, more than the CPU's default pool of 1 GiB.
+[ "${QT_DEVICE:-cpu}" = cpu ] && FLAGS+=(--kv-cache-memory "${QT_KV_MEMORY:-8GiB}")
 # Fast KVzip scores with its trained gates (they cost the other policies nothing but the gate pass).
 case ",$POLICIES," in *,fastkvzip,*) FLAGS+=(--kv-gates "$GATES") ;; esac
 EVALS=()
