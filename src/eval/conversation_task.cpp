@@ -88,8 +88,10 @@ std::vector<std::vector<EvalItemResult>> run_conversations(Engine& engine, const
         r.error = br.error.empty() ? std::string("request ") + finish_reason_name(br.finish_reason) : br.error;
       } else if (static_cast<size_t>(br.num_cached_prompt_tokens) < served[i]) {
         r.error = "turn " + std::to_string(t + 1) + " continued " + std::to_string(br.num_cached_prompt_tokens) + " of " +
-                  std::to_string(served[i]) + " retained tokens: its context was released (give the engine more KV "
-                  "memory, or a larger --retained-kv-memory)";
+                  std::to_string(served[i]) +
+                  " retained tokens: its context was released (give the engine more KV memory, or a larger "
+                  "--retained-kv-memory), or the policy's query window would reach into it (a policy whose "
+                  "compressions score by queries the context never captured, e.g. kvllm, is not continued)";
       } else {
         r.ok = true;
         r.generated_token_ids = br.output_token_ids;
