@@ -1,5 +1,6 @@
 #include "core/host_timers.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -5,7 +5,6 @@
 // line per name (calls, total, per call) to stderr when it exits. Without the variable a scope
 // costs one branch on a cached flag. Meant for the engine's own thread: the sums are atomic, but
 // scopes that run at once on several threads add up more than the wall time they took.
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 
@@ -27,9 +26,13 @@ class ScopedHostTimer {
   explicit ScopedHostTimer(int slot) : slot_(slot) {
     if (slot_ >= 0) start_ = std::chrono::steady_clock::now();
   }
-  ~ScopedHostTimer() {
-    if (slot_ >= 0)
-      HostTimers::add(slot_, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
+  ~ScopedHostTimer() { stop(); }
+  // Ends the timing before the scope does (a span that stops mid-scope); the destructor then adds
+  // nothing more.
+  void stop() {
+    if (slot_ < 0) return;
+    HostTimers::add(slot_, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
+    slot_ = -1;
   }
   ScopedHostTimer(const ScopedHostTimer&) = delete;
   ScopedHostTimer& operator=(const ScopedHostTimer&) = delete;
@@ -41,11 +44,13 @@ class ScopedHostTimer {
 
 #define ORIGAMI_HOST_TIMER_CAT2(a, b) a##b
 #define ORIGAMI_HOST_TIMER_CAT(a, b) ORIGAMI_HOST_TIMER_CAT2(a, b)
-// Times the rest of the enclosing scope under `name` (a string literal).
-#define ORIGAMI_HOST_TIMER(name)                                                                           \
+// A timer `var` over the rest of the enclosing scope under `name` (a string literal), which
+// var.stop() may end sooner. The name's slot is looked up once per call site.
+#define ORIGAMI_HOST_TIMER_NAMED(var, name)                                                                \
   static const int ORIGAMI_HOST_TIMER_CAT(origami_host_timer_slot_, __LINE__) =                            \
       ::origami::HostTimers::enabled() ? ::origami::HostTimers::slot(name) : -1;                           \
-  ::origami::ScopedHostTimer ORIGAMI_HOST_TIMER_CAT(origami_host_timer_, __LINE__)(                        \
-      ORIGAMI_HOST_TIMER_CAT(origami_host_timer_slot_, __LINE__))
+  ::origami::ScopedHostTimer var(ORIGAMI_HOST_TIMER_CAT(origami_host_timer_slot_, __LINE__))
+// Times the rest of the enclosing scope under `name`.
+#define ORIGAMI_HOST_TIMER(name) ORIGAMI_HOST_TIMER_NAMED(ORIGAMI_HOST_TIMER_CAT(origami_host_timer_, __LINE__), name)
 
 }  // namespace origami

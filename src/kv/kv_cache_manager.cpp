@@ -120,8 +120,8 @@ int KVCacheManager::acquire_cached_prefix(KVSequence& request, int max_cached_to
       table_keys.push_back(keys[g][static_cast<size_t>(i)]);
     }
     table.num_entries = num_hit * b;
-    request.kv.sum_forget();
   }
+  request.kv.sum_forget();
   const int num_cached = num_hit * b;
   stats_.num_queried_tokens += num_tokens;
   stats_.num_hit_tokens += num_cached;

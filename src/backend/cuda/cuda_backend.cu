@@ -1,7 +1,6 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <optional>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -1127,8 +1126,7 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, St
       {in.page_indices, in.page_indices + page_count},
   };
   out->prepare_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step.entered).count();
-  const int launch_timer = HostTimers::enabled() ? HostTimers::slot("cuda.forward.upload_plan_launch") : -1;
-  std::optional<ScopedHostTimer> launch_time(std::in_place, launch_timer);
+  ORIGAMI_HOST_TIMER_NAMED(launch_time, "cuda.forward.upload_plan_launch");
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_start_, stream_));
   ORIGAMI_CUDA_RETURN_IF_ERROR(
       copy_used_inputs(dev_inputs_, host_inputs_, used, sizeof(used) / sizeof(used[0]), stream_));
@@ -1183,7 +1181,7 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, St
                                                  cudaMemcpyDeviceToHost, stream_));
   ORIGAMI_RETURN_IF_ERROR(compute_all_logits(batch, out));
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_end_, stream_));
-  launch_time.reset();
+  launch_time.stop();
   {
     ORIGAMI_HOST_TIMER("cuda.forward.wait");
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
