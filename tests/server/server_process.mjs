@@ -1,7 +1,7 @@
 // Starts `origami serve` on a free port of 127.0.0.1 with the tiny model and stops it with
 // SIGTERM (the server must exit 0). ORIGAMI_BIN and ORIGAMI_MODEL come from ctest.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import http from 'node:http';
 import path from 'node:path';
@@ -111,4 +111,30 @@ export async function waitIdle(url, timeoutMs = 20000) {
 }
 
 export function countFds(pid) { return readdirSync(`/proc/${pid}/fd`).length; }
+
+// What each open descriptor of the process points at ("socket:[123]", "anon_inode:[eventfd]",
+// a path), sorted: printed when a count differs, so a failure names the descriptor.
+export function listFds(pid) {
+  const out = [];
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try { out.push(`${fd} -> ${readlinkSync(`/proc/${pid}/fd/${fd}`)}`); } catch { /* closed meanwhile */ }
+  }
+  return out.sort();
+}
+
+// The descriptor count once it has stopped moving: a connection the client has finished with
+// may still be open on the server's side for a moment (the server closes it after its write
+// completes), so a single reading can count one that is already on its way out. Returns the
+// count unchanged for quietMs, or the last reading after timeoutMs.
+export async function settledFds(pid, { quietMs = 500, timeoutMs = 10000 } = {}) {
+  const start = Date.now();
+  let count = countFds(pid);
+  let since = Date.now();
+  while (Date.now() - since < quietMs && Date.now() - start < timeoutMs) {
+    await new Promise((r) => setTimeout(r, 50));
+    const now = countFds(pid);
+    if (now !== count) { count = now; since = Date.now(); }
+  }
+  return count;
+}
 export function countThreads(pid) { return readdirSync(`/proc/${pid}/task`).length; }
