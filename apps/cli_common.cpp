@@ -107,6 +107,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
                   "fp8: FP8 E4M3 projections (bf16 checkpoints quantized per channel at load; FP8 checkpoints "
                   "always run in FP8)")
       ->check(CLI::IsMember({"none", "fp8"}))->capture_default_str();
+  cmd->add_flag("--fp8-fast-accumulation", c.fp8_fast_accumulation,
+                "FP8 GEMMs (CUDA): keep each dot product's whole sum in the tensor cores' accumulator (about 14 "
+                "bits) instead of promoting partial sums to fp32, as FP8 inference stacks' forward GEMMs do; the "
+                "CPU's emulation is unchanged");
   cmd->add_option("--block-size", c.block_size, "Tokens per KV block")->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_option("--max-num-seqs", c.max_num_seqs, "Most requests running at once")->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

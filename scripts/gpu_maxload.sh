@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Max-load throughput as trtllm-bench measures it: `origami bench` with every prompt submitted at
 # once, up to --max-num-seqs running, dummy weights (tokenizer-free random prompts), on one GPU.
-#   MAXLOAD_RUNS   space-separated runs, each  name:config:prompts:in:out:quant:kvdtype:policy:budget
+#   MAXLOAD_RUNS   space-separated runs, each  name:config:prompts:in:out:quant:kvdtype:policy:budget[:extra]
 #                  (quant none|fp8, kvdtype bf16|fp8, policy full, full-reserved (--reserve-full-kv:
 #                  admitted only when prompt + output fit, never preempted) or a --kv-policy, budget tokens;
 #                  fastkvzip runs its default (global threshold in whole pages, per-head pages),
-#                  fastkvzip-uniform its uniform budgets on one group)
+#                  fastkvzip-uniform its uniform budgets on one group); extra: more bench flags joined
+#                  by '+', e.g. --fp8-fast-accumulation or --fp8-fast-accumulation+--fp8-fused-quantize
 #   MAXLOAD_SEQS   --max-num-seqs (default 2048), MAXLOAD_TOKENS --max-num-batched-tokens (8192)
 #   MAXLOAD_BLOCK  --block-size (default 256 under compression, 16 for full KV)
 # Logs and JSON per run go to $OUT (default /tmp/origami-gpu); a table is printed last, with
@@ -23,8 +24,9 @@ RUNS=${MAXLOAD_RUNS:-"full:llama-3.1-8b:1024:128:4096:fp8:fp8:full:0"}
 declare -A TRT=([128:2048]=22714 [128:4096]=14325 [1000:1000]=15220)
 rows=()
 for run in $RUNS; do
-  IFS=: read -r name cfg n in out quant kv pol budget <<< "$run"
+  IFS=: read -r name cfg n in out quant kv pol budget extra <<< "$run"
   flags=(--quantization "$quant" --kv-cache-dtype "$kv")
+  [ -n "${extra:-}" ] && { IFS=+ read -r -a more <<< "$extra"; flags+=("${more[@]}"); }
   if [ "$pol" = full ] || [ "$pol" = full-reserved ]; then
     flags+=(--query-slots -1 --block-size "${MAXLOAD_BLOCK:-16}")
     [ "$pol" = full-reserved ] && flags+=(--reserve-full-kv)

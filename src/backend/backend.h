@@ -35,6 +35,10 @@ struct BackendOptions {
   // is quantized as it loads. An FP8 checkpoint (ModelConfig::quantization) runs in FP8 whatever
   // this says. The CPU backend emulates it exactly (fp32 GEMMs over the dequantized operands).
   WeightQuantization quantization = WeightQuantization::kNone;
+  // FP8 GEMMs with fast accumulation (--fp8-fast-accumulation; cuda/fp8_gemm.h): the whole K sum
+  // in the tensor cores' accumulator instead of promoted to fp32 every few instructions. Off
+  // until its speed and fidelity are measured on the GPU (docs/kernels.md, "FP8 weights").
+  bool fp8_fast_accumulation = false;
 };
 
 // Whether a backend with `options` computes the projections of `config` in FP8.

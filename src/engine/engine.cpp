@@ -128,6 +128,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   backend_options.tensor_parallel_size = config.tensor_parallel_size;
   backend_options.tensor_parallel_reduce = config.custom_all_reduce ? BackendOptions::TensorParallelReduce::kPeer
                                                                      : BackendOptions::TensorParallelReduce::kNccl;
+  backend_options.fp8_fast_accumulation = config.fp8_fast_accumulation;
   if (config.quantization == "fp8") {
     backend_options.quantization = WeightQuantization::kFp8;
   } else if (config.quantization != "none") {

@@ -28,6 +28,8 @@ struct EngineConfig {
   // "none" or "fp8": FP8 E4M3 projections (a bf16 checkpoint is quantized per channel as it
   // loads; FP8 checkpoints run in FP8 either way). The CPU backend emulates it.
   std::string quantization = "none";
+  // FP8 GEMMs accumulate the whole K sum in the tensor cores (BackendOptions::fp8_fast_accumulation).
+  bool fp8_fast_accumulation = false;
 
   int block_size = 16;
   // --kv-cache-dtype: the KV cache's element type (auto = the model's: bf16 on CUDA, fp32 on the

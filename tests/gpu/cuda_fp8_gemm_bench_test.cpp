@@ -100,5 +100,79 @@ TEST(Fp8GemmBench, Llama31_8BProjections) {
   cudaStreamDestroy(stream);
 }
 
+std::vector<uint8_t> random_codes(size_t n) {
+  std::vector<uint8_t> codes(n);
+  uint64_t state = 0x9e3779b97f4a7c15ull ^ n;
+  for (size_t i = 0; i < n; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    // sign, exponent 4..8 of 15 (2^-3 .. 2^1), any mantissa: never NaN, no overflow in the sums.
+    const uint32_t r = static_cast<uint32_t>(state >> 33);
+    codes[i] = static_cast<uint8_t>((r & 0x80u) | ((4u + (r >> 8) % 5u) << 3) | (r & 0x7u));
+  }
+  return codes;
+}
+
+// The GEMM alone (no quantize kernel) on the path the backend takes, split vs fast accumulation
+// (Fp8Gemm::set_fast_accumulation), each with cuBLASLt's first heuristic choice and with the
+// fastest of the heuristic's candidates timed here: whether fast accumulation, or timing the
+// candidates when a shape is planned, is worth taking into the backend.
+TEST(Fp8GemmBench, AccumulationAndAlgorithmChoice) {
+  if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
+  cudaStream_t stream;
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  struct Shape {
+    const char* name;
+    int n, k;
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+  std::printf("FP8ACC %-8s %5s | %9s %9s %8s | %9s %9s %8s | %7s %7s\n", "shape", "m", "split ms", "best", "(cand)",
+              "fast ms", "best", "(cand)", "fast/split", "TFLOP/s");
+  for (int m : {64, 256, 512, 1024, 2048}) {
+    double sum_split = 0, sum_fast = 0, sum_best = 0, flops = 0;
+    for (const Shape& s : shapes) {
+      const size_t wn = static_cast<size_t>(s.n) * s.k;
+      DeviceBuffer<uint8_t> wq(wn), xq(static_cast<size_t>(m) * s.k);
+      DeviceBuffer<float> ws(s.n), xs(m), acc(static_cast<size_t>(m) * s.n);
+      DeviceBuffer<__nv_bfloat16> y(static_cast<size_t>(m) * s.n);
+      // Random finite E4M3 codes of moderate size (a tensor core's power, so its clock, depends on
+      // the bits it toggles: constant operands would time a cooler GEMM than real ones).
+      wq.upload(random_codes(wn));
+      xq.upload(random_codes(static_cast<size_t>(m) * s.k));
+      std::vector<float> ones_n(static_cast<size_t>(s.n), 0.01f), ones_m(static_cast<size_t>(m), 0.01f);
+      ws.upload(ones_n);
+      xs.upload(ones_m);
+      float t[2] = {0, 0}, best[2] = {0, 0};
+      int best_i[2] = {0, 0}, cands[2] = {0, 0};
+      for (int fast = 0; fast < 2; ++fast) {
+        Fp8Gemm gemm;
+        gemm.set_fast_accumulation(fast != 0);
+        auto run = [&] { gemm.linear(xq.get(), xs.get(), m, s.k, wq.get(), ws.get(), s.n, y.get(), acc.get(), stream); };
+        run();  // plan
+        t[fast] = graph_ms(stream, 50, run);
+        cands[fast] = gemm.num_candidates(m, s.n, s.k);
+        best[fast] = t[fast];
+        for (int c = 1; c < cands[fast]; ++c) {
+          gemm.use_candidate(m, s.n, s.k, c);
+          run();
+          const float tc = graph_ms(stream, 50, run);
+          if (tc < best[fast]) { best[fast] = tc; best_i[fast] = c; }
+        }
+      }
+      const double f = 2.0 * m * s.n * s.k;
+      std::printf("FP8ACC %-8s %5d | %9.4f %9.4f %3d of %-2d | %9.4f %9.4f %3d of %-2d | %9.3f %7.0f\n", s.name, m, t[0],
+                  best[0], best_i[0], cands[0], t[1], best[1], best_i[1], cands[1], t[1] / t[0],
+                  f / (std::min(best[0], best[1]) * 1e9));
+      sum_split += t[0];
+      sum_fast += t[1];
+      sum_best += std::min(best[0], best[1]);
+      flops += f;
+    }
+    std::printf("FP8ACC layer    %5d | split %.4f ms (%.0f TFLOP/s), fast %.4f ms (%.0f), best candidate %.4f ms (%.0f)\n",
+                m, sum_split, flops / (sum_split * 1e9), sum_fast, flops / (sum_fast * 1e9), sum_best,
+                flops / (sum_best * 1e9));
+  }
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace
 }  // namespace origami::cuda

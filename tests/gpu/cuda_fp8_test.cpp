@@ -60,9 +60,15 @@ TEST(Fp8Kernels, QuantizeRowsMatchesHostBitForBit) {
 // accumulator's error. Hopper's FP8 tensor cores add products into a narrower accumulator
 // before cuBLASLt promotes the partial sums to fp32 (DeepSeek-V3, section 3.3.2: about 14 bits),
 // so the accumulation term is bounded by 2^-14 of the sum of |products|.
-TEST(Fp8Gemm, MatchesCpuReferenceOnBothScalingPaths) {
+// With fast accumulation (Fp8Gemm::set_fast_accumulation) nothing is promoted: each of the K / 32
+// tensor-core steps (an FP8 MMA consumes 32 of K) adds into that ~14-bit accumulator, each
+// rounding at most 2^-13 of the accumulator, itself at most the sum of |products|: the
+// accumulation term is bounded by (K / 32) 2^-13 of the sum of |products| (a worst case; the test
+// prints how much of it a run uses).
+void expect_gemm_matches_reference(bool fast_accumulation) {
   std::mt19937 rng(9);
   Fp8Gemm gemm;
+  gemm.set_fast_accumulation(fast_accumulation);
   cudaStream_t stream;
   ORIGAMI_CUDA_CHECK(cudaStreamCreate(&stream));
   const bool outer = gemm.outer_vector_supported(64, 512, 512);
@@ -99,21 +105,27 @@ TEST(Fp8Gemm, MatchesCpuReferenceOnBothScalingPaths) {
       ORIGAMI_CUDA_CHECK(cudaStreamSynchronize(stream));
       const std::vector<float> got = testing::from_device_bf16(y.download());
       double worst = 0, worst_acc = 0;
+      const double acc_bound = fast_accumulation ? std::ldexp(static_cast<double>((k + 31) / 32), -13) : std::ldexp(1.0, -14);
       for (size_t i = 0; i < got.size(); ++i) {
         const double err = std::fabs(got[i] - ref[i]);
-        const double bound = std::ldexp(std::fabs(ref[i]), -8) + std::ldexp(mag[i], -14);
+        const double bound = std::ldexp(std::fabs(ref[i]), -8) + acc_bound * mag[i];
         ASSERT_LE(err, bound) << "m " << m << " n " << n << " k " << k << " element " << i << " path "
-                              << static_cast<int>(path);
+                              << static_cast<int>(path) << " fast accumulation " << fast_accumulation;
         worst = std::max(worst, err / bound);
         worst_acc = std::max(worst_acc, std::max(0.0, err - std::ldexp(std::fabs(ref[i]), -8)) / mag[i]);
       }
-      std::printf("[fp8 gemm] m %d n %d k %d %s: worst error %.2f of the bound; beyond bf16 rounding %.2e of sum|p|\n",
-                  m, n, k, path == Fp8Gemm::Scaling::kOuterVector ? "outer-vector" : "epilogue", worst, worst_acc);
+      std::printf("[fp8 gemm] %s accumulation m %d n %d k %d %s: worst error %.2f of the bound; beyond bf16 rounding "
+                  "%.2e of sum|p|\n",
+                  fast_accumulation ? "fast" : "split", m, n, k,
+                  path == Fp8Gemm::Scaling::kOuterVector ? "outer-vector" : "epilogue", worst, worst_acc);
     }
     gemm.clear_forced_scaling();
   }
   cudaStreamDestroy(stream);
 }
+
+TEST(Fp8Gemm, MatchesCpuReferenceOnBothScalingPaths) { expect_gemm_matches_reference(false); }
+TEST(Fp8Gemm, FastAccumulationMatchesCpuReferenceWithinItsModel) { expect_gemm_matches_reference(true); }
 
 // ---- the engine: CUDA FP8 vs the CPU backend's FP8 emulation (tiny-qwen3) ----
 
@@ -126,10 +138,11 @@ using testing::Model;
 Model load(const std::string& dir) { return testing::load_model(dir); }
 
 std::unique_ptr<Backend> make(const Model& m, const std::string& device, bool fp8, bool graphs = true,
-                              bool kv_fp8 = false) {
+                              bool kv_fp8 = false, bool fast_accumulation = false) {
   BackendOptions opt;
   opt.device = device;
   opt.enable_cuda_graphs = graphs;
+  opt.fp8_fast_accumulation = fast_accumulation;
   if (fp8) opt.quantization = WeightQuantization::kFp8;
   std::unique_ptr<Backend> b;
   if (device == "cuda") {
@@ -229,33 +242,39 @@ double perplexity(const std::vector<float>& logits, const std::vector<int32_t>& 
 // 2^-3) flips for a few percent of the elements, each flip a whole step. So the CUDA FP8 logits
 // are compared with the emulation against FP8's own effect: they must be closer to the
 // emulation than the emulation is to full precision, with the same perplexity within 1%.
-TEST(Fp8Engine, TeacherForcedLogitsMatchCpuEmulation) {
+void expect_teacher_forced_logits_match_cpu(bool fast_accumulation) {
   const Model m = load(tiny_dir());
   const int vocab = m.config.vocab_size;
-  auto gpu = make(m, "cuda", true), cpu = make(m, "cpu", true), cpu_full = make(m, "cpu", false);
+  auto gpu = make(m, "cuda", true, true, false, fast_accumulation), cpu = make(m, "cpu", true),
+       cpu_full = make(m, "cpu", false);
   auto gpu_bf16 = make(m, "cuda", false);
   const std::vector<int32_t> ids = wikitext_ids(256);
   const std::vector<float> g = teacher_forced_logits(*gpu, ids, kBlockSize), c = teacher_forced_logits(*cpu, ids, kBlockSize), f = teacher_forced_logits(*cpu_full, ids, kBlockSize);
   const std::vector<float> b = teacher_forced_logits(*gpu_bf16, ids, kBlockSize);
   const double err = rel_err(g, c), fp8_effect = rel_err(c, f), bf16_err = rel_err(b, f);
   const double ppl_g = perplexity(g, ids, vocab), ppl_c = perplexity(c, ids, vocab), ppl_f = perplexity(f, ids, vocab);
-  std::printf("[tiny-qwen3 fp8] wikitext %zu tokens: rel err CUDA FP8 vs CPU FP8 %.3e; CPU FP8 vs CPU fp32 %.3e; CUDA "
-              "bf16 vs CPU fp32 %.3e; perplexity CUDA FP8 %.4f, CPU FP8 %.4f, CPU fp32 %.4f\n",
-              ids.size(), err, fp8_effect, bf16_err, ppl_g, ppl_c, ppl_f);
+  std::printf("[tiny-qwen3 fp8%s] wikitext %zu tokens: rel err CUDA FP8 vs CPU FP8 %.3e; CPU FP8 vs CPU fp32 %.3e; "
+              "CUDA bf16 vs CPU fp32 %.3e; perplexity CUDA FP8 %.4f, CPU FP8 %.4f, CPU fp32 %.4f\n",
+              fast_accumulation ? ", fast accumulation" : "", ids.size(), err, fp8_effect, bf16_err, ppl_g, ppl_c, ppl_f);
   EXPECT_LT(err, fp8_effect);
   EXPECT_LT(std::fabs(ppl_g / ppl_c - 1), 0.01);
 }
+
+TEST(Fp8Engine, TeacherForcedLogitsMatchCpuEmulation) { expect_teacher_forced_logits_match_cpu(false); }
+TEST(Fp8Engine, FastAccumulationTeacherForcedLogitsMatchCpuEmulation) { expect_teacher_forced_logits_match_cpu(true); }
 
 // Greedy: as in cuda_backend_e2e_test, a divergence passes only at a near-tie, here measured
 // against the two backends' logit noise at that position: the CPU model's gap between its token
 // and the GPU's must be within 4 standard deviations of the CPU-GPU logit difference
 // (teacher-forced on the common prefix). CUDA graphs on and off.
-void expect_greedy_matches_cpu(const Model& m, bool fp8_weights, bool kv_fp8, const char* tag) {
+void expect_greedy_matches_cpu(const Model& m, bool fp8_weights, bool kv_fp8, const char* tag,
+                               bool fast_accumulation = false) {
   const int vocab = m.config.vocab_size;
   const auto prompts = golden_prompts();
   const int n = 32;
   for (bool graphs : {true, false}) {
-    auto gpu = make(m, "cuda", fp8_weights, graphs, kv_fp8), cpu = make(m, "cpu", fp8_weights, true, kv_fp8);
+    auto gpu = make(m, "cuda", fp8_weights, graphs, kv_fp8, fast_accumulation),
+         cpu = make(m, "cpu", fp8_weights, true, kv_fp8);
     const auto g = greedy(*gpu, prompts, n), c = greedy(*cpu, prompts, n);
     for (size_t s = 0; s < prompts.size(); ++s) {
       int agree = 0;
@@ -265,7 +284,8 @@ void expect_greedy_matches_cpu(const Model& m, bool fp8_weights, bool kv_fp8, co
       if (agree == n) continue;
       std::vector<int32_t> prefix = prompts[s];
       prefix.insert(prefix.end(), c[s].begin(), c[s].begin() + agree);
-      auto oracle = make(m, "cpu", fp8_weights, true, kv_fp8), gpu_tf = make(m, "cuda", fp8_weights, false, kv_fp8);
+      auto oracle = make(m, "cpu", fp8_weights, true, kv_fp8),
+           gpu_tf = make(m, "cuda", fp8_weights, false, kv_fp8, fast_accumulation);
       const std::vector<float> lc = teacher_forced_logits(*oracle, prefix, kBlockSize);
       const std::vector<float> lg = teacher_forced_logits(*gpu_tf, prefix, kBlockSize);
       const float* last_c = lc.data() + (prefix.size() - 1) * vocab;
@@ -287,6 +307,9 @@ void expect_greedy_matches_cpu(const Model& m, bool fp8_weights, bool kv_fp8, co
 }
 
 TEST(Fp8Engine, GreedyMatchesCpuEmulation) { expect_greedy_matches_cpu(load(tiny_dir()), true, false, "fp8"); }
+TEST(Fp8Engine, FastAccumulationGreedyMatchesCpuEmulation) {
+  expect_greedy_matches_cpu(load(tiny_dir()), true, false, "fp8 fast accumulation", true);
+}
 
 // The FP8 KV cache on the GPU (bf16 weights) implements the CPU's emulation: its logits are
 // closer to the CPU with the FP8 cache than to the CPU without it (wrong codes, scales or

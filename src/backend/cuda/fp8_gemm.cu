@@ -26,7 +26,7 @@ void Fp8Gemm::destroy(Plan& p) {
 }
 
 Fp8Gemm::Plan& Fp8Gemm::plan(int m, int n, int k, Scaling scaling) {
-  const auto key = std::make_tuple(m, n, k, static_cast<int>(scaling));
+  const auto key = std::make_tuple(m, n, k, static_cast<int>(scaling), fast_accumulation_);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan& p = plans_[key];
@@ -38,6 +38,8 @@ Fp8Gemm::Plan& Fp8Gemm::plan(int m, int n, int k, Scaling scaling) {
   const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
   ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t));
   ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n));
+  const int8_t fast = fast_accumulation_ ? 1 : 0;
+  ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
   if (outer) {
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));
@@ -54,14 +56,25 @@ Fp8Gemm::Plan& Fp8Gemm::plan(int m, int n, int k, Scaling scaling) {
   ORIGAMI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   ORIGAMI_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                             &workspace_bytes_, sizeof workspace_bytes_));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kMaxCandidates]{};
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d, p.d, pref, kMaxCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-  if (p.ok) p.algo = result.algo;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    for (int i = 0; i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) p.candidates[p.num_candidates++] = results[i].algo;
+  p.ok = p.num_candidates > 0;
+  if (p.ok) p.algo = p.candidates[0];
   return p;
+}
+
+int Fp8Gemm::num_candidates(int m, int n, int k) { return plan(m, n, k, scaling_for(m, n, k)).num_candidates; }
+
+void Fp8Gemm::use_candidate(int m, int n, int k, int index) {
+  Plan& p = plan(m, n, k, scaling_for(m, n, k));
+  ORIGAMI_CHECK_MSG(index >= 0 && index < p.num_candidates, "no such FP8 GEMM algorithm candidate");
+  p.algo = p.candidates[index];
 }
 
 bool Fp8Gemm::outer_vector_supported(int m, int n, int k) { return plan(m, n, k, Scaling::kOuterVector).ok; }

@@ -8,6 +8,14 @@
 // is faster up to kEpilogueMaxRows rows (decode) and the outer-vector kernels above; the epilogue
 // also serves every shape where the library lacks outer-vector scaling. Like Gemm, a fixed workspace and a plan cache
 // per shape keep every call graph-capturable once a shape has been planned.
+//
+// Accumulation: Hopper's FP8 tensor-core instructions accumulate in fewer bits than fp32 (about
+// 14 of mantissa). By default cuBLASLt promotes each short run of them into fp32 registers
+// ("split" accumulation, the training-grade path). With fast accumulation
+// (CUBLASLT_MATMUL_DESC_FAST_ACCUM) the whole K sum stays in the tensor cores' accumulator: fewer
+// instructions, the precision of the forward passes that FP8 inference stacks run (TransformerEngine's
+// forward GEMMs, fbgemm's FP8 GEMMs, CUTLASS's FP8FastAccum schedules). Chosen per Fp8Gemm
+// (BackendOptions::fp8_fast_accumulation); the GPU tests bound each by its own error model.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -28,6 +36,11 @@ class Fp8Gemm {
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;
 
+  // Fast accumulation for every GEMM planned from now on (planned shapes keep theirs: set it
+  // before the first call).
+  void set_fast_accumulation(bool fast) { fast_accumulation_ = fast; }
+  bool fast_accumulation() const { return fast_accumulation_; }
+
   // Whether cuBLASLt runs outer-vector scaled FP8 GEMMs of this shape; decided once per shape.
   bool outer_vector_supported(int m, int n, int k);
   // Forces a scaling path (tests and benchmarks compare both).
@@ -35,6 +48,13 @@ class Fp8Gemm {
   void clear_forced_scaling() { has_forced_ = false; }
   // The path linear() takes for this shape.
   Scaling scaling_for(int m, int n, int k);
+
+  // Benchmarks: how many algorithms cuBLASLt's heuristic offers for this shape on the path
+  // scaling_for() picks (at most kMaxCandidates, best-ranked first), and which one linear() runs
+  // (0, the heuristic's first choice, unless a benchmark picks another).
+  static constexpr int kMaxCandidates = 8;
+  int num_candidates(int m, int n, int k);
+  void use_candidate(int m, int n, int k, int index);
 
   // k and n multiples of 16. acc: fp32 [m, n] scratch, used only on the epilogue path (may be
   // null when scaling_for() is kOuterVector: m > kEpilogueMaxRows with outer-vector support).
@@ -45,7 +65,9 @@ class Fp8Gemm {
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulAlgo_t algo{};
+    cublasLtMatmulAlgo_t algo{};  // the one linear() runs
+    cublasLtMatmulAlgo_t candidates[kMaxCandidates]{};
+    int num_candidates = 0;
     bool ok = false;
   };
   // Plans y (bf16, outer-vector scales) or acc (fp32, unit scales) for (m, n, k).
@@ -55,7 +77,8 @@ class Fp8Gemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  std::map<std::tuple<int, int, int, int>, Plan> plans_;
+  std::map<std::tuple<int, int, int, int, bool>, Plan> plans_;  // (m, n, k, scaling, fast accumulation)
+  bool fast_accumulation_ = false;
   Scaling forced_ = Scaling::kOuterVector;
   bool has_forced_ = false;
 };
