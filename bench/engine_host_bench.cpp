@@ -4,7 +4,8 @@
 // heads) with Fast KVzip's per-head pages gives every request 288 page tables; this measures what
 // that costs the host against one table (full KV, Zipage) and 72 tables (4 heads per group).
 //
-// Built with the project (target engine_host_bench, not part of `all`). Run from the repository:
+// Built with the project (target engine_host_bench; ctest engine_host_page_table_copies runs it short
+// with cuda-verify). Run from the repository:
 //   build/engine_host_bench [num_requests=256] [output_tokens=1024] [policy=all] [inputs=cuda] [threads=1]
 // policy: all | full | zipage | fastkvzip | fastkvzip-hpg4. Prompts are 128 tokens, block 256,
 // budget 1024. inputs: what the backend does on the host with each batch:
@@ -12,6 +13,9 @@
 //   cuda         the CUDA backend: validation without the page tables, then the tables sized and
 //                flattened into an upload buffer with the page checks folded in (page_table_inputs.h)
 //   cuda-before  the CUDA backend before that fold: the full validation, then the same flattening
+//   cuda-nocopies  as cuda, every table read every step (no kept copies of versioned requests)
+//   cuda-verify  as cuda, each kept copy checked against its tables every step (a change that did
+//                not move RequestKV::pages_version fails an internal check)
 // threads: the flattening's threads (PageTableInputs; the CUDA backend takes a quarter of the
 // host's, at most 4).
 #include <algorithm>
@@ -36,11 +40,14 @@ namespace {
 // the step that starts it, keeping what the scheduler allows (a runtime allocation: a
 // deterministic count per group around the job's mean, in whole pages where the recipe asks).
 // It still does the host work of a real backend with every batch (`Inputs`).
-enum class Inputs { kValidate, kCuda, kCudaBefore };
+enum class Inputs { kValidate, kCuda, kCudaBefore, kCudaNoCopies, kCudaVerify };
 
 class NullBackend : public Backend {
  public:
-  NullBackend(Inputs inputs, int threads) : tables_(threads), inputs_(inputs) {}
+  NullBackend(Inputs inputs, int threads) : tables_(threads), inputs_(inputs) {
+    tables_.set_keep_copies(inputs != Inputs::kCudaNoCopies);
+    tables_.set_verify(inputs == Inputs::kCudaVerify);
+  }
   std::string name() const override { return "null"; }
   Status load(const ModelConfig& config, const ModelWeights&) override {
     model_ = config;
@@ -75,7 +82,7 @@ class NullBackend : public Backend {
 
   Status execute(const ForwardBatch& batch, StepOutput* out) override {
     ForwardBatchLimits limits = limits_;
-    limits.check_page_tables = inputs_ != Inputs::kCuda;
+    limits.check_page_tables = inputs_ == Inputs::kValidate || inputs_ == Inputs::kCudaBefore;
     ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits));
     if (inputs_ != Inputs::kValidate) ORIGAMI_RETURN_IF_ERROR(flatten_tables(batch));
     out->sampled_tokens.clear();
@@ -216,8 +223,11 @@ int main(int argc, char** argv) {
   Inputs inputs = Inputs::kCuda;
   if (inputs_name == "validate") inputs = Inputs::kValidate;
   else if (inputs_name == "cuda-before") inputs = Inputs::kCudaBefore;
+  else if (inputs_name == "cuda-nocopies") inputs = Inputs::kCudaNoCopies;
+  else if (inputs_name == "cuda-verify") inputs = Inputs::kCudaVerify;
   else if (inputs_name != "cuda") {
-    std::fprintf(stderr, "unknown inputs '%.100s' (validate | cuda | cuda-before)\n", inputs_name.c_str());
+    std::fprintf(stderr, "unknown inputs '%.100s' (validate | cuda | cuda-before | cuda-nocopies | cuda-verify)\n",
+                 inputs_name.c_str());
     return 2;
   }
   const Workload workloads[] = {
@@ -227,7 +237,7 @@ int main(int argc, char** argv) {
       {"fastkvzip-hpg4", "fastkvzip", 4},
   };
   if (num_requests < 1 || output_tokens < 1 || threads < 1 || threads > 64) {
-    std::fprintf(stderr, "usage: %s [num_requests >= 1] [output_tokens >= 1] [all|full|zipage|fastkvzip|fastkvzip-hpg4] [validate|cuda|cuda-before] [threads 1..64]\n",
+    std::fprintf(stderr, "usage: %s [num_requests >= 1] [output_tokens >= 1] [all|full|zipage|fastkvzip|fastkvzip-hpg4] [validate|cuda|cuda-before|cuda-nocopies|cuda-verify] [threads 1..64]\n",
                  argv[0]);
     return 2;
   }

@@ -1,8 +1,11 @@
 #include "backend/page_table_inputs.h"
 
 #include <algorithm>
+#include <cstring>
+#include <string>
 
 #include "backend/cpu/cpu_thread_pool.h"
+#include "core/check.h"
 
 namespace origami {
 namespace {
@@ -11,7 +14,8 @@ namespace {
 // costs more than it saves (one group: a row per sequence).
 constexpr size_t kParallelRows = 8192;
 constexpr int kSeqsPerItem = 16;  // sequences per work item of the parallel passes
-constexpr int kGroupsPerItem = 8;  // groups per work item of fill()
+// A kept request copy unused for this many steps is dropped (its request finished, or waits).
+constexpr uint64_t kKeptSteps = 64;
 
 int num_items(int num_seqs) { return (num_seqs + kSeqsPerItem - 1) / kSeqsPerItem; }
 
@@ -48,46 +52,122 @@ void PageTableInputs::run_items(int items, const std::function<void(int)>& fn) {
   for (int item = 0; item < items; ++item) fn(item);
 }
 
+void PageTableInputs::read_tables(const SequenceInput& s, int num_groups, int block_size, Kept* k) {
+  k->row_start.resize(static_cast<size_t>(num_groups) + 1);
+  k->row_len.resize(static_cast<size_t>(num_groups));
+  k->pages.clear();
+  k->max_len = 0;
+  k->min_room = INT64_MAX;
+  k->negative = false;
+  for (int g = 0; g < num_groups; ++g) {
+    const std::vector<BlockId>& table = s.group_blocks(g);
+    const int cached = s.group_cached_entries(g);
+    k->row_start[static_cast<size_t>(g)] = static_cast<int32_t>(k->pages.size());
+    k->pages.insert(k->pages.end(), table.begin(), table.end());
+    k->row_len[static_cast<size_t>(g)] = cached;
+    k->max_len = std::max<int64_t>(k->max_len, cached);
+    k->min_room = std::min(k->min_room, static_cast<int64_t>(table.size()) * block_size - cached);
+    k->negative |= cached < 0;
+  }
+  if (num_groups == 0) k->min_room = 0;
+  k->row_start[static_cast<size_t>(num_groups)] = static_cast<int32_t>(k->pages.size());
+  k->version = s.kv->pages_version;
+  k->checked = false;
+}
+
 PageTableInputsSize PageTableInputs::size(const ForwardBatch& batch, int num_groups, int block_size) {
+  ++step_;
   num_groups_ = num_groups;
   block_size_ = block_size;
   num_seqs_ = static_cast<int>(batch.sequences.size());
-  const size_t num_rows = static_cast<size_t>(num_seqs_) * num_groups;
-  rows_.resize(num_rows);
+  const int G = num_groups;
+  rows_.resize(static_cast<size_t>(num_seqs_) * G);
+  // Each versioned sequence's kept copy (one serial pass: the map is not shared between threads).
+  // A request twice in one batch (never made by the engine) is read like an unversioned one.
+  seq_kept_.assign(static_cast<size_t>(num_seqs_), nullptr);
+  bool twice = false;
+  for (int i = 0; i < num_seqs_; ++i) {
+    const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
+    if (!keep_copies_ || s.kv == nullptr || s.kv->pages_version == 0 || s.kv->groups.size() != static_cast<size_t>(G))
+      continue;
+    Kept& k = kept_[s.request_id];
+    if (k.last_step == step_) {
+      k.version = 0;
+      twice = true;
+    }
+    k.last_step = step_;
+    seq_kept_[static_cast<size_t>(i)] = &k;
+  }
+  if (twice)
+    for (int i = 0; i < num_seqs_; ++i) {
+      Kept*& k = seq_kept_[static_cast<size_t>(i)];
+      if (k != nullptr && k->version == 0) k = nullptr;
+    }
   const int items = num_items(num_seqs_);
   item_sizes_.assign(static_cast<size_t>(items), PageTableInputsSize{});
-  item_group_pages_.assign(static_cast<size_t>(items) * num_groups, 0);
+  item_reads_.assign(static_cast<size_t>(items), 0);
   const BlockMath bm(block_size);
-  // Each item's sequences, request by request (a request's tables lie together in its RequestKV).
-  // What fill() needs of each table is kept in rows_, and each group's pages over the item's
-  // requests in the item's own row of item_group_pages_ (where each group's rows start).
   run_items(items, [&](int item) {
     const int first = item * kSeqsPerItem, last = std::min(num_seqs_, first + kSeqsPerItem);
     PageTableInputsSize size;  // summed here, stored once: items' sums share cache lines
-    int64_t* group_pages = item_group_pages_.data() + static_cast<size_t>(item) * num_groups;
+    int64_t reads = 0;
     for (int i = first; i < last; ++i) {
       const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
-      Row* row = rows_.data() + static_cast<size_t>(i) * num_groups;
-      for (int g = 0; g < num_groups; ++g) {
+      const int n = s.num_query_tokens;
+      if (Kept* k = seq_kept_[static_cast<size_t>(i)]) {
+        bool current = k->version == s.kv->pages_version;
+        if (current && verify_) {
+          for (int g = 0; g < G; ++g) {
+            const std::vector<BlockId>& table = s.group_blocks(g);
+            const int32_t* kept = k->pages.data() + k->row_start[static_cast<size_t>(g)];
+            const size_t kept_pages =
+                static_cast<size_t>(k->row_start[static_cast<size_t>(g) + 1] - k->row_start[static_cast<size_t>(g)]);
+            ORIGAMI_CHECK_MSG(kept_pages == table.size() && std::equal(table.begin(), table.end(), kept),
+                              ("request " + std::to_string(s.request_id) + " group " + std::to_string(g) +
+                                  ": its pages changed but its pages_version did not")
+                                  .c_str());
+            ORIGAMI_CHECK_MSG(k->row_len[static_cast<size_t>(g)] == s.group_cached_entries(g),
+                              ("request " + std::to_string(s.request_id) + " group " + std::to_string(g) +
+                                  ": its entries moved by more than the step's tokens without a new pages_version")
+                                  .c_str());
+          }
+        }
+        // The version stands: every table holds the entries of its last step plus this step's,
+        // in pages it already had (a new page moves the version). Read again if not.
+        if (!current || k->min_room < n) {
+          read_tables(s, G, block_size, k);
+          ++reads;
+        }
+        size.tables_cover &= !k->negative && k->min_room >= n;
+        size.max_kv_len = static_cast<int>(std::max<int64_t>(size.max_kv_len, k->max_len + n));
+        size.num_pages += static_cast<int64_t>(k->pages.size());
+        continue;
+      }
+      // Unversioned: what fill() needs of each table goes to rows_.
+      ++reads;
+      Row* row = rows_.data() + static_cast<size_t>(i) * G;
+      for (int g = 0; g < G; ++g) {
         const std::vector<BlockId>& table = s.group_blocks(g);
         const int cached = s.group_cached_entries(g);
-        const int64_t kv_len = static_cast<int64_t>(cached) + s.num_query_tokens;
+        const int64_t kv_len = static_cast<int64_t>(cached) + n;
         const int64_t pages = bm.pages(kv_len);
         size.tables_cover &= cached >= 0 && static_cast<int64_t>(table.size()) >= pages;
         const int32_t clamped = static_cast<int32_t>(std::min<int64_t>(pages, INT32_MAX));
         row[g] = Row{table.data(), cached, clamped};
-        group_pages[g] += pages;
         size.num_pages += pages;
         size.max_kv_len = static_cast<int>(std::max<int64_t>(size.max_kv_len, kv_len));
       }
     }
     item_sizes_[static_cast<size_t>(item)] = size;
+    item_reads_[static_cast<size_t>(item)] = reads;
   });
   PageTableInputsSize size;
-  for (const PageTableInputsSize& part : item_sizes_) {
+  for (size_t item = 0; item < item_sizes_.size(); ++item) {
+    const PageTableInputsSize& part = item_sizes_[item];
     size.num_pages += part.num_pages;
     size.max_kv_len = std::max(size.max_kv_len, part.max_kv_len);
     size.tables_cover &= part.tables_cover;
+    num_table_reads_ += item_reads_[item];
   }
   return size;
 }
@@ -98,62 +178,106 @@ PageTableInputsFill PageTableInputs::fill(const ForwardBatch& batch, int num_blo
   const int num_seqs = num_seqs_;
   const int G = num_groups_, bs = block_size_;
   const BlockMath bm(bs);
-  // Where each group's rows start, group-major: a group's real rows, then its padding rows (one
-  // null page each).
-  group_start_.resize(static_cast<size_t>(G) + 1);
-  group_start_[0] = 0;
+  // Where each work item's pages start: sequence after sequence, then the padding rows.
   const int items = num_items(num_seqs);
-  for (int g = 0; g < G; ++g) {
-    int64_t pages = run_seqs - num_seqs;
-    for (int item = 0; item < items; ++item) pages += item_group_pages_[static_cast<size_t>(item) * G + g];
-    group_start_[static_cast<size_t>(g) + 1] = group_start_[static_cast<size_t>(g)] + pages;
-  }
-  fill.num_pages = static_cast<int>(group_start_[static_cast<size_t>(G)]);
-  out.page_indptr[0] = 0;
+  item_start_.resize(static_cast<size_t>(items) + 1);
+  item_start_[0] = 0;
+  for (int item = 0; item < items; ++item)
+    item_start_[static_cast<size_t>(item) + 1] =
+        item_start_[static_cast<size_t>(item)] + item_sizes_[static_cast<size_t>(item)].num_pages;
   // The range check (unsigned compare: block - 1 < num_blocks - 1 <=> 1 <= block < num_blocks) is
   // branch-free over the pages as they are copied.
   const uint32_t limit = num_blocks > 1 ? static_cast<uint32_t>(num_blocks - 1) : 0u;
-  // Group by group (every write in order), each work item a range of groups; what each table
-  // needs was gathered by size() into rows_, which is small enough to stay in cache.
-  const int group_items = (G + kGroupsPerItem - 1) / kGroupsPerItem;
-  item_inside_.assign(static_cast<size_t>(group_items), 1);
-  auto fill_groups = [&](int item) {
+  auto outside = [limit](const int32_t* pages, size_t n) {
+    uint32_t any = 0;
+    for (size_t p = 0; p < n; ++p) any |= static_cast<uint32_t>(static_cast<uint32_t>(pages[p] - 1) >= limit);
+    return any != 0;
+  };
+  // Sequence by sequence, each work item a range of sequences: pages are written in order, and
+  // each row's start, length and slots go to its (group, sequence) place, in arrays small enough
+  // to stay in cache (a few hundred KB at 73,728 rows).
+  item_inside_.assign(static_cast<size_t>(items), 1);
+  run_items(items, [&](int item) {
     bool inside = true;
-    const int g_end = std::min(G, (item + 1) * kGroupsPerItem);
-    for (int g = item * kGroupsPerItem; g < g_end; ++g) {
-      const size_t row0 = static_cast<size_t>(g) * run_seqs;
-      int count = static_cast<int>(group_start_[static_cast<size_t>(g)]);
-      int32_t* indptr = out.page_indptr + row0 + 1;
-      int32_t* kv_len = out.kv_len + row0;
-      int32_t* slots = out.slots + static_cast<size_t>(g) * run_tokens;
-      for (int i = 0; i < num_seqs; ++i) {
-        const Row& r = rows_[static_cast<size_t>(i) * G + g];
-        const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
-        const BlockId* table = r.pages;
-        int32_t* dst = out.page_indices + count;
-        for (int p = 0; p < r.num_pages; ++p) {  // a few pages: no memmove call
-          dst[p] = table[p];
-          inside &= static_cast<uint32_t>(table[p] - 1) < limit;
+    int64_t count = item_start_[static_cast<size_t>(item)];
+    const int first = item * kSeqsPerItem, last = std::min(num_seqs, first + kSeqsPerItem);
+    // The item's pages, sequence after sequence, and where each sequence's rows start.
+    int64_t base[kSeqsPerItem];
+    for (int i = first; i < last; ++i) {
+      base[i - first] = count;
+      if (Kept* k = seq_kept_[static_cast<size_t>(i)]) {
+        // The whole request at once: every page its tables hold (a row reads the ones it reaches).
+        std::memcpy(out.page_indices + count, k->pages.data(), k->pages.size() * sizeof(int32_t));
+        if (!k->checked) {
+          k->checked = !outside(k->pages.data(), k->pages.size());
+          inside &= k->checked;
         }
-        count += r.num_pages;
-        indptr[i] = count;
-        for (int j = 0; j < s.num_query_tokens; ++j) {
-          const int e = r.cached + j;
-          slots[s.query_start + j] = table[bm.page(e)] * bs + bm.offset(e);
-        }
-        kv_len[i] = r.cached + s.num_query_tokens;
+        const int n = batch.sequences[static_cast<size_t>(i)].num_query_tokens;
+        k->max_len += n;  // every table gains the step's tokens (their row_len below)
+        k->min_room -= n;
+        count += static_cast<int64_t>(k->pages.size());
+        continue;
       }
-      for (int i = num_seqs; i < run_seqs; ++i) {
-        out.page_indices[count++] = kNullBlock;
-        indptr[i] = count;
-        kv_len[i] = 1;
-        slots[i] = -1;
+      const Row* row = rows_.data() + static_cast<size_t>(i) * G;
+      for (int g = 0; g < G; ++g) {
+        const Row& r = row[g];
+        std::memcpy(out.page_indices + count, r.pages, static_cast<size_t>(r.num_pages) * sizeof(int32_t));
+        inside &= !outside(r.pages, static_cast<size_t>(r.num_pages));
+        count += r.num_pages;
+      }
+    }
+    // The rows group by group over the item's sequences: the item's entries of each group's
+    // starts, lengths and slots lie together (its 16 sequences fill a cache line of each), so the
+    // writes go out in whole lines instead of one scattered word per row.
+    int64_t row_offset[kSeqsPerItem] = {};
+    for (int g = 0; g < G; ++g) {
+      const size_t row0 = static_cast<size_t>(g) * run_seqs;
+      int32_t* slots_g = out.slots + static_cast<size_t>(g) * run_tokens;
+      for (int i = first; i < last; ++i) {
+        const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
+        const int n = s.num_query_tokens;
+        const int32_t* pages;
+        int32_t cached;
+        if (Kept* k = seq_kept_[static_cast<size_t>(i)]) {
+          const int32_t start = k->row_start[static_cast<size_t>(g)];
+          cached = k->row_len[static_cast<size_t>(g)];
+          out.page_indptr[row0 + i] = static_cast<int32_t>(base[i - first] + start);
+          pages = k->pages.data() + start;
+          k->row_len[static_cast<size_t>(g)] = cached + n;
+        } else {
+          const Row& r = rows_[static_cast<size_t>(i) * G + g];
+          cached = r.cached;
+          out.page_indptr[row0 + i] = static_cast<int32_t>(base[i - first] + row_offset[i - first]);
+          row_offset[i - first] += r.num_pages;
+          pages = r.pages;
+        }
+        out.kv_len[row0 + i] = cached + n;
+        int32_t* slots = slots_g + s.query_start;
+        for (int j = 0; j < n; ++j) {
+          const int e = cached + j;
+          slots[j] = pages[bm.page(e)] * bs + bm.offset(e);
+        }
       }
     }
     item_inside_[static_cast<size_t>(item)] = inside ? 1 : 0;
-  };
-  run_items(group_items, fill_groups);
+  });
+  // Padding rows (a graph's spare rows: token i of row i): one null page each, length 1, no write.
+  int64_t count = item_start_[static_cast<size_t>(items)];
+  for (int g = 0; g < G; ++g)
+    for (int i = num_seqs; i < run_seqs; ++i) {
+      const size_t at = static_cast<size_t>(g) * run_seqs + i;
+      out.page_indices[count] = kNullBlock;
+      out.page_indptr[at] = static_cast<int32_t>(count);
+      ++count;
+      out.kv_len[at] = 1;
+      out.slots[static_cast<size_t>(g) * run_tokens + i] = -1;
+    }
+  out.page_indptr[static_cast<size_t>(G) * run_seqs] = static_cast<int32_t>(count);
+  fill.num_pages = static_cast<int>(count);
   for (const char inside : item_inside_) fill.pages_inside &= inside != 0;
+  // Requests not seen for a while have finished (or wait long): their copies go.
+  if (step_ % kKeptSteps == 0)
+    for (auto it = kept_.begin(); it != kept_.end();) it = it->second.last_step + kKeptSteps < step_ ? kept_.erase(it) : std::next(it);
   return fill;
 }
 

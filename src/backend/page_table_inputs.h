@@ -1,21 +1,30 @@
 #pragma once
 // A step's page tables as the paged kernels read them, flattened on the host for one upload:
-// per (head group, sequence) row, group-major, the row's pages (CSR: page_indptr / page_indices),
-// its KV length after the step, and per (group, token) the slot its new entry is written to.
+// per (head group, sequence) row, indexed group-major (row g * run_seqs + i), where the row's
+// pages start in page_indices (page_indptr), its KV length after the step (kv_len), and per
+// (group, token) the slot its new entry is written to. The kernels read a row's start and its
+// length, never the next row's start, so the pages lie request-major: a sequence's rows one after
+// another (a request's tables are copied together), padding rows' null pages last.
 //
 // Why a pass of its own, with the page checks folded in: with per-head pages a request has one
 // table per (layer, KV head) (288 for the Qwen3-8B shape), so a step of 256 requests walks 73,728
 // tables. validate_forward_batch's per-table check read every page of every table, the backend's
 // sizing pass walked the tables again and its copy a third time. Here the sizing pass reads each
-// table's header once, request by request (a request's tables lie together), keeping what the
-// copy needs in a compact array; the copy then reads each page once and writes every output in
-// order, and the range check runs on the pages as they are copied
-// (ForwardBatchLimits::check_page_tables = false tells validate_forward_batch that the backend
-// does this; a failure is re-checked there for the message). What is left is memory traffic,
-// about 10 ns a table on the hosts measured (docs/benchmarks.md).
+// table's header once, the copy each page once, and the range check runs on the pages as they
+// are copied (ForwardBatchLimits::check_page_tables = false tells validate_forward_batch that the
+// backend does this; a failure is re-checked there for the message).
+//
+// Why a copy kept between steps: even one read of every table is ~10 ns a table on the hosts
+// measured (docs/benchmarks.md), while a decode step changes almost none of them: every table
+// gains the step's token in a page it already has. A request whose tables carry a version
+// (RequestKV::pages_version, moved by whoever changes a page) keeps its pages here, request-major,
+// with each row's length after its last step; while the version stands, a step copies that block
+// of pages and moves each row's length by the step's tokens, and reads no table. Requests whose
+// version is 0 (tables built by hand) and sequences without a RequestKV are read every step.
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/forward_batch.h"
@@ -26,7 +35,7 @@ class ThreadPool;
 }
 
 struct PageTableInputsSize {
-  int64_t num_pages = 0;  // pages of every (group, sequence) row, padding rows excluded
+  int64_t num_pages = 0;  // pages of every sequence written by fill(), padding rows excluded
   int max_kv_len = 0;     // the longest row after the step
   bool tables_cover = true;  // every table holds its entries (and none has a negative count)
 };
@@ -34,7 +43,7 @@ struct PageTableInputsSize {
 // Where the flattened tables go (host memory; sizes from size() and the run shape).
 struct PageTableInputsOut {
   int32_t* slots = nullptr;         // [num_groups][run_tokens]
-  int32_t* page_indptr = nullptr;   // [num_groups * run_seqs + 1]
+  int32_t* page_indptr = nullptr;   // [num_groups * run_seqs + 1]: each row's start, then the total
   int32_t* kv_len = nullptr;        // [num_groups * run_seqs]
   int32_t* page_indices = nullptr;  // [num_pages + num_groups * (run_seqs - num_seqs)]
 };
@@ -45,9 +54,10 @@ struct PageTableInputsFill {
 };
 
 // One step's flattening: size() then fill() on the same batch. Keeps each row's page count
-// between the two (and its scratch between steps). With num_threads > 1, a step with many tables
-// (per-head pages: 73,728 at 256 requests of the Qwen3-8B shape) is flattened by a pool of that
-// many threads (the calling one included), size() taking requests in turn and fill() groups.
+// between the two, its scratch between steps, and the versioned requests' pages (above). With
+// num_threads > 1, a step with many tables (per-head pages: 73,728 at 256 requests of the
+// Qwen3-8B shape) is flattened by a pool of that many threads (the calling one included), each
+// work item a range of sequences.
 class PageTableInputs {
  public:
   explicit PageTableInputs(int num_threads = 1);
@@ -56,26 +66,59 @@ class PageTableInputs {
   PageTableInputs& operator=(const PageTableInputs&) = delete;
 
   // Sizes the flattened tables of `batch` under `num_groups` head groups: reads each table's size,
-  // not its pages.
+  // not its pages (the pages of a versioned request whose version moved are copied here).
   PageTableInputsSize size(const ForwardBatch& batch, int num_groups, int block_size);
 
   // Writes the rows of the batch just sized (whose tables covered), then, when run_seqs > its
   // sequences, padding rows: one null-block page, length 1, and slot -1 for token i of padding
   // row i (a captured decode graph: one token a row; its spare rows read one entry and write
-  // nothing).
+  // nothing). Call it once per size(): the kept lengths move by the step's tokens here.
   PageTableInputsFill fill(const ForwardBatch& batch, int num_blocks, int run_seqs, int run_tokens,
                            const PageTableInputsOut& out);
+
+  // Checks every kept request against its tables at each size() (pages and lengths), failing an
+  // internal check on a difference: the tests, and GPU runs under
+  // ORIGAMI_VERIFY_PAGE_TABLE_COPIES=1, use it to find a change that did not move the version.
+  void set_verify(bool verify) { verify_ = verify; }
+  // Off: every table is read every step (the benchmarks' baseline).
+  void set_keep_copies(bool keep) { keep_copies_ = keep; }
+  // Kept requests, and the steps that read a request's tables (tests and benchmarks).
+  size_t num_kept() const { return kept_.size(); }
+  int64_t num_table_reads() const { return num_table_reads_; }
 
  private:
   // fn(item) for every item in [0, items), on the pool when the step sized last is large.
   void run_items(int items, const std::function<void(int)>& fn);
 
+  // A versioned request's pages as the last step that read its tables found them.
+  struct Kept {
+    uint64_t version = 0;       // RequestKV::pages_version they were read under (0: none yet)
+    uint64_t last_step = 0;     // the last step it ran in (kept ones unused for long are dropped)
+    bool checked = false;       // its pages were range-checked since they were read
+    std::vector<int32_t> pages;      // every page of every table, table after table
+    std::vector<int32_t> row_start;  // [groups + 1]: where each table's pages start in `pages`
+    std::vector<int32_t> row_len;    // [groups]: each table's entries after its last step
+    // Over its tables: the most entries, and the least room left in the pages they hold; every
+    // table moves by the same tokens each step, so one number each answers for all of them.
+    int64_t max_len = 0;
+    int64_t min_room = 0;
+    bool negative = false;  // a table held fewer entries than the step's tokens when it was read
+  };
+  // Reads a request's tables into `k` (before the step: lengths are the entries before it).
+  static void read_tables(const SequenceInput& s, int num_groups, int block_size, Kept* k);
+
   std::unique_ptr<cpu::ThreadPool> pool_;
+  bool verify_ = false;
+  bool keep_copies_ = true;
   int num_groups_ = 1;
   int block_size_ = 1;
   int num_seqs_ = 0;
-  // What fill() reads of each (sequence, group) table, request-major: its pages, its entries
-  // before the step, the pages the step reaches.
+  uint64_t step_ = 0;
+  int64_t num_table_reads_ = 0;
+  std::unordered_map<uint64_t, Kept> kept_;  // by request id
+  std::vector<Kept*> seq_kept_;              // per sequence of the step: its kept copy, or null
+  // What fill() reads of each table of an unversioned sequence, sequence-major: its pages, its
+  // entries before the step, the pages the step reaches.
   struct Row {
     const BlockId* pages;
     int32_t cached;
@@ -83,8 +126,8 @@ class PageTableInputs {
   };
   std::vector<Row> rows_;
   std::vector<PageTableInputsSize> item_sizes_;  // per work item of size()
-  std::vector<int64_t> item_group_pages_;        // [work item of size()][group]: its rows' pages
-  std::vector<int64_t> group_start_;             // [group + 1]: where each group's rows start
+  std::vector<int64_t> item_reads_;              // per work item of size(): sequences whose tables it read
+  std::vector<int64_t> item_start_;              // [work item + 1]: where each item's pages start
   std::vector<char> item_inside_;                // per work item of fill()
 };
 

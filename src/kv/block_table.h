@@ -3,6 +3,7 @@
 // pairs that share one page table and one length per request. Full KV uses one group holding
 // every layer and head (a vLLM block); non-uniform methods use several groups with their own
 // tables and lengths. Attention kernels see each table as a CSR row (indptr/indices/last_len).
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -43,6 +44,18 @@ struct RequestKV {
   // forgets it (sum_forget), and the next reader sums the tables once (sched/compression_state).
   mutable int64_t entries_sum = -1;
   void sum_forget() { entries_sum = -1; }
+  // Names the pages of every table: whoever changes any table's pages (a page added, a compaction,
+  // a block eviction, a prefix hit, new or released tables), or a count by anything but a step's
+  // tokens added to every table (KVCacheManager::grow_tables' in-place path, which changes no
+  // page), calls pages_changed(), which draws a number never drawn before (process-wide). A
+  // backend that flattens the same request's tables step after step keeps them under this
+  // number and re-reads them only when it moved (backend/page_table_inputs.h). 0: never set,
+  // tables whose changes nobody reports (hand-built ones): re-read every step.
+  uint64_t pages_version = 0;
+  void pages_changed() {
+    static std::atomic<uint64_t> next{0};
+    pages_version = next.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
 
   std::vector<BlockKey>& keys_of(std::size_t group) {
     if (block_keys.size() <= group) block_keys.resize(groups.size() > group ? groups.size() : group + 1);
@@ -57,6 +70,7 @@ struct RequestKV {
     block_keys.clear();
     compacted = false;
     entries_sum = -1;
+    pages_changed();
   }
 };
 

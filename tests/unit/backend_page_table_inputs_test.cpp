@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/forward_batch_validation.h"
@@ -94,30 +97,35 @@ TEST(PageTableInputs, EqualABruteForceFlatteningWithPaddingRows) {
     PageTableInputsFill fill;
     const Flat f = flatten(b.batch, groups, run_seqs, run_tokens, &fill);
     EXPECT_TRUE(fill.pages_inside);
-    // Brute force: row (g, i) lists the pages its entries after the step reach, nothing more.
+    // Brute force: sequence after sequence (request-major), row (g, i) lists the pages its
+    // entries after the step reach, nothing more, from the start page_indptr gives it; then the
+    // padding rows' null pages.
     size_t page = 0;
-    EXPECT_EQ(f.page_indptr[0], 0);
-    for (int g = 0; g < groups; ++g) {
-      for (int i = 0; i < run_seqs; ++i) {
+    for (int i = 0; i < run_seqs; ++i) {
+      if (i >= 5) continue;
+      const SequenceInput& s = b.batch.sequences[static_cast<size_t>(i)];
+      for (int g = 0; g < groups; ++g) {
         const size_t row = static_cast<size_t>(g) * run_seqs + i;
-        if (i < 5) {
-          const SequenceInput& s = b.batch.sequences[static_cast<size_t>(i)];
-          const BlockTable& t = b.kvs[static_cast<size_t>(i)].groups[static_cast<size_t>(g)];
-          ASSERT_EQ(f.kv_len[row], t.num_entries);
-          for (int e = 0; e < t.num_entries; e += kBlock) ASSERT_EQ(f.page_indices[page++], t.blocks[e / kBlock]);
-          for (int j = 0; j < s.num_query_tokens; ++j) {
-            const int e = t.num_entries - s.num_query_tokens + j;
-            ASSERT_EQ(f.slots[static_cast<size_t>(g) * run_tokens + s.query_start + j],
-                      t.blocks[e / kBlock] * kBlock + e % kBlock);
-          }
-        } else {
-          ASSERT_EQ(f.kv_len[row], 1);
-          ASSERT_EQ(f.page_indices[page++], kNullBlock);
-          ASSERT_EQ(f.slots[static_cast<size_t>(g) * run_tokens + i], -1);
+        const BlockTable& t = b.kvs[static_cast<size_t>(i)].groups[static_cast<size_t>(g)];
+        ASSERT_EQ(f.kv_len[row], t.num_entries);
+        ASSERT_EQ(f.page_indptr[row], static_cast<int32_t>(page));
+        for (int e = 0; e < t.num_entries; e += kBlock) ASSERT_EQ(f.page_indices[page++], t.blocks[e / kBlock]);
+        for (int j = 0; j < s.num_query_tokens; ++j) {
+          const int e = t.num_entries - s.num_query_tokens + j;
+          ASSERT_EQ(f.slots[static_cast<size_t>(g) * run_tokens + s.query_start + j],
+                    t.blocks[e / kBlock] * kBlock + e % kBlock);
         }
-        ASSERT_EQ(f.page_indptr[row + 1], static_cast<int32_t>(page));
       }
     }
+    for (int g = 0; g < groups; ++g)
+      for (int i = 5; i < run_seqs; ++i) {
+        const size_t row = static_cast<size_t>(g) * run_seqs + i;
+        ASSERT_EQ(f.kv_len[row], 1);
+        ASSERT_EQ(f.page_indptr[row], static_cast<int32_t>(page));
+        ASSERT_EQ(f.page_indices[page++], kNullBlock);
+        ASSERT_EQ(f.slots[static_cast<size_t>(g) * run_tokens + i], -1);
+      }
+    ASSERT_EQ(f.page_indptr[static_cast<size_t>(groups) * run_seqs], static_cast<int32_t>(page));
     EXPECT_EQ(fill.num_pages, static_cast<int>(page));
     // Nothing written past them (the buffer has the backend's capacity: the pages + a row each).
     for (size_t p = page; p < f.page_indices.size(); ++p) ASSERT_EQ(f.page_indices[p], -7);
@@ -239,6 +247,226 @@ TEST(PageTableInputs, ANegativeCountDoesNotCover) {
   b.kvs[1].groups[1].num_entries = 0;  // 0 entries with a new token: cached = -1
   EXPECT_FALSE(PageTableInputs().size(b.batch, 2, kBlock).tables_cover);
   EXPECT_FALSE(validate_forward_batch(b.batch, limits(2)).is_ok());
+}
+
+// ---- Kept copies of versioned requests' tables (RequestKV::pages_version) ----
+
+// Requests whose tables change as the engine changes them: every step each table gains the step's
+// tokens, a table that runs out of room gets a page (and the request a new version), now and then
+// a request is compacted (new pages and counts, new version), requests finish and others are
+// admitted, and the batch order moves. `pool` hands out blocks 1.. in turn (kNumBlocks is the
+// bound the fill checks against).
+struct LiveRequests {
+  explicit LiveRequests(int groups) : groups(groups) {}
+  struct Live {
+    uint64_t id;
+    RequestKV kv;
+  };
+  int groups;
+  std::vector<std::unique_ptr<Live>> live;
+  uint64_t next_id = 1;
+  BlockId next_block = 1;
+  BlockId block() {
+    const BlockId b = next_block;
+    next_block = next_block + 1 < kNumBlocks ? next_block + 1 : 1;
+    return b;
+  }
+  void admit(std::mt19937& rng) {
+    auto r = std::make_unique<Live>();
+    r->id = next_id++;
+    r->kv.groups.resize(static_cast<size_t>(groups));
+    std::uniform_int_distribution<int> entries(0, 9);
+    for (BlockTable& t : r->kv.groups) {
+      t.num_entries = entries(rng);
+      for (int p = 0; p * kBlock < t.num_entries; ++p) t.blocks.push_back(block());
+    }
+    r->kv.pages_changed();
+    live.push_back(std::move(r));
+  }
+  // Adds n entries to every table, as KVCacheManager::grow_tables does: in place when every table
+  // has room (no new version), else pages are added and the version moves.
+  void grow(Live& r, int n) {
+    bool room = true;
+    for (const BlockTable& t : r.kv.groups)
+      room &= t.num_entries + n <= static_cast<int>(t.blocks.size()) * kBlock;
+    for (BlockTable& t : r.kv.groups) {
+      t.num_entries += n;
+      while (static_cast<int>(t.blocks.size()) * kBlock < t.num_entries) t.blocks.push_back(block());
+    }
+    if (!room) r.kv.pages_changed();
+  }
+  // A compaction: each table keeps a few entries in fresh pages.
+  void compact(Live& r, std::mt19937& rng) {
+    std::uniform_int_distribution<int> keep(1, 6);
+    for (BlockTable& t : r.kv.groups) {
+      t.num_entries = std::min(t.num_entries, keep(rng));
+      t.blocks.clear();
+      for (int p = 0; p * kBlock < t.num_entries; ++p) t.blocks.push_back(block());
+    }
+    r.kv.pages_changed();
+  }
+};
+
+// The step's batch over `order` (indices into live), each with n new tokens; grows the tables first.
+ForwardBatch step_batch(LiveRequests& lr, const std::vector<size_t>& order, const std::vector<int>& n,
+                        const SamplingParams* sampling) {
+  ForwardBatch batch;
+  int token = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    LiveRequests::Live& r = *lr.live[order[k]];
+    lr.grow(r, n[k]);
+    SequenceInput in;
+    in.request_id = r.id;
+    in.query_start = token;
+    in.num_query_tokens = n[k];
+    in.num_cached_entries = r.kv.groups[0].num_entries - n[k];
+    in.start_position = in.num_cached_entries;
+    in.block_table = &r.kv.groups[0].blocks;
+    in.kv = &r.kv;
+    in.sampling = sampling;
+    for (int j = 0; j < n[k]; ++j) {
+      batch.token_ids.push_back(7);
+      batch.positions.push_back(in.start_position + j);
+    }
+    token += n[k];
+    batch.sequences.push_back(in);
+  }
+  return batch;
+}
+
+// What the kernels read of the flattened step equals the tables: every row's length, the pages
+// its entries reach from the start page_indptr gives it (inside the pages written), the slots of
+// its new entries; padding rows read one null page and write nothing.
+void expect_reads_the_tables(const ForwardBatch& batch, int groups, int run_seqs, int run_tokens, const Flat& f,
+                             const PageTableInputsFill& fill) {
+  const int num_seqs = static_cast<int>(batch.sequences.size());
+  ASSERT_EQ(f.page_indptr[static_cast<size_t>(groups) * run_seqs], fill.num_pages);
+  for (int g = 0; g < groups; ++g)
+    for (int i = 0; i < run_seqs; ++i) {
+      const size_t row = static_cast<size_t>(g) * run_seqs + i;
+      const int32_t start = f.page_indptr[row];
+      if (i >= num_seqs) {
+        ASSERT_EQ(f.kv_len[row], 1);
+        ASSERT_GE(start, 0);
+        ASSERT_LT(start, fill.num_pages);
+        ASSERT_EQ(f.page_indices[static_cast<size_t>(start)], kNullBlock);
+        ASSERT_EQ(f.slots[static_cast<size_t>(g) * run_tokens + i], -1);
+        continue;
+      }
+      const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
+      const BlockTable& t = s.kv->groups[static_cast<size_t>(g)];
+      ASSERT_EQ(f.kv_len[row], t.num_entries) << "seq " << i << " group " << g;
+      const int pages = (t.num_entries + kBlock - 1) / kBlock;
+      ASSERT_GE(start, 0);
+      ASSERT_LE(start + pages, fill.num_pages);
+      for (int p = 0; p < pages; ++p)
+        ASSERT_EQ(f.page_indices[static_cast<size_t>(start + p)], t.blocks[static_cast<size_t>(p)])
+            << "seq " << i << " group " << g << " page " << p;
+      for (int j = 0; j < s.num_query_tokens; ++j) {
+        const int e = t.num_entries - s.num_query_tokens + j;
+        ASSERT_EQ(f.slots[static_cast<size_t>(g) * run_tokens + s.query_start + j],
+                  t.blocks[static_cast<size_t>(e / kBlock)] * kBlock + e % kBlock);
+      }
+    }
+}
+
+Flat flatten_with(PageTableInputs& tables, const ForwardBatch& batch, int groups, int run_seqs, int run_tokens,
+                  PageTableInputsFill* fill) {
+  const PageTableInputsSize size = tables.size(batch, groups, kBlock);
+  EXPECT_TRUE(size.tables_cover);
+  Flat f;
+  f.slots.assign(static_cast<size_t>(groups) * run_tokens, -7);
+  f.page_indptr.assign(static_cast<size_t>(groups) * run_seqs + 1, -7);
+  f.kv_len.assign(static_cast<size_t>(groups) * run_seqs, -7);
+  f.page_indices.assign(static_cast<size_t>(size.num_pages) + static_cast<size_t>(groups) * run_seqs, -7);
+  *fill = tables.fill(batch, kNumBlocks, run_seqs, run_tokens,
+                      {f.slots.data(), f.page_indptr.data(), f.kv_len.data(), f.page_indices.data()});
+  return f;
+}
+
+std::unordered_map<uint64_t, uint64_t> seen_version_;  // request id -> version last flattened
+
+// 300 steps of admissions, finishes, reorders, prefill chunks and decodes, pages added and
+// compactions, flattened by one PageTableInputs kept across the steps (one thread, and a pool
+// over enough rows for the parallel passes): every step reads as the tables say, and a request's
+// tables are read only in the steps where its version moved (or it is new to the copies).
+TEST(PageTableInputs, KeptCopiesFollowVersionedTablesStepAfterStep) {
+  for (const int threads : {1, 3}) {
+    const int groups = threads == 1 ? 6 : 144;  // 144 x 64+: above the parallel threshold
+    std::mt19937 rng(23);
+    LiveRequests lr(groups);
+    for (int r = 0; r < 60; ++r) lr.admit(rng);
+    PageTableInputs tables(threads);
+    SamplingParams sampling;
+    int64_t expected_reads = 0;
+    std::uniform_real_distribution<double> u(0, 1);
+    for (int step = 0; step < 300; ++step) {
+      // Finishes and admissions now and then; the order shuffled now and then.
+      if (u(rng) < 0.1 && lr.live.size() > 40) lr.live.erase(lr.live.begin() + static_cast<long>(rng() % lr.live.size()));
+      if (u(rng) < 0.1) lr.admit(rng);
+      std::vector<size_t> order(lr.live.size());
+      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+      if (u(rng) < 0.2) std::shuffle(order.begin(), order.end(), rng);
+      // Now and then a request sits a step out (waiting for a compression or a slot).
+      std::vector<size_t> ran;
+      for (size_t k : order)
+        if (u(rng) > 0.05) ran.push_back(k);
+      for (size_t k : ran)
+        if (u(rng) < 0.03) lr.compact(*lr.live[k], rng);
+      std::vector<uint64_t> versions_before;
+      for (size_t k : ran) versions_before.push_back(lr.live[k]->kv.pages_version);
+      const bool decode = u(rng) < 0.7;
+      std::vector<int> n(ran.size());
+      for (int& x : n) x = decode ? 1 : 1 + static_cast<int>(rng() % 5);
+      const ForwardBatch batch = step_batch(lr, ran, n, &sampling);
+      // Graph-like padding on decode steps.
+      const int num_seqs = static_cast<int>(ran.size());
+      const int run_seqs = decode ? num_seqs + 3 : num_seqs;
+      const int run_tokens = decode ? run_seqs : static_cast<int>(batch.token_ids.size());
+      const int64_t reads_before = tables.num_table_reads();
+      PageTableInputsFill fill;
+      const Flat f = flatten_with(tables, batch, groups, run_seqs, run_tokens, &fill);
+      ASSERT_TRUE(fill.pages_inside);
+      expect_reads_the_tables(batch, groups, run_seqs, run_tokens, f, fill);
+      if (HasFatalFailure()) return;
+      // Reads: the requests whose version moved since the copy was last taken (in this step's
+      // growth, a compaction, or before: new requests).
+      int64_t moved = 0;
+      for (size_t k = 0; k < ran.size(); ++k) {
+        const uint64_t v = lr.live[ran[k]]->kv.pages_version;
+        moved += seen_version_[lr.live[ran[k]]->id] != v ? 1 : 0;
+        seen_version_[lr.live[ran[k]]->id] = v;
+      }
+      expected_reads += moved;
+      EXPECT_EQ(tables.num_table_reads() - reads_before, moved) << "step " << step;
+      (void)versions_before;
+    }
+    EXPECT_EQ(tables.num_table_reads(), expected_reads);
+    EXPECT_LE(tables.num_kept(), lr.live.size() + 200u);  // finished requests' copies are dropped
+    seen_version_.clear();
+  }
+}
+
+// A change the version does not report is what the verification finds: a page swapped in a
+// kept request's table without pages_changed().
+TEST(PageTableInputsDeathTest, VerificationFindsAPageChangedWithoutANewVersion) {
+  std::mt19937 rng(31);
+  LiveRequests lr(4);
+  for (int r = 0; r < 3; ++r) lr.admit(rng);
+  SamplingParams sampling;
+  PageTableInputs tables;
+  tables.set_verify(true);
+  PageTableInputsFill fill;
+  const std::vector<size_t> order = {0, 1, 2};
+  (void)flatten_with(tables, step_batch(lr, order, {1, 1, 1}, &sampling), 4, 3, 3, &fill);
+  // Room for the next token everywhere, so the growth itself moves no version.
+  for (auto& r : lr.live)
+    for (BlockTable& t : r->kv.groups) t.blocks.push_back(lr.block());
+  for (auto& r : lr.live) r->kv.pages_changed();
+  (void)flatten_with(tables, step_batch(lr, order, {1, 1, 1}, &sampling), 4, 3, 3, &fill);
+  lr.live[1]->kv.groups[2].blocks[0] = lr.block();  // unreported
+  EXPECT_DEATH((void)flatten_with(tables, step_batch(lr, order, {1, 1, 1}, &sampling), 4, 3, 3, &fill),
+               "its pages changed but its pages_version did not");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -128,6 +129,9 @@ CudaBackend::CudaBackend(const BackendOptions& options, TensorParallelRank tp)
   ORIGAMI_CUDA_CHECK(cudaEventCreate(&step_end_));
   gemm_ = std::make_unique<Gemm>();
   gemm_->set_stream(stream_);
+  // Test runs check every kept copy of a request's page tables against the tables each step.
+  const char* verify = std::getenv("ORIGAMI_VERIFY_PAGE_TABLE_COPIES");
+  page_tables_.set_verify(verify != nullptr && verify[0] == '1');
 }
 
 CudaBackend::~CudaBackend() {
