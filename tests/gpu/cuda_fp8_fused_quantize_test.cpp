@@ -114,7 +114,9 @@ TEST(Fp8FusedQuantize, AddRmsnormMatchesUnfusedBitForBit) {
             ASSERT_EQ(bits32(res_fused.download()), bits32(res_ref.download())) << where;
             ASSERT_EQ(codes_fused.download(), codes_ref.download()) << where;
             ASSERT_EQ(bits32(scales_fused.download()), bits32(scales_ref.download())) << where;
-            if (keep_normed) ASSERT_EQ(bits16(normed_fused.download()), bits16(normed_ref.download())) << where;
+            if (keep_normed) {
+              ASSERT_EQ(bits16(normed_fused.download()), bits16(normed_ref.download())) << where;
+            }
             if (rows >= 2 && !with_static) {  // the all-zero row (its delta is zero too)
               EXPECT_EQ(scales_fused.download().back(), fp8_row_scale(0.0f)) << where;
             }
@@ -152,7 +154,9 @@ TEST(Fp8FusedQuantize, SiluAndMulMatchesUnfusedBitForBit) {
                                   std::to_string(with_static);
         ASSERT_EQ(codes_fused.download(), codes_ref.download()) << where;
         ASSERT_EQ(bits32(scales_fused.download()), bits32(scales_ref.download())) << where;
-        if (rows >= 2 && !with_static) EXPECT_EQ(scales_fused.download().back(), fp8_row_scale(0.0f)) << where;
+        if (rows >= 2 && !with_static) {
+          EXPECT_EQ(scales_fused.download().back(), fp8_row_scale(0.0f)) << where;
+        }
       }
     }
 }
