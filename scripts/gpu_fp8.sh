@@ -5,10 +5,13 @@
 #   attention_paged_test     paged attention over bf16 and FP8 caches against an fp64 twin
 #   cuda_fp8_test            quantize kernel = host, FP8 GEMM vs CPU reference, engine FP8 = CPU FP8
 #                            (weights, KV cache, both)
+#   cuda_fp8_fused_quantize_test  the quantization fused into the norms / SiLU = unfused, bit for
+#                            bit (kernels; tiny-qwen3 logits with --fp8-fused-quantize on and off)
 #   cuda_backend_e2e_test    the bf16 path, unchanged
 #   cuda_fp8_gemm_bench_test bf16 vs FP8 GEMM time at the Llama-3.1-8B shapes, m = 1/64/256/1024
 #   cuda_decode_bench_test   decode steps of Llama-3.1-8B (dummy weights), bf16 and FP8, batch
-#                            1/64/256 at context 1024, bf16 / FP8 weights / FP8 weights + FP8 KV
+#                            1/64/256 at context 1024, bf16 / FP8 weights / FP8 weights + FP8 KV,
+#                            FP8 with the quantization separate and fused ("fused-q")
 #                            (FP8_DECODE=0 skips it)
 # and prints a summary table last (about 75 s on an H100 with a cold build). Logs go to $OUT (or
 # /tmp/origami-gpu). Fixtures come from .devdata (scripts/lib/gpu_common.sh): shared/ with
@@ -21,13 +24,14 @@ declare -A RESULT
 gpu_device_info "$OUT/build.log"
 RESULT[0_device]="$GPU_DEVICE"
 
-targets=(cuda_fp8_test cuda_kv_fp8_write_test attention_paged_test cuda_fp8_gemm_bench_test cuda_backend_e2e_test)
+targets=(cuda_fp8_test cuda_fp8_fused_quantize_test cuda_kv_fp8_write_test attention_paged_test cuda_fp8_gemm_bench_test
+         cuda_backend_e2e_test)
 [ "${FP8_DECODE:-1}" = 1 ] && targets+=(cuda_decode_bench_test)
 gpu_build "$BUILD" "$OUT/build.log" "${targets[@]}" || exit 1
 RESULT[1_build]="rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s)"
 grep -E "error|FAILED" "$OUT/build.log" | head -20
 
-for t in cuda_kv_fp8_write_test attention_paged_test; do
+for t in cuda_kv_fp8_write_test attention_paged_test cuda_fp8_fused_quantize_test; do
   t0=$(date +%s)
   OMP_NUM_THREADS=16 timeout 300 "$BUILD/tests/$t" > "$OUT/$t.log" 2>&1
   RESULT[2_$t]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$t.log" | tr '\n' ' ')"
@@ -57,13 +61,13 @@ if [ "${FP8_DECODE:-1}" = 1 ]; then
     kv=bf16; [ "$q" = fp8+kv ] && kv=fp8
     ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=${q%+kv} ORIGAMI_BENCH_KV_DTYPE=$kv \
       ORIGAMI_BENCH_CONTEXTS=${FP8_CONTEXTS:-1024} \
-      ORIGAMI_BENCH_BATCHES=${FP8_BATCHES:-1,64,256} timeout 200 "$BUILD/tests/cuda_decode_bench_test" \
+      ORIGAMI_BENCH_BATCHES=${FP8_BATCHES:-1,64,256} timeout 300 "$BUILD/tests/cuda_decode_bench_test" \
       --gtest_filter='*Roofline*' > "$OUT/decode_$q.log" 2>&1
     RESULT[5_decode_$q]="rc=$? ($(( $(date +%s) - t0 ))s)"
     grep -E "^(BENCH|ROOFLINE)" "$OUT/decode_$q.log"
     n=0
     while read -r line; do n=$((n+1)); RESULT[5_decode_${q}_$n]="$line"; done < <(grep ROOFLINE "$OUT/decode_$q.log" \
-      | sed -E 's/^ROOFLINE llama-3.1-8b( fp8)?( kv-fp8)? graphs=1 //; s/ \(weights.*\)//')
+      | sed -E 's/^ROOFLINE llama-3.1-8b( fp8)?( fused-q)?( kv-fp8)? graphs=1 /\2 /; s/ \(weights.*\)//')
   done
 fi
 gpu_print_summary "FP8 summary" "$OUT/summary.txt"

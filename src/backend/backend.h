@@ -39,6 +39,12 @@ struct BackendOptions {
   // in the tensor cores' accumulator instead of promoted to fp32 every few instructions. Off
   // until its speed and fidelity are measured on the GPU (docs/kernels.md, "FP8 weights").
   bool fp8_fast_accumulation = false;
+  // CUDA, FP8 projections (--fp8-fused-quantize): the RMSNorm before q|k|v and gate|up and the
+  // SiLU-and-multiply before down write the E4M3 codes and per-token scales of their output
+  // themselves (backend/cuda/fp8_fused_kernels.h), saving the separate quantize launch and its two
+  // reads of the bf16 row per projection. The outputs are bit for bit the same. Off by default
+  // until its gain on the decode step is measured on the GPU.
+  bool fuse_fp8_quantize = false;
 };
 
 // Whether a backend with `options` computes the projections of `config` in FP8.

@@ -129,6 +129,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   backend_options.tensor_parallel_reduce = config.custom_all_reduce ? BackendOptions::TensorParallelReduce::kPeer
                                                                      : BackendOptions::TensorParallelReduce::kNccl;
   backend_options.fp8_fast_accumulation = config.fp8_fast_accumulation;
+  backend_options.fuse_fp8_quantize = config.fp8_fused_quantize;
   if (config.quantization == "fp8") {
     backend_options.quantization = WeightQuantization::kFp8;
   } else if (config.quantization != "none") {

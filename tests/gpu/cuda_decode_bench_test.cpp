@@ -14,6 +14,9 @@
 // (default 1,64,256), ORIGAMI_BENCH_CONTEXTS (default 1024,4096), ORIGAMI_BENCH_EAGER=1 to also
 // time steps without graphs, ORIGAMI_BENCH_QUANTIZATION=fp8 for FP8 weights,
 // ORIGAMI_BENCH_KV_DTYPE=fp8 for the FP8 KV cache (1-byte codes + a 4-byte scale per head row).
+// With FP8 weights, each setting is timed with the activation quantization separate and fused
+// into its producers (BackendOptions::fuse_fp8_quantize, "fused-q" in the lines);
+// ORIGAMI_BENCH_FUSED_QUANTIZE=0 or 1 times only that one.
 #include <cuda_profiler_api.h>
 #include <gtest/gtest.h>
 
@@ -210,6 +213,12 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
   // ORIGAMI_BENCH_QUANTIZATION=fp8: FP8 projections (--quantization fp8), dummy weights quantized.
   const char* quant_env = std::getenv("ORIGAMI_BENCH_QUANTIZATION");
   const bool fp8 = quant_env != nullptr && std::string(quant_env) == "fp8";
+  const char* fused_env = std::getenv("ORIGAMI_BENCH_FUSED_QUANTIZE");
+  const std::string fused_q = fused_env != nullptr ? fused_env : "";
+  const std::vector<bool> fuse_settings = !fp8 ? std::vector<bool>{false}
+                                          : fused_q == "0" ? std::vector<bool>{false}
+                                          : fused_q == "1" ? std::vector<bool>{true}
+                                                           : std::vector<bool>{false, true};
   int device = 0, num_sms = 0;
   ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
   ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
@@ -226,30 +235,33 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
     double ms;
   };
   std::vector<Row> rows;
-  for (bool graphs : eager ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
-    BackendOptions opt;
-    opt.enable_cuda_graphs = graphs;
-    if (fp8) opt.quantization = WeightQuantization::kFp8;
-    auto backend = std::move(create_cuda_backend(opt)).value();
-    ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
-    for (int context : contexts)
-      for (int batch : batches) {
-        const double ms = time_decode_steps(*backend, c, batch, context);
-        const double kv_gb = static_cast<double>(batch) * (context + 8) * kv_tok / 1e9;
-        if (ms < 0) {
-          std::printf("ROOFLINE %s%s graphs=%d batch=%d context=%d: KV %.1f GB does not fit\n", cfg_name.c_str(),
-                      fp8 ? (bench_kv_fp8() ? " fp8 kv-fp8" : " fp8") : (bench_kv_fp8() ? " kv-fp8" : ""), graphs, batch, context, kv_gb);
-          continue;
+  for (bool graphs : eager ? std::vector<bool>{true, false} : std::vector<bool>{true})
+    for (bool fused : fuse_settings) {
+      BackendOptions opt;
+      opt.enable_cuda_graphs = graphs;
+      if (fp8) opt.quantization = WeightQuantization::kFp8;
+      opt.fuse_fp8_quantize = fused;
+      auto backend = std::move(create_cuda_backend(opt)).value();
+      ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
+      const std::string tag = std::string(fp8 ? " fp8" : "") + (fused ? " fused-q" : "") + (bench_kv_fp8() ? " kv-fp8" : "");
+      for (int context : contexts)
+        for (int batch : batches) {
+          const double ms = time_decode_steps(*backend, c, batch, context);
+          const double kv_gb = static_cast<double>(batch) * (context + 8) * kv_tok / 1e9;
+          if (ms < 0) {
+            std::printf("ROOFLINE %s%s graphs=%d batch=%d context=%d: KV %.1f GB does not fit\n", cfg_name.c_str(),
+                        tag.c_str(), graphs, batch, context, kv_gb);
+            continue;
+          }
+          const double floor_ms = (wbytes / 1e9 + kv_gb) / copy_gbps * 1e3;
+          std::printf("ROOFLINE %s%s graphs=%d batch=%d context=%d: %.3f ms/step, floor %.3f ms (weights %.2f GB + KV "
+                      "%.2f GB at %.0f GB/s) -> %.0f%% of floor, %.0f tok/s\n",
+                      cfg_name.c_str(), tag.c_str(), graphs, batch, context, ms, floor_ms, wbytes / 1e9, kv_gb,
+                      copy_gbps, 100.0 * floor_ms / ms, batch * 1000.0 / ms);
+          std::fflush(stdout);
+          if (graphs && !fp8 && !bench_kv_fp8()) rows.push_back({batch, context, ms});  // the breakdown times bf16 GEMMs
         }
-        const double floor_ms = (wbytes / 1e9 + kv_gb) / copy_gbps * 1e3;
-        std::printf("ROOFLINE %s%s graphs=%d batch=%d context=%d: %.3f ms/step, floor %.3f ms (weights %.2f GB + KV %.2f GB "
-                    "at %.0f GB/s) -> %.0f%% of floor, %.0f tok/s\n",
-                    cfg_name.c_str(), fp8 ? (bench_kv_fp8() ? " fp8 kv-fp8" : " fp8") : (bench_kv_fp8() ? " kv-fp8" : ""),
-                    graphs, batch, context, ms, floor_ms, wbytes / 1e9, kv_gb, copy_gbps,
-                    100.0 * floor_ms / ms, batch * 1000.0 / ms);
-        if (graphs && !fp8 && !bench_kv_fp8()) rows.push_back({batch, context, ms});  // the breakdown times bf16 GEMMs
-      }
-  }
+    }
 
   // Where a step's time goes (GPU time of each part alone, in a graph).
   std::vector<int> gemm_done;

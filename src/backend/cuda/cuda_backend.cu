@@ -183,12 +183,13 @@ LinearWeights CudaBackend::alloc_linear(size_t rows, size_t cols) {
   return w;
 }
 
-void CudaBackend::linear(const bf16* x, int m, int k, const LinearWeights& w, int n, bf16* y) {
+void CudaBackend::linear(const bf16* x, int m, int k, const LinearWeights& w, int n, bf16* y, bool x_quantized) {
   if (!w.fp8()) {
+    ORIGAMI_CHECK_MSG(!x_quantized, "linear: a bf16 projection's input cannot come quantized");
     gemm_->linear(x, m, k, w.bf16(), n, y, false);
     return;
   }
-  launch_quantize_rows_fp8(x, m, k, w.input_scale, fp8_x_, fp8_x_scales_, stream_);
+  if (!x_quantized) launch_quantize_rows_fp8(x, m, k, w.input_scale, fp8_x_, fp8_x_scales_, stream_);
   fp8_gemm_->linear(fp8_x_, fp8_x_scales_, m, k, w.codes(), w.scales, n, y, fp8_acc_, stream_);
 }
 
@@ -718,7 +719,10 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
   for (int li = 0; li < c.num_layers; ++li) {
     const Layer& l = layers_[li];
     // The previous layer's MLP output joins the residual stream here (reduced over the ranks).
-    add_rmsnorm(li > 0, l.input_norm, num_tokens, li > 0 ? traced(li - 1, 1) : nullptr);
+    // FP8 with fuse_fp8_quantize: the norm also quantizes q|k|v's input (normed_ still written
+    // for the gates, which read it).
+    const bool qkv_in_fp8 =
+        add_rmsnorm(li > 0, l.input_norm, num_tokens, li > 0 ? traced(li - 1, 1) : nullptr, &l.qkv, gate_scores);
     if (trace_ != nullptr && li > 0) trace_->residual[li - 1] = download_f32(residual_, static_cast<size_t>(num_tokens) * h);
     // Head groups: this layer's groups are tables li * T .. li * T + T - 1 of the step inputs.
     const size_t first_table = ragged_.empty() ? 0 : static_cast<size_t>(li) * ragged_.groups_per_layer();
@@ -735,7 +739,7 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
       gd.block_size = kv_layout_.block_size;
       gates_.fork(li, normed_, num_tokens, gd, stream_);
     }
-    linear(normed_, num_tokens, h, l.qkv, qkv_cols, qkv_);
+    linear(normed_, num_tokens, h, l.qkv, qkv_cols, qkv_, qkv_in_fp8);
     if (l.qkv_bias != nullptr) launch_bias_add(qkv_, l.qkv_bias, num_tokens, qkv_cols, stream_);
     // The layer's new K and V rows go into the paged cache through the step's slot tables.
     KVWriteArgs wa;
@@ -813,11 +817,15 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     linear(attn_out_, num_tokens, c.q_size(), l.o, h, attn_partial);
     if (trace_ != nullptr) trace_partial(attn_out_, c.q_size(), l.o, num_tokens, attn_partial, traced(li, 0));
     if (gate_scores) gates_.join(stream_);
-    add_rmsnorm(true, l.post_attn_norm, num_tokens, traced(li, 0));
-    linear(normed_, num_tokens, h, l.gate_up, 2 * c.intermediate_size, gate_up_);
-    launch_silu_and_mul(gate_up_, num_tokens, c.intermediate_size, act_, stream_);
+    const bool gate_up_in_fp8 = add_rmsnorm(true, l.post_attn_norm, num_tokens, traced(li, 0), &l.gate_up, false);
+    linear(normed_, num_tokens, h, l.gate_up, 2 * c.intermediate_size, gate_up_, gate_up_in_fp8);
+    const bool down_in_fp8 = fp8_quantizes_in_producer(l.down);
+    if (down_in_fp8)  // act_ is not written
+      launch_silu_and_mul_quantize_fp8(gate_up_, num_tokens, c.intermediate_size, fp8_rows_out(l.down), stream_);
+    else
+      launch_silu_and_mul(gate_up_, num_tokens, c.intermediate_size, act_, stream_);
     bf16* mlp_partial = projection_out(num_tokens);
-    linear(act_, num_tokens, c.intermediate_size, l.down, h, mlp_partial);
+    linear(act_, num_tokens, c.intermediate_size, l.down, h, mlp_partial, down_in_fp8);
     if (trace_ != nullptr) trace_partial(act_, c.intermediate_size, l.down, num_tokens, mlp_partial, traced(li, 1));
   }
   add_rmsnorm(true, final_norm_, num_tokens, traced(c.num_layers - 1, 1));
@@ -862,23 +870,33 @@ void CudaBackend::sample_greedy_sharded(int rows, int r0) {
   launch_merge_shard_argmax(shard_best_gathered_, tp_.size, rows, dev_tokens_ + r0, stream_);
 }
 
-void CudaBackend::add_rmsnorm(bool has_delta, const bf16* weight, int num_tokens, LayerTrace::Sublayer* traced) {
+bool CudaBackend::add_rmsnorm(bool has_delta, const bf16* weight, int num_tokens, LayerTrace::Sublayer* traced,
+                              const LinearWeights* consumer, bool keep_normed) {
   const int h = config_.hidden_size;
   const size_t n = static_cast<size_t>(num_tokens) * h;
   std::vector<float> before;
   if (traced != nullptr && has_delta) before = download_f32(residual_, n);
+  bool quantized = false;
   if (has_delta && peer_reduces(num_tokens)) {
+    // The peer all-reduce normalizes as it sums: its input is quantized by the consumer's linear().
     peer_->reduce_add_rmsnorm(residual_, weight, config_.rms_norm_eps, num_tokens, normed_, stream_);
   } else {
     if (has_delta && options_.tensor_parallel_reduce != BackendOptions::TensorParallelReduce::kSkipForTiming)
       all_reduce(delta_, n, NcclDataType::kBFloat16);
-    launch_add_rmsnorm(residual_, has_delta ? delta_ : nullptr, weight, config_.rms_norm_eps, num_tokens, h, normed_,
-                       stream_);
+    quantized = consumer != nullptr && fp8_quantizes_in_producer(*consumer);
+    if (quantized) {
+      launch_add_rmsnorm_quantize_fp8(residual_, has_delta ? delta_ : nullptr, weight, config_.rms_norm_eps, num_tokens,
+                                      h, fp8_rows_out(*consumer), keep_normed ? normed_ : nullptr, stream_);
+    } else {
+      launch_add_rmsnorm(residual_, has_delta ? delta_ : nullptr, weight, config_.rms_norm_eps, num_tokens, h,
+                         normed_, stream_);
+    }
   }
   if (traced != nullptr && has_delta) {
     traced->applied = download_f32(residual_, n);
     for (size_t i = 0; i < n; ++i) traced->applied[i] -= before[i];
   }
+  return quantized;
 }
 
 void CudaBackend::trace_partial(const bf16* x, int k, const LinearWeights& w, int num_tokens, const bf16* partial,

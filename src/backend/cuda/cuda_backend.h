@@ -17,6 +17,7 @@
 #include "backend/layer_trace.h"
 #include "backend/cuda/cuda_compression.h"
 #include "backend/cuda/cuda_graph_runner.h"
+#include "backend/cuda/fp8_fused_kernels.h"
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/linear_weights.h"
@@ -176,7 +177,12 @@ class CudaBackend : public Backend {
   bool peer_reduces(int num_tokens) const { return peer_ != nullptr && peer_->covers(num_tokens); }
   // residual += the ranks' sum of the last projection_out() (none at the first layer: has_delta
   // false); normed_ = rmsnorm(residual) * weight. `traced`: the trace's slot of that delta, or null.
-  void add_rmsnorm(bool has_delta, const bf16* weight, int num_tokens, LayerTrace::Sublayer* traced);
+  // `consumer`: the projection that reads normed_ next; where fp8_quantizes_in_producer(*consumer)
+  // and the norm runs here (not in the peer all-reduce), its input is quantized into fp8_x_ as
+  // well, and normed_ is written only if `keep_normed`. Returns whether it quantized (the
+  // consumer's linear() then takes x_quantized).
+  bool add_rmsnorm(bool has_delta, const bf16* weight, int num_tokens, LayerTrace::Sublayer* traced,
+                   const LinearWeights* consumer = nullptr, bool keep_normed = true);
   // Trace: this rank's partial sum of `w` over x, in fp32 and as the step has it in `partial`.
   void trace_partial(const bf16* x, int k, const LinearWeights& w, int num_tokens, const bf16* partial,
                      LayerTrace::Sublayer* traced);
@@ -187,8 +193,16 @@ class CudaBackend : public Backend {
   // scale slot. Null data when out of memory.
   LinearWeights alloc_linear(size_t rows, size_t cols);
   // y [m, n] = x [m, k] . W^T: the bf16 GEMM, or (FP8 weights) x quantized per token (or with
-  // the static scale) into fp8_x_ and the FP8 GEMM.
-  void linear(const bf16* x, int m, int k, const LinearWeights& w, int n, bf16* y);
+  // the static scale) into fp8_x_ and the FP8 GEMM. x_quantized: x's producer already wrote its
+  // codes and scales into fp8_x_ / fp8_x_scales_ (x is then not read).
+  void linear(const bf16* x, int m, int k, const LinearWeights& w, int n, bf16* y, bool x_quantized = false);
+  // Whether the producer of w's input quantizes it itself this step (BackendOptions::fuse_fp8_quantize):
+  // FP8 weights, and no layer trace (traced steps keep every bf16 activation).
+  bool fp8_quantizes_in_producer(const LinearWeights& w) const {
+    return options_.fuse_fp8_quantize && w.fp8() && trace_ == nullptr;
+  }
+  // Where a producer that quantizes for w writes: fp8_x_, fp8_x_scales_ and w's static input scale.
+  Fp8RowsOut fp8_rows_out(const LinearWeights& w) const { return Fp8RowsOut{fp8_x_, fp8_x_scales_, w.input_scale}; }
 
   BackendOptions options_;
   TensorParallelRank tp_;

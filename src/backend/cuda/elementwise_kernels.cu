@@ -3,13 +3,12 @@
 #include "backend/cuda/block_reduce.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise_kernels.h"
+#include "backend/cuda/elementwise_math.cuh"
 #include "backend/cuda/kv_cache_write.cuh"
 #include "core/check.h"
 
 namespace origami::cuda {
 namespace {
-
-constexpr int kNormThreads = 256;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -25,18 +24,9 @@ __global__ void add_rmsnorm_kernel(float* __restrict__ residual, const bf16* __r
                                    const bf16* __restrict__ weight, float eps, int hidden, bf16* __restrict__ out) {
   __shared__ float scratch[32];
   const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
-  float sum_sq = 0.0f;
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-    float r = residual[base + i];
-    if (delta != nullptr) {
-      r += __bfloat162float(delta[base + i]);
-      residual[base + i] = r;
-    }
-    sum_sq += r * r;
-  }
-  const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
+  const float inv_rms = add_rmsnorm_row(residual, delta, eps, hidden, base, scratch);
   for (int i = threadIdx.x; i < hidden; i += blockDim.x)
-    out[base + i] = __float2bfloat16(residual[base + i] * inv_rms * __bfloat162float(weight[i]));
+    out[base + i] = __float2bfloat16(residual[base + i] * inv_rms * __bfloat162float(weight[i]));  // rmsnorm_scaled
 }
 
 // The same computation with the row held in registers: each thread loads its 8-element chunks
@@ -52,35 +42,8 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_vec_kernel(float* __
   const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
   const int num_chunks = hidden / 8;
   float x[kChunks][8];
-  uint4 d[kChunks], w[kChunks];
-#pragma unroll
-  for (int j = 0; j < kChunks; ++j) {
-    const int c = threadIdx.x + j * kNormThreads;
-    if (c >= num_chunks) continue;
-    const float4* r = reinterpret_cast<const float4*>(residual + base) + 2 * c;
-    const float4 r0 = r[0], r1 = r[1];
-    x[j][0] = r0.x; x[j][1] = r0.y; x[j][2] = r0.z; x[j][3] = r0.w;
-    x[j][4] = r1.x; x[j][5] = r1.y; x[j][6] = r1.z; x[j][7] = r1.w;
-    if (delta != nullptr) d[j] = reinterpret_cast<const uint4*>(delta + base)[c];
-    w[j] = reinterpret_cast<const uint4*>(weight)[c];
-  }
-  float sum_sq = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kChunks; ++j) {
-    const int c = threadIdx.x + j * kNormThreads;
-    if (c >= num_chunks) continue;
-    if (delta != nullptr) {
-      const bf16* dv = reinterpret_cast<const bf16*>(&d[j]);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) x[j][k] += __bfloat162float(dv[k]);
-      float4* r = reinterpret_cast<float4*>(residual + base) + 2 * c;
-      r[0] = make_float4(x[j][0], x[j][1], x[j][2], x[j][3]);
-      r[1] = make_float4(x[j][4], x[j][5], x[j][6], x[j][7]);
-    }
-#pragma unroll
-    for (int k = 0; k < 8; ++k) sum_sq += x[j][k] * x[j][k];
-  }
-  const float inv_rms = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
+  uint4 w[kChunks];
+  const float inv_rms = add_rmsnorm_row_vec<kChunks>(residual, delta, weight, eps, hidden, base, x, w, scratch);
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
     const int c = threadIdx.x + j * kNormThreads;
@@ -89,7 +52,7 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_vec_kernel(float* __
     uint4 o;
     bf16* ov = reinterpret_cast<bf16*>(&o);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) ov[k] = __float2bfloat16(x[j][k] * inv_rms * __bfloat162float(wv[k]));
+    for (int k = 0; k < 8; ++k) ov[k] = __float2bfloat16(x[j][k] * inv_rms * __bfloat162float(wv[k]));  // rmsnorm_scaled
     reinterpret_cast<uint4*>(out + base)[c] = o;
   }
 }
@@ -228,7 +191,7 @@ __global__ void silu_and_mul_kernel(const bf16* __restrict__ gate_up, int inter,
   if (i >= inter) return;
   const float g = __bfloat162float(gate_up[t * 2 * inter + i]);
   const float u = __bfloat162float(gate_up[t * 2 * inter + inter + i]);
-  out[t * inter + i] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
+  out[t * inter + i] = __float2bfloat16(silu_times(g, u));
 }
 
 // 8 outputs per thread with 16-byte loads and stores (inter % 8 == 0, aligned rows).
@@ -245,7 +208,7 @@ __global__ void silu_and_mul_vec_kernel(const bf16* __restrict__ gate_up, int in
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     const float g = __bfloat162float(g8[k]);
-    o8[k] = __float2bfloat16(g / (1.0f + __expf(-g)) * __bfloat162float(u8[k]));
+    o8[k] = __float2bfloat16(g / (1.0f + __expf(-g)) * __bfloat162float(u8[k]));  // silu_times
   }
   reinterpret_cast<uint4*>(out + t * inter)[c] = o;
 }
@@ -298,13 +261,13 @@ void launch_embedding_gather(const bf16* table, const int32_t* ids, int n, int h
 void launch_add_rmsnorm(float* residual, const bf16* delta, const bf16* weight, float eps, int n, int hidden,
                         bf16* out, cudaStream_t stream) {
   if (n == 0) return;
-  const int chunks = hidden / 8;
-  const bool vec = hidden % 8 == 0 && aligned16(residual) && aligned16(delta) && aligned16(weight) && aligned16(out);
-  if (vec && chunks <= kNormThreads) {
+  const bool aligned = aligned16(residual) && aligned16(delta) && aligned16(weight) && aligned16(out);
+  const int vec_chunks = add_rmsnorm_vec_chunks(hidden, aligned);
+  if (vec_chunks == 1) {
     add_rmsnorm_vec_kernel<1><<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);
-  } else if (vec && chunks <= 2 * kNormThreads) {
+  } else if (vec_chunks == 2) {
     add_rmsnorm_vec_kernel<2><<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);
-  } else if (vec && chunks <= 4 * kNormThreads) {
+  } else if (vec_chunks == 4) {
     add_rmsnorm_vec_kernel<4><<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);
   } else {
     add_rmsnorm_kernel<<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);

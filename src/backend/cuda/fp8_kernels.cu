@@ -3,16 +3,12 @@
 #include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fp8_quantize.cuh"
 
 namespace origami::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ inline float row_scale(float amax) {
-  const float s = amax / 448.0f;  // IEEE division, as the host's fp8_row_scale
-  return s > 1.17549435e-38f ? s : 1.17549435e-38f;
-}
 
 // One block per row; 8 bf16 per thread per step (16-byte loads), codes stored 8 at a time.
 __global__ void quantize_rows_kernel(const __nv_bfloat16* __restrict__ x, int cols, const float* static_scale,
@@ -38,7 +34,7 @@ __global__ void quantize_rows_kernel(const __nv_bfloat16* __restrict__ x, int co
     if (threadIdx.x == 0) {
       float m = 0.0f;
       for (int w = 0; w < (blockDim.x + 31) / 32; ++w) m = fmaxf(m, warp_max[w]);
-      s_scale = row_scale(m);
+      s_scale = fp8_row_scale(m);
     }
   }
   __syncthreads();
@@ -50,7 +46,7 @@ __global__ void quantize_rows_kernel(const __nv_bfloat16* __restrict__ x, int co
     uint8_t q[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      q[i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(__bfloat162float(e[i]) / s, __NV_SATFINITE, __NV_E4M3));
+      q[i] = fp8_code(__bfloat162float(e[i]), s);
     *reinterpret_cast<uint2*>(out + c) = *reinterpret_cast<const uint2*>(q);
   }
 }
