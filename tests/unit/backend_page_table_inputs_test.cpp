@@ -63,9 +63,12 @@ struct Flat {
   std::vector<int32_t> slots, page_indptr, kv_len, page_indices;
 };
 
-Flat flatten(const ForwardBatch& batch, int groups, int run_seqs, int run_tokens, PageTableInputsFill* fill) {
-  PageTableInputs tables;
+// One step through `tables` (kept between calls by the tests of kept copies), into buffers
+// poisoned with -7 and sized as the backend sizes them (the pages + a row each).
+Flat flatten_with(PageTableInputs& tables, const ForwardBatch& batch, int groups, int run_seqs, int run_tokens,
+                  PageTableInputsFill* fill, PageTableInputsSize* sized = nullptr) {
   const PageTableInputsSize size = tables.size(batch, groups, kBlock);
+  if (sized != nullptr) *sized = size;
   Flat f;
   f.slots.assign(static_cast<size_t>(groups) * run_tokens, -7);
   f.page_indptr.assign(static_cast<size_t>(groups) * run_seqs + 1, -7);
@@ -74,6 +77,11 @@ Flat flatten(const ForwardBatch& batch, int groups, int run_seqs, int run_tokens
   *fill = tables.fill(batch, kNumBlocks, run_seqs, run_tokens,
                       {f.slots.data(), f.page_indptr.data(), f.kv_len.data(), f.page_indices.data()});
   return f;
+}
+
+Flat flatten(const ForwardBatch& batch, int groups, int run_seqs, int run_tokens, PageTableInputsFill* fill) {
+  PageTableInputs tables;
+  return flatten_with(tables, batch, groups, run_seqs, run_tokens, fill);
 }
 
 ForwardBatchLimits limits(int groups) {
@@ -370,22 +378,6 @@ void expect_reads_the_tables(const ForwardBatch& batch, int groups, int run_seqs
     }
 }
 
-Flat flatten_with(PageTableInputs& tables, const ForwardBatch& batch, int groups, int run_seqs, int run_tokens,
-                  PageTableInputsFill* fill) {
-  const PageTableInputsSize size = tables.size(batch, groups, kBlock);
-  EXPECT_TRUE(size.tables_cover);
-  Flat f;
-  f.slots.assign(static_cast<size_t>(groups) * run_tokens, -7);
-  f.page_indptr.assign(static_cast<size_t>(groups) * run_seqs + 1, -7);
-  f.kv_len.assign(static_cast<size_t>(groups) * run_seqs, -7);
-  f.page_indices.assign(static_cast<size_t>(size.num_pages) + static_cast<size_t>(groups) * run_seqs, -7);
-  *fill = tables.fill(batch, kNumBlocks, run_seqs, run_tokens,
-                      {f.slots.data(), f.page_indptr.data(), f.kv_len.data(), f.page_indices.data()});
-  return f;
-}
-
-std::unordered_map<uint64_t, uint64_t> seen_version_;  // request id -> version last flattened
-
 // 300 steps of admissions, finishes, reorders, prefill chunks and decodes, pages added and
 // compactions, flattened by one PageTableInputs kept across the steps (one thread, and a pool
 // over enough rows for the parallel passes): every step reads as the tables say, and a request's
@@ -399,6 +391,7 @@ TEST(PageTableInputs, KeptCopiesFollowVersionedTablesStepAfterStep) {
     PageTableInputs tables(threads);
     SamplingParams sampling;
     int64_t expected_reads = 0;
+    std::unordered_map<uint64_t, uint64_t> seen_version;  // request id -> version last flattened
     std::uniform_real_distribution<double> u(0, 1);
     for (int step = 0; step < 300; ++step) {
       // Finishes and admissions now and then; the order shuffled now and then.
@@ -413,8 +406,6 @@ TEST(PageTableInputs, KeptCopiesFollowVersionedTablesStepAfterStep) {
         if (u(rng) > 0.05) ran.push_back(k);
       for (size_t k : ran)
         if (u(rng) < 0.03) lr.compact(*lr.live[k], rng);
-      std::vector<uint64_t> versions_before;
-      for (size_t k : ran) versions_before.push_back(lr.live[k]->kv.pages_version);
       const bool decode = u(rng) < 0.7;
       std::vector<int> n(ran.size());
       for (int& x : n) x = decode ? 1 : 1 + static_cast<int>(rng() % 5);
@@ -425,7 +416,9 @@ TEST(PageTableInputs, KeptCopiesFollowVersionedTablesStepAfterStep) {
       const int run_tokens = decode ? run_seqs : static_cast<int>(batch.token_ids.size());
       const int64_t reads_before = tables.num_table_reads();
       PageTableInputsFill fill;
-      const Flat f = flatten_with(tables, batch, groups, run_seqs, run_tokens, &fill);
+      PageTableInputsSize size;
+      const Flat f = flatten_with(tables, batch, groups, run_seqs, run_tokens, &fill, &size);
+      ASSERT_TRUE(size.tables_cover);
       ASSERT_TRUE(fill.pages_inside);
       expect_reads_the_tables(batch, groups, run_seqs, run_tokens, f, fill);
       if (HasFatalFailure()) return;
@@ -434,16 +427,14 @@ TEST(PageTableInputs, KeptCopiesFollowVersionedTablesStepAfterStep) {
       int64_t moved = 0;
       for (size_t k = 0; k < ran.size(); ++k) {
         const uint64_t v = lr.live[ran[k]]->kv.pages_version;
-        moved += seen_version_[lr.live[ran[k]]->id] != v ? 1 : 0;
-        seen_version_[lr.live[ran[k]]->id] = v;
+        moved += seen_version[lr.live[ran[k]]->id] != v ? 1 : 0;
+        seen_version[lr.live[ran[k]]->id] = v;
       }
       expected_reads += moved;
       EXPECT_EQ(tables.num_table_reads() - reads_before, moved) << "step " << step;
-      (void)versions_before;
     }
     EXPECT_EQ(tables.num_table_reads(), expected_reads);
     EXPECT_LE(tables.num_kept(), lr.live.size() + 200u);  // finished requests' copies are dropped
-    seen_version_.clear();
   }
 }
 
