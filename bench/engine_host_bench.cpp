@@ -7,8 +7,9 @@
 // Built with the project (target engine_host_bench; ctest engine_host_page_table_copies runs it short
 // with cuda-verify). Run from the repository:
 //   build/engine_host_bench [num_requests=256] [output_tokens=1024] [policy=all] [inputs=cuda] [threads=1]
-// policy: all | full | zipage | fastkvzip | fastkvzip-hpg4. Prompts are 128 tokens, block 256,
-// budget 1024. inputs: what the backend does on the host with each batch:
+// policy: all | full | zipage | fastkvzip | fastkvzip-hpg4 | pagedeviction | snapkv-prefix |
+// fastkvzip-prefix. Prompts are 128 tokens (the -prefix ones: 640 sharing their first 512, with
+// prefix caching), block 256, budget 1024. inputs: what the backend does on the host with each batch:
 //   validate     validate_forward_batch, every page of every table (the CPU backend)
 //   cuda         the CUDA backend: validation without the page tables, then the tables sized and
 //                flattened into an upload buffer with the page checks folded in (page_table_inputs.h)
@@ -151,6 +152,9 @@ struct Workload {
   const char* name;
   const char* policy;
   int heads_per_group;  // 0: the policy's default layout
+  // Prefix caching on, prompts of 640 tokens sharing their first 512 (two pages), and half the
+  // requests running at once: the later ones start from the earlier ones' cached pages.
+  bool shared_prefix = false;
 };
 
 int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, int threads) {
@@ -165,7 +169,8 @@ int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, i
   config.kv_policy = w.policy;
   config.kv_budget = 1024;
   config.heads_per_group = w.heads_per_group;
-  config.max_num_seqs = num_requests;
+  config.max_num_seqs = w.shared_prefix ? std::max(1, num_requests / 2) : num_requests;
+  config.enable_prefix_caching = w.shared_prefix;
   if (std::strcmp(w.policy, "fastkvzip") == 0) config.kv_gates = kRandomKvGates;
   Expected<std::unique_ptr<Engine>> created = Engine::create(config, std::make_unique<NullBackend>(inputs, threads));
   if (!created) {
@@ -178,8 +183,11 @@ int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, i
   params.ignore_eos = true;
   params.temperature = 0.0f;
   for (int r = 0; r < num_requests; ++r) {
-    std::vector<int32_t> prompt(128);
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + (r * 131 + i * 17) % 4000);
+    std::vector<int32_t> prompt(w.shared_prefix ? 640 : 128);
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      const int owner = w.shared_prefix && i < 512 ? 0 : r;  // the shared part is request 0's
+      prompt[i] = static_cast<int32_t>(100 + (owner * 131 + static_cast<int>(i) * 17) % 4000);
+    }
     Expected<RequestId> id = engine.add_request(std::move(prompt), params);
     if (!id) {
       std::fprintf(stderr, "%s: %s\n", w.name, id.status().to_string().c_str());
@@ -207,7 +215,9 @@ int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, i
               static_cast<long long>(m.num_steps), static_cast<long long>(m.num_compressions), total_ms, sched_ms,
               exec_ms, total_ms - sched_ms - exec_ms);
   const NullBackend& nb = static_cast<NullBackend&>(engine.backend());
-  std::printf("  (tables sized %.3f ms/step, flattened %.3f ms/step)\n", 1e3 * nb.size_seconds / steps, 1e3 * nb.fill_seconds / steps);
+  std::printf("  (tables sized %.3f ms/step, flattened %.3f ms/step; prompt tokens from the prefix cache %lld)\n",
+              1e3 * nb.size_seconds / steps, 1e3 * nb.fill_seconds / steps,
+              static_cast<long long>(m.num_prefix_cached_tokens));
   std::fflush(stdout);
   return 0;
 }
@@ -235,9 +245,12 @@ int main(int argc, char** argv) {
       {"zipage", "zipage", 0},
       {"fastkvzip", "fastkvzip", 0},  // per-head pages: one table per (layer, KV head)
       {"fastkvzip-hpg4", "fastkvzip", 4},
+      {"pagedeviction", "pagedeviction", 0},       // block evictions
+      {"snapkv-prefix", "snapkv", 0, true},         // prefix-cache hits, prefill-end compaction
+      {"fastkvzip-prefix", "fastkvzip", 0, true},  // the same on per-head pages
   };
   if (num_requests < 1 || output_tokens < 1 || threads < 1 || threads > 64) {
-    std::fprintf(stderr, "usage: %s [num_requests >= 1] [output_tokens >= 1] [all|full|zipage|fastkvzip|fastkvzip-hpg4] [validate|cuda|cuda-before|cuda-nocopies|cuda-verify] [threads 1..64]\n",
+    std::fprintf(stderr, "usage: %s [num_requests >= 1] [output_tokens >= 1] [all|full|zipage|fastkvzip|fastkvzip-hpg4|pagedeviction|snapkv-prefix|fastkvzip-prefix] [validate|cuda|cuda-before|cuda-nocopies|cuda-verify] [threads 1..64]\n",
                  argv[0]);
     return 2;
   }
