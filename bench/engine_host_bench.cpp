@@ -8,8 +8,9 @@
 // with cuda-verify). Run from the repository:
 //   build/engine_host_bench [num_requests=256] [output_tokens=1024] [policy=all] [inputs=cuda] [threads=1]
 // policy: all | full | zipage | fastkvzip | fastkvzip-hpg4 | pagedeviction | snapkv-prefix |
-// fastkvzip-prefix. Prompts are 128 tokens (the -prefix ones: 640 sharing their first 512, with
-// prefix caching), block 256, budget 1024. inputs: what the backend does on the host with each batch:
+// fastkvzip-prefix | full-turns | fastkvzip-turns. Prompts are 128 tokens (the -prefix ones: 640
+// sharing their first 512, with prefix caching; the -turns ones: a second turn per request that
+// continues its retained context), block 256, budget 1024. inputs: what the backend does on the host with each batch:
 //   validate     validate_forward_batch, every page of every table (the CPU backend)
 //   cuda         the CUDA backend: validation without the page tables, then the tables sized and
 //                flattened into an upload buffer with the page checks folded in (page_table_inputs.h)
@@ -155,6 +156,9 @@ struct Workload {
   // Prefix caching on, prompts of 640 tokens sharing their first 512 (two pages), and half the
   // requests running at once: the later ones start from the earlier ones' cached pages.
   bool shared_prefix = false;
+  // Retained contexts on, and a second turn per request once all have finished: each continues
+  // its first turn's context (prompt + outputs + 16 new tokens) for a quarter of the outputs.
+  bool second_turn = false;
 };
 
 int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, int threads) {
@@ -171,6 +175,7 @@ int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, i
   config.heads_per_group = w.heads_per_group;
   config.max_num_seqs = w.shared_prefix ? std::max(1, num_requests / 2) : num_requests;
   config.enable_prefix_caching = w.shared_prefix;
+  config.retain_contexts = w.second_turn;
   if (std::strcmp(w.policy, "fastkvzip") == 0) config.kv_gates = kRandomKvGates;
   Expected<std::unique_ptr<Engine>> created = Engine::create(config, std::make_unique<NullBackend>(inputs, threads));
   if (!created) {
@@ -182,12 +187,14 @@ int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, i
   params.max_tokens = output_tokens;
   params.ignore_eos = true;
   params.temperature = 0.0f;
+  std::vector<std::vector<int32_t>> prompts;
   for (int r = 0; r < num_requests; ++r) {
     std::vector<int32_t> prompt(w.shared_prefix ? 640 : 128);
     for (size_t i = 0; i < prompt.size(); ++i) {
       const int owner = w.shared_prefix && i < 512 ? 0 : r;  // the shared part is request 0's
       prompt[i] = static_cast<int32_t>(100 + (owner * 131 + static_cast<int>(i) * 17) % 4000);
     }
+    prompts.push_back(prompt);
     Expected<RequestId> id = engine.add_request(std::move(prompt), params);
     if (!id) {
       std::fprintf(stderr, "%s: %s\n", w.name, id.status().to_string().c_str());
@@ -195,16 +202,36 @@ int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, i
     }
   }
   int64_t errors = 0;
+  int64_t expected_tokens = int64_t{num_requests} * output_tokens;
   const auto t0 = std::chrono::steady_clock::now();
-  while (engine.has_unfinished())
-    for (const RequestOutput& out : engine.step())
-      if (out.finish_reason == FinishReason::kError) ++errors;
+  auto run_to_end = [&] {
+    while (engine.has_unfinished())
+      for (const RequestOutput& out : engine.step())
+        if (out.finish_reason == FinishReason::kError) ++errors;
+  };
+  run_to_end();
+  if (w.second_turn) {
+    // The null backend samples token 1 every step: the first turn's history is prompt + 1s.
+    SamplingParams turn = params;
+    turn.max_tokens = std::max(1, output_tokens / 4);
+    for (const std::vector<int32_t>& first : prompts) {
+      std::vector<int32_t> history = first;
+      history.insert(history.end(), static_cast<size_t>(output_tokens), 1);
+      for (int i = 0; i < 16; ++i) history.push_back(static_cast<int32_t>(200 + i));
+      if (Expected<RequestId> id = engine.add_request(std::move(history), turn); !id) {
+        std::fprintf(stderr, "%s: %s\n", w.name, id.status().to_string().c_str());
+        return 1;
+      }
+    }
+    expected_tokens += int64_t{num_requests} * turn.max_tokens;
+    run_to_end();
+  }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const EngineMetrics& m = engine.metrics();
-  if (errors > 0 || m.num_generated_tokens != int64_t{num_requests} * output_tokens) {
+  if (errors > 0 || m.num_generated_tokens != expected_tokens) {
     std::fprintf(stderr, "%s: %lld requests failed, %lld of %lld tokens generated\n", w.name,
                  static_cast<long long>(errors), static_cast<long long>(m.num_generated_tokens),
-                 static_cast<long long>(int64_t{num_requests} * output_tokens));
+                 static_cast<long long>(expected_tokens));
     return 1;
   }
   const double steps = static_cast<double>(std::max<int64_t>(m.num_steps, 1));
@@ -215,9 +242,10 @@ int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, i
               static_cast<long long>(m.num_steps), static_cast<long long>(m.num_compressions), total_ms, sched_ms,
               exec_ms, total_ms - sched_ms - exec_ms);
   const NullBackend& nb = static_cast<NullBackend&>(engine.backend());
-  std::printf("  (tables sized %.3f ms/step, flattened %.3f ms/step; prompt tokens from the prefix cache %lld)\n",
+  std::printf("  (tables sized %.3f ms/step, flattened %.3f ms/step; prompt tokens from the prefix cache %lld, "
+              "continued contexts %lld)\n",
               1e3 * nb.size_seconds / steps, 1e3 * nb.fill_seconds / steps,
-              static_cast<long long>(m.num_prefix_cached_tokens));
+              static_cast<long long>(m.num_prefix_cached_tokens), static_cast<long long>(m.num_retained_hits));
   std::fflush(stdout);
   return 0;
 }
@@ -248,9 +276,11 @@ int main(int argc, char** argv) {
       {"pagedeviction", "pagedeviction", 0},       // block evictions
       {"snapkv-prefix", "snapkv", 0, true},         // prefix-cache hits, prefill-end compaction
       {"fastkvzip-prefix", "fastkvzip", 0, true},  // the same on per-head pages
+      {"full-turns", "full", 0, false, true},            // retained contexts continued
+      {"fastkvzip-turns", "fastkvzip", 0, false, true},  // the same, compressed, per-head pages
   };
   if (num_requests < 1 || output_tokens < 1 || threads < 1 || threads > 64) {
-    std::fprintf(stderr, "usage: %s [num_requests >= 1] [output_tokens >= 1] [all|full|zipage|fastkvzip|fastkvzip-hpg4|pagedeviction|snapkv-prefix|fastkvzip-prefix] [validate|cuda|cuda-before|cuda-nocopies|cuda-verify] [threads 1..64]\n",
+    std::fprintf(stderr, "usage: %s [num_requests >= 1] [output_tokens >= 1] [all|full|zipage|fastkvzip|fastkvzip-hpg4|pagedeviction|snapkv-prefix|fastkvzip-prefix|full-turns|fastkvzip-turns] [validate|cuda|cuda-before|cuda-nocopies|cuda-verify] [threads 1..64]\n",
                  argv[0]);
     return 2;
   }
