@@ -91,17 +91,18 @@ PageTableInputsSize PageTableInputs::size(const ForwardBatch& batch, int num_gro
     if (!keep_copies_ || s.kv == nullptr || s.kv->pages_version == 0 || s.kv->groups.size() != static_cast<size_t>(G))
       continue;
     Kept& k = kept_[s.request_id];
-    if (k.last_step == step_) {
-      k.version = 0;
-      twice = true;
-    }
+    k.twice = k.last_step == step_;
+    twice |= k.twice;
     k.last_step = step_;
     seq_kept_[static_cast<size_t>(i)] = &k;
   }
   if (twice)
     for (int i = 0; i < num_seqs_; ++i) {
       Kept*& k = seq_kept_[static_cast<size_t>(i)];
-      if (k != nullptr && k->version == 0) k = nullptr;
+      if (k != nullptr && k->twice) {
+        k->version = 0;  // read again when it comes back alone
+        k = nullptr;
+      }
     }
   const int items = num_items(num_seqs_);
   item_sizes_.assign(static_cast<size_t>(items), PageTableInputsSize{});

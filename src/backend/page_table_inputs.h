@@ -95,6 +95,7 @@ class PageTableInputs {
     uint64_t version = 0;       // RequestKV::pages_version they were read under (0: none yet)
     uint64_t last_step = 0;     // the last step it ran in (kept ones unused for long are dropped)
     bool checked = false;       // its pages were range-checked since they were read
+    bool twice = false;         // its request came twice in the step sized last
     std::vector<int32_t> pages;      // every page of every table, table after table
     std::vector<int32_t> row_start;  // [groups + 1]: where each table's pages start in `pages`
     std::vector<int32_t> row_len;    // [groups]: each table's entries after its last step

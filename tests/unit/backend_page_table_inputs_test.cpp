@@ -438,6 +438,26 @@ TEST(PageTableInputs, KeptCopiesFollowVersionedTablesStepAfterStep) {
   }
 }
 
+// Two sequences of one request id (the engine never makes such a batch): both are read from their
+// tables, and the request is read again when it comes back alone.
+TEST(PageTableInputs, ARequestTwiceInABatchIsReadFromItsTables) {
+  std::mt19937 rng(37);
+  LiveRequests lr(3);
+  for (int r = 0; r < 2; ++r) lr.admit(rng);
+  lr.live[1]->id = lr.live[0]->id;
+  SamplingParams sampling;
+  PageTableInputs tables;
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<size_t> order = step == 1 ? std::vector<size_t>{0} : std::vector<size_t>{0, 1};
+    const std::vector<int> n(order.size(), 1);
+    const ForwardBatch batch = step_batch(lr, order, n, &sampling);
+    PageTableInputsFill fill;
+    const int seqs = static_cast<int>(order.size());
+    const Flat f = flatten_with(tables, batch, 3, seqs, seqs, &fill);
+    expect_reads_the_tables(batch, 3, seqs, seqs, f, fill);
+  }
+}
+
 // A change the version does not report is what the verification finds: a page swapped in a
 // kept request's table without pages_changed().
 TEST(PageTableInputsDeathTest, VerificationFindsAPageChangedWithoutANewVersion) {
