@@ -28,8 +28,9 @@ phase "release build and tests"
 # faster to compile than RelWithDebInfo's -O2 -g (engine.cpp 24.7 s -> 10.5 s on 2 cores).
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DORIGAMI_SANITIZE=ON -DORIGAMI_CUDA=OFF >/dev/null
-# Only what this phase runs: the unit tests and the server (origami_cli) for the load test.
-asan_targets=(origami_cli)
+# Only what this phase runs: the unit tests (engine_host_bench is one) and the server (origami_cli)
+# for the load test.
+asan_targets=(origami_cli engine_host_bench)  # engine_host_bench: ctest engine_host_page_table_copies (label unit)
 for f in tests/unit/*_test.cpp; do asan_targets+=("$(basename "${f%.cpp}")"); done
 cmake --build build-asan -j"$jobs" --target "${asan_targets[@]}"
 # Left out under the sanitizers: CpuThroughput (a speed report, no assertion to sanitize) and
