@@ -12,7 +12,8 @@
 #   MAXLOAD_GPU_MEM  --gpu-memory-utilization (default 0.9; TensorRT-LLM's table used 0.95 where it fit)
 # TensorRT-LLM's published table ran 3000 requests at 128/2048 and 1000/1000 and 1500 at 128/4096
 # (its perf-overview's dataset table): use the same prompt counts when comparing with it.
-# Logs and JSON per run go to $OUT (default /tmp/origami-gpu); a table is printed last, with
+# Logs and JSON per run go to $OUT (default /tmp/origami-gpu); each run's row is printed when it
+# ends (MAXLOAD_ROW) and appended to $OUT/maxload_table.md; the whole table is printed last, with
 # TensorRT-LLM's published FP8 numbers (one H100, Llama-3.1-8B) beside the shapes they cover.
 set -uo pipefail
 source "$(dirname "$0")/lib/gpu_common.sh"
@@ -64,6 +65,10 @@ print(f"| {name} | {cfg} | {n} x ({i} -> {o}) | {q}/{kv} | {pol}{' ' + budget if
       f"{1e3 * j['wall_seconds'] / max(1, j['num_steps']):.2f} ms |")
 PY
 )")
+  # Each row as soon as its run ends (and in $OUT/maxload_table.md): a call whose limit is cut
+  # short still reports the runs it finished.
+  echo "MAXLOAD_ROW ${rows[-1]}"
+  echo "${rows[-1]}" >> "$OUT/maxload_table.md"
 done
 echo
 echo "| run | model | workload | weights/KV | KV policy | output tok/s | vs TensorRT-LLM FP8 | peak running | preemptions | scheduler / execute / wall per step |"
