@@ -38,22 +38,23 @@ struct RequestKV {
   // Entries were evicted (compressed in place): the blocks hold a selection of entries that no
   // token run hashes to, so they are never registered in the prefix cache again.
   bool compacted = false;
-  // The sum of the groups' num_entries, or -1 when not known. A runtime allocation's trigger
-  // averages the groups' counts every step (288 tables a request with per-head pages): whoever
-  // changes a count either moves the sum with it (a step's tokens, added to every group) or
-  // forgets it (sum_forget), and the next reader sums the tables once (sched/compression_state).
+  // Two things derived from the tables, kept so that a step need not walk all of them (288 tables
+  // a request with per-head pages). Only a step's tokens added to every table
+  // (KVCacheManager::grow_tables) leave both standing (it moves the sum itself); whoever changes
+  // the tables otherwise (a page added, a compaction, a block eviction, a prefix hit, new or
+  // released tables, counts set) calls tables_changed().
+  // - entries_sum: the sum of the groups' num_entries, or -1 when not known (a runtime
+  //   allocation's trigger averages the counts every step; the next reader sums the tables once,
+  //   sched/compression_state).
+  // - pages_version: names the tables' pages, a number never drawn before (process-wide); a
+  //   backend that flattens the same request's tables step after step keeps them under it and
+  //   re-reads them only when it moved (backend/page_table_inputs.h). 0: never set, tables whose
+  //   changes nobody reports (hand-built ones): re-read every step.
   mutable int64_t entries_sum = -1;
-  void sum_forget() { entries_sum = -1; }
-  // Names the pages of every table: whoever changes any table's pages (a page added, a compaction,
-  // a block eviction, a prefix hit, new or released tables), or a count by anything but a step's
-  // tokens added to every table (KVCacheManager::grow_tables' in-place path, which changes no
-  // page), calls pages_changed(), which draws a number never drawn before (process-wide). A
-  // backend that flattens the same request's tables step after step keeps them under this
-  // number and re-reads them only when it moved (backend/page_table_inputs.h). 0: never set,
-  // tables whose changes nobody reports (hand-built ones): re-read every step.
   uint64_t pages_version = 0;
-  void pages_changed() {
+  void tables_changed() {
     static std::atomic<uint64_t> next{0};
+    entries_sum = -1;
     pages_version = next.fetch_add(1, std::memory_order_relaxed) + 1;
   }
 
@@ -69,8 +70,7 @@ struct RequestKV {
     groups.clear();
     block_keys.clear();
     compacted = false;
-    entries_sum = -1;
-    pages_changed();
+    tables_changed();
   }
 };
 

@@ -50,8 +50,7 @@ int KVCacheManager::num_usable_blocks() const {
 void KVCacheManager::ensure_tables(KVSequence& request) const {
   if (request.kv.groups.empty()) {
     request.kv.groups.resize(layout_.groups.size());
-    request.kv.sum_forget();
-    request.kv.pages_changed();
+    request.kv.tables_changed();
   }
   ORIGAMI_CHECK(request.kv.groups.size() == layout_.groups.size());
 }
@@ -122,8 +121,7 @@ int KVCacheManager::acquire_cached_prefix(KVSequence& request, int max_cached_to
     }
     table.num_entries = num_hit * b;
   }
-  request.kv.sum_forget();
-  request.kv.pages_changed();
+  request.kv.tables_changed();
   const int num_cached = num_hit * b;
   stats_.num_queried_tokens += num_tokens;
   stats_.num_hit_tokens += num_cached;
@@ -198,12 +196,12 @@ bool KVCacheManager::grow_tables(KVSequence& request, int num_entries, bool add)
     // The step being planned writes these entries; the backend reads the table as holding them.
     table.num_entries = after;
   }
-  // Pages were added, or the counts set: the tables' flattened copies are out of date.
-  request.kv.pages_changed();
-  // Every group moved by the same count, or was set to it.
-  const int64_t n = static_cast<int64_t>(request.kv.groups.size());
+  // Pages were added, or the counts set: the tables' flattened copies are out of date. Every
+  // group moved by the same count, or was set to it: the sum stays known.
+  const int64_t sum = request.kv.entries_sum, n = static_cast<int64_t>(request.kv.groups.size());
+  request.kv.tables_changed();
   if (!add) request.kv.entries_sum = int64_t{num_entries} * n;
-  else if (request.kv.entries_sum >= 0) request.kv.entries_sum += int64_t{num_entries} * n;
+  else if (sum >= 0) request.kv.entries_sum = sum + int64_t{num_entries} * n;
   return true;
 }
 
@@ -338,7 +336,7 @@ bool KVCacheManager::retain(const KVSequence& request, int num_tokens, const Ret
   for (int i = 0; i < num_tokens; ++i) context.tokens.push_back(request.token_at(i));
   context.tokens_hash = prefix_hash(context.tokens);
   context.kv = request.kv;
-  context.kv.pages_changed();  // trimmed below; a copy is another set of tables
+  context.kv.tables_changed();  // trimmed below; a copy is another set of tables
   // Pages beyond the entries (a cache-full request's spare page for its next tokens) hold nothing
   // of the history; a continuation appending into a shared one would write it.
   for (size_t g = 0; g < context.kv.groups.size(); ++g) {
@@ -433,7 +431,7 @@ int KVCacheManager::continue_retained(KVSequence& request, const RetainedContext
     kv.trim_keys(g, t.blocks.size() - 1);
   }
   request.kv = std::move(kv);
-  request.kv.pages_changed();  // the context's tables, with fresh last pages
+  request.kv.tables_changed();  // the context's tables, with fresh last pages
   // Used now: released last.
   auto& contexts = retained_->contexts();
   for (auto it = contexts.begin(); it != contexts.end(); ++it)

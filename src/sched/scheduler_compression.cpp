@@ -65,8 +65,7 @@ void Scheduler::switch_to_evicted_table(Request* request, int evicted, std::vect
   }
   table.blocks.push_back(spare);
   table.num_entries = c.src_entries - kv_->layout().block_size;
-  request->kv.sum_forget();
-  request->kv.pages_changed();
+  request->kv.tables_changed();
   // The table no longer follows the token sequence: never registered in the prefix cache again.
   // Blocks already registered keep their (unchanged) contents and stay valid for other requests.
   request->kv.trim_keys(0, 0);
@@ -294,8 +293,7 @@ void Scheduler::switch_to_compacted_table(Request* request, std::vector<BlockId>
       if (!std::binary_search(kept.begin(), kept.end(), block)) dropped->push_back(block);
     table.blocks = t.next;
     table.num_entries = num_kept;
-    request->kv.sum_forget();
-    request->kv.pages_changed();
+    request->kv.tables_changed();
     request->kv.trim_keys(static_cast<size_t>(g), 0);
     if (num_groups > 1) c.groups[static_cast<size_t>(g)].num_scored_entries = table.num_entries;
   }

@@ -288,7 +288,7 @@ struct LiveRequests {
       t.num_entries = entries(rng);
       for (int p = 0; p * kBlock < t.num_entries; ++p) t.blocks.push_back(block());
     }
-    r->kv.pages_changed();
+    r->kv.tables_changed();
     live.push_back(std::move(r));
   }
   // Adds n entries to every table, as KVCacheManager::grow_tables does: in place when every table
@@ -301,7 +301,7 @@ struct LiveRequests {
       t.num_entries += n;
       while (static_cast<int>(t.blocks.size()) * kBlock < t.num_entries) t.blocks.push_back(block());
     }
-    if (!room) r.kv.pages_changed();
+    if (!room) r.kv.tables_changed();
   }
   // A compaction: each table keeps a few entries in fresh pages.
   void compact(Live& r, std::mt19937& rng) {
@@ -311,7 +311,7 @@ struct LiveRequests {
       t.blocks.clear();
       for (int p = 0; p * kBlock < t.num_entries; ++p) t.blocks.push_back(block());
     }
-    r.kv.pages_changed();
+    r.kv.tables_changed();
   }
 };
 
@@ -459,7 +459,7 @@ TEST(PageTableInputs, ARequestTwiceInABatchIsReadFromItsTables) {
 }
 
 // A change the version does not report is what the verification finds: a page swapped in a
-// kept request's table without pages_changed().
+// kept request's table without tables_changed().
 TEST(PageTableInputsDeathTest, VerificationFindsAPageChangedWithoutANewVersion) {
   std::mt19937 rng(31);
   LiveRequests lr(4);
@@ -473,7 +473,7 @@ TEST(PageTableInputsDeathTest, VerificationFindsAPageChangedWithoutANewVersion) 
   // Room for the next token everywhere, so the growth itself moves no version.
   for (auto& r : lr.live)
     for (BlockTable& t : r->kv.groups) t.blocks.push_back(lr.block());
-  for (auto& r : lr.live) r->kv.pages_changed();
+  for (auto& r : lr.live) r->kv.tables_changed();
   (void)flatten_with(tables, step_batch(lr, order, {1, 1, 1}, &sampling), 4, 3, 3, &fill);
   lr.live[1]->kv.groups[2].blocks[0] = lr.block();  // unreported
   EXPECT_DEATH((void)flatten_with(tables, step_batch(lr, order, {1, 1, 1}, &sampling), 4, 3, 3, &fill),
