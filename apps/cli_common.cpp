@@ -109,11 +109,12 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
       ->check(CLI::IsMember({"none", "fp8"}))->capture_default_str();
   cmd->add_flag("--fp8-fast-accumulation", c.fp8_fast_accumulation,
                 "FP8 GEMMs (CUDA): keep each dot product's whole sum in the tensor cores' accumulator (about 14 "
-                "bits) instead of promoting partial sums to fp32, as FP8 inference stacks' forward GEMMs do; the "
-                "CPU's emulation is unchanged");
-  cmd->add_flag("--fp8-fused-quantize", c.fp8_fused_quantize,
+                "bits) instead of promoting partial sums to fp32, as FP8 inference stacks' forward GEMMs do: "
+                "1.10-1.14x faster GEMMs at batch >= 256, +1% perplexity on the tiny model (docs/fidelity.md); "
+                "the CPU's emulation is unchanged");
+  cmd->add_flag("--fp8-fused-quantize,!--no-fp8-fused-quantize", c.fp8_fused_quantize,
                 "CUDA, FP8 projections: the norms and the MLP activation quantize their output themselves (no "
-                "separate quantize kernel; the same results bit for bit)");
+                "separate quantize kernel; the same results bit for bit; on by default)");
   cmd->add_option("--block-size", c.block_size, "Tokens per KV block")->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_option("--max-num-seqs", c.max_num_seqs, "Most requests running at once")->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

@@ -38,7 +38,7 @@ for run in "${runs[@]}"; do
   IFS='|' read -r name wl flags <<< "$run"
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  timeout 420 "$BUILD/origami" bench --model "$SH/configs/qwen3-8b" --dummy-weights --tokenizer "$SH/tokenizers/qwen3" \
+  timeout 420 "$BUILD/origami" bench --model "$SH/configs/qwen3-8b" --dummy-weights --tokenizer "$BENCH_TOKENIZER" \
     --device cuda --block-size 256 --max-num-seqs 512 --max-num-batched-tokens 8192 ${WORKLOAD[$wl]} $flags \
     --quiet --json > "$OUT/bench_${wl}_$name.json" 2> "$OUT/bench_${wl}_$name.err"
   rc=$?

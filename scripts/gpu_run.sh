@@ -5,7 +5,10 @@
 #   roofline  decode steps of Qwen3-8B at batch 1/64/256 x context 1K/4K next to the bandwidth
 #             floor, with a GEMM/attention breakdown (cuda_decode_bench_test), and the GEMM
 #             algorithm bench (bench/gemm_bench.cu)
-#   profile   ncu per-kernel times of one eager decode step (Qwen3-8B, batch 1 and 64, context 1K)
+#   profile   ncu per-kernel times of one eager decode step (Qwen3-8B, batch 1 and 64, context 1K;
+#             PROFILE_BATCHES, PROFILE_CONTEXT and cuda_decode_bench_test's ORIGAMI_BENCH_* settings,
+#             e.g. the FP8 max-load step: ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=fp8
+#             ORIGAMI_BENCH_KV_DTYPE=fp8 PROFILE_BATCHES=1024 PROFILE_CONTEXT=640)
 #   bench     throughput: `origami bench` (3 workloads x Qwen3-8B, Llama-3.1-8B shapes, dummy
 #             weights) and HF generate() (scripts/hf_generate_bench.py) on the first workload
 #   compress  throughput under KV compression: Qwen3-8B shape, 256 x (128 -> 4096), ignore_eos,
@@ -14,7 +17,9 @@
 #             groups = hpN for --heads-per-group N, or budgets for a synthetic
 #             --kv-head-budgets file, scripts/make_synthetic_head_budgets.py, ratios uniform in
 #             [0.1, 0.6]; scripts/gpu_head_budgets.sh runs the full comparison); fastkvzip runs
-#             with --kv-gates random (dummy weights have no trained gates)
+#             with --kv-gates random (dummy weights have no trained gates). fastkvzip's default is
+#             the global threshold on per-head pages: its uniform budgets on one group are
+#             fastkvzip:1024:async::allocation=uniform,page_aligned=0
 #   gates     the cost of Fast KVzip's gates at the Qwen3-8B shape (cuda_gate_bench_test: the gates
 #             alone, decode steps and prefill chunks with and without them)
 #   fidelity  `origami eval` sweeps on origami-tiny-qwen3: scripts/gpu_fidelity.sh (every registered
@@ -114,7 +119,7 @@ fi
 # ---------------------------------------------------------------- profile: ncu, one eager step
 if has profile; then
   for b in ${PROFILE_BATCHES:-1 64}; do
-    ORIGAMI_CUDA_PROFILE=1 ORIGAMI_BENCH_BATCHES=$b ORIGAMI_BENCH_CONTEXTS=1024 timeout 240 \
+    ORIGAMI_CUDA_PROFILE=1 ORIGAMI_BENCH_BATCHES=$b ORIGAMI_BENCH_CONTEXTS=${PROFILE_CONTEXT:-1024} timeout 240 \
       ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
       --log-file /tmp/ncu_$b.csv "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*ProfileOneStep' >> "$OUT/profile.log" 2>&1
     RESULT[7_profile_b$b]="rc=$? $(grep PROFILE "$OUT/profile.log" | tail -1)"
@@ -151,7 +156,7 @@ if has bench; then
       t0=$(date +%s)
       echo "==== $cfg prompts=$1 in=$2 out=$3" >> "$OUT/bench.log"
       # shellcheck disable=SC2086
-      timeout 240 "$CLI" bench --model "$SH/configs/$cfg" --dummy-weights --tokenizer "$SH/tokenizers/qwen3" \
+      timeout 240 "$CLI" bench --model "$SH/configs/$cfg" --dummy-weights --tokenizer "$BENCH_TOKENIZER" \
         --device cuda --num-prompts "$1" --input-len "$2" --output-len "$3" $SCHED --quiet > /tmp/bench.txt 2>&1
       rc=$?
       cat /tmp/bench.txt >> "$OUT/bench.log"
@@ -192,7 +197,7 @@ if has compress; then
     t0=$(date +%s)
     echo "==== qwen3-8b prompts=${wl[0]} in=${wl[1]} out=${wl[2]} block=256 $run" >> "$OUT/compress.log"
     # shellcheck disable=SC2086
-    timeout 420 "$CLI" bench --model "$SH/configs/qwen3-8b" --dummy-weights --tokenizer "$SH/tokenizers/qwen3" \
+    timeout 420 "$CLI" bench --model "$SH/configs/qwen3-8b" --dummy-weights --tokenizer "$BENCH_TOKENIZER" \
       --device cuda --num-prompts "${wl[0]}" --input-len "${wl[1]}" --output-len "${wl[2]}" --block-size 256 \
       "${flags[@]}" $SCHED --quiet --json > /tmp/compress.json 2> /tmp/compress.err
     rc=$?

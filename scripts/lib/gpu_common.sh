@@ -25,6 +25,10 @@ gpu_shared_dir() {
   export ORIGAMI_SHARED_DIR=${ORIGAMI_SHARED_DIR:-$ROOT/.devdata/shared}
   [ -d "$ORIGAMI_SHARED_DIR/configs" ] || export ORIGAMI_SHARED_DIR=$ROOT/../shared
   SH=$ORIGAMI_SHARED_DIR
+  # The tokenizer of the dummy-weight benchmarks (random prompt ids: only loaded, never used to
+  # encode): the Qwen3 one where the fixtures carry it, else the tiny model's, which always travels.
+  BENCH_TOKENIZER=$SH/tokenizers/qwen3
+  [ -f "$BENCH_TOKENIZER/tokenizer.json" ] || BENCH_TOKENIZER=$SH/models/origami-tiny-qwen3
 }
 
 # Prints the GPU (name, memory, driver, clocks) and the tool versions, writing them to $1 too;

@@ -30,9 +30,10 @@ struct EngineConfig {
   std::string quantization = "none";
   // FP8 GEMMs accumulate the whole K sum in the tensor cores (BackendOptions::fp8_fast_accumulation).
   bool fp8_fast_accumulation = false;
-  // --fp8-fused-quantize: FP8 projections' activations quantized by their producers (the norms and
-  // the activation) instead of a separate kernel each (BackendOptions::fuse_fp8_quantize; CUDA).
-  bool fp8_fused_quantize = false;
+  // --fp8-fused-quantize (on; --no-fp8-fused-quantize turns it off): FP8 projections' activations
+  // quantized by their producers (the norms and the activation) instead of a separate kernel each
+  // (BackendOptions::fuse_fp8_quantize; CUDA).
+  bool fp8_fused_quantize = true;
 
   int block_size = 16;
   // --kv-cache-dtype: the KV cache's element type (auto = the model's: bf16 on CUDA, fp32 on the

@@ -76,10 +76,15 @@ double decode_weight_bytes(const ModelConfig& c, bool fp8 = false) {
   return c.num_layers * (proj_bytes + 2.0 * other) + 2.0 * (static_cast<double>(c.vocab_size) * h + h);
 }
 
-bool bench_kv_fp8() {
-  const char* v = std::getenv("ORIGAMI_BENCH_KV_DTYPE");
-  return v != nullptr && std::string(v) == "fp8";
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == value;
 }
+
+bool bench_kv_fp8() { return env_is("ORIGAMI_BENCH_KV_DTYPE", "fp8"); }
+
+// ORIGAMI_BENCH_FAST_ACCUMULATION=1: FP8 GEMMs with fast accumulation (--fp8-fast-accumulation).
+bool bench_fast_accumulation() { return env_is("ORIGAMI_BENCH_FAST_ACCUMULATION", "1"); }
 
 // K and V of one token, all layers: bf16, or FP8 codes plus one fp32 scale per head row.
 double kv_bytes_per_token(const ModelConfig& c) {
@@ -241,9 +246,11 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
       opt.enable_cuda_graphs = graphs;
       if (fp8) opt.quantization = WeightQuantization::kFp8;
       opt.fuse_fp8_quantize = fused;
+      opt.fp8_fast_accumulation = bench_fast_accumulation();
       auto backend = std::move(create_cuda_backend(opt)).value();
       ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
-      const std::string tag = std::string(fp8 ? " fp8" : "") + (fused ? " fused-q" : "") + (bench_kv_fp8() ? " kv-fp8" : "");
+      const std::string tag = std::string(fp8 ? " fp8" : "") + (fused ? " fused-q" : "") +
+                            (fp8 && bench_fast_accumulation() ? " fast-acc" : "") + (bench_kv_fp8() ? " kv-fp8" : "");
       for (int context : contexts)
         for (int batch : batches) {
           const double ms = time_decode_steps(*backend, c, batch, context);
@@ -336,7 +343,10 @@ TEST(CudaDecodeBench, TensorParallelStep) {
   }
 }
 
-// One eager decode step (batch/context from ORIGAMI_BENCH_BATCHES/CONTEXTS, first entries) for ncu.
+// One eager decode step (batch/context from ORIGAMI_BENCH_BATCHES/CONTEXTS, first entries) for ncu,
+// with the roofline's settings: ORIGAMI_BENCH_QUANTIZATION=fp8, ORIGAMI_BENCH_KV_DTYPE=fp8,
+// ORIGAMI_BENCH_FUSED_QUANTIZE=0 (fused is the default), ORIGAMI_BENCH_FAST_ACCUMULATION=1, so the
+// max-load step's kernels (e.g. Llama-3.1-8B, FP8, batch 1024 x 640) can be timed one by one.
 TEST(CudaDecodeBench, ProfileOneStep) {
   const char* on = std::getenv("ORIGAMI_CUDA_PROFILE");
   if (on == nullptr || std::string(on) != "1") GTEST_SKIP() << "set ORIGAMI_CUDA_PROFILE=1 (and run under ncu)";
@@ -346,10 +356,14 @@ TEST(CudaDecodeBench, ProfileOneStep) {
   const int context = env_list("ORIGAMI_BENCH_CONTEXTS", {1024})[0];
   BackendOptions opt;
   opt.enable_cuda_graphs = false;
+  if (env_is("ORIGAMI_BENCH_QUANTIZATION", "fp8")) opt.quantization = WeightQuantization::kFp8;
+  opt.fuse_fp8_quantize = !env_is("ORIGAMI_BENCH_FUSED_QUANTIZE", "0");
+  opt.fp8_fast_accumulation = bench_fast_accumulation();
   auto backend = std::move(create_cuda_backend(opt)).value();
   ASSERT_TRUE(backend->load_dummy(*config, 7).is_ok());
   const double ms = time_decode_steps(*backend, *config, batch, context, /*profile=*/true);
-  std::printf("PROFILE batch=%d context=%d eager step %.3f ms\n", batch, context, ms);
+  std::printf("PROFILE %s batch=%d context=%d%s%s eager step %.3f ms\n", testing::bench_config_name().c_str(), batch,
+              context, opt.quantization == WeightQuantization::kFp8 ? " fp8" : "", bench_kv_fp8() ? " kv-fp8" : "", ms);
 }
 
 }  // namespace

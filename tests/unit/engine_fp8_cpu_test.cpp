@@ -204,6 +204,7 @@ TEST(Fp8Cpu, EngineFlag) {
   config.model_dir = testing::tiny_qwen3_dir().string();
   config.num_threads = 2;
   config.quantization = "fp8";
+  config.fp8_fused_quantize = false;
   auto engine = Engine::create(config);
   ASSERT_TRUE(engine.has_value()) << engine.status().to_string();
   SamplingParams params;
@@ -219,7 +220,7 @@ TEST(Fp8Cpu, EngineFlag) {
   };
   const std::vector<int32_t> tokens = run(**engine);
   EXPECT_EQ(tokens.size(), 8u);
-  // --fp8-fused-quantize is the CUDA backend's: on the CPU it changes nothing.
+  // --fp8-fused-quantize (the default) is the CUDA backend's: on the CPU it changes nothing.
   config.fp8_fused_quantize = true;
   auto fused = Engine::create(config);
   ASSERT_TRUE(fused.has_value()) << fused.status().to_string();
