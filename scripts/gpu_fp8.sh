@@ -7,11 +7,14 @@
 #                            (weights, KV cache, both)
 #   cuda_fp8_fused_quantize_test  the quantization fused into the norms / SiLU = unfused, bit for
 #                            bit (kernels; tiny-qwen3 logits with --fp8-fused-quantize on and off)
+#   cuda_fp8_gemv_test       the FP8 GEMV of decode's 1-4 rows (--fp8-gemv) against an fp64 reference
 #   cuda_backend_e2e_test    the bf16 path, unchanged
-#   cuda_fp8_gemm_bench_test bf16 vs FP8 GEMM time at the Llama-3.1-8B shapes, m = 1/64/256/1024
+#   cuda_fp8_gemm_bench_test bf16 vs FP8 GEMM time at the Llama-3.1-8B shapes, m = 1/64/256/1024, and
+#                            the GEMV against cuBLASLt at m = 1-4 (FP8GEMV lines)
 #   cuda_decode_bench_test   decode steps of Llama-3.1-8B (dummy weights), bf16 and FP8, batch
 #                            1/64/256 at context 1024, bf16 / FP8 weights / FP8 weights + FP8 KV,
-#                            FP8 with the quantization separate and fused ("fused-q")
+#                            FP8 with the quantization separate and fused ("fused-q"), and FP8 +
+#                            FP8 KV with the GEMV (decode_gemv: batch 1 only, the rows it serves)
 #                            (FP8_DECODE=0 skips it)
 # and prints a summary table last (about 75 s on an H100 with a cold build). Logs go to $OUT (or
 # /tmp/origami-gpu). Fixtures come from .devdata (scripts/lib/gpu_common.sh): shared/ with
@@ -24,18 +27,18 @@ declare -A RESULT
 gpu_device_info "$OUT/build.log"
 RESULT[0_device]="$GPU_DEVICE"
 
-targets=(cuda_fp8_test cuda_fp8_fused_quantize_test cuda_kv_fp8_write_test attention_paged_test cuda_fp8_gemm_bench_test
+targets=(cuda_fp8_test cuda_fp8_fused_quantize_test cuda_fp8_gemv_test cuda_kv_fp8_write_test attention_paged_test cuda_fp8_gemm_bench_test
          cuda_backend_e2e_test)
 [ "${FP8_DECODE:-1}" = 1 ] && targets+=(cuda_decode_bench_test)
 gpu_build "$BUILD" "$OUT/build.log" "${targets[@]}" || exit 1
 RESULT[1_build]="rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s)"
 grep -E "error|FAILED" "$OUT/build.log" | head -20
 
-for t in cuda_kv_fp8_write_test attention_paged_test cuda_fp8_fused_quantize_test; do
+for t in cuda_kv_fp8_write_test attention_paged_test cuda_fp8_fused_quantize_test cuda_fp8_gemv_test; do
   t0=$(date +%s)
   OMP_NUM_THREADS=16 timeout 300 "$BUILD/tests/$t" > "$OUT/$t.log" 2>&1
   RESULT[2_$t]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$t.log" | tr '\n' ' ')"
-  grep -E "Failure|FAILED|Expected|Which is|fp8 " "$OUT/$t.log" | head -30
+  grep -E "Failure|FAILED|Expected|Which is|fp8 |fp8 gemv" "$OUT/$t.log" | head -30
 done
 
 t0=$(date +%s)
@@ -51,9 +54,11 @@ grep -E "Failure|FAILED" "$OUT/e2e.log" | head -10
 t0=$(date +%s)
 ORIGAMI_CUDA_BENCH=1 timeout 200 "$BUILD/tests/cuda_fp8_gemm_bench_test" > "$OUT/gemm_bench.log" 2>&1
 RESULT[4_gemm_bench]="rc=$? ($(( $(date +%s) - t0 ))s)"
-grep FP8BENCH "$OUT/gemm_bench.log"
+grep -E "FP8BENCH|FP8GEMV" "$OUT/gemm_bench.log"
 n=0
 while read -r line; do n=$((n+1)); RESULT[4_gemm_layer_$n]="$line"; done < <(grep "FP8BENCH layer" "$OUT/gemm_bench.log")
+n=0
+while read -r line; do n=$((n+1)); RESULT[4_gemv_layer_$n]="$line"; done < <(grep "FP8GEMV layer" "$OUT/gemm_bench.log")
 
 if [ "${FP8_DECODE:-1}" = 1 ]; then
   for q in none fp8 fp8+kv; do
@@ -69,5 +74,12 @@ if [ "${FP8_DECODE:-1}" = 1 ]; then
     while read -r line; do n=$((n+1)); RESULT[5_decode_${q}_$n]="$line"; done < <(grep ROOFLINE "$OUT/decode_$q.log" \
       | sed -E 's/^ROOFLINE llama-3.1-8b( fp8)?( fused-q)?( kv-fp8)? graphs=1 /\2 /; s/ \(weights.*\)//')
   done
+  # The GEMV serves batches of 1-4: batch 1 with FP8 weights + FP8 KV, fused quantization.
+  t0=$(date +%s)
+  ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=fp8 ORIGAMI_BENCH_KV_DTYPE=fp8 \
+    ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FP8_GEMV=1 ORIGAMI_BENCH_CONTEXTS=${FP8_CONTEXTS:-1024} \
+    ORIGAMI_BENCH_BATCHES=1 timeout 200 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*' \
+    > "$OUT/decode_gemv.log" 2>&1
+  RESULT[5_decode_gemv]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep ROOFLINE "$OUT/decode_gemv.log" | sed -E 's/ \(weights.*\)//')"
 fi
 gpu_print_summary "FP8 summary" "$OUT/summary.txt"

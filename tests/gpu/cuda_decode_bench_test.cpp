@@ -86,6 +86,9 @@ bool bench_kv_fp8() { return env_is("ORIGAMI_BENCH_KV_DTYPE", "fp8"); }
 // ORIGAMI_BENCH_FAST_ACCUMULATION=1: FP8 GEMMs with fast accumulation (--fp8-fast-accumulation).
 bool bench_fast_accumulation() { return env_is("ORIGAMI_BENCH_FAST_ACCUMULATION", "1"); }
 
+// ORIGAMI_BENCH_FP8_GEMV=1: batches of 1-4 through the FP8 GEMV (--fp8-gemv).
+bool bench_fp8_gemv() { return env_is("ORIGAMI_BENCH_FP8_GEMV", "1"); }
+
 // K and V of one token, all layers: bf16, or FP8 codes plus one fp32 scale per head row.
 double kv_bytes_per_token(const ModelConfig& c) {
   const double row = bench_kv_fp8() ? c.head_dim + 4.0 : 2.0 * c.head_dim;
@@ -247,10 +250,11 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
       if (fp8) opt.quantization = WeightQuantization::kFp8;
       opt.fuse_fp8_quantize = fused;
       opt.fp8_fast_accumulation = bench_fast_accumulation();
+      opt.fp8_gemv = bench_fp8_gemv();
       auto backend = std::move(create_cuda_backend(opt)).value();
       ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
       const std::string tag = std::string(fp8 ? " fp8" : "") + (fused ? " fused-q" : "") +
-                            (fp8 && bench_fast_accumulation() ? " fast-acc" : "") + (bench_kv_fp8() ? " kv-fp8" : "");
+                            (fp8 && bench_fast_accumulation() ? " fast-acc" : "") + (fp8 && bench_fp8_gemv() ? " gemv" : "") + (bench_kv_fp8() ? " kv-fp8" : "");
       for (int context : contexts)
         for (int batch : batches) {
           const double ms = time_decode_steps(*backend, c, batch, context);
@@ -345,7 +349,8 @@ TEST(CudaDecodeBench, TensorParallelStep) {
 
 // One eager decode step (batch/context from ORIGAMI_BENCH_BATCHES/CONTEXTS, first entries) for ncu,
 // with the roofline's settings: ORIGAMI_BENCH_QUANTIZATION=fp8, ORIGAMI_BENCH_KV_DTYPE=fp8,
-// ORIGAMI_BENCH_FUSED_QUANTIZE=0 (fused is the default), ORIGAMI_BENCH_FAST_ACCUMULATION=1, so the
+// ORIGAMI_BENCH_FUSED_QUANTIZE=0 (fused is the default), ORIGAMI_BENCH_FAST_ACCUMULATION=1,
+// ORIGAMI_BENCH_FP8_GEMV=1, so the
 // max-load step's kernels (e.g. Llama-3.1-8B, FP8, batch 1024 x 640) can be timed one by one.
 TEST(CudaDecodeBench, ProfileOneStep) {
   const char* on = std::getenv("ORIGAMI_CUDA_PROFILE");
@@ -359,6 +364,7 @@ TEST(CudaDecodeBench, ProfileOneStep) {
   if (env_is("ORIGAMI_BENCH_QUANTIZATION", "fp8")) opt.quantization = WeightQuantization::kFp8;
   opt.fuse_fp8_quantize = !env_is("ORIGAMI_BENCH_FUSED_QUANTIZE", "0");
   opt.fp8_fast_accumulation = bench_fast_accumulation();
+  opt.fp8_gemv = bench_fp8_gemv();
   auto backend = std::move(create_cuda_backend(opt)).value();
   ASSERT_TRUE(backend->load_dummy(*config, 7).is_ok());
   const double ms = time_decode_steps(*backend, *config, batch, context, /*profile=*/true);

@@ -20,21 +20,22 @@ using testing::DeviceBuffer;
 using testing::graph_ms;
 using testing::median_ms;
 
+// Copy bandwidth (read + write, GB/s), the floors' yardstick.
+double measure_copy_gbps(cudaStream_t stream) {
+  const size_t n = size_t(1) << 30;
+  DeviceBuffer<char> a(n), b(n);
+  ORIGAMI_CUDA_CHECK(cudaMemsetAsync(a.get(), 1, n, stream));
+  const float ms = median_ms(stream, 10, [&](int) {
+    ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice, stream));
+  });
+  return 2.0 * n / ms / 1e6;
+}
+
 TEST(Fp8GemmBench, Llama31_8BProjections) {
   if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
   cudaStream_t stream;
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  // Copy bandwidth (read + write), the floor's yardstick.
-  const size_t copy_n = size_t(1) << 30;
-  double copy_gbps;
-  {
-    DeviceBuffer<char> a(copy_n), b(copy_n);
-    ORIGAMI_CUDA_CHECK(cudaMemsetAsync(a.get(), 1, copy_n, stream));
-    const float ms = median_ms(stream, 10, [&](int) {
-      ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), copy_n, cudaMemcpyDeviceToDevice, stream));
-    });
-    copy_gbps = 2.0 * copy_n / ms / 1e6;
-  }
+  const double copy_gbps = measure_copy_gbps(stream);
   struct Shape {
     const char* name;
     int n, k;
@@ -170,6 +171,53 @@ TEST(Fp8GemmBench, AccumulationAndAlgorithmChoice) {
     std::printf("FP8ACC layer    %5d | split %.4f ms (%.0f TFLOP/s), fast %.4f ms (%.0f), best candidate %.4f ms (%.0f)\n",
                 m, sum_split, flops / (sum_split * 1e9), sum_fast, flops / (sum_fast * 1e9), sum_best,
                 flops / (sum_best * 1e9));
+  }
+  cudaStreamDestroy(stream);
+}
+
+// Decode's few rows: the FP8 GEMV (--fp8-gemv) against cuBLASLt (split accumulation, the default
+// path) at m = 1-4, each next to the time its weight bytes take at the copy bandwidth.
+TEST(Fp8GemmBench, GemvAgainstCublasLtAtFewRows) {
+  if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
+  cudaStream_t stream;
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double copy_gbps = measure_copy_gbps(stream);
+  struct Shape {
+    const char* name;
+    int n, k;
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+  std::printf("FP8GEMV copy %.0f GB/s\n", copy_gbps);
+  std::printf("FP8GEMV %-8s %2s | %9s %9s | %9s %6s | %9s %6s | %7s\n", "shape", "m", "floor ms", "", "cuBLASLt", "floor",
+              "GEMV", "floor", "speedup");
+  for (int m = 1; m <= 4; ++m) {
+    double sum_lib = 0, sum_gemv = 0, sum_floor = 0;
+    for (const Shape& s : shapes) {
+      const size_t wn = static_cast<size_t>(s.n) * s.k;
+      DeviceBuffer<uint8_t> wq(wn), xq(static_cast<size_t>(m) * s.k);
+      DeviceBuffer<float> ws(s.n), xs(m), acc(static_cast<size_t>(m) * s.n);
+      DeviceBuffer<__nv_bfloat16> y(static_cast<size_t>(m) * s.n);
+      wq.upload(random_codes(wn));
+      xq.upload(random_codes(static_cast<size_t>(m) * s.k));
+      ws.upload(std::vector<float>(static_cast<size_t>(s.n), 0.01f));
+      xs.upload(std::vector<float>(static_cast<size_t>(m), 0.01f));
+      float t[2];
+      for (int gemv = 0; gemv < 2; ++gemv) {
+        Fp8Gemm gemm;
+        gemm.set_gemv(gemv != 0);
+        auto run = [&] { gemm.linear(xq.get(), xs.get(), m, s.k, wq.get(), ws.get(), s.n, y.get(), acc.get(), stream); };
+        run();  // plan
+        t[gemv] = graph_ms(stream, 100, run);
+      }
+      const double floor = (static_cast<double>(wn) + 4.0 * s.n) / (copy_gbps / 2) / 1e6;  // copy GB/s counts read + write
+      std::printf("FP8GEMV %-8s %2d | %9.4f %9s | %9.4f %5.0f%% | %9.4f %5.0f%% | %6.2fx\n", s.name, m, floor, "", t[0],
+                  100 * floor / t[0], t[1], 100 * floor / t[1], t[0] / t[1]);
+      sum_lib += t[0];
+      sum_gemv += t[1];
+      sum_floor += floor;
+    }
+    std::printf("FP8GEMV layer    %2d | %9.4f %9s | %9.4f %5.0f%% | %9.4f %5.0f%% | %6.2fx\n", m, sum_floor, "", sum_lib,
+                100 * sum_floor / sum_lib, sum_gemv, 100 * sum_floor / sum_gemv, sum_lib / sum_gemv);
   }
   cudaStreamDestroy(stream);
 }

@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_factory.h"
 #include "backend/cuda/fp8_gemm.h"
+#include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/fp8_kernels.h"
 #include "core/fp8.h"
 #include "cuda_test_util.h"
@@ -138,11 +139,12 @@ using testing::Model;
 Model load(const std::string& dir) { return testing::load_model(dir); }
 
 std::unique_ptr<Backend> make(const Model& m, const std::string& device, bool fp8, bool graphs = true,
-                              bool kv_fp8 = false, bool fast_accumulation = false) {
+                              bool kv_fp8 = false, bool fast_accumulation = false, bool gemv = false) {
   BackendOptions opt;
   opt.device = device;
   opt.enable_cuda_graphs = graphs;
   opt.fp8_fast_accumulation = fast_accumulation;
+  opt.fp8_gemv = gemv;
   if (fp8) opt.quantization = WeightQuantization::kFp8;
   std::unique_ptr<Backend> b;
   if (device == "cuda") {
@@ -263,7 +265,9 @@ void expect_teacher_forced_logits_match_cpu(bool fast_accumulation) {
               "CUDA bf16 vs CPU fp32 %.3e; perplexity CUDA FP8 %.4f, CPU FP8 %.4f, CPU fp32 %.4f\n",
               fast_accumulation ? ", fast accumulation" : "", ids.size(), err, fp8_effect, bf16_err, ppl_g, ppl_c, ppl_f);
   EXPECT_LT(err, fp8_effect);
-  if (!fast_accumulation) EXPECT_LT(std::fabs(ppl_g / ppl_c - 1), 0.01);
+  if (!fast_accumulation) {
+    EXPECT_LT(std::fabs(ppl_g / ppl_c - 1), 0.01);
+  }
 }
 
 TEST(Fp8Engine, TeacherForcedLogitsMatchCpuEmulation) { expect_teacher_forced_logits_match_cpu(false); }
@@ -274,12 +278,12 @@ TEST(Fp8Engine, FastAccumulationTeacherForcedLogitsMatchCpuEmulation) { expect_t
 // and the GPU's must be within 4 standard deviations of the CPU-GPU logit difference
 // (teacher-forced on the common prefix). CUDA graphs on and off.
 void expect_greedy_matches_cpu(const Model& m, bool fp8_weights, bool kv_fp8, const char* tag,
-                               bool fast_accumulation = false) {
+                               bool fast_accumulation = false, bool gemv = false) {
   const int vocab = m.config.vocab_size;
   const auto prompts = golden_prompts();
   const int n = 32;
   for (bool graphs : {true, false}) {
-    auto gpu = make(m, "cuda", fp8_weights, graphs, kv_fp8, fast_accumulation),
+    auto gpu = make(m, "cuda", fp8_weights, graphs, kv_fp8, fast_accumulation, gemv),
          cpu = make(m, "cpu", fp8_weights, true, kv_fp8);
     const auto g = greedy(*gpu, prompts, n), c = greedy(*cpu, prompts, n);
     for (size_t s = 0; s < prompts.size(); ++s) {
@@ -291,7 +295,7 @@ void expect_greedy_matches_cpu(const Model& m, bool fp8_weights, bool kv_fp8, co
       std::vector<int32_t> prefix = prompts[s];
       prefix.insert(prefix.end(), c[s].begin(), c[s].begin() + agree);
       auto oracle = make(m, "cpu", fp8_weights, true, kv_fp8),
-           gpu_tf = make(m, "cuda", fp8_weights, false, kv_fp8, fast_accumulation);
+           gpu_tf = make(m, "cuda", fp8_weights, false, kv_fp8, fast_accumulation, gemv);
       const std::vector<float> lc = teacher_forced_logits(*oracle, prefix, kBlockSize);
       const std::vector<float> lg = teacher_forced_logits(*gpu_tf, prefix, kBlockSize);
       const float* last_c = lc.data() + (prefix.size() - 1) * vocab;
@@ -315,6 +319,13 @@ void expect_greedy_matches_cpu(const Model& m, bool fp8_weights, bool kv_fp8, co
 TEST(Fp8Engine, GreedyMatchesCpuEmulation) { expect_greedy_matches_cpu(load(tiny_dir()), true, false, "fp8"); }
 TEST(Fp8Engine, FastAccumulationGreedyMatchesCpuEmulation) {
   expect_greedy_matches_cpu(load(tiny_dir()), true, false, "fp8 fast accumulation", true);
+}
+// --fp8-gemv: the golden prompts decode together (at most 4 rows a step), so every decode step's
+// projections run through the GEMV (the prompts' prefill and the teacher-forced oracle through cuBLASLt).
+TEST(Fp8Engine, GemvGreedyMatchesCpuEmulation) {
+  ASSERT_LE(golden_prompts().size(), static_cast<size_t>(kFp8GemvMaxRows));
+  expect_greedy_matches_cpu(load(tiny_dir()), true, false, "fp8 gemv", false, true);
+  expect_greedy_matches_cpu(load(tiny_dir()), true, true, "fp8 gemv kv-fp8", false, true);
 }
 
 // The FP8 KV cache on the GPU (bf16 weights) implements the CPU's emulation: its logits are

@@ -247,6 +247,7 @@ Status CudaBackend::allocate_weights(const ModelConfig& full) {
   if (fp8_) {
     fp8_gemm_ = std::make_unique<Fp8Gemm>();
     fp8_gemm_->set_fast_accumulation(options_.fp8_fast_accumulation);
+    fp8_gemm_->set_gemv(options_.fp8_gemv);
     // Without outer-vector scaling in this cuBLASLt, every step takes the epilogue path.
     fp8_epilogue_ = !fp8_gemm_->outer_vector_supported(Fp8Gemm::kEpilogueMaxRows + 1, c.q_size() + 2 * c.kv_size(),
                                                        c.hidden_size);

@@ -1,6 +1,7 @@
 #include "backend/cuda/fp8_gemm.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/fp8_kernels.h"
 #include "core/check.h"
 
@@ -88,6 +89,10 @@ Fp8Gemm::Scaling Fp8Gemm::scaling_for(int m, int n, int k) {
 void Fp8Gemm::linear(const uint8_t* x, const float* x_scales, int m, int k, const uint8_t* w, const float* w_scales,
                      int n, __nv_bfloat16* y, float* acc, cudaStream_t stream) {
   if (m == 0) return;
+  if (gemv_ && fp8_gemv_supported(m, k, x, w)) {
+    launch_fp8_gemv(x, x_scales, m, k, w, w_scales, n, y, stream);
+    return;
+  }
   const Scaling scaling = scaling_for(m, n, k);
   Plan& p = plan(m, n, k, scaling);
   ORIGAMI_CHECK_MSG(p.ok, "cuBLASLt has no FP8 GEMM for this shape (k and n must be multiples of 16)");
