@@ -20,6 +20,13 @@ using testing::DeviceBuffer;
 using testing::graph_ms;
 using testing::median_ms;
 
+// The Llama-3.1-8B projections of one layer: output channels n, input k.
+struct Shape {
+  const char* name;
+  int n, k;
+};
+constexpr Shape kShapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+
 // Copy bandwidth (read + write, GB/s), the floors' yardstick.
 double measure_copy_gbps(cudaStream_t stream) {
   const size_t n = size_t(1) << 30;
@@ -36,11 +43,6 @@ TEST(Fp8GemmBench, Llama31_8BProjections) {
   cudaStream_t stream;
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const double copy_gbps = measure_copy_gbps(stream);
-  struct Shape {
-    const char* name;
-    int n, k;
-  };
-  const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
   const int ms_list[] = {1, 64, 256, 1024};
   Gemm bf16_gemm;
   bf16_gemm.set_stream(stream);
@@ -54,7 +56,7 @@ TEST(Fp8GemmBench, Llama31_8BProjections) {
               "outer", "gemm only", "epilogue", "floor", "speedup");
   for (int m : ms_list) {
     double sum_bf16 = 0, sum_fp8 = 0;
-    for (const Shape& s : shapes) {
+    for (const Shape& s : kShapes) {
       const size_t wn = static_cast<size_t>(s.n) * s.k;
       DeviceBuffer<__nv_bfloat16> w(wn), x(static_cast<size_t>(m) * s.k), y(static_cast<size_t>(m) * s.n);
       {
@@ -113,6 +115,23 @@ std::vector<uint8_t> random_codes(size_t n) {
   return codes;
 }
 
+// An FP8 GEMM's operands on the device for m rows of a projection: random finite E4M3 codes of
+// moderate size (a tensor core's power, so its clock, depends on the bits it toggles: constant
+// operands would time a cooler GEMM than real ones), scales 0.01, y and the epilogue's scratch.
+struct Fp8Operands {
+  Fp8Operands(int m, const Shape& s)
+      : wq(static_cast<size_t>(s.n) * s.k), xq(static_cast<size_t>(m) * s.k), ws(s.n), xs(m),
+        acc(static_cast<size_t>(m) * s.n), y(static_cast<size_t>(m) * s.n) {
+    wq.upload(random_codes(static_cast<size_t>(s.n) * s.k));
+    xq.upload(random_codes(static_cast<size_t>(m) * s.k));
+    ws.upload(std::vector<float>(static_cast<size_t>(s.n), 0.01f));
+    xs.upload(std::vector<float>(static_cast<size_t>(m), 0.01f));
+  }
+  DeviceBuffer<uint8_t> wq, xq;
+  DeviceBuffer<float> ws, xs, acc;
+  DeviceBuffer<__nv_bfloat16> y;
+};
+
 // The GEMM alone (no quantize kernel) on the path the backend takes, split vs fast accumulation
 // (Fp8Gemm::set_fast_accumulation), each with cuBLASLt's first heuristic choice and with the
 // fastest of the heuristic's candidates timed here: whether fast accumulation, or timing the
@@ -121,33 +140,18 @@ TEST(Fp8GemmBench, AccumulationAndAlgorithmChoice) {
   if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
   cudaStream_t stream;
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  struct Shape {
-    const char* name;
-    int n, k;
-  };
-  const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
   std::printf("FP8ACC %-8s %5s | %9s %9s %8s | %9s %9s %8s | %7s %7s\n", "shape", "m", "split ms", "best", "(cand)",
               "fast ms", "best", "(cand)", "fast/split", "TFLOP/s");
   for (int m : {64, 256, 512, 1024, 2048}) {
     double sum_split = 0, sum_fast = 0, sum_best = 0, flops = 0;
-    for (const Shape& s : shapes) {
-      const size_t wn = static_cast<size_t>(s.n) * s.k;
-      DeviceBuffer<uint8_t> wq(wn), xq(static_cast<size_t>(m) * s.k);
-      DeviceBuffer<float> ws(s.n), xs(m), acc(static_cast<size_t>(m) * s.n);
-      DeviceBuffer<__nv_bfloat16> y(static_cast<size_t>(m) * s.n);
-      // Random finite E4M3 codes of moderate size (a tensor core's power, so its clock, depends on
-      // the bits it toggles: constant operands would time a cooler GEMM than real ones).
-      wq.upload(random_codes(wn));
-      xq.upload(random_codes(static_cast<size_t>(m) * s.k));
-      std::vector<float> ones_n(static_cast<size_t>(s.n), 0.01f), ones_m(static_cast<size_t>(m), 0.01f);
-      ws.upload(ones_n);
-      xs.upload(ones_m);
+    for (const Shape& s : kShapes) {
+      const Fp8Operands o(m, s);
       float t[2] = {0, 0}, best[2] = {0, 0};
       int best_i[2] = {0, 0}, cands[2] = {0, 0};
       for (int fast = 0; fast < 2; ++fast) {
         Fp8Gemm gemm;
         gemm.set_fast_accumulation(fast != 0);
-        auto run = [&] { gemm.linear(xq.get(), xs.get(), m, s.k, wq.get(), ws.get(), s.n, y.get(), acc.get(), stream); };
+        auto run = [&] { gemm.linear(o.xq.get(), o.xs.get(), m, s.k, o.wq.get(), o.ws.get(), s.n, o.y.get(), o.acc.get(), stream); };
         run();  // plan
         t[fast] = graph_ms(stream, 50, run);
         cands[fast] = gemm.num_candidates(m, s.n, s.k);
@@ -182,30 +186,19 @@ TEST(Fp8GemmBench, GemvAgainstCublasLtAtFewRows) {
   cudaStream_t stream;
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const double copy_gbps = measure_copy_gbps(stream);
-  struct Shape {
-    const char* name;
-    int n, k;
-  };
-  const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
   std::printf("FP8GEMV copy %.0f GB/s\n", copy_gbps);
   std::printf("FP8GEMV %-8s %2s | %9s %9s | %9s %6s | %9s %6s | %7s\n", "shape", "m", "floor ms", "", "cuBLASLt", "floor",
               "GEMV", "floor", "speedup");
   for (int m = 1; m <= 4; ++m) {
     double sum_lib = 0, sum_gemv = 0, sum_floor = 0;
-    for (const Shape& s : shapes) {
+    for (const Shape& s : kShapes) {
+      const Fp8Operands o(m, s);
       const size_t wn = static_cast<size_t>(s.n) * s.k;
-      DeviceBuffer<uint8_t> wq(wn), xq(static_cast<size_t>(m) * s.k);
-      DeviceBuffer<float> ws(s.n), xs(m), acc(static_cast<size_t>(m) * s.n);
-      DeviceBuffer<__nv_bfloat16> y(static_cast<size_t>(m) * s.n);
-      wq.upload(random_codes(wn));
-      xq.upload(random_codes(static_cast<size_t>(m) * s.k));
-      ws.upload(std::vector<float>(static_cast<size_t>(s.n), 0.01f));
-      xs.upload(std::vector<float>(static_cast<size_t>(m), 0.01f));
       float t[2];
       for (int gemv = 0; gemv < 2; ++gemv) {
         Fp8Gemm gemm;
         gemm.set_gemv(gemv != 0);
-        auto run = [&] { gemm.linear(xq.get(), xs.get(), m, s.k, wq.get(), ws.get(), s.n, y.get(), acc.get(), stream); };
+        auto run = [&] { gemm.linear(o.xq.get(), o.xs.get(), m, s.k, o.wq.get(), o.ws.get(), s.n, o.y.get(), o.acc.get(), stream); };
         run();  // plan
         t[gemv] = graph_ms(stream, 100, run);
       }
