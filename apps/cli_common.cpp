@@ -110,7 +110,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_flag("--fp8-fast-accumulation", c.fp8_fast_accumulation,
                 "FP8 GEMMs (CUDA): keep each dot product's whole sum in the tensor cores' accumulator (about 14 "
                 "bits) instead of promoting partial sums to fp32, as FP8 inference stacks' forward GEMMs do: "
-                "1.10-1.14x faster GEMMs at batch >= 256, +1% perplexity on the tiny model (docs/fidelity.md); "
+                "1.11-1.14x faster GEMMs at batch >= 512, +1% perplexity on the tiny model (docs/fidelity.md); "
                 "the CPU's emulation is unchanged");
   cmd->add_flag("--fp8-gemv", c.fp8_gemv,
                 "CUDA, FP8 projections: decode steps of 1-4 sequences multiply by a GEMV that streams the weights "

@@ -37,7 +37,7 @@ struct BackendOptions {
   WeightQuantization quantization = WeightQuantization::kNone;
   // FP8 GEMMs with fast accumulation (--fp8-fast-accumulation; cuda/fp8_gemm.h): the whole K sum
   // in the tensor cores' accumulator instead of promoted to fp32 every few instructions. Off: on
-  // the H100 it makes the layer's GEMMs 1.10-1.14x faster at m >= 256 but moves tiny-qwen3's
+  // the H100 it makes the layer's GEMMs 1.11-1.14x faster at m >= 512 but moves tiny-qwen3's
   // perplexity by +1.0% against the promoted sums (docs/kernels.md, docs/fidelity.md).
   bool fp8_fast_accumulation = false;
   // CUDA, FP8 projections (--fp8-fused-quantize): the RMSNorm before q|k|v and gate|up and the
