@@ -48,7 +48,7 @@ struct BackendOptions {
   bool fuse_fp8_quantize = true;
   // CUDA, FP8 projections (--fp8-gemv): products of at most 4 rows (decode at batch 1-4) by a
   // GEMV that streams the weights (cuda/fp8_gemv.h) instead of cuBLASLt's tensor-core tiles, which
-  // reach ~56% of the copy bandwidth there. fp32 sums of exact products, closer to the CPU's
+  // reach 56-65% of the copy bandwidth there. fp32 sums of exact products, closer to the CPU's
   // emulation than cuBLASLt. Off until its speed is measured on the GPU.
   bool fp8_gemv = false;
 };

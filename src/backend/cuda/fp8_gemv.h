@@ -2,7 +2,7 @@
 // FP8 GEMV for decode's few rows: y[m, n] = (x[m, k] . w[n, k]^T) * x_scale[i] * w_scale[j] for
 // m <= kFp8GemvMaxRows, the same product and scales as Fp8Gemm::linear (E4M3 codes, K-major, per
 // token and per channel fp32 scales, bf16 y). At batch 1-4 the FP8 GEMMs only stream the weights:
-// cuBLASLt's tensor-core tiles reach ~56% of the copy bandwidth there (the batch-1 decode step at
+// cuBLASLt's tensor-core tiles reach 56-65% of the copy bandwidth there (the batch-1 decode step at
 // 57% of its floor, docs/kernels.md), while a warp per two output channels reading 16-byte chunks
 // of their rows keeps the memory system busy with nothing to wait on but the loads. Products of
 // two E4M3 values are exact in fp32 and are summed in fp32 (per lane, then a warp's shuffle tree):
