@@ -59,8 +59,15 @@ except Exception:
     print(f"| {name} | {cfg} | {n} x ({i} -> {o}) | {q}/{kv} | {pol} {budget} | failed rc={rc} ({secs} s) | | | | |"); sys.exit()
 tps = j["output_tokens_per_second"]
 vs = f"{tps / float(trt):.2f}x of {trt}" if trt else ""
+# A run stopped by MAXLOAD_TIMEOUT reports the requests it finished: its rate is not the run's.
+done = j.get("completed", int(n))
+if done < int(n):
+    tps_cell = f"({tps:,.0f}: cut at {float(j['wall_seconds']):.0f} s, {done} of {n} done)"
+    vs = f"({vs})" if vs else ""
+else:
+    tps_cell = f"{tps:,.0f}"
 print(f"| {name} | {cfg} | {n} x ({i} -> {o}) | {q}/{kv} | {pol}{' ' + budget if not pol.startswith('full') else ''} | "
-      f"{tps:,.0f} | {vs} | {j['peak_running_requests']} | {j['num_preemptions']} | "
+      f"{tps_cell} | {vs} | {j['peak_running_requests']} | {j['num_preemptions']} | "
       f"{j.get('schedule_ms_per_step', 0):.3f} / {1e3 * j['execute_seconds'] / max(1, j['num_steps']):.2f} / "
       f"{1e3 * j['wall_seconds'] / max(1, j['num_steps']):.2f} ms |")
 PY
