@@ -10,7 +10,7 @@
 // policy: all | full | zipage | fastkvzip | fastkvzip-hpg4 | pagedeviction | snapkv-prefix |
 // fastkvzip-prefix | full-turns | fastkvzip-turns. Prompts are 128 tokens (the -prefix ones: 640
 // sharing their first 512, with prefix caching; the -turns ones: a second turn per request that
-// continues its retained context), block 256, budget 1024. inputs: what the backend does on the host with each batch:
+// continues its retained context), block 256, budget 1024 (ORIGAMI_HOST_BENCH_BLOCK / _BUDGET). inputs: what the backend does on the host with each batch:
 //   validate     validate_forward_batch, every page of every table (the CPU backend)
 //   cuda         the CUDA backend: validation without the page tables, then the tables sized and
 //                flattened into an upload buffer with the page checks folded in (page_table_inputs.h)
@@ -161,6 +161,15 @@ struct Workload {
   bool second_turn = false;
 };
 
+// ORIGAMI_HOST_BENCH_BLOCK / ORIGAMI_HOST_BENCH_BUDGET: the block size and budget (default 256 and
+// 1024), e.g. the max-load runs' pages of 64 at budget 512.
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' ? std::atoi(v) : fallback;
+}
+const int kBlockSize = env_int("ORIGAMI_HOST_BENCH_BLOCK", 256);
+const int kBudget = env_int("ORIGAMI_HOST_BENCH_BUDGET", 1024);
+
 int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, int threads) {
   EngineConfig config;
   config.model_dir = "../shared/configs/qwen3-8b";
@@ -169,9 +178,9 @@ int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, i
   // Not "cpu": that would size the KV cache in host memory and keep it in fp32. The backend is
   // the null one either way.
   config.device = "cuda";
-  config.block_size = 256;
+  config.block_size = kBlockSize;
   config.kv_policy = w.policy;
-  config.kv_budget = 1024;
+  config.kv_budget = kBudget;
   config.heads_per_group = w.heads_per_group;
   config.max_num_seqs = w.shared_prefix ? std::max(1, num_requests / 2) : num_requests;
   config.enable_prefix_caching = w.shared_prefix;
@@ -284,8 +293,12 @@ int main(int argc, char** argv) {
                  argv[0]);
     return 2;
   }
-  std::printf("%d requests x (128 -> %d), block 256, budget 1024, Qwen3-8B shape, null backend, inputs %s, %d thread(s)\n",
-              num_requests, output_tokens, inputs_name.c_str(), threads);
+  if (kBlockSize < 1 || kBudget < 1) {
+    std::fprintf(stderr, "ORIGAMI_HOST_BENCH_BLOCK and ORIGAMI_HOST_BENCH_BUDGET must be positive\n");
+    return 2;
+  }
+  std::printf("%d requests x (128 -> %d), block %d, budget %d, Qwen3-8B shape, null backend, inputs %s, %d thread(s)\n",
+              num_requests, output_tokens, kBlockSize, kBudget, inputs_name.c_str(), threads);
   std::printf("| workload         | tables | steps  | compactions | host ms/step | schedule | execute* | rest     |\n");
   std::printf("|------------------|--------|--------|-------------|--------------|----------|----------|----------|\n");
   bool any = false;
