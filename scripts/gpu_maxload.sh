@@ -12,6 +12,8 @@
 #   MAXLOAD_GPU_MEM  --gpu-memory-utilization (default 0.9; TensorRT-LLM's table used 0.95 where it fit)
 # TensorRT-LLM's published table ran 3000 requests at 128/2048 and 1000/1000 and 1500 at 128/4096
 # (its perf-overview's dataset table): use the same prompt counts when comparing with it.
+# "while full": the rate over the steps that ran at least 95% of the peak batch (a run of equal
+# lengths is waves; its last wave may run thin for a whole output length).
 # Logs and JSON per run go to $OUT (default /tmp/origami-gpu); each run's row is printed when it
 # ends (MAXLOAD_ROW) and appended to $OUT/maxload_table.md; the whole table is printed last, with
 # TensorRT-LLM's published FP8 numbers (one H100, Llama-3.1-8B) beside the shapes they cover.
@@ -56,7 +58,7 @@ f, name, cfg, n, i, o, q, kv, pol, budget, trt, rc, secs = sys.argv[1:]
 try:
     j = json.load(open(f))
 except Exception:
-    print(f"| {name} | {cfg} | {n} x ({i} -> {o}) | {q}/{kv} | {pol} {budget} | failed rc={rc} ({secs} s) | | | | |"); sys.exit()
+    print(f"| {name} | {cfg} | {n} x ({i} -> {o}) | {q}/{kv} | {pol} {budget} | failed rc={rc} ({secs} s) | | | | | |"); sys.exit()
 tps = j["output_tokens_per_second"]
 vs = f"{tps / float(trt):.2f}x of {trt}" if trt else ""
 # A run stopped by MAXLOAD_TIMEOUT reports the requests it finished: its rate is not the run's.
@@ -66,8 +68,12 @@ if done < int(n):
     vs = f"({vs})" if vs else ""
 else:
     tps_cell = f"{tps:,.0f}"
+# The rate while at least 95% of the peak batch ran (origami bench's full_batch_*): what a full
+# wave sustains, apart from the run's thin last wave.
+full = f"{j['full_batch_tokens_per_second']:,.0f} ({100 * j['full_batch_time_share']:.0f}% of wall)" \
+    if j.get("full_batch_steps", 0) > 0 else ""
 print(f"| {name} | {cfg} | {n} x ({i} -> {o}) | {q}/{kv} | {pol}{' ' + budget if not pol.startswith('full') else ''} | "
-      f"{tps_cell} | {vs} | {j['peak_running_requests']} | {j['num_preemptions']} | "
+      f"{tps_cell} | {full} | {vs} | {j['peak_running_requests']} | {j['num_preemptions']} | "
       f"{j.get('schedule_ms_per_step', 0):.3f} / {1e3 * j['execute_seconds'] / max(1, j['num_steps']):.2f} / "
       f"{1e3 * j['wall_seconds'] / max(1, j['num_steps']):.2f} ms |")
 PY
@@ -78,6 +84,6 @@ PY
   echo "${rows[-1]}" >> "$OUT/maxload_table.md"
 done
 echo
-echo "| run | model | workload | weights/KV | KV policy | output tok/s | vs TensorRT-LLM FP8 | peak running | preemptions | scheduler / execute / wall per step |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| run | model | workload | weights/KV | KV policy | output tok/s | while full tok/s | vs TensorRT-LLM FP8 | peak running | preemptions | scheduler / execute / wall per step |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

@@ -43,16 +43,35 @@ TEST(Cli, JsonlBatchCompletesAroundInvalidLines) {
   fs::remove_all(dir);
 }
 
+// `origami bench FLAGS --json --quiet` on the tiny model; its report (a test failure if it failed).
+nlohmann::json bench_report(const std::string& flags) {
+  CommandResult r = run_command("bench --model " + tiny_qwen3_dir() + " " + flags + " --json --quiet");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+}
+
 TEST(Cli, BenchPrintsJsonMetrics) {
-  CommandResult r = run_command("bench --model " + tiny_qwen3_dir() +
-                                " --num-prompts 4 --input-len 16 --output-len 8 --json --quiet");
-  ASSERT_EQ(r.exit_code, 0);
-  nlohmann::json j = nlohmann::json::parse(r.out);
+  nlohmann::json j = bench_report("--num-prompts 4 --input-len 16 --output-len 8");
+  ASSERT_FALSE(j.empty());
   EXPECT_EQ(j["output_tokens"], 32);
   EXPECT_EQ(j["input_tokens"], 64);
   EXPECT_GT(j["output_tokens_per_second"].get<double>(), 0.0);
   EXPECT_EQ(j["peak_running_requests"], 4);
   EXPECT_GE(j["peak_kv_blocks"].get<int>(), 4);
+}
+
+// Two waves (6 prompts, 4 at a time, 32 tokens each): the rate while full covers the first wave's
+// steps after which all 4 still run (the prefill step and 30 decode steps; the 32nd token's step
+// finishes them), not the second wave of 2.
+TEST(Cli, BenchReportsTheRateWhileTheBatchIsFull) {
+  nlohmann::json j = bench_report("--num-prompts 6 --input-len 16 --output-len 32 --max-num-seqs 4");
+  ASSERT_FALSE(j.empty());
+  EXPECT_EQ(j["num_steps"], 64);
+  EXPECT_EQ(j["full_batch_min_running"], 4);
+  EXPECT_EQ(j["full_batch_steps"], 31);
+  EXPECT_GT(j["full_batch_tokens_per_second"].get<double>(), 0.0);
+  EXPECT_GT(j["full_batch_time_share"].get<double>(), 0.0);
+  EXPECT_LT(j["full_batch_time_share"].get<double>(), 1.0);
 }
 
 TEST(Cli, BadFlagsGiveAnErrorAndNonZeroExit) {
