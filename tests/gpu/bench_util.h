@@ -1,17 +1,35 @@
 #pragma once
-// Helpers of the GPU benchmarks (tests that run only with ORIGAMI_CUDA_BENCH=1): their switch,
-// the model shape they run, and decode steps of one token per sequence over given page tables.
+// Helpers of the GPU benchmarks (tests that run only with ORIGAMI_CUDA_BENCH=1): their switches,
+// the model shape they run, the copy bandwidth their floors use, and decode steps of one token per
+// sequence over given page tables.
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "backend/forward_batch.h"
+#include "cuda_test_util.h"
 
 namespace origami::cuda::testing {
 
-inline bool bench_enabled() {
-  const char* on = std::getenv("ORIGAMI_CUDA_BENCH");
-  return on != nullptr && std::string(on) == "1";
+// Whether environment variable `name` is set to exactly `value`.
+inline bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == value;
+}
+
+inline bool bench_enabled() { return env_is("ORIGAMI_CUDA_BENCH", "1"); }
+
+// Device-to-device copy bandwidth, bytes read + written (GB/s): the yardstick of the floors.
+inline double measure_copy_gbps(cudaStream_t stream) {
+  const size_t n = size_t(1) << 30;
+  DeviceBuffer<char> src(n), dst(n);
+  ORIGAMI_CUDA_CHECK(cudaMemsetAsync(src.get(), 1, n, stream));
+  for (int i = 0; i < 3; ++i)
+    ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), n, cudaMemcpyDeviceToDevice, stream));
+  const float ms = median_ms(stream, 20, [&](int) {
+    ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), n, cudaMemcpyDeviceToDevice, stream));
+  });
+  return 2.0 * n / ms / 1e6;
 }
 
 // ORIGAMI_BENCH_CONFIG: a configs/ folder name of the shared dir (default qwen3-8b).

@@ -37,8 +37,9 @@
 namespace origami::cuda {
 namespace {
 
+using testing::env_is;
 using testing::graph_ms;
-using testing::median_ms;
+using testing::measure_copy_gbps;
 
 std::vector<int> env_list(const char* name, std::vector<int> fallback) {
   const char* v = std::getenv(name);
@@ -48,19 +49,6 @@ std::vector<int> env_list(const char* name, std::vector<int> fallback) {
   std::string item;
   while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
   return out;
-}
-
-// Device-to-device copy bandwidth, bytes read + written (GB/s).
-double measure_copy_gbps(cudaStream_t stream) {
-  const size_t n = size_t(1) << 30;
-  testing::DeviceBuffer<char> src(n), dst(n);
-  ORIGAMI_CUDA_CHECK(cudaMemsetAsync(src.get(), 1, n, stream));
-  for (int i = 0; i < 3; ++i)
-    ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), n, cudaMemcpyDeviceToDevice, stream));
-  const float ms = median_ms(stream, 20, [&](int) {
-    ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), n, cudaMemcpyDeviceToDevice, stream));
-  });
-  return 2.0 * n / ms / 1e6;
 }
 
 // Bytes of weights one decode step reads: every linear layer, the norms and lm_head (the
@@ -74,11 +62,6 @@ double decode_weight_bytes(const ModelConfig& c, bool fp8 = false) {
   if (c.qkv_bias) other += qkv;
   const double proj_bytes = fp8 ? proj + 4.0 * proj_rows : 2.0 * proj;
   return c.num_layers * (proj_bytes + 2.0 * other) + 2.0 * (static_cast<double>(c.vocab_size) * h + h);
-}
-
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string(v) == value;
 }
 
 bool bench_kv_fp8() { return env_is("ORIGAMI_BENCH_KV_DTYPE", "fp8"); }
@@ -216,11 +199,9 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
   const ModelConfig& c = *config;
   const std::vector<int> batches = env_list("ORIGAMI_BENCH_BATCHES", {1, 64, 256});
   const std::vector<int> contexts = env_list("ORIGAMI_BENCH_CONTEXTS", {1024, 4096});
-  const char* eager_env = std::getenv("ORIGAMI_BENCH_EAGER");
-  const bool eager = eager_env != nullptr && std::string(eager_env) == "1";
+  const bool eager = env_is("ORIGAMI_BENCH_EAGER", "1");
   // ORIGAMI_BENCH_QUANTIZATION=fp8: FP8 projections (--quantization fp8), dummy weights quantized.
-  const char* quant_env = std::getenv("ORIGAMI_BENCH_QUANTIZATION");
-  const bool fp8 = quant_env != nullptr && std::string(quant_env) == "fp8";
+  const bool fp8 = env_is("ORIGAMI_BENCH_QUANTIZATION", "fp8");
   const char* fused_env = std::getenv("ORIGAMI_BENCH_FUSED_QUANTIZE");
   const std::string fused_q = fused_env != nullptr ? fused_env : "";
   const std::vector<bool> fuse_settings = !fp8 ? std::vector<bool>{false}
@@ -254,7 +235,8 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
       auto backend = std::move(create_cuda_backend(opt)).value();
       ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
       const std::string tag = std::string(fp8 ? " fp8" : "") + (fused ? " fused-q" : "") +
-                            (fp8 && bench_fast_accumulation() ? " fast-acc" : "") + (fp8 && bench_fp8_gemv() ? " gemv" : "") + (bench_kv_fp8() ? " kv-fp8" : "");
+                              (fp8 && bench_fast_accumulation() ? " fast-acc" : "") +
+                              (fp8 && bench_fp8_gemv() ? " gemv" : "") + (bench_kv_fp8() ? " kv-fp8" : "");
       for (int context : contexts)
         for (int batch : batches) {
           const double ms = time_decode_steps(*backend, c, batch, context);
@@ -350,11 +332,10 @@ TEST(CudaDecodeBench, TensorParallelStep) {
 // One eager decode step (batch/context from ORIGAMI_BENCH_BATCHES/CONTEXTS, first entries) for ncu,
 // with the roofline's settings: ORIGAMI_BENCH_QUANTIZATION=fp8, ORIGAMI_BENCH_KV_DTYPE=fp8,
 // ORIGAMI_BENCH_FUSED_QUANTIZE=0 (fused is the default), ORIGAMI_BENCH_FAST_ACCUMULATION=1,
-// ORIGAMI_BENCH_FP8_GEMV=1, so the
-// max-load step's kernels (e.g. Llama-3.1-8B, FP8, batch 1024 x 640) can be timed one by one.
+// ORIGAMI_BENCH_FP8_GEMV=1, so the max-load step's kernels (e.g. Llama-3.1-8B, FP8, batch 1024 x
+// 640) can be timed one by one.
 TEST(CudaDecodeBench, ProfileOneStep) {
-  const char* on = std::getenv("ORIGAMI_CUDA_PROFILE");
-  if (on == nullptr || std::string(on) != "1") GTEST_SKIP() << "set ORIGAMI_CUDA_PROFILE=1 (and run under ncu)";
+  if (!env_is("ORIGAMI_CUDA_PROFILE", "1")) GTEST_SKIP() << "set ORIGAMI_CUDA_PROFILE=1 (and run under ncu)";
   auto config = load_model_config(testing::shared_dir() + "/configs/" + testing::bench_config_name());
   ASSERT_TRUE(config.has_value()) << config.status().to_string();
   const int batch = env_list("ORIGAMI_BENCH_BATCHES", {64})[0];
