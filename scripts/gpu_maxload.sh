@@ -24,8 +24,8 @@ gpu_device_info "$OUT/build.log"
 gpu_build "$BUILD" "$OUT/build.log" origami_cli || exit 1
 echo "build rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s) on $GPU_DEVICE"
 # The bench draws random prompt ids from the model's vocabulary; the engine still loads a
-# tokenizer (any will do): the tiny model's is the smallest that travels with the tree.
-TOK=${MAXLOAD_TOKENIZER:-$SH/models/origami-tiny-qwen3}
+# tokenizer (any will do: gpu_common.sh's BENCH_TOKENIZER).
+TOK=${MAXLOAD_TOKENIZER:-$BENCH_TOKENIZER}
 RUNS=${MAXLOAD_RUNS:-"full:llama-3.1-8b:1024:128:4096:fp8:fp8:full:0"}
 declare -A TRT=([128:2048]=22714 [128:4096]=14325 [1000:1000]=15220)
 rows=()

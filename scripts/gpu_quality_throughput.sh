@@ -33,7 +33,7 @@ if [ -n "${QT_RESULTS:-}" ] && [ "${1:-}" != --bench ] && [ "${1:-}" != --eval ]
   OUT=$(cd "$QT_RESULTS" && pwd)
 fi
 export OUT BUILD
-TOK=$SH/models/origami-tiny-qwen3  # any tokenizer: the bench draws random prompt ids
+TOK=$BENCH_TOKENIZER  # any tokenizer: the bench draws random prompt ids (gpu_common.sh)
 N=${QT_PROMPTS:-256}; IN=${QT_IN:-128}; OUTLEN=${QT_OUT:-4096}; BLOCK=${QT_BLOCK:-256}
 RESULTS=$OUT/quality_throughput_bench.jsonl
 POLICIES=${QT_POLICIES:-streaming,snapkv,keydiff,pagedeviction,zipage,fastkvzip}

@@ -77,7 +77,7 @@ fi
 bench() {  # name, then bench flags
   local name=$1; shift
   t0=$(date +%s)
-  timeout 420 "$BUILD/origami" bench --dummy-weights --tokenizer "$SH/models/origami-tiny-qwen3" --device cuda --quiet --json \
+  timeout 420 "$BUILD/origami" bench --dummy-weights --tokenizer "$BENCH_TOKENIZER" --device cuda --quiet --json \
     --max-num-seqs 512 --max-num-batched-tokens 8192 "$@" > "$OUT/bench_$name.json" 2> "$OUT/bench_$name.err"
   local rc=$?
   RESULT["3_bench_$name"]="rc=$rc ($(( $(date +%s) - t0 ))s) $(gpu_bench_summary "$OUT/bench_$name.json")"

@@ -26,7 +26,8 @@ gpu_shared_dir() {
   [ -d "$ORIGAMI_SHARED_DIR/configs" ] || export ORIGAMI_SHARED_DIR=$ROOT/../shared
   SH=$ORIGAMI_SHARED_DIR
   # The tokenizer of the dummy-weight benchmarks (random prompt ids: only loaded, never used to
-  # encode): the Qwen3 one where the fixtures carry it, else the tiny model's, which always travels.
+  # encode; any will do): the Qwen3 one where the fixtures carry it (the device's .devdata does
+  # not), else the tiny model's, the smallest, which always travels.
   BENCH_TOKENIZER=$SH/tokenizers/qwen3
   [ -f "$BENCH_TOKENIZER/tokenizer.json" ] || BENCH_TOKENIZER=$SH/models/origami-tiny-qwen3
 }
