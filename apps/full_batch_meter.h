@@ -34,9 +34,11 @@ class FullBatchMeter {
     int64_t tokens = 0;
     double tokens_per_second() const { return seconds > 0.0 ? static_cast<double>(tokens) / seconds : 0.0; }
   };
+  // Empty (no steps) when no step left a request running (every request finished in the step
+  // that admitted it, e.g. one output token each): there was no batch to be full.
   Summary summary(double fraction = 0.95) const {
     Summary s;
-    if (by_running_.empty()) return s;
+    if (by_running_.empty() || by_running_.rbegin()->first == 0) return s;
     s.peak = by_running_.rbegin()->first;
     s.min_running = static_cast<int>(std::ceil(fraction * s.peak));
     for (auto it = by_running_.lower_bound(s.min_running); it != by_running_.end(); ++it) {

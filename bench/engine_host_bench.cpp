@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -162,10 +163,15 @@ struct Workload {
 };
 
 // ORIGAMI_HOST_BENCH_BLOCK / ORIGAMI_HOST_BENCH_BUDGET: the block size and budget (default 256 and
-// 1024), e.g. the max-load runs' pages of 64 at budget 512.
+// 1024), e.g. the max-load runs' pages of 64 at budget 512. A value that is not a whole number
+// from 1 to 2^20 reads as 0, which main() refuses.
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
-  return v != nullptr && v[0] != '\0' ? std::atoi(v) : fallback;
+  if (v == nullptr || v[0] == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(v, &end, 10);
+  return errno == 0 && *end == '\0' && value >= 1 && value <= (1L << 20) ? static_cast<int>(value) : 0;
 }
 const int kBlockSize = env_int("ORIGAMI_HOST_BENCH_BLOCK", 256);
 const int kBudget = env_int("ORIGAMI_HOST_BENCH_BUDGET", 1024);
@@ -294,7 +300,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (kBlockSize < 1 || kBudget < 1) {
-    std::fprintf(stderr, "ORIGAMI_HOST_BENCH_BLOCK and ORIGAMI_HOST_BENCH_BUDGET must be positive\n");
+    std::fprintf(stderr, "ORIGAMI_HOST_BENCH_BLOCK and ORIGAMI_HOST_BENCH_BUDGET must be whole numbers from 1 to %ld\n",
+                 1L << 20);
     return 2;
   }
   std::printf("%d requests x (128 -> %d), block %d, budget %d, Qwen3-8B shape, null backend, inputs %s, %d thread(s)\n",

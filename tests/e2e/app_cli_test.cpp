@@ -72,6 +72,11 @@ TEST(Cli, BenchReportsTheRateWhileTheBatchIsFull) {
   EXPECT_GT(j["full_batch_tokens_per_second"].get<double>(), 0.0);
   EXPECT_GT(j["full_batch_time_share"].get<double>(), 0.0);
   EXPECT_LT(j["full_batch_time_share"].get<double>(), 1.0);
+  // One token each: every request finishes in the step that admits it; no batch was ever full.
+  nlohmann::json one = bench_report("--num-prompts 4 --input-len 8 --output-len 1");
+  ASSERT_FALSE(one.empty());
+  EXPECT_EQ(one["full_batch_steps"], 0);
+  EXPECT_EQ(one["full_batch_tokens_per_second"].get<double>(), 0.0);
 }
 
 TEST(Cli, BadFlagsGiveAnErrorAndNonZeroExit) {
