@@ -43,7 +43,6 @@ class Fp8Gemm {
   // Products of at most kFp8GemvMaxRows rows by the FP8 GEMV (fp8_gemv.h) instead of cuBLASLt,
   // where it serves them (BackendOptions::fp8_gemv).
   void set_gemv(bool on) { gemv_ = on; }
-  bool gemv() const { return gemv_; }
 
   // Whether cuBLASLt runs outer-vector scaled FP8 GEMMs of this shape; decided once per shape.
   bool outer_vector_supported(int m, int n, int k);
