@@ -80,7 +80,9 @@ TEST(Fp8Gemv, MatchesTheFp64ReferenceWithinFp32Summation) {
     for (int m = 1; m <= kFp8GemvMaxRows; ++m) {
       const Operands o = make_operands(m, n, k, rng);
       const std::vector<float> got = run(gemm, true, o, m, n, k, stream);
-      const std::vector<float> lib = run(gemm, false, o, m, n, k, stream);
+      // cuBLASLt's FP8 GEMM needs n % 16 == 0: the odd shape has only the fp64 reference.
+      const bool has_lib = n % 16 == 0;
+      const std::vector<float> lib = has_lib ? run(gemm, false, o, m, n, k, stream) : std::vector<float>();
       const double acc_bound = (k / 32.0 + 5.0) * std::ldexp(1.0, -24);
       double worst = 0, err_gemv = 0, err_lib = 0;
       for (size_t i = 0; i < got.size(); ++i) {
@@ -89,12 +91,12 @@ TEST(Fp8Gemv, MatchesTheFp64ReferenceWithinFp32Summation) {
         ASSERT_LE(err, bound) << "m " << m << " n " << n << " k " << k << " element " << i;
         worst = std::max(worst, err / bound);
         err_gemv += err;
-        err_lib += std::fabs(lib[i] - o.ref[i]);
+        if (has_lib) err_lib += std::fabs(lib[i] - o.ref[i]);
       }
       std::printf("[fp8 gemv] m %d n %d k %d: worst error %.2f of the bound; mean |error| GEMV %.3e, cuBLASLt %.3e\n", m,
                   n, k, worst, err_gemv / got.size(), err_lib / got.size());
       // Both round to bf16 last; the GEMV's fp32 sums must not make it the less accurate one.
-      EXPECT_LE(err_gemv, err_lib * 1.02 + 1e-30) << "m " << m << " n " << n << " k " << k;
+      if (has_lib) EXPECT_LE(err_gemv, err_lib * 1.02 + 1e-30) << "m " << m << " n " << n << " k " << k;
     }
   }
   cudaStreamDestroy(stream);
