@@ -147,7 +147,7 @@ nlohmann::json bench_json(const BenchFlags& f, const Engine& eng, const BenchTal
   j["quantization"] = f.engine.config.quantization;
   j["fp8_fast_accumulation"] = f.engine.config.fp8_fast_accumulation;
   j["fp8_fused_quantize"] = f.engine.config.fp8_fused_quantize;
-  j["fp8_gemv"] = f.engine.config.fp8_gemv;
+  j["fp8_gemv_rows"] = f.engine.config.fp8_gemv_rows;
   j["num_prompts"] = num_prompts;
   j["completed"] = t.reported - t.failed - t.aborted;
   j["failed"] = t.failed;

@@ -112,9 +112,11 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
                 "bits) instead of promoting partial sums to fp32, as FP8 inference stacks' forward GEMMs do: "
                 "1.11-1.14x faster GEMMs at batch >= 512, +1% perplexity on the tiny model (docs/fidelity.md); "
                 "the CPU's emulation is unchanged");
-  cmd->add_flag("--fp8-gemv", c.fp8_gemv,
-                "CUDA, FP8 projections: decode steps of 1-4 sequences multiply by a GEMV that streams the weights "
-                "instead of cuBLASLt's tensor-core GEMM (fp32 sums; off until measured on the GPU)");
+  cmd->add_option("--fp8-gemv-rows", c.fp8_gemv_rows,
+                  "CUDA, FP8 projections: decode steps of 1 to N sequences multiply by a GEMV that streams the "
+                  "weights instead of cuBLASLt's tensor-core GEMM (fp32 sums; 0 turns it off; faster on the H100 "
+                  "at 1-2 rows, docs/kernels.md)")
+      ->check(CLI::Range(0, 4))->capture_default_str();
   cmd->add_flag("--fp8-fused-quantize,!--no-fp8-fused-quantize", c.fp8_fused_quantize,
                 "CUDA, FP8 projections: the norms and the MLP activation quantize their output themselves (no "
                 "separate quantize kernel; the same results bit for bit; on by default)");

@@ -7,14 +7,17 @@
 #                            (weights, KV cache, both)
 #   cuda_fp8_fused_quantize_test  the quantization fused into the norms / SiLU = unfused, bit for
 #                            bit (kernels; tiny-qwen3 logits with --fp8-fused-quantize on and off)
-#   cuda_fp8_gemv_test       the FP8 GEMV of decode's 1-4 rows (--fp8-gemv) against an fp64 reference
+#   cuda_fp8_gemv_test       the FP8 GEMV of decode's 1-4 rows (--fp8-gemv-rows) against an fp64 reference
 #   cuda_backend_e2e_test    the bf16 path, unchanged
 #   cuda_fp8_gemm_bench_test bf16 vs FP8 GEMM time at the Llama-3.1-8B shapes, m = 1/64/256/1024, and
-#                            the GEMV against cuBLASLt at m = 1-4 (FP8GEMV lines)
+#                            the GEMV against cuBLASLt at m = 1-4 (FP8GEMV lines); FP8_ALGO_SEARCH=1: every
+#                            cuBLASLt FP8 algorithm, tile and split-K against the heuristic's pick at
+#                            m = FP8_ALGO_ROWS (default 16,64,128,256,512; FP8ALGO lines)
 #   cuda_decode_bench_test   decode steps of Llama-3.1-8B (dummy weights), bf16 and FP8, batch
 #                            1/64/256 at context 1024, bf16 / FP8 weights / FP8 weights + FP8 KV,
 #                            FP8 with the quantization separate and fused ("fused-q"), and FP8 +
-#                            FP8 KV with the GEMV (decode_gemv: batch 1 only, the rows it serves)
+#                            FP8 KV with the GEMV (decode_gemv: batches 1 and 2, where it is the default;
+#                            the rows above run with ORIGAMI_BENCH_FP8_GEMV=0, cuBLASLt alone)
 #                            (FP8_DECODE=0 skips it)
 # and prints a summary table last (about 75 s on an H100 with a cold build). Logs go to $OUT (or
 # /tmp/origami-gpu). Fixtures come from .devdata (scripts/lib/gpu_common.sh): shared/ with
@@ -52,19 +55,31 @@ RESULT[3_cuda_e2e_bf16]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep -E '^\[  (PASSE
 grep -E "Failure|FAILED" "$OUT/e2e.log" | head -10
 
 t0=$(date +%s)
-ORIGAMI_CUDA_BENCH=1 timeout 200 "$BUILD/tests/cuda_fp8_gemm_bench_test" > "$OUT/gemm_bench.log" 2>&1
+ORIGAMI_CUDA_BENCH=1 timeout 200 "$BUILD/tests/cuda_fp8_gemm_bench_test" --gtest_filter='-*AlgorithmSearch*' \
+  > "$OUT/gemm_bench.log" 2>&1
 RESULT[4_gemm_bench]="rc=$? ($(( $(date +%s) - t0 ))s)"
 grep -E "FP8BENCH|FP8GEMV" "$OUT/gemm_bench.log"
 n=0
 while read -r line; do n=$((n+1)); RESULT[4_gemm_layer_$n]="$line"; done < <(grep "FP8BENCH layer" "$OUT/gemm_bench.log")
 n=0
 while read -r line; do n=$((n+1)); RESULT[4_gemv_layer_$n]="$line"; done < <(grep "FP8GEMV layer" "$OUT/gemm_bench.log")
+if [ "${FP8_ALGO_SEARCH:-0}" = 1 ]; then
+  # Every cuBLASLt FP8 algorithm, tile and split-K against the heuristic's choice (FP8ALGO lines).
+  t0=$(date +%s)
+  ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_ALGO_ROWS=${FP8_ALGO_ROWS:-16,64,128,256,512} timeout "${FP8_ALGO_TIMEOUT:-240}" \
+    "$BUILD/tests/cuda_fp8_gemm_bench_test" --gtest_filter='*AlgorithmSearch*' > "$OUT/algo_search.log" 2>&1
+  RESULT[4_algo_search]="rc=$? ($(( $(date +%s) - t0 ))s)"
+  grep FP8ALGO "$OUT/algo_search.log"
+  n=0
+  while read -r line; do n=$((n+1)); RESULT[4_algo_$n]="$line"; done < <(grep "FP8ALGO" "$OUT/algo_search.log" | cut -c1-200)
+fi
 
 if [ "${FP8_DECODE:-1}" = 1 ]; then
   for q in none fp8 fp8+kv; do
     t0=$(date +%s)
     kv=bf16; [ "$q" = fp8+kv ] && kv=fp8
     ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=${q%+kv} ORIGAMI_BENCH_KV_DTYPE=$kv \
+      ORIGAMI_BENCH_FP8_GEMV=0 \
       ORIGAMI_BENCH_CONTEXTS=${FP8_CONTEXTS:-1024} \
       ORIGAMI_BENCH_BATCHES=${FP8_BATCHES:-1,64,256} timeout 300 "$BUILD/tests/cuda_decode_bench_test" \
       --gtest_filter='*Roofline*' > "$OUT/decode_$q.log" 2>&1
@@ -74,12 +89,16 @@ if [ "${FP8_DECODE:-1}" = 1 ]; then
     while read -r line; do n=$((n+1)); RESULT[5_decode_${q}_$n]="$line"; done < <(grep ROOFLINE "$OUT/decode_$q.log" \
       | sed -E 's/^ROOFLINE llama-3.1-8b( fp8)?( fused-q)?( kv-fp8)? graphs=1 /\2 /; s/ \(weights.*\)//')
   done
-  # The GEMV serves batches of 1-4: batch 1 with FP8 weights + FP8 KV, fused quantization.
+  # The GEMV (the default at 1-2 rows; the rows above without it): batches 1 and 2 with FP8
+  # weights + FP8 KV, fused quantization.
   t0=$(date +%s)
   ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=fp8 ORIGAMI_BENCH_KV_DTYPE=fp8 \
-    ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FP8_GEMV=1 ORIGAMI_BENCH_CONTEXTS=${FP8_CONTEXTS:-1024} \
-    ORIGAMI_BENCH_BATCHES=1 timeout 200 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*' \
+    ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FP8_GEMV=2 ORIGAMI_BENCH_CONTEXTS=${FP8_CONTEXTS:-1024} \
+    ORIGAMI_BENCH_BATCHES=1,2 timeout 200 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*' \
     > "$OUT/decode_gemv.log" 2>&1
-  RESULT[5_decode_gemv]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep ROOFLINE "$OUT/decode_gemv.log" | sed -E 's/ \(weights.*\)//')"
+  RESULT[5_decode_gemv]="rc=$? ($(( $(date +%s) - t0 ))s)"
+  n=0
+  while read -r line; do n=$((n+1)); RESULT[5_decode_gemv_$n]="$line"; done < <(grep ROOFLINE "$OUT/decode_gemv.log" \
+    | sed -E 's/ \(weights.*\)//')
 fi
 gpu_print_summary "FP8 summary" "$OUT/summary.txt"

@@ -46,11 +46,12 @@ struct BackendOptions {
   // reads of the bf16 row per projection. The outputs are bit for bit the same; on by default since
   // the H100 measured it faster (decode step 1-3% at batch 64-256, docs/kernels.md).
   bool fuse_fp8_quantize = true;
-  // CUDA, FP8 projections (--fp8-gemv): products of at most 4 rows (decode at batch 1-4) by a
-  // GEMV that streams the weights (cuda/fp8_gemv.h) instead of cuBLASLt's tensor-core tiles, which
-  // reach 56-65% of the copy bandwidth there. fp32 sums of exact products, closer to the CPU's
-  // emulation than cuBLASLt. Off until its speed is measured on the GPU.
-  bool fp8_gemv = false;
+  // CUDA, FP8 projections (--fp8-gemv-rows): products of 1 to this many rows (decode at batch 1-2;
+  // at most 4, 0 = never) by a GEMV that streams the weights (cuda/fp8_gemv.h) instead of
+  // cuBLASLt's tensor-core tiles, which reach 56-65% of the copy bandwidth there. fp32 sums of exact
+  // products, closer to the CPU's emulation than cuBLASLt. 2 by default: the H100 measured it
+  // faster at 1 and 2 rows only (kFp8GemvFasterRows, docs/kernels.md).
+  int fp8_gemv_rows = 2;
 };
 
 // Whether a backend with `options` computes the projections of `config` in FP8.

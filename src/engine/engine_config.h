@@ -34,8 +34,9 @@ struct EngineConfig {
   // quantized by their producers (the norms and the activation) instead of a separate kernel each
   // (BackendOptions::fuse_fp8_quantize; CUDA).
   bool fp8_fused_quantize = true;
-  // --fp8-gemv: decode's FP8 products of at most 4 rows by the streaming GEMV (BackendOptions::fp8_gemv).
-  bool fp8_gemv = false;
+  // --fp8-gemv-rows: decode's FP8 products of 1 to this many rows (0-4) by the streaming GEMV
+  // (BackendOptions::fp8_gemv_rows).
+  int fp8_gemv_rows = 2;
 
   int block_size = 16;
   // --kv-cache-dtype: the KV cache's element type (auto = the model's: bf16 on CUDA, fp32 on the

@@ -83,6 +83,12 @@ TEST(Cli, BadFlagsGiveAnErrorAndNonZeroExit) {
   EXPECT_NE(run_command("generate --model " + tiny_qwen3_dir() + " --prompt hi --temperature -1").exit_code, 0);
   EXPECT_NE(run_command("generate --model /nonexistent --prompt hi").exit_code, 0);
   EXPECT_NE(run_command("generate --model " + tiny_qwen3_dir() + " --prompt hi --kv-cache-memory lots").exit_code, 0);
+  // --fp8-gemv-rows: the GEMV serves 0-4 rows; more is named as the error.
+  const CommandResult gemv = run_command("generate --model " + tiny_qwen3_dir() + " --prompt hi --fp8-gemv-rows 5", true);
+  EXPECT_NE(gemv.exit_code, 0);
+  EXPECT_NE(gemv.out.find("--fp8-gemv-rows"), std::string::npos) << gemv.out;
+  // Within the range it is accepted (and changes nothing on the CPU backend).
+  EXPECT_EQ(run_command("generate --model " + tiny_qwen3_dir() + " --prompt hi --max-tokens 2 --fp8-gemv-rows 0").exit_code, 0);
 }
 
 }  // namespace

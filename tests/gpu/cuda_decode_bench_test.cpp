@@ -69,8 +69,12 @@ bool bench_kv_fp8() { return env_is("ORIGAMI_BENCH_KV_DTYPE", "fp8"); }
 // ORIGAMI_BENCH_FAST_ACCUMULATION=1: FP8 GEMMs with fast accumulation (--fp8-fast-accumulation).
 bool bench_fast_accumulation() { return env_is("ORIGAMI_BENCH_FAST_ACCUMULATION", "1"); }
 
-// ORIGAMI_BENCH_FP8_GEMV=1: batches of 1-4 through the FP8 GEMV (--fp8-gemv).
-bool bench_fp8_gemv() { return env_is("ORIGAMI_BENCH_FP8_GEMV", "1"); }
+// ORIGAMI_BENCH_FP8_GEMV=N: batches of 1-N through the FP8 GEMV (--fp8-gemv-rows N, 0 = off);
+// unset: the backend's default.
+int bench_fp8_gemv_rows() {
+  const char* v = std::getenv("ORIGAMI_BENCH_FP8_GEMV");
+  return v != nullptr && v[0] != '\0' ? std::atoi(v) : BackendOptions{}.fp8_gemv_rows;
+}
 
 // K and V of one token, all layers: bf16, or FP8 codes plus one fp32 scale per head row.
 double kv_bytes_per_token(const ModelConfig& c) {
@@ -231,12 +235,12 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
       if (fp8) opt.quantization = WeightQuantization::kFp8;
       opt.fuse_fp8_quantize = fused;
       opt.fp8_fast_accumulation = bench_fast_accumulation();
-      opt.fp8_gemv = bench_fp8_gemv();
+      opt.fp8_gemv_rows = bench_fp8_gemv_rows();
       auto backend = std::move(create_cuda_backend(opt)).value();
       ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
       const std::string tag = std::string(fp8 ? " fp8" : "") + (fused ? " fused-q" : "") +
                               (fp8 && bench_fast_accumulation() ? " fast-acc" : "") +
-                              (fp8 && bench_fp8_gemv() ? " gemv" : "") + (bench_kv_fp8() ? " kv-fp8" : "");
+                              (fp8 && bench_fp8_gemv_rows() > 0 ? " gemv" + std::to_string(bench_fp8_gemv_rows()) : "") + (bench_kv_fp8() ? " kv-fp8" : "");
       for (int context : contexts)
         for (int batch : batches) {
           const double ms = time_decode_steps(*backend, c, batch, context);
@@ -345,7 +349,7 @@ TEST(CudaDecodeBench, ProfileOneStep) {
   if (env_is("ORIGAMI_BENCH_QUANTIZATION", "fp8")) opt.quantization = WeightQuantization::kFp8;
   opt.fuse_fp8_quantize = !env_is("ORIGAMI_BENCH_FUSED_QUANTIZE", "0");
   opt.fp8_fast_accumulation = bench_fast_accumulation();
-  opt.fp8_gemv = bench_fp8_gemv();
+  opt.fp8_gemv_rows = bench_fp8_gemv_rows();
   auto backend = std::move(create_cuda_backend(opt)).value();
   ASSERT_TRUE(backend->load_dummy(*config, 7).is_ok());
   const double ms = time_decode_steps(*backend, *config, batch, context, /*profile=*/true);

@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <vector>
 #include <random>
 
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_gemm.h"
+#include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/fp8_kernels.h"
 #include "backend/cuda/gemm.h"
 #include "bench_util.h"
@@ -172,7 +176,7 @@ TEST(Fp8GemmBench, AccumulationAndAlgorithmChoice) {
   cudaStreamDestroy(stream);
 }
 
-// Decode's few rows: the FP8 GEMV (--fp8-gemv) against cuBLASLt (split accumulation, the default
+// Decode's few rows: the FP8 GEMV (--fp8-gemv-rows) against cuBLASLt (split accumulation, the default
 // path) at m = 1-4, each next to the time its weight bytes take at the copy bandwidth (the whole
 // read + write rate, as cuda_decode_bench_test's floor: not the half the first bench divides by).
 TEST(Fp8GemmBench, GemvAgainstCublasLtAtFewRows) {
@@ -191,7 +195,7 @@ TEST(Fp8GemmBench, GemvAgainstCublasLtAtFewRows) {
       float t[2];
       for (int gemv = 0; gemv < 2; ++gemv) {
         Fp8Gemm gemm;
-        gemm.set_gemv(gemv != 0);
+        gemm.set_gemv_rows(gemv != 0 ? kFp8GemvMaxRows : 0);
         t[gemv] = time_fp8_linear(gemm, o, m, s, 100, stream);
       }
       // Issue 26's floor, as the decode roofline takes it: the bytes read at the measured copy
@@ -206,6 +210,174 @@ TEST(Fp8GemmBench, GemvAgainstCublasLtAtFewRows) {
     std::printf("FP8GEMV layer    %2d | %9.4f | %9.4f %5.0f%% | %9.4f %5.0f%% | %6.2fx\n", m, sum_floor, sum_lib,
                 100 * sum_floor / sum_lib, sum_gemv, 100 * sum_floor / sum_gemv, sum_lib / sum_gemv);
   }
+  cudaStreamDestroy(stream);
+}
+
+
+// cuBLASLt's FP8 algorithms beyond its heuristic: for the problem Fp8Gemm plans (outer-vector
+// scales into bf16 above Fp8Gemm::kEpilogueMaxRows rows, unit scales into fp32 at or below), every
+// algorithm id cuBLASLt lists, each of its tiles, split-K 1/2/4/8 with each reduction scheme it
+// supports, checked by cublasLtMatmulAlgoCheck and timed (events, back-to-back launches), against
+// the heuristic's first choice. Whether the shapes where the heuristic's GEMM leaves SMs idle (the
+// o and down projections at m <= 256: n / 128 = 32 output tiles) have a faster configuration the
+// backend could plan. FP8ALGO lines.
+TEST(Fp8GemmBench, AlgorithmSearch) {
+  if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
+  cudaStream_t stream;
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasLtHandle_t lt;
+  ORIGAMI_CUBLAS_CHECK(cublasLtCreate(&lt));
+  const size_t ws_bytes = 32u << 20;
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  cudaEvent_t e0, e1;
+  ORIGAMI_CUDA_CHECK(cudaEventCreate(&e0));
+  ORIGAMI_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<int> rows = {16, 64, 128, 256, 512};
+  if (const char* env = std::getenv("ORIGAMI_BENCH_ALGO_ROWS"); env != nullptr && env[0] != '\0') {
+    rows.clear();
+    for (const char* c = env; *c != '\0';) {
+      rows.push_back(std::atoi(c));
+      while (*c != '\0' && *c != ',') ++c;
+      if (*c == ',') ++c;
+    }
+  }
+  for (int m : rows) {
+    double sum_heur = 0, sum_best = 0;
+    for (const Shape& s : kShapes) {
+      const Fp8Operands o(m, s);
+      const bool outer = m > Fp8Gemm::kEpilogueMaxRows;
+      const cudaDataType_t d_type = outer ? CUDA_R_16BF : CUDA_R_32F;
+      void* d_ptr = outer ? static_cast<void*>(o.y.get()) : static_cast<void*>(o.acc.get());
+      cublasLtMatmulDesc_t desc;
+      ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+      ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t));
+      ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n));
+      if (outer) {
+        const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        const float* wsp = o.ws.get();
+        const float* xsp = o.xs.get();
+        ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));
+        ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode));
+        ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &wsp, sizeof wsp));
+        ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xsp, sizeof xsp));
+      }
+      cublasLtMatrixLayout_t a, b, d;
+      ORIGAMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, s.k, s.n, s.k));
+      ORIGAMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, s.k, m, s.k));
+      ORIGAMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, d_type, s.n, m, s.n));
+      const float alpha = 1.f, beta = 0.f;
+      // ms per product, mean of 20 back-to-back launches after 3; negative when it fails to run.
+      auto time_algo = [&](const cublasLtMatmulAlgo_t& algo) -> float {
+        for (int i = 0; i < 23; ++i) {
+          if (i == 3) ORIGAMI_CUDA_CHECK(cudaEventRecord(e0, stream));
+          if (cublasLtMatmul(lt, desc, &alpha, o.wq.get(), a, o.xq.get(), b, &beta, d_ptr, d, d_ptr, d, &algo, ws.get(),
+                             ws_bytes, stream) != CUBLAS_STATUS_SUCCESS)
+            return -1.f;
+        }
+        ORIGAMI_CUDA_CHECK(cudaEventRecord(e1, stream));
+        ORIGAMI_CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        ORIGAMI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        return ms / 20;
+      };
+      cublasLtMatmulPreference_t pref;
+      ORIGAMI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      ORIGAMI_CUBLAS_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
+      cublasLtMatmulHeuristicResult_t heur[1]{};
+      int found = 0;
+      ORIGAMI_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, d, d, pref, 1, heur, &found));
+      cublasLtMatmulPreferenceDestroy(pref);
+      ASSERT_EQ(found, 1);
+      const float t_heur = time_algo(heur[0].algo);
+      int heur_id = -1;
+      ORIGAMI_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&heur[0].algo, CUBLASLT_ALGO_CONFIG_ID, &heur_id,
+                                                                sizeof heur_id, nullptr));
+      int ids[128];
+      int num_ids = 0;
+      ORIGAMI_CUBLAS_CHECK(cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3,
+                                                    d_type, d_type, 128, ids, &num_ids));
+      float best = t_heur;
+      char best_desc[160];
+      std::snprintf(best_desc, sizeof best_desc, "heuristic (id %d)", heur_id);
+      int tried = 0, valid = 0;
+      for (int ii = 0; ii < num_ids; ++ii) {
+        cublasLtMatmulAlgo_t algo;
+        if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, d_type, d_type,
+                                   ids[ii], &algo) != CUBLAS_STATUS_SUCCESS)
+          continue;
+        size_t bytes = 0;
+        std::vector<int> tiles, stages;
+        if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, nullptr, 0, &bytes) ==
+                CUBLAS_STATUS_SUCCESS && bytes > 0) {
+          tiles.resize(bytes / sizeof(int));
+          cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles.data(), bytes, &bytes);
+        }
+        if (tiles.empty()) tiles.push_back(CUBLASLT_MATMUL_TILE_UNDEFINED);
+        if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, nullptr, 0, &bytes) ==
+                CUBLAS_STATUS_SUCCESS && bytes > 0) {
+          stages.resize(bytes / sizeof(int));
+          cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, stages.data(), bytes, &bytes);
+        }
+        stages.insert(stages.begin(), CUBLASLT_MATMUL_STAGES_UNDEFINED);
+        int32_t splitk_ok = 0;
+        uint32_t red_mask = 0;
+        cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &splitk_ok, sizeof splitk_ok, nullptr);
+        cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &red_mask, sizeof red_mask,
+                                          nullptr);
+        for (int tile : tiles) {
+          for (int splitk : {1, 2, 4, 8}) {
+            if (splitk > 1 && splitk_ok == 0) break;
+            for (uint32_t red : {static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_NONE),
+                                 static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE),
+                                 static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE),
+                                 static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)}) {
+              if ((splitk == 1) != (red == CUBLASLT_REDUCTION_SCHEME_NONE)) continue;
+              if (red != CUBLASLT_REDUCTION_SCHEME_NONE && (red_mask & red) == 0) continue;
+              cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile);
+              cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk);
+              cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red);
+              // The first stage count the library accepts for this configuration.
+              for (int stage : stages) {
+                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof stage);
+                cublasLtMatmulHeuristicResult_t check{};
+                ++tried;
+                if (cublasLtMatmulAlgoCheck(lt, desc, a, b, d, d, &algo, &check) != CUBLAS_STATUS_SUCCESS ||
+                    check.workspaceSize > ws_bytes)
+                  continue;
+                const float t = time_algo(algo);
+                if (t > 0) {
+                  ++valid;
+                  if (t < best) {
+                    best = t;
+                    std::snprintf(best_desc, sizeof best_desc, "id %d tile %d stages %d split-k %d reduction %u", ids[ii],
+                                  tile, stage, splitk, red);
+                  }
+                }
+                break;
+              }
+            }
+          }
+        }
+      }
+      ORIGAMI_CUDA_CHECK(cudaGetLastError());
+      std::printf("FP8ALGO %-8s m %4d | heuristic %.4f ms | best %.4f ms (%.2fx) %s | %d ids, %d configurations, %d ran\n",
+                  s.name, m, t_heur, best, t_heur / best, best_desc, num_ids, tried, valid);
+      std::fflush(stdout);
+      sum_heur += t_heur;
+      sum_best += best;
+      cublasLtMatrixLayoutDestroy(a);
+      cublasLtMatrixLayoutDestroy(b);
+      cublasLtMatrixLayoutDestroy(d);
+      cublasLtMatmulDescDestroy(desc);
+    }
+    std::printf("FP8ALGO layer    m %4d | heuristic %.4f ms | best %.4f ms (%.2fx)\n", m, sum_heur, sum_best,
+                sum_heur / sum_best);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cublasLtDestroy(lt);
   cudaStreamDestroy(stream);
 }
 

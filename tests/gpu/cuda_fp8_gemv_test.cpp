@@ -58,7 +58,7 @@ Operands make_operands(int m, int n, int k, std::mt19937& rng) {
 
 // y through Fp8Gemm::linear, with the GEMV on or off.
 std::vector<float> run(Fp8Gemm& gemm, bool gemv, const Operands& o, int m, int n, int k, cudaStream_t stream) {
-  gemm.set_gemv(gemv);
+  gemm.set_gemv_rows(gemv ? kFp8GemvMaxRows : 0);
   DeviceBuffer<uint8_t> dxq(o.xq), dwq(o.wq);
   DeviceBuffer<float> dxs(o.xs), dws(o.ws), acc(static_cast<size_t>(m) * n);
   DeviceBuffer<__nv_bfloat16> y(static_cast<size_t>(m) * n);

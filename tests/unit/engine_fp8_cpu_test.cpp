@@ -220,10 +220,10 @@ TEST(Fp8Cpu, EngineFlag) {
   };
   const std::vector<int32_t> tokens = run(**engine);
   EXPECT_EQ(tokens.size(), 8u);
-  // --fp8-fused-quantize (the default) and --fp8-gemv are the CUDA backend's: on the CPU they
+  // --fp8-fused-quantize (the default) and --fp8-gemv-rows are the CUDA backend's: on the CPU they
   // change nothing.
   config.fp8_fused_quantize = true;
-  config.fp8_gemv = true;
+  config.fp8_gemv_rows = 4;
   auto fused = Engine::create(config);
   ASSERT_TRUE(fused.has_value()) << fused.status().to_string();
   EXPECT_EQ(run(**fused), tokens);

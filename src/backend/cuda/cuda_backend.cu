@@ -18,6 +18,7 @@
 #include "core/check.h"
 #include "core/host_timers.h"
 #include "backend/cuda/elementwise_kernels.h"
+#include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/fp8_kernels.h"
 #include "model/fp8_weights.h"
 #include "backend/cuda/kv_cache_write.h"
@@ -247,7 +248,7 @@ Status CudaBackend::allocate_weights(const ModelConfig& full) {
   if (fp8_) {
     fp8_gemm_ = std::make_unique<Fp8Gemm>();
     fp8_gemm_->set_fast_accumulation(options_.fp8_fast_accumulation);
-    fp8_gemm_->set_gemv(options_.fp8_gemv);
+    fp8_gemm_->set_gemv_rows(std::min(options_.fp8_gemv_rows, kFp8GemvMaxRows));
     // Without outer-vector scaling in this cuBLASLt, every step takes the epilogue path.
     fp8_epilogue_ = !fp8_gemm_->outer_vector_supported(Fp8Gemm::kEpilogueMaxRows + 1, c.q_size() + 2 * c.kv_size(),
                                                        c.hidden_size);

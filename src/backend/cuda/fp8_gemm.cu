@@ -89,7 +89,7 @@ Fp8Gemm::Scaling Fp8Gemm::scaling_for(int m, int n, int k) {
 void Fp8Gemm::linear(const uint8_t* x, const float* x_scales, int m, int k, const uint8_t* w, const float* w_scales,
                      int n, __nv_bfloat16* y, float* acc, cudaStream_t stream) {
   if (m == 0) return;
-  if (gemv_ && fp8_gemv_supported(m, k, x, w)) {
+  if (m <= gemv_rows_ && fp8_gemv_supported(m, k, x, w)) {
     launch_fp8_gemv(x, x_scales, m, k, w, w_scales, n, y, stream);
     return;
   }

@@ -40,9 +40,9 @@ class Fp8Gemm {
   // before the first call).
   void set_fast_accumulation(bool fast) { fast_accumulation_ = fast; }
   bool fast_accumulation() const { return fast_accumulation_; }
-  // Products of at most kFp8GemvMaxRows rows by the FP8 GEMV (fp8_gemv.h) instead of cuBLASLt,
-  // where it serves them (BackendOptions::fp8_gemv).
-  void set_gemv(bool on) { gemv_ = on; }
+  // Products of 1 to `rows` rows (at most kFp8GemvMaxRows; 0: none) by the FP8 GEMV (fp8_gemv.h)
+  // instead of cuBLASLt, where it serves them (BackendOptions::fp8_gemv_rows).
+  void set_gemv_rows(int rows) { gemv_rows_ = rows; }
 
   // Whether cuBLASLt runs outer-vector scaled FP8 GEMMs of this shape; decided once per shape.
   bool outer_vector_supported(int m, int n, int k);
@@ -82,7 +82,7 @@ class Fp8Gemm {
   size_t workspace_bytes_ = 0;
   std::map<std::tuple<int, int, int, int, bool>, Plan> plans_;  // (m, n, k, scaling, fast accumulation)
   bool fast_accumulation_ = false;
-  bool gemv_ = false;
+  int gemv_rows_ = 0;
   Scaling forced_ = Scaling::kOuterVector;
   bool has_forced_ = false;
 };

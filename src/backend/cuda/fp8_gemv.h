@@ -16,6 +16,11 @@
 namespace origami::cuda {
 
 constexpr int kFp8GemvMaxRows = 4;
+// The rows up to which the GEMV runs by default (BackendOptions::fp8_gemv_rows): on the H100 it is
+// faster than cuBLASLt's FP8 GEMM at 1 and 2 rows (a Llama-3.1-8B layer's projections 1.14x and
+// 1.05x), not at 3 and 4 (0.98x, 0.82x: each row reads the weights' chunk again from L1, and the
+// tensor cores' tiles amortise it; docs/kernels.md).
+constexpr int kFp8GemvFasterRows = 2;
 
 // Whether launch_fp8_gemv serves this product: 1 <= m <= kFp8GemvMaxRows, k a multiple of 16, x
 // and w 16-byte aligned (their rows are read 16 codes at a time).
