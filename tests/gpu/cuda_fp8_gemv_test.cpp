@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_gemm.h"
+#include "backend/backend.h"
 #include "backend/cuda/fp8_gemv.h"
 #include "core/fp8.h"
 #include "cuda_test_util.h"
@@ -112,6 +113,9 @@ TEST(Fp8Gemv, ServesOnlyWhatItSupportsAndLinearFallsBack) {
   EXPECT_FALSE(fp8_gemv_supported(1, 24, aligned, aligned));
   EXPECT_FALSE(fp8_gemv_supported(1, 16, aligned + 8, aligned));
   EXPECT_FALSE(fp8_gemv_supported(1, 16, aligned, aligned + 4));
+  // The backend's default is the rows the GEMV measured faster at (kFp8GemvFasterRows).
+  EXPECT_EQ(BackendOptions{}.fp8_gemv_rows, kFp8GemvFasterRows);
+  EXPECT_LE(kFp8GemvFasterRows, kFp8GemvMaxRows);
 
   // Five rows with the GEMV on: cuBLASLt computes them, within its own bound.
   std::mt19937 rng(3);
