@@ -7,6 +7,7 @@
 // Built with the project (target engine_host_bench; ctest engine_host_page_table_copies runs it short
 // with cuda-verify). Run from the repository:
 //   build/engine_host_bench [num_requests=256] [output_tokens=1024] [policy=all] [inputs=cuda] [threads=1]
+// ORIGAMI_HOST_BENCH_COMPRESSION_STEPS=k: compressions report k steps after they start (async).
 // policy: all | full | zipage | fastkvzip | fastkvzip-hpg4 | pagedeviction | snapkv-prefix |
 // fastkvzip-prefix | full-turns | fastkvzip-turns. Prompts are 128 tokens (the -prefix ones: 640
 // sharing their first 512, with prefix caching; the -turns ones: a second turn per request that
@@ -38,6 +39,24 @@
 using namespace origami;
 
 namespace {
+
+// ORIGAMI_HOST_BENCH_BLOCK / ORIGAMI_HOST_BENCH_BUDGET: the block size and budget (default 256 and
+// 1024), e.g. the max-load runs' pages of 64 at budget 512. A value that is not a whole number
+// from 1 to 2^20 reads as 0, which main() refuses.
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || v[0] == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(v, &end, 10);
+  return errno == 0 && *end == '\0' && value >= 1 && value <= (1L << 20) ? static_cast<int>(value) : 0;
+}
+const int kBlockSize = env_int("ORIGAMI_HOST_BENCH_BLOCK", 256);
+const int kBudget = env_int("ORIGAMI_HOST_BENCH_BUDGET", 1024);
+// ORIGAMI_HOST_BENCH_COMPRESSION_STEPS: a compression batch reports this many steps after the
+// step that starts it, as the CUDA backend's asynchronous compressor does (default 0: the same
+// step; a value that is not a whole number from 1 to 2^20 reads as 0).
+const int kCompressionSteps = env_int("ORIGAMI_HOST_BENCH_COMPRESSION_STEPS", 0);
 
 // Computes nothing: every sequence that samples gets token 1, and every compression finishes in
 // the step that starts it, keeping what the scheduler allows (a runtime allocation: a
@@ -92,14 +111,21 @@ class NullBackend : public Backend {
     for (const SequenceInput& s : batch.sequences)
       out->sampled_tokens.push_back(s.logits_mode == LogitsMode::kNone ? -1 : 1);
     out->finished_compressions.clear();
+    ++step_;
     for (const CompressionJob& job : batch.compressions) {
       CompressionResult result;
       result.request_id = job.request_id;
       result.group = job.group;
       if (job.kind == CompressionKind::kCompact) result.num_kept = kept_count(job);
       if (job.kind == CompressionKind::kEvictBlock) result.evicted_block = 1;
-      out->finished_compressions.push_back(std::move(result));
+      pending_.push_back({step_ + static_cast<uint64_t>(kCompressionSteps), std::move(result)});
     }
+    // As the CUDA backend's asynchronous compressor: a batch reports in a later step's output
+    // (ORIGAMI_HOST_BENCH_COMPRESSION_STEPS later; 0: the step that starts it).
+    size_t due = 0;
+    while (due < pending_.size() && pending_[due].first <= step_) ++due;
+    for (size_t i = 0; i < due; ++i) out->finished_compressions.push_back(std::move(pending_[i].second));
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(due));
     return Status::ok();
   }
 
@@ -142,6 +168,8 @@ class NullBackend : public Backend {
 
   PageTableInputs tables_;
   Inputs inputs_;
+  uint64_t step_ = 0;
+  std::vector<std::pair<uint64_t, CompressionResult>> pending_;  // (step it reports in, result)
   ModelConfig model_;
   ForwardBatchLimits limits_{0, 1, 0, -1, 1};  // no query slots until configure_compression()
  public:
@@ -162,19 +190,7 @@ struct Workload {
   bool second_turn = false;
 };
 
-// ORIGAMI_HOST_BENCH_BLOCK / ORIGAMI_HOST_BENCH_BUDGET: the block size and budget (default 256 and
-// 1024), e.g. the max-load runs' pages of 64 at budget 512. A value that is not a whole number
-// from 1 to 2^20 reads as 0, which main() refuses.
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || v[0] == '\0') return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const long value = std::strtol(v, &end, 10);
-  return errno == 0 && *end == '\0' && value >= 1 && value <= (1L << 20) ? static_cast<int>(value) : 0;
-}
-const int kBlockSize = env_int("ORIGAMI_HOST_BENCH_BLOCK", 256);
-const int kBudget = env_int("ORIGAMI_HOST_BENCH_BUDGET", 1024);
+
 
 int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, int threads) {
   EngineConfig config;
