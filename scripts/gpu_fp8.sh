@@ -7,17 +7,21 @@
 #                            (weights, KV cache, both)
 #   cuda_fp8_fused_quantize_test  the quantization fused into the norms / SiLU = unfused, bit for
 #                            bit (kernels; tiny-qwen3 logits with --fp8-fused-quantize on and off)
-#   cuda_fp8_gemv_test       the FP8 GEMV of decode's 1-4 rows (--fp8-gemv-rows) against an fp64 reference
+#   cuda_fp8_gemv_test       the FP8 GEMV of decode's 1-4 rows (--fp8-gemv-rows) and the few-row
+#                            tensor-core GEMM (1-16 rows, BackendOptions::fp8_small_gemm_rows) against an
+#                            fp64 reference
 #   cuda_backend_e2e_test    the bf16 path, unchanged
 #   cuda_fp8_gemm_bench_test bf16 vs FP8 GEMM time at the Llama-3.1-8B shapes, m = 1/64/256/1024, and
-#                            the GEMV against cuBLASLt at m = 1-4 (FP8GEMV lines); FP8_ALGO_SEARCH=1: every
-#                            cuBLASLt FP8 algorithm, tile and split-K against the heuristic's pick at
-#                            m = FP8_ALGO_ROWS (default 16,64,128,256,512; FP8ALGO lines)
+#                            the GEMV and the small GEMM against cuBLASLt at m = 1-16 (FP8GEMV lines);
+#                            FP8_ALGO_SEARCH=1: every cuBLASLt FP8 algorithm, tile and split-K against
+#                            the heuristic's pick at m = FP8_ALGO_ROWS (default 16,64,128,256,512;
+#                            FP8ALGO lines)
 #   cuda_decode_bench_test   decode steps of Llama-3.1-8B (dummy weights), bf16 and FP8, batch
 #                            1/64/256 at context 1024, bf16 / FP8 weights / FP8 weights + FP8 KV,
 #                            FP8 with the quantization separate and fused ("fused-q"), and FP8 +
 #                            FP8 KV with the GEMV (decode_gemv: batches 1 and 2, where it is the default;
-#                            the rows above run with ORIGAMI_BENCH_FP8_GEMV=0, cuBLASLt alone)
+#                            the rows above run with ORIGAMI_BENCH_FP8_GEMV=0, cuBLASLt alone), and
+#                            batches 4/8/16 without and with the small GEMM (decode_small0 / _small16)
 #                            (FP8_DECODE=0 skips it)
 # and prints a summary table last (about 75 s on an H100 with a cold build). Logs go to $OUT (or
 # /tmp/origami-gpu). Fixtures come from .devdata (scripts/lib/gpu_common.sh): shared/ with
@@ -100,5 +104,18 @@ if [ "${FP8_DECODE:-1}" = 1 ]; then
   n=0
   while read -r line; do n=$((n+1)); RESULT[5_decode_gemv_$n]="$line"; done < <(grep ROOFLINE "$OUT/decode_gemv.log" \
     | sed -E 's/ \(weights.*\)//')
+  # The few-row tensor-core GEMM (off by default until measured): batches 4, 8 and 16 without it
+  # (cuBLASLt) and with it, FP8 weights + FP8 KV, fused quantization.
+  for small in 0 16; do
+    t0=$(date +%s)
+    ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=fp8 ORIGAMI_BENCH_KV_DTYPE=fp8 \
+      ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FP8_SMALL_GEMM=$small ORIGAMI_BENCH_CONTEXTS=${FP8_CONTEXTS:-1024} \
+      ORIGAMI_BENCH_BATCHES=4,8,16 timeout 200 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*' \
+      > "$OUT/decode_small$small.log" 2>&1
+    RESULT[5_decode_small$small]="rc=$? ($(( $(date +%s) - t0 ))s)"
+    n=0
+    while read -r line; do n=$((n+1)); RESULT[5_decode_small${small}_$n]="$line"; done < <(grep ROOFLINE \
+      "$OUT/decode_small$small.log" | sed -E 's/ \(weights.*\)//; s/^ROOFLINE llama-3.1-8b //')
+  done
 fi
 gpu_print_summary "FP8 summary" "$OUT/summary.txt"

@@ -52,6 +52,11 @@ struct BackendOptions {
   // products, closer to the CPU's emulation than cuBLASLt. 2 by default: the H100 measured it
   // faster at 1 and 2 rows only (kFp8GemvFasterRows, docs/kernels.md).
   int fp8_gemv_rows = 2;
+  // CUDA, FP8 projections: products of up to this many rows (at most 16; 0 = never) that the GEMV
+  // does not take run on a tensor-core GEMM for few rows (cuda/fp8_small_gemm.h: CTAs of 16 output
+  // channels with K split over their warps) instead of cuBLASLt, whose 128-wide tiles leave most
+  // SMs idle on the narrow projections there. Off until its speed is measured on the GPU.
+  int fp8_small_gemm_rows = 0;
 };
 
 // Whether a backend with `options` computes the projections of `config` in FP8.

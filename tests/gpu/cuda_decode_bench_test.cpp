@@ -76,6 +76,13 @@ int bench_fp8_gemv_rows() {
   return v != nullptr && v[0] != '\0' ? std::atoi(v) : BackendOptions{}.fp8_gemv_rows;
 }
 
+// ORIGAMI_BENCH_FP8_SMALL_GEMM=N: the rows the GEMV leaves, up to N, through the few-row
+// tensor-core GEMM (BackendOptions::fp8_small_gemm_rows); unset: the backend's default (off).
+int bench_fp8_small_gemm_rows() {
+  const char* v = std::getenv("ORIGAMI_BENCH_FP8_SMALL_GEMM");
+  return v != nullptr && v[0] != '\0' ? std::atoi(v) : BackendOptions{}.fp8_small_gemm_rows;
+}
+
 // K and V of one token, all layers: bf16, or FP8 codes plus one fp32 scale per head row.
 double kv_bytes_per_token(const ModelConfig& c) {
   const double row = bench_kv_fp8() ? c.head_dim + 4.0 : 2.0 * c.head_dim;
@@ -236,11 +243,15 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
       opt.fuse_fp8_quantize = fused;
       opt.fp8_fast_accumulation = bench_fast_accumulation();
       opt.fp8_gemv_rows = bench_fp8_gemv_rows();
+      opt.fp8_small_gemm_rows = bench_fp8_small_gemm_rows();
       auto backend = std::move(create_cuda_backend(opt)).value();
       ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
+      const int gemv_rows = fp8 ? bench_fp8_gemv_rows() : 0, small_rows = fp8 ? bench_fp8_small_gemm_rows() : 0;
       const std::string tag = std::string(fp8 ? " fp8" : "") + (fused ? " fused-q" : "") +
                               (fp8 && bench_fast_accumulation() ? " fast-acc" : "") +
-                              (fp8 && bench_fp8_gemv_rows() > 0 ? " gemv" + std::to_string(bench_fp8_gemv_rows()) : "") + (bench_kv_fp8() ? " kv-fp8" : "");
+                              (gemv_rows > 0 ? " gemv" + std::to_string(gemv_rows) : "") +
+                              (small_rows > 0 ? " small" + std::to_string(small_rows) : "") +
+                              (bench_kv_fp8() ? " kv-fp8" : "");
       for (int context : contexts)
         for (int batch : batches) {
           const double ms = time_decode_steps(*backend, c, batch, context);
@@ -350,6 +361,7 @@ TEST(CudaDecodeBench, ProfileOneStep) {
   opt.fuse_fp8_quantize = !env_is("ORIGAMI_BENCH_FUSED_QUANTIZE", "0");
   opt.fp8_fast_accumulation = bench_fast_accumulation();
   opt.fp8_gemv_rows = bench_fp8_gemv_rows();
+  opt.fp8_small_gemm_rows = bench_fp8_small_gemm_rows();
   auto backend = std::move(create_cuda_backend(opt)).value();
   ASSERT_TRUE(backend->load_dummy(*config, 7).is_ok());
   const double ms = time_decode_steps(*backend, *config, batch, context, /*profile=*/true);

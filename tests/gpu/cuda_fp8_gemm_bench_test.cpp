@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/fp8_gemv.h"
+#include "backend/cuda/fp8_small_gemm.h"
 #include "backend/cuda/fp8_kernels.h"
 #include "backend/cuda/gemm.h"
 #include "bench_util.h"
@@ -176,43 +177,55 @@ TEST(Fp8GemmBench, AccumulationAndAlgorithmChoice) {
   cudaStreamDestroy(stream);
 }
 
-// Decode's few rows: the FP8 GEMV (--fp8-gemv-rows) against cuBLASLt (split accumulation, the default
-// path) at m = 1-4, each next to the time its weight bytes take at the copy bandwidth (the whole
-// read + write rate, as cuda_decode_bench_test's floor: not the half the first bench divides by).
+// Decode's few rows: the FP8 GEMV (--fp8-gemv-rows, m <= 4) and the few-row tensor-core GEMM
+// (BackendOptions::fp8_small_gemm_rows, m <= 16) against cuBLASLt (split accumulation, the default
+// path) at m = 1, 2, 3, 4, 8, 16, each next to the time its weight bytes take at the copy bandwidth
+// (the whole read + write rate, as cuda_decode_bench_test's floor: not the half the first bench
+// divides by). FP8GEMV lines; "-" where the GEMV does not serve the rows.
 TEST(Fp8GemmBench, GemvAgainstCublasLtAtFewRows) {
   if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
   cudaStream_t stream;
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const double copy_gbps = measure_copy_gbps(stream);
   std::printf("FP8GEMV copy %.0f GB/s\n", copy_gbps);
-  std::printf("FP8GEMV %-8s %2s | %9s | %9s %6s | %9s %6s | %7s\n", "shape", "m", "floor ms", "cuBLASLt", "floor", "GEMV",
-              "floor", "speedup");
-  for (int m = 1; m <= 4; ++m) {
-    double sum_lib = 0, sum_gemv = 0, sum_floor = 0;
+  std::printf("FP8GEMV %-8s %2s | %9s | %9s %6s | %9s %6s | %7s | %9s %6s | %7s\n", "shape", "m", "floor ms", "cuBLASLt",
+              "floor", "GEMV", "floor", "speedup", "small", "floor", "speedup");
+  for (int m : {1, 2, 3, 4, 8, 16}) {
+    const bool gemv_serves = m <= kFp8GemvMaxRows;
+    double sum_lib = 0, sum_gemv = 0, sum_small = 0, sum_floor = 0;
     for (const Shape& s : kShapes) {
       const Fp8Operands o(m, s);
       const size_t wn = static_cast<size_t>(s.n) * s.k;
-      float t[2];
-      for (int gemv = 0; gemv < 2; ++gemv) {
+      float t[3] = {0, 0, 0};  // cuBLASLt, GEMV, small GEMM
+      for (int path = 0; path < 3; ++path) {
+        if (path == 1 && !gemv_serves) continue;
         Fp8Gemm gemm;
-        gemm.set_gemv_rows(gemv != 0 ? kFp8GemvMaxRows : 0);
-        t[gemv] = time_fp8_linear(gemm, o, m, s, 100, stream);
+        gemm.set_gemv_rows(path == 1 ? kFp8GemvMaxRows : 0);
+        gemm.set_small_gemm_rows(path == 2 ? kFp8SmallGemmMaxRows : 0);
+        t[path] = time_fp8_linear(gemm, o, m, s, 100, stream);
       }
       // Issue 26's floor, as the decode roofline takes it: the bytes read at the measured copy
       // bandwidth (read + write traffic: what the memory moves when it only streams).
       const double floor = (static_cast<double>(wn) + 4.0 * s.n) / copy_gbps / 1e6;
-      std::printf("FP8GEMV %-8s %2d | %9.4f | %9.4f %5.0f%% | %9.4f %5.0f%% | %6.2fx\n", s.name, m, floor, t[0],
-                  100 * floor / t[0], t[1], 100 * floor / t[1], t[0] / t[1]);
+      char gemv_cols[64] = "        -      - |       -";
+      if (gemv_serves)
+        std::snprintf(gemv_cols, sizeof gemv_cols, "%9.4f %5.0f%% | %6.2fx", t[1], 100 * floor / t[1], t[0] / t[1]);
+      std::printf("FP8GEMV %-8s %2d | %9.4f | %9.4f %5.0f%% | %s | %9.4f %5.0f%% | %6.2fx\n", s.name, m, floor, t[0],
+                  100 * floor / t[0], gemv_cols, t[2], 100 * floor / t[2], t[0] / t[2]);
       sum_lib += t[0];
       sum_gemv += t[1];
+      sum_small += t[2];
       sum_floor += floor;
     }
-    std::printf("FP8GEMV layer    %2d | %9.4f | %9.4f %5.0f%% | %9.4f %5.0f%% | %6.2fx\n", m, sum_floor, sum_lib,
-                100 * sum_floor / sum_lib, sum_gemv, 100 * sum_floor / sum_gemv, sum_lib / sum_gemv);
+    char gemv_cols[64] = "        -      - |       -";
+    if (gemv_serves)
+      std::snprintf(gemv_cols, sizeof gemv_cols, "%9.4f %5.0f%% | %6.2fx", sum_gemv, 100 * sum_floor / sum_gemv,
+                    sum_lib / sum_gemv);
+    std::printf("FP8GEMV layer    %2d | %9.4f | %9.4f %5.0f%% | %s | %9.4f %5.0f%% | %6.2fx\n", m, sum_floor, sum_lib,
+                100 * sum_floor / sum_lib, gemv_cols, sum_small, 100 * sum_floor / sum_small, sum_lib / sum_small);
   }
   cudaStreamDestroy(stream);
 }
-
 
 // cuBLASLt's FP8 algorithms beyond its heuristic: for the problem Fp8Gemm plans (outer-vector
 // scales into bf16 above Fp8Gemm::kEpilogueMaxRows rows, unit scales into fp32 at or below), every

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_backend_factory.h"
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/fp8_gemv.h"
+#include "backend/cuda/fp8_small_gemm.h"
 #include "backend/cuda/fp8_kernels.h"
 #include "core/fp8.h"
 #include "cuda_test_util.h"
@@ -138,13 +139,18 @@ std::string tiny_dir() { return testing::shared_dir() + "/models/origami-tiny-qw
 using testing::Model;
 Model load(const std::string& dir) { return testing::load_model(dir); }
 
+// Which kernel takes decode's few rows: cuBLASLt alone, the GEMV (all 4 rows it serves; the
+// default's 2 are a subset) or the few-row tensor-core GEMM (16 rows, the GEMV off).
+enum class FewRows { kCublasLt, kGemv, kSmallGemm };
+
 std::unique_ptr<Backend> make(const Model& m, const std::string& device, bool fp8, bool graphs = true,
-                              bool kv_fp8 = false, bool fast_accumulation = false, bool gemv = false) {
+                              bool kv_fp8 = false, bool fast_accumulation = false, FewRows few = FewRows::kCublasLt) {
   BackendOptions opt;
   opt.device = device;
   opt.enable_cuda_graphs = graphs;
   opt.fp8_fast_accumulation = fast_accumulation;
-  opt.fp8_gemv_rows = gemv ? kFp8GemvMaxRows : 0;  // the default's 2 rows are a subset of the 4 tested
+  opt.fp8_gemv_rows = few == FewRows::kGemv ? kFp8GemvMaxRows : 0;
+  opt.fp8_small_gemm_rows = few == FewRows::kSmallGemm ? kFp8SmallGemmMaxRows : 0;
   if (fp8) opt.quantization = WeightQuantization::kFp8;
   std::unique_ptr<Backend> b;
   if (device == "cuda") {
@@ -278,12 +284,12 @@ TEST(Fp8Engine, FastAccumulationTeacherForcedLogitsMatchCpuEmulation) { expect_t
 // and the GPU's must be within 4 standard deviations of the CPU-GPU logit difference
 // (teacher-forced on the common prefix). CUDA graphs on and off.
 void expect_greedy_matches_cpu(const Model& m, bool fp8_weights, bool kv_fp8, const char* tag,
-                               bool fast_accumulation = false, bool gemv = false) {
+                               bool fast_accumulation = false, FewRows few = FewRows::kCublasLt) {
   const int vocab = m.config.vocab_size;
   const auto prompts = golden_prompts();
   const int n = 32;
   for (bool graphs : {true, false}) {
-    auto gpu = make(m, "cuda", fp8_weights, graphs, kv_fp8, fast_accumulation, gemv),
+    auto gpu = make(m, "cuda", fp8_weights, graphs, kv_fp8, fast_accumulation, few),
          cpu = make(m, "cpu", fp8_weights, true, kv_fp8);
     const auto g = greedy(*gpu, prompts, n), c = greedy(*cpu, prompts, n);
     for (size_t s = 0; s < prompts.size(); ++s) {
@@ -295,7 +301,7 @@ void expect_greedy_matches_cpu(const Model& m, bool fp8_weights, bool kv_fp8, co
       std::vector<int32_t> prefix = prompts[s];
       prefix.insert(prefix.end(), c[s].begin(), c[s].begin() + agree);
       auto oracle = make(m, "cpu", fp8_weights, true, kv_fp8),
-           gpu_tf = make(m, "cuda", fp8_weights, false, kv_fp8, fast_accumulation, gemv);
+           gpu_tf = make(m, "cuda", fp8_weights, false, kv_fp8, fast_accumulation, few);
       const std::vector<float> lc = teacher_forced_logits(*oracle, prefix, kBlockSize);
       const std::vector<float> lg = teacher_forced_logits(*gpu_tf, prefix, kBlockSize);
       const float* last_c = lc.data() + (prefix.size() - 1) * vocab;
@@ -324,8 +330,15 @@ TEST(Fp8Engine, FastAccumulationGreedyMatchesCpuEmulation) {
 // projections run through the GEMV (the prompts' prefill and the teacher-forced oracle through cuBLASLt).
 TEST(Fp8Engine, GemvGreedyMatchesCpuEmulation) {
   ASSERT_LE(golden_prompts().size(), static_cast<size_t>(kFp8GemvMaxRows));
-  expect_greedy_matches_cpu(load(tiny_dir()), true, false, "fp8 gemv", false, true);
-  expect_greedy_matches_cpu(load(tiny_dir()), true, true, "fp8 gemv kv-fp8", false, true);
+  expect_greedy_matches_cpu(load(tiny_dir()), true, false, "fp8 gemv", false, FewRows::kGemv);
+  expect_greedy_matches_cpu(load(tiny_dir()), true, true, "fp8 gemv kv-fp8", false, FewRows::kGemv);
+}
+// The few-row tensor-core GEMM (BackendOptions::fp8_small_gemm_rows 16, the GEMV off): the golden
+// prompts decode together, so every decode step's projections run through it (a prefill of more
+// than 16 tokens, and the teacher-forced oracle's, through cuBLASLt).
+TEST(Fp8Engine, SmallGemmGreedyMatchesCpuEmulation) {
+  expect_greedy_matches_cpu(load(tiny_dir()), true, false, "fp8 small gemm", false, FewRows::kSmallGemm);
+  expect_greedy_matches_cpu(load(tiny_dir()), true, true, "fp8 small gemm kv-fp8", false, FewRows::kSmallGemm);
 }
 
 // The FP8 KV cache on the GPU (bf16 weights) implements the CPU's emulation: its logits are

@@ -20,6 +20,7 @@
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/fp8_kernels.h"
+#include "backend/cuda/fp8_small_gemm.h"
 #include "model/fp8_weights.h"
 #include "backend/cuda/kv_cache_write.h"
 #include "backend/cuda/logprob_kernels.h"
@@ -249,6 +250,7 @@ Status CudaBackend::allocate_weights(const ModelConfig& full) {
     fp8_gemm_ = std::make_unique<Fp8Gemm>();
     fp8_gemm_->set_fast_accumulation(options_.fp8_fast_accumulation);
     fp8_gemm_->set_gemv_rows(std::min(options_.fp8_gemv_rows, kFp8GemvMaxRows));
+    fp8_gemm_->set_small_gemm_rows(std::min(options_.fp8_small_gemm_rows, kFp8SmallGemmMaxRows));
     // Without outer-vector scaling in this cuBLASLt, every step takes the epilogue path.
     fp8_epilogue_ = !fp8_gemm_->outer_vector_supported(Fp8Gemm::kEpilogueMaxRows + 1, c.q_size() + 2 * c.kv_size(),
                                                        c.hidden_size);

@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/fp8_kernels.h"
+#include "backend/cuda/fp8_small_gemm.h"
 #include "core/check.h"
 
 namespace origami::cuda {
@@ -91,6 +92,10 @@ void Fp8Gemm::linear(const uint8_t* x, const float* x_scales, int m, int k, cons
   if (m == 0) return;
   if (m <= gemv_rows_ && fp8_gemv_supported(m, k, x, w)) {
     launch_fp8_gemv(x, x_scales, m, k, w, w_scales, n, y, stream);
+    return;
+  }
+  if (m <= small_gemm_rows_ && fp8_small_gemm_supported(m, k, x, w)) {
+    launch_fp8_small_gemm(x, x_scales, m, k, w, w_scales, n, y, stream);
     return;
   }
   const Scaling scaling = scaling_for(m, n, k);

@@ -43,6 +43,10 @@ class Fp8Gemm {
   // Products of 1 to `rows` rows (at most kFp8GemvMaxRows; 0: none) by the FP8 GEMV (fp8_gemv.h)
   // instead of cuBLASLt, where it serves them (BackendOptions::fp8_gemv_rows).
   void set_gemv_rows(int rows) { gemv_rows_ = rows; }
+  // Products of up to `rows` rows (at most kFp8SmallGemmMaxRows; 0: none) that the GEMV does not
+  // take by the few-row tensor-core GEMM (fp8_small_gemm.h) instead of cuBLASLt, where it serves
+  // them (BackendOptions::fp8_small_gemm_rows).
+  void set_small_gemm_rows(int rows) { small_gemm_rows_ = rows; }
 
   // Whether cuBLASLt runs outer-vector scaled FP8 GEMMs of this shape; decided once per shape.
   bool outer_vector_supported(int m, int n, int k);
@@ -83,6 +87,7 @@ class Fp8Gemm {
   std::map<std::tuple<int, int, int, int, bool>, Plan> plans_;  // (m, n, k, scaling, fast accumulation)
   bool fast_accumulation_ = false;
   int gemv_rows_ = 0;
+  int small_gemm_rows_ = 0;
   Scaling forced_ = Scaling::kOuterVector;
   bool has_forced_ = false;
 };
