@@ -11,7 +11,8 @@
 // policy: all | full | zipage | fastkvzip | fastkvzip-hpg4 | pagedeviction | snapkv-prefix |
 // fastkvzip-prefix | full-turns | fastkvzip-turns. Prompts are 128 tokens (the -prefix ones: 640
 // sharing their first 512, with prefix caching; the -turns ones: a second turn per request that
-// continues its retained context), block 256, budget 1024 (ORIGAMI_HOST_BENCH_BLOCK / _BUDGET). inputs: what the backend does on the host with each batch:
+// continues its retained context), block 256, budget 1024 (ORIGAMI_HOST_BENCH_BLOCK / _BUDGET).
+// inputs: what the backend does on the host with each batch:
 //   validate     validate_forward_batch, every page of every table (the CPU backend)
 //   cuda         the CUDA backend: validation without the page tables, then the tables sized and
 //                flattened into an upload buffer with the page checks folded in (page_table_inputs.h)
@@ -189,8 +190,6 @@ struct Workload {
   // its first turn's context (prompt + outputs + 16 new tokens) for a quarter of the outputs.
   bool second_turn = false;
 };
-
-
 
 int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, int threads) {
   EngineConfig config;

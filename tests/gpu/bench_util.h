@@ -3,6 +3,7 @@
 // the model shape they run, the copy bandwidth their floors use, and decode steps of one token per
 // sequence over given page tables.
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,21 @@ inline bool env_is(const char* name, const char* value) {
 }
 
 inline bool bench_enabled() { return env_is("ORIGAMI_CUDA_BENCH", "1"); }
+
+// Environment variable `name` as a comma-separated list of integers ("1,64,256"), or `fallback`
+// when unset or empty.
+inline std::vector<int> env_list(const char* name, std::vector<int> fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || v[0] == '\0') return fallback;
+  std::vector<int> out;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
+  return out;
+}
+
+// Environment variable `name` as one integer, or `fallback` when unset or empty.
+inline int env_int(const char* name, int fallback) { return env_list(name, {fallback})[0]; }
 
 // Device-to-device copy bandwidth, bytes read + written (GB/s): the yardstick of the floors.
 inline double measure_copy_gbps(cudaStream_t stream) {

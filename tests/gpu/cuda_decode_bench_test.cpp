@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <sstream>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_factory.h"
@@ -37,19 +36,11 @@
 namespace origami::cuda {
 namespace {
 
+using testing::env_int;
 using testing::env_is;
+using testing::env_list;
 using testing::graph_ms;
 using testing::measure_copy_gbps;
-
-std::vector<int> env_list(const char* name, std::vector<int> fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || v[0] == '\0') return fallback;
-  std::vector<int> out;
-  std::stringstream ss(v);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
-  return out;
-}
 
 // Bytes of weights one decode step reads: every linear layer, the norms and lm_head (the
 // embedding table is only gathered, batch rows of it). fp8: projections at 1 byte (+ scales).
@@ -71,16 +62,12 @@ bool bench_fast_accumulation() { return env_is("ORIGAMI_BENCH_FAST_ACCUMULATION"
 
 // ORIGAMI_BENCH_FP8_GEMV=N: batches of 1-N through the FP8 GEMV (--fp8-gemv-rows N, 0 = off);
 // unset: the backend's default.
-int bench_fp8_gemv_rows() {
-  const char* v = std::getenv("ORIGAMI_BENCH_FP8_GEMV");
-  return v != nullptr && v[0] != '\0' ? std::atoi(v) : BackendOptions{}.fp8_gemv_rows;
-}
+int bench_fp8_gemv_rows() { return env_int("ORIGAMI_BENCH_FP8_GEMV", BackendOptions{}.fp8_gemv_rows); }
 
 // ORIGAMI_BENCH_FP8_SMALL_GEMM=N: the rows the GEMV leaves, up to N, through the few-row
 // tensor-core GEMM (BackendOptions::fp8_small_gemm_rows); unset: the backend's default (off).
 int bench_fp8_small_gemm_rows() {
-  const char* v = std::getenv("ORIGAMI_BENCH_FP8_SMALL_GEMM");
-  return v != nullptr && v[0] != '\0' ? std::atoi(v) : BackendOptions{}.fp8_small_gemm_rows;
+  return env_int("ORIGAMI_BENCH_FP8_SMALL_GEMM", BackendOptions{}.fp8_small_gemm_rows);
 }
 
 // K and V of one token, all layers: bf16, or FP8 codes plus one fp32 scale per head row.
@@ -246,7 +233,7 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
       opt.fp8_small_gemm_rows = bench_fp8_small_gemm_rows();
       auto backend = std::move(create_cuda_backend(opt)).value();
       ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
-      const int gemv_rows = fp8 ? bench_fp8_gemv_rows() : 0, small_rows = fp8 ? bench_fp8_small_gemm_rows() : 0;
+      const int gemv_rows = fp8 ? opt.fp8_gemv_rows : 0, small_rows = fp8 ? opt.fp8_small_gemm_rows : 0;
       const std::string tag = std::string(fp8 ? " fp8" : "") + (fused ? " fused-q" : "") +
                               (fp8 && bench_fast_accumulation() ? " fast-acc" : "") +
                               (gemv_rows > 0 ? " gemv" + std::to_string(gemv_rows) : "") +
@@ -347,7 +334,7 @@ TEST(CudaDecodeBench, TensorParallelStep) {
 // One eager decode step (batch/context from ORIGAMI_BENCH_BATCHES/CONTEXTS, first entries) for ncu,
 // with the roofline's settings: ORIGAMI_BENCH_QUANTIZATION=fp8, ORIGAMI_BENCH_KV_DTYPE=fp8,
 // ORIGAMI_BENCH_FUSED_QUANTIZE=0 (fused is the default), ORIGAMI_BENCH_FAST_ACCUMULATION=1,
-// ORIGAMI_BENCH_FP8_GEMV=1, so the max-load step's kernels (e.g. Llama-3.1-8B, FP8, batch 1024 x
+// ORIGAMI_BENCH_FP8_GEMV=N and ORIGAMI_BENCH_FP8_SMALL_GEMM=N (rows), so the max-load step's kernels (e.g. Llama-3.1-8B, FP8, batch 1024 x
 // 640) can be timed one by one.
 TEST(CudaDecodeBench, ProfileOneStep) {
   if (!env_is("ORIGAMI_CUDA_PROFILE", "1")) GTEST_SKIP() << "set ORIGAMI_CUDA_PROFILE=1 (and run under ncu)";

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 #include <random>
 
@@ -245,16 +244,7 @@ TEST(Fp8GemmBench, AlgorithmSearch) {
   cudaEvent_t e0, e1;
   ORIGAMI_CUDA_CHECK(cudaEventCreate(&e0));
   ORIGAMI_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<int> rows = {16, 64, 128, 256, 512};
-  if (const char* env = std::getenv("ORIGAMI_BENCH_ALGO_ROWS"); env != nullptr && env[0] != '\0') {
-    rows.clear();
-    for (const char* c = env; *c != '\0';) {
-      rows.push_back(std::atoi(c));
-      while (*c != '\0' && *c != ',') ++c;
-      if (*c == ',') ++c;
-    }
-  }
-  for (int m : rows) {
+  for (int m : testing::env_list("ORIGAMI_BENCH_ALGO_ROWS", {16, 64, 128, 256, 512})) {
     double sum_heur = 0, sum_best = 0;
     for (const Shape& s : kShapes) {
       const Fp8Operands o(m, s);
