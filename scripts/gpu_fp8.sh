@@ -12,7 +12,9 @@
 #                            fp64 reference
 #   cuda_backend_e2e_test    the bf16 path, unchanged
 #   cuda_fp8_gemm_bench_test bf16 vs FP8 GEMM time at the Llama-3.1-8B shapes, m = 1/64/256/1024, and
-#                            the GEMV and the small GEMM against cuBLASLt at m = 1-16 (FP8GEMV lines);
+#                            the GEMV and the small GEMM against cuBLASLt at m = 1-16 (FP8GEMV lines),
+#                            the SiLU + quantize and the add + RMSNorm + quantize kernels against
+#                            their bytes' floor (FUSEDQ lines);
 #                            FP8_ALGO_SEARCH=1: every cuBLASLt FP8 algorithm, tile and split-K against
 #                            the heuristic's pick at m = FP8_ALGO_ROWS (default 16,64,128,256,512;
 #                            FP8ALGO lines)
@@ -62,11 +64,13 @@ t0=$(date +%s)
 ORIGAMI_CUDA_BENCH=1 timeout 200 "$BUILD/tests/cuda_fp8_gemm_bench_test" --gtest_filter='-*AlgorithmSearch*' \
   > "$OUT/gemm_bench.log" 2>&1
 RESULT[4_gemm_bench]="rc=$? ($(( $(date +%s) - t0 ))s)"
-grep -E "FP8BENCH|FP8GEMV" "$OUT/gemm_bench.log"
+grep -E "FP8BENCH|FP8GEMV|FUSEDQ" "$OUT/gemm_bench.log"
 n=0
 while read -r line; do n=$((n+1)); RESULT[4_gemm_layer_$n]="$line"; done < <(grep "FP8BENCH layer" "$OUT/gemm_bench.log")
 n=0
 while read -r line; do n=$((n+1)); RESULT[4_gemv_layer_$n]="$line"; done < <(grep "FP8GEMV layer" "$OUT/gemm_bench.log")
+n=0
+while read -r line; do n=$((n+1)); RESULT[4_fusedq_$n]="$line"; done < <(grep -E "FUSEDQ (silu|add)" "$OUT/gemm_bench.log")
 if [ "${FP8_ALGO_SEARCH:-0}" = 1 ]; then
   # Every cuBLASLt FP8 algorithm, tile and split-K against the heuristic's choice (FP8ALGO lines).
   t0=$(date +%s)

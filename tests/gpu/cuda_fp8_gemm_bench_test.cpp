@@ -9,6 +9,8 @@
 #include <random>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/elementwise_kernels.h"
+#include "backend/cuda/fp8_fused_kernels.h"
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/fp8_small_gemm.h"
@@ -381,6 +383,53 @@ TEST(Fp8GemmBench, AlgorithmSearch) {
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   cublasLtDestroy(lt);
+  cudaStreamDestroy(stream);
+}
+
+// The element-wise producers of the FP8 GEMMs' inputs at decode's row counts, against the bytes
+// they move at the copy bandwidth: the SiLU-and-multiply + quantize and the residual add + RMSNorm
+// + quantize. Ten launches a replay, the time per launch (the norm's 24-48 MB of rows can stay in
+// the 50 MB L2 between launches, so it may read above the floor). FUSEDQ lines.
+TEST(Fp8GemmBench, FusedQuantizeProducers) {
+  if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
+  cudaStream_t stream;
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double copy_gbps = measure_copy_gbps(stream);
+  constexpr int kLaunches = 10;
+  std::printf("FUSEDQ copy %.0f GB/s\n", copy_gbps);
+  std::printf("FUSEDQ %-14s %5s %6s | %9s | %9s %6s\n", "kernel", "rows", "cols", "floor ms", "ms", "floor");
+  for (int inter : {14336, 12288})
+    for (int m : {64, 256, 1024}) {
+      const size_t n = static_cast<size_t>(m) * inter;
+      DeviceBuffer<bf16> gate_up(2 * n);
+      launch_fill_random_bf16(gate_up.get(), 2 * n, 1.0f, 0.0f, 7, stream);
+      DeviceBuffer<uint8_t> codes(n);
+      DeviceBuffer<float> scales(m);
+      const Fp8RowsOut q{codes.get(), scales.get(), nullptr};
+      const float ms = graph_ms(stream, 50, [&] {
+        for (int i = 0; i < kLaunches; ++i) launch_silu_and_mul_quantize_fp8(gate_up.get(), m, inter, q, stream);
+      }) / kLaunches;
+      const double floor = (4.0 * n + n + 4.0 * m) / copy_gbps / 1e6;  // bf16 gate|up in, codes + scales out
+      std::printf("FUSEDQ %-14s %5d %6d | %9.4f | %9.4f %5.0f%%\n", "silu_quantize", m, inter, floor, ms, 100 * floor / ms);
+    }
+  for (int m : {64, 256, 1024}) {
+    const int hidden = 4096;
+    const size_t n = static_cast<size_t>(m) * hidden;
+    DeviceBuffer<float> residual(n);
+    ORIGAMI_CUDA_CHECK(cudaMemsetAsync(residual.get(), 0, n * sizeof(float), stream));
+    DeviceBuffer<bf16> delta(n), weight(hidden);
+    launch_fill_random_bf16(delta.get(), n, 1.0f, 0.0f, 8, stream);
+    launch_fill_random_bf16(weight.get(), hidden, 0.1f, 1.0f, 9, stream);
+    DeviceBuffer<uint8_t> codes(n);
+    DeviceBuffer<float> scales(m);
+    const float ms = graph_ms(stream, 50, [&] {
+      for (int i = 0; i < kLaunches; ++i)
+        launch_add_rmsnorm_quantize_fp8(residual.get(), delta.get(), weight.get(), 1e-6f, m, hidden,
+                                        Fp8RowsOut{codes.get(), scales.get(), nullptr}, nullptr, stream);
+    }) / kLaunches;
+    const double floor = (4.0 * n + 2.0 * n + 4.0 * n + n + 4.0 * m) / copy_gbps / 1e6;  // fp32 residual in and out
+    std::printf("FUSEDQ %-14s %5d %6d | %9.4f | %9.4f %5.0f%%\n", "add_rmsnorm_q", m, hidden, floor, ms, 100 * floor / ms);
+  }
   cudaStreamDestroy(stream);
 }
 

@@ -26,7 +26,8 @@ constexpr int kChunk = 64;  // entries per chunk of the tile kernels
 // allocations), where its descriptors, chunk map, tables, scopes and members lie in the batch's
 // metadata, and where its descriptors' kept counts lie in the batch's (CudaCompressor::kept_).
 struct CompressionPart {
-  CompressionPlan plan;
+  explicit CompressionPart(CompressionPlan* p) : plan(*p) {}
+  CompressionPlan& plan;  // one of CudaCompressor::plans_
   std::vector<int32_t> job_index;  // per descriptor: its index in begin()'s jobs
   JointPlan joint;
   size_t descs_at = 0, chunks_at = 0, pages_at = 0, scopes_at = 0, members_at = 0;
@@ -50,11 +51,38 @@ void set_layer_pool(GroupArgs& a, const CudaCompressor::Geometry& g, int l0) {
 
 }  // namespace
 
+void CompressionPlan::clear() {
+  descs.clear();
+  chunk_job.clear();
+  pages.clear();
+  score_elems = keep_elems = lse_elems = 0;
+  max_window_group = 0;
+  any_redundancy = false;
+  scorers = 0;
+  job_index.clear();
+  block_sum0.clear();
+  num_block_sums = 0;
+}
+
 CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs, int rows_per_job, int group_size,
                                  CompressionKind kind, const std::vector<int>* group_heads, int heads_per_group) {
   CompressionPlan plan;
+  plan_compression_into(jobs, nullptr, bs, rows_per_job, group_size, kind, group_heads, heads_per_group, &plan);
+  return plan;
+}
+
+void plan_compression_into(const std::vector<CompressionJob>& jobs, const std::vector<int32_t>* indices, int bs,
+                           int rows_per_job, int group_size, CompressionKind kind,
+                           const std::vector<int>* group_heads, int heads_per_group, CompressionPlan* out) {
+  CompressionPlan& plan = *out;
+  plan.clear();
+  const size_t count = indices != nullptr ? indices->size() : jobs.size();
+  plan.descs.reserve(count);
+  plan.job_index.reserve(count);
+  plan.block_sum0.reserve(count);
   const size_t rows = static_cast<size_t>(rows_per_job);
-  for (size_t j = 0; j < jobs.size(); ++j) {
+  for (size_t at = 0; at < count; ++at) {
+    const size_t j = indices != nullptr ? static_cast<size_t>((*indices)[at]) : at;
     const CompressionJob& job = jobs[j];
     if (job.num_entries == 0 || job.kind != kind) continue;
     const bool evict = kind == CompressionKind::kEvictBlock;
@@ -117,7 +145,6 @@ CompressionPlan plan_compression(const std::vector<CompressionJob>& jobs, int bs
     plan.block_sum0.push_back(plan.num_block_sums);
     plan.num_block_sums += evict ? d.n / bs : 0;
   }
-  return plan;
 }
 
 CudaCompressor::CudaCompressor(cudaStream_t main_stream) : main_stream_(main_stream) {
@@ -276,8 +303,10 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
   const bool grouped = g.heads_per_group > 0;
   std::vector<CompressionPart> parts;
   if (!grouped) {
-    CompressionPart part;
-    part.plan = plan_compression(jobs, bs, static_cast<int>(rows_max), group_size);
+    if (plans_.empty()) plans_.resize(1);
+    CompressionPart part(&plans_[0]);
+    plan_compression_into(jobs, nullptr, bs, static_cast<int>(rows_max), group_size, CompressionKind::kCompact, nullptr,
+                          0, &part.plan);
     part.job_index = part.plan.job_index;
     std::vector<const CompressionJob*> desc_jobs;
     for (int32_t j : part.job_index) desc_jobs.push_back(&jobs[static_cast<size_t>(j)]);
@@ -291,16 +320,17 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     for (size_t j = 0; j < jobs.size(); ++j)
       if (jobs[j].kind == CompressionKind::kCompact)
         by_stride[g.group_layer[jobs[j].group] / stride].push_back(static_cast<int32_t>(j));
+    if (plans_.size() < by_stride.size()) plans_.resize(by_stride.size());
     for (size_t p = 0; p < by_stride.size(); ++p) {
       if (by_stride[p].empty()) continue;
-      std::vector<CompressionJob> stride_jobs;
-      for (int32_t j : by_stride[p]) stride_jobs.push_back(jobs[static_cast<size_t>(j)]);
-      CompressionPart part;
-      part.plan = plan_compression(stride_jobs, bs, g.heads_per_group, group_size, CompressionKind::kCompact,
-                                   &g.group_heads, g.heads_per_group);
+      CompressionPart part(&plans_[p]);
+      plan_compression_into(jobs, &by_stride[p], bs, g.heads_per_group, group_size, CompressionKind::kCompact,
+                            &g.group_heads, g.heads_per_group, &part.plan);
       std::vector<const CompressionJob*> desc_jobs;
+      desc_jobs.reserve(part.plan.descs.size());
+      part.job_index.reserve(part.plan.descs.size());
       for (size_t d = 0; d < part.plan.descs.size(); ++d) {
-        const int32_t j = by_stride[p][static_cast<size_t>(part.plan.job_index[d])];
+        const int32_t j = part.plan.job_index[d];
         part.plan.descs[d].layer = g.group_layer[jobs[static_cast<size_t>(j)].group];
         part.job_index.push_back(j);
         desc_jobs.push_back(&jobs[static_cast<size_t>(j)]);
@@ -353,8 +383,9 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     }
   } meet_on_exit;
   if (!wide_descs.empty()) meet_on_exit.peers = peers_;
-  const CompressionPlan evict_plan =
-      plan_compression(jobs, bs, static_cast<int>(rows_max), group_size, CompressionKind::kEvictBlock);
+  plan_compression_into(jobs, nullptr, bs, static_cast<int>(rows_max), group_size, CompressionKind::kEvictBlock, nullptr,
+                        0, &evict_plan_);
+  const CompressionPlan& evict_plan = evict_plan_;
   evicted_blocks_.assign(jobs.size(), -1);
   evicted_block_sums_.assign(jobs.size(), {});
   // Kept counts: a uniform compaction keeps its num_keep; a joint one's count comes back with the
