@@ -87,7 +87,8 @@ W8="--model $SH/configs/qwen3-8b --num-prompts 256 --input-len 128 --output-len 
 if [ "${TP_SKIP_BENCH:-0}" = 1 ]; then
   :
 elif [ "${TP_32B:-0}" != 1 ]; then
-  # TP_8B_RUNS: which of tp1, tp2_peer, tp2_nccl (default all)
+  # TP_8B_RUNS: which of tp1, tp2_peer, tp2_nccl (default all); tp1_fp8 / tp2_fp8: FP8 weights +
+  # FP8 KV cache (not in the default)
   for run in ${TP_8B_RUNS:-tp1 tp2_peer tp2_nccl}; do
     case $run in
       # shellcheck disable=SC2086
@@ -96,6 +97,10 @@ elif [ "${TP_32B:-0}" != 1 ]; then
       tp2_peer) bench 8b_tp2_peer $W8 --tensor-parallel-size 2 ;;
       # shellcheck disable=SC2086
       tp2_nccl) bench 8b_tp2_nccl $W8 --tensor-parallel-size 2 --disable-custom-all-reduce ;;
+      # shellcheck disable=SC2086
+      tp1_fp8) bench 8b_tp1_fp8 $W8 --tensor-parallel-size 1 --quantization fp8 --kv-cache-dtype fp8 ;;
+      # shellcheck disable=SC2086
+      tp2_fp8) bench 8b_tp2_fp8 $W8 --tensor-parallel-size 2 --quantization fp8 --kv-cache-dtype fp8 ;;
     esac
   done
 else

@@ -136,6 +136,18 @@ TEST_F(EngineTensorParallel, NcclReductionPartsOnlyAtNearTies) {
   compare_with_cpu(tiny_config(1), nccl, prompts(8, 8192), 48, "full KV, NCCL all-reduce");
 }
 
+// FP8 weights (quantized whole, as on one GPU, then sharded: a row-parallel shard keeps every
+// channel's scale) and the FP8 KV cache (each rank its own heads) at TP = 2, against TP = 1 and the
+// CPU's emulation of the same rounding, with the FP8 GEMV serving decode's 1-2 rows as by default.
+TEST_F(EngineTensorParallel, Fp8WeightsAndKvPartFromOneGpuOnlyAtNearTies) {
+  EngineConfig one = tiny_config(1), two = tiny_config(2);
+  for (EngineConfig* c : {&one, &two}) {
+    c->quantization = "fp8";
+    c->kv_cache_dtype = KVCacheDType::kFP8;
+  }
+  compare_with_cpu(one, two, prompts(8, 8192), 48, "FP8 weights + FP8 KV");
+}
+
 TEST_F(EngineTensorParallel, GreedyEagerEqualsGraphs) {
   const auto ps = prompts(4, 8192);
   EngineConfig eager = tiny_config(2);
