@@ -8,6 +8,9 @@
 // with cuda-verify). Run from the repository:
 //   build/engine_host_bench [num_requests=256] [output_tokens=1024] [policy=all] [inputs=cuda] [threads=1]
 // ORIGAMI_HOST_BENCH_COMPRESSION_STEPS=k: compressions report k steps after they start (async).
+// ORIGAMI_HOST_BENCH_DIGEST=1: also prints a digest of every step's batch (sequences, every table's
+// length and pages, compression jobs), so that a change to the host code can show it schedules
+// exactly as before (it reads every table every step: not for timing).
 // policy: all | full | zipage | fastkvzip | fastkvzip-hpg4 | pagedeviction | snapkv-prefix |
 // fastkvzip-prefix | full-turns | fastkvzip-turns. Prompts are 128 tokens (the -prefix ones: 640
 // sharing their first 512, with prefix caching; the -turns ones: a second turn per request that
@@ -19,7 +22,8 @@
 //   cuda-before  the CUDA backend before that fold: the full validation, then the same flattening
 //   cuda-nocopies  as cuda, every table read every step (no kept copies of versioned requests)
 //   cuda-verify  as cuda, each kept copy checked against its tables every step (a change that did
-//                not move RequestKV::pages_version fails an internal check)
+//                not move RequestKV::pages_version fails an internal check), and each request's
+//                table summary (RequestKV::summary) against a walk over its tables
 // threads: the flattening's threads (PageTableInputs; the CUDA backend takes a quarter of the
 // host's, at most 4).
 #include <algorithm>
@@ -36,6 +40,7 @@
 #include "backend/forward_batch_validation.h"
 #include "backend/page_table_inputs.h"
 #include "engine/engine.h"
+#include "kv/table_summary.h"
 
 using namespace origami;
 
@@ -58,6 +63,40 @@ const int kBudget = env_int("ORIGAMI_HOST_BENCH_BUDGET", 1024);
 // step that starts it, as the CUDA backend's asynchronous compressor does (default 0: the same
 // step; a value that is not a whole number from 1 to 2^20 reads as 0).
 const int kCompressionSteps = env_int("ORIGAMI_HOST_BENCH_COMPRESSION_STEPS", 0);
+const bool kDigest = env_int("ORIGAMI_HOST_BENCH_DIGEST", 0) == 1;
+
+// FNV-1a over 64-bit words: the schedule's fingerprint (ORIGAMI_HOST_BENCH_DIGEST).
+struct Digest {
+  uint64_t value = 0xcbf29ce484222325ull;
+  void add(int64_t word) {
+    value ^= static_cast<uint64_t>(word);
+    value *= 0x100000001b3ull;
+  }
+  void add_table(const std::vector<BlockId>& blocks, int num_entries) {
+    add(num_entries);
+    add(static_cast<int64_t>(blocks.size()));
+    for (BlockId b : blocks) add(b);
+  }
+  // What the backend is asked to do: every sequence with every table it reads, every job.
+  void add_batch(const ForwardBatch& batch) {
+    for (const SequenceInput& s : batch.sequences) {
+      for (int64_t w : {int64_t(s.request_id), int64_t{s.num_query_tokens}, int64_t{s.start_position},
+                        int64_t{s.num_cached_entries}, int64_t{s.query_slot}, int64_t{s.query_capture_from}})
+        add(w);
+      if (s.kv == nullptr) add_table(*s.block_table, s.num_cached_entries);
+      else for (const BlockTable& t : s.kv->groups) add_table(t.blocks, t.num_entries);
+    }
+    for (const CompressionJob& j : batch.compressions) {
+      for (int64_t w : {int64_t(j.request_id), int64_t{j.group}, int64_t(j.kind), int64_t{j.num_entries},
+                        int64_t{j.num_keep}, int64_t{j.mean_keep}, int64_t{j.query_slot}, int64_t{j.num_scored_entries},
+                        int64_t{j.first_compression}, int64_t{j.num_positions}})
+        add(w);
+      add_table(*j.src_blocks, j.num_entries);
+      add_table(*j.dst_blocks, j.num_keep);
+    }
+    add(batch.wait_for_compressions);
+  }
+};
 
 // Computes nothing: every sequence that samples gets token 1, and every compression finishes in
 // the step that starts it, keeping what the scheduler allows (a runtime allocation: a
@@ -107,6 +146,12 @@ class NullBackend : public Backend {
     ForwardBatchLimits limits = limits_;
     limits.check_page_tables = inputs_ == Inputs::kValidate || inputs_ == Inputs::kCudaBefore;
     ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits));
+    if (kDigest) digest.add_batch(batch);
+    if (inputs_ == Inputs::kCudaVerify)
+      for (const SequenceInput& s : batch.sequences)
+        if (s.kv != nullptr && !summary_matches(s.kv->summary, s.kv->groups, limits_.block_size))
+          return Status(ErrorCode::kInternal, "request " + std::to_string(s.request_id) +
+                                                  ": its table summary differs from its tables");
     if (inputs_ != Inputs::kValidate) ORIGAMI_RETURN_IF_ERROR(flatten_tables(batch));
     out->sampled_tokens.clear();
     for (const SequenceInput& s : batch.sequences)
@@ -175,6 +220,7 @@ class NullBackend : public Backend {
   ForwardBatchLimits limits_{0, 1, 0, -1, 1};  // no query slots until configure_compression()
  public:
   double size_seconds = 0, fill_seconds = 0;
+  Digest digest;
  private:
   std::vector<int32_t> slots_, indptr_, kv_len_, pages_;
 };
@@ -273,9 +319,11 @@ int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, i
               exec_ms, total_ms - sched_ms - exec_ms);
   const NullBackend& nb = static_cast<NullBackend&>(engine.backend());
   std::printf("  (tables sized %.3f ms/step, flattened %.3f ms/step; prompt tokens from the prefix cache %lld, "
-              "continued contexts %lld)\n",
+              "continued contexts %lld; preemptions %lld)\n",
               1e3 * nb.size_seconds / steps, 1e3 * nb.fill_seconds / steps,
-              static_cast<long long>(m.num_prefix_cached_tokens), static_cast<long long>(m.num_retained_hits));
+              static_cast<long long>(m.num_prefix_cached_tokens), static_cast<long long>(m.num_retained_hits),
+              static_cast<long long>(m.num_preemptions));
+  if (kDigest) std::printf("  (schedule digest %016llx)\n", static_cast<unsigned long long>(nb.digest.value));
   std::fflush(stdout);
   return 0;
 }

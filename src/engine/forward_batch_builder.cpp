@@ -34,14 +34,18 @@ CompressionJob compression_job(const Request& r) {
   return job;
 }
 
-std::vector<CompressionJob> compression_jobs(const Request& r) {
+void append_compression_jobs(const Request& r, std::vector<CompressionJob>* jobs) {
   const RequestCompression& c = r.compression;
-  if (c.groups.empty()) return {compression_job(r)};
-  std::vector<CompressionJob> jobs;
+  // What every group's job shares, resolved once: a per-head layout has 288 groups.
+  const CompressionJob base = compression_job(r);
+  if (c.groups.empty()) {
+    jobs->push_back(base);
+    return;
+  }
   for (size_t g = 0; g < c.groups.size(); ++g) {
     const GroupCompaction& gc = c.groups[g];
     if (!gc.compress) continue;  // within its budget: left as is
-    CompressionJob job = compression_job(r);
+    CompressionJob& job = jobs->emplace_back(base);
     job.group = static_cast<int>(g);
     job.num_entries = gc.src_entries;
     job.num_keep = gc.num_keep;
@@ -50,9 +54,7 @@ std::vector<CompressionJob> compression_jobs(const Request& r) {
       job.src_blocks = &gc.src_blocks;
       job.dst_blocks = &gc.dst_blocks;
     }
-    jobs.push_back(job);
   }
-  return jobs;
 }
 
 ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatchOptions& options) {
@@ -95,15 +97,17 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatch
     }
     batch.sequences.push_back(in);
   }
-  batch.compressions.reserve(plan.compressions.size());
-  for (const Request* r : plan.compressions)
-    for (CompressionJob& job : compression_jobs(*r)) {
+  for (const Request* r : plan.compressions) {
+    const size_t first = batch.compressions.size();
+    append_compression_jobs(*r, &batch.compressions);
+    for (size_t j = first; j < batch.compressions.size(); ++j) {
+      CompressionJob& job = batch.compressions[j];
       if (job.recipe->reconstruction_scores && options.reconstruction_prompt != nullptr) {
         job.reconstruction_tokens = *options.reconstruction_prompt;
         for (int i = 0; i < job.num_positions; ++i) job.reconstruction_tokens.push_back(r->token_at(i));
       }
-      batch.compressions.push_back(std::move(job));
     }
+  }
   batch.wait_for_compressions =
       plan.wait_for_compressions || (options.synchronous_compression && !batch.compressions.empty());
   return batch;

@@ -30,7 +30,8 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatch
 // point into the request, which leaves them untouched until the compression finishes.
 // Group 0's job (the one-group layout's only job).
 CompressionJob compression_job(const Request& request);
-// One job per head group the compression compacts (a group within its budget has none).
-std::vector<CompressionJob> compression_jobs(const Request& request);
+// One job per head group the compression compacts (a group within its budget has none),
+// appended to `jobs` (a step's batch takes every compression's jobs in one vector).
+void append_compression_jobs(const Request& request, std::vector<CompressionJob>* jobs);
 
 }  // namespace origami

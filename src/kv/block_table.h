@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kv/table_summary.h"
+
 namespace origami {
 
 using BlockId = int32_t;
@@ -38,24 +40,28 @@ struct RequestKV {
   // Entries were evicted (compressed in place): the blocks hold a selection of entries that no
   // token run hashes to, so they are never registered in the prefix cache again.
   bool compacted = false;
-  // Two things derived from the tables, kept so that a step need not walk all of them (288 tables
-  // a request with per-head pages). Only a step's tokens added to every table
-  // (KVCacheManager::grow_tables) leave both standing (it moves the sum itself); whoever changes
-  // the tables otherwise (a page added, a compaction, a block eviction, a prefix hit, new or
-  // released tables, counts set) calls tables_changed().
-  // - entries_sum: the sum of the groups' num_entries, or -1 when not known (a runtime
-  //   allocation's trigger averages the counts every step; the next reader sums the tables once,
-  //   sched/compression_state).
+  // Two things derived from the tables, kept so that a step need not walk all of them (288 tables a
+  // request with per-head pages). Only a step's tokens added to every table in pages it already
+  // has (KVCacheManager::append_slots) leave both standing (it moves the summary itself); whoever
+  // changes the tables otherwise (a page added, a compaction, a block eviction, a prefix hit, new
+  // or released tables, counts set) calls tables_changed().
+  // - summary: the entries over all tables, the longest, the room left in their pages
+  //   (kv/table_summary.h); forgotten by tables_changed(), walked for again by the next reader.
   // - pages_version: names the tables' pages, a number never drawn before (process-wide); a
   //   backend that flattens the same request's tables step after step keeps them under it and
   //   re-reads them only when it moved (backend/page_table_inputs.h). 0: never set, tables whose
   //   changes nobody reports (hand-built ones): re-read every step.
-  mutable int64_t entries_sum = -1;
+  mutable TableSummary summary;
   uint64_t pages_version = 0;
   void tables_changed() {
     static std::atomic<uint64_t> next{0};
-    entries_sum = -1;
+    summary.forget();
     pages_version = next.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+  // The summary with its entry counts known: a walk over the tables only after they changed.
+  const TableSummary& entries_summary() const {
+    if (!summary.entries_known()) summarize_entries(groups, &summary);
+    return summary;
   }
 
   std::vector<BlockKey>& keys_of(std::size_t group) {

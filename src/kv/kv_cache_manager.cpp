@@ -141,6 +141,8 @@ bool KVCacheManager::append_slots(KVSequence& request, int num_new_entries) {
 
 int KVCacheManager::blocks_to_append(const KVSequence& request, int num_new_entries) const {
   if (request.kv.groups.empty()) return blocks_needed(num_new_entries) * num_groups();
+  const TableSummary& summary = request.kv.summary;
+  if (summary.room_known() && summary.min_room >= num_new_entries) return 0;
   int n = 0;
   for (const BlockTable& t : request.kv.groups)
     n += std::max(0, blocks_needed(t.num_entries + num_new_entries) - static_cast<int>(t.blocks.size()));
@@ -154,32 +156,30 @@ int KVCacheManager::num_held_blocks(const KVSequence& request) const {
 }
 
 bool KVCacheManager::grow_tables(KVSequence& request, int num_entries, bool add) {
+  RequestKV& kv = request.kv;
+  const int b = layout_.block_size;
+  if (verify_summaries_)
+    ORIGAMI_CHECK_MSG(summary_matches(kv.summary, kv.groups, b),
+                      "a request's table summary differs from a walk over its tables (a change that did not call tables_changed(), or the summary moved wrongly)");
   // A decode step: every running request appends one entry to each of its groups (288 tables per
-  // request for the Qwen3-8B shape with per-head pages), and most tables still have room in their
-  // last page. One pass moves the counts; the first table that needs a page undoes the counts
-  // moved so far and leaves the step to the general path below, which also allocates.
+  // request for the Qwen3-8B shape with per-head pages), and most steps no table needs a page.
+  // The summary says so without looking at the tables (walked once after they changed); the
+  // counts still move in every table, since the backend reads them there.
   if (add) {
     ORIGAMI_CHECK(num_entries >= 0);
-    const int64_t b = layout_.block_size;
-    size_t moved = 0;
-    for (BlockTable& table : request.kv.groups) {
-      const int64_t after = int64_t{table.num_entries} + num_entries;
-      if (after > static_cast<int64_t>(table.blocks.size()) * b) break;
-      table.num_entries = static_cast<int>(after);
-      ++moved;
-    }
-    if (moved == request.kv.groups.size()) {
-      if (request.kv.entries_sum >= 0) request.kv.entries_sum += int64_t{num_entries} * static_cast<int64_t>(moved);
+    if (!kv.summary.room_known()) kv.summary = summarize_tables(kv.groups, b);
+    if (kv.summary.min_room >= num_entries) {
+      for (BlockTable& table : kv.groups) table.num_entries += num_entries;
+      kv.summary.grow_all(num_entries, static_cast<int64_t>(kv.groups.size()));
       return true;
     }
-    for (size_t g = 0; g < moved; ++g) request.kv.groups[g].num_entries -= num_entries;
   }
   auto entries_after = [&](const BlockTable& table) { return add ? table.num_entries + num_entries : num_entries; };
   // Prepare: every group must be able to grow (groups sharing a pool together), or nothing changes.
   // Every running request calls this each step, over all its groups: no allocation here.
   extra_per_pool_.assign(pools_.size(), 0);
-  for (size_t g = 0; g < request.kv.groups.size(); ++g) {
-    const BlockTable& table = request.kv.groups[g];
+  for (size_t g = 0; g < kv.groups.size(); ++g) {
+    const BlockTable& table = kv.groups[g];
     const int after = entries_after(table);
     ORIGAMI_CHECK(after >= table.num_entries);
     const int extra = blocks_needed(after) - static_cast<int>(table.blocks.size());
@@ -188,20 +188,18 @@ bool KVCacheManager::grow_tables(KVSequence& request, int num_entries, bool add)
   for (size_t p = 0; p < pools_.size(); ++p)
     if (extra_per_pool_[p] > pools_[p]->num_free_blocks() && !reclaim_retained(extra_per_pool_[p], static_cast<int>(p)))
       return false;
-  for (size_t g = 0; g < request.kv.groups.size(); ++g) {
-    BlockTable& table = request.kv.groups[g];
+  for (size_t g = 0; g < kv.groups.size(); ++g) {
+    BlockTable& table = kv.groups[g];
     const int after = entries_after(table);
     const int extra = blocks_needed(after) - static_cast<int>(table.blocks.size());
     if (extra > 0) ORIGAMI_CHECK(pools_[pool_index(static_cast<int>(g))]->allocate(extra, &table.blocks));
     // The step being planned writes these entries; the backend reads the table as holding them.
     table.num_entries = after;
   }
-  // Pages were added, or the counts set: the tables' flattened copies are out of date. Every
-  // group moved by the same count, or was set to it: the sum stays known.
-  const int64_t sum = request.kv.entries_sum, n = static_cast<int64_t>(request.kv.groups.size());
-  request.kv.tables_changed();
-  if (!add) request.kv.entries_sum = int64_t{num_entries} * n;
-  else if (sum >= 0) request.kv.entries_sum = sum + int64_t{num_entries} * n;
+  // Pages were added, or the counts set: the tables' flattened copies are out of date, and the
+  // summary is taken again while the tables are still in cache.
+  kv.tables_changed();
+  kv.summary = summarize_tables(kv.groups, b);
   return true;
 }
 

@@ -96,8 +96,15 @@ class KVCacheManager {
   bool allocate_blocks(int n, std::vector<BlockId>* out, int group = 0);
   void release_blocks(std::span<const BlockId> blocks, int group = 0);
   int ref_count(BlockId block, int group = 0) const { return pools_[pool_index(group)]->ref_count(block); }
-  // See BlockPool::forget_contents.
-  void forget_contents(BlockId block, int group = 0) { pools_[pool_index(group)]->forget_contents(block); }
+  // Whether a held block is in another table too (ref_count > 1). Without prefix caching or
+  // retained contexts none is, and the pool is not read: a compaction asks this of every page of
+  // every head group (288 tables a request with per-head pages), each a likely cache miss.
+  bool block_shared(BlockId block, int group = 0) const { return blocks_may_be_shared() && ref_count(block, group) > 1; }
+  // See BlockPool::forget_contents. Without prefix caching no block has contents to forget, and
+  // the pool is not read (as block_shared).
+  void forget_contents(BlockId block, int group = 0) {
+    if (enable_prefix_caching_) pools_[pool_index(group)]->forget_contents(block);
+  }
 
   // Of group g's pool (the shared pool of a grouped layout: every group's pages together).
   int num_free_blocks(int group = 0) const;
@@ -119,6 +126,10 @@ class KVCacheManager {
   int num_usable_blocks() const;
   int num_groups() const { return static_cast<int>(layout_.groups.size()); }
   const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
+  // Tests: every append and allocation first checks the request's table summary
+  // (RequestKV::summary) against a walk over its tables, failing an internal check on a
+  // difference (a change that did not call tables_changed(), or a summary moved wrongly).
+  void set_verify_table_summaries(bool verify) { verify_summaries_ = verify; }
   // Tests force hash collisions with a degenerate hasher; lookups must stay correct.
   void set_block_hasher_for_testing(BlockHasher hasher) { hasher_ = hasher; }
 
@@ -128,6 +139,7 @@ class KVCacheManager {
   std::vector<std::unique_ptr<BlockPool>> pools_;
   BlockHasher hasher_ = &hash_block_tokens;
   PrefixCacheStats stats_;
+  bool verify_summaries_ = false;
 
   std::unique_ptr<RetainedContexts> retained_;
   int max_retained_pages_ = 0;
@@ -140,7 +152,7 @@ class KVCacheManager {
   int pool_index(int group) const { return layout_.shared_pool ? 0 : group; }
   void ensure_tables(KVSequence& request) const;
   // Grows every group's table to `num_entries` entries, or with `add` by `num_entries` from its own
-  // count; all-or-nothing.
+  // count; all-or-nothing. Keeps the request's table summary.
   bool grow_tables(KVSequence& request, int num_entries, bool add);
   // grow_tables' blocks per pool, kept to spare an allocation per request and step.
   std::vector<int> extra_per_pool_;

@@ -5,26 +5,17 @@
 namespace origami {
 
 int lead_group(const Request& request) {
-  int lead = 0;
-  for (size_t g = 1; g < request.kv.groups.size(); ++g)
-    if (request.kv.groups[g].num_entries > request.kv.groups[static_cast<size_t>(lead)].num_entries)
-      lead = static_cast<int>(g);
-  return lead;
+  return request.kv.groups.empty() ? 0 : request.kv.entries_summary().lead_table;
 }
 
 int num_cache_entries(const Request& request) {
   if (request.kv.groups.empty()) return 0;
+  const TableSummary& s = request.kv.entries_summary();
   if (request.compression.runtime_allocated()) {
-    if (request.kv.entries_sum < 0) {
-      int64_t sum = 0;
-      for (const BlockTable& t : request.kv.groups) sum += t.num_entries;
-      request.kv.entries_sum = sum;
-    }
-    const int64_t sum = request.kv.entries_sum;
     const int64_t n = static_cast<int64_t>(request.kv.groups.size());
-    return static_cast<int>((sum + n - 1) / n);
+    return static_cast<int>((s.entries_sum + n - 1) / n);
   }
-  return request.kv.groups[static_cast<size_t>(lead_group(request))].num_entries;
+  return s.max_entries;
 }
 
 int entries_after_known_tokens(const Request& request) {

@@ -10,7 +10,8 @@ namespace origami {
 
 // The head group holding the most entries (the first such): the one whose length a policy's
 // trigger and budget describe. Every group holds as many entries under uniform budgets; with
-// non-uniform budgets the groups with budget ratio 1 lead.
+// non-uniform budgets the groups with budget ratio 1 lead. From the request's table summary
+// (RequestKV::summary): no walk over its groups unless they changed since the last reader.
 int lead_group(const Request& request);
 
 // Entries head group `group` keeps per (layer, head) when the request is compressed:
@@ -42,12 +43,13 @@ double mean_kept_entries(const RequestCompression& compression, int num_groups, 
 // Entries the request's cache holds: its lead group's; under a runtime allocation
 // (RequestCompression::runtime_allocated) the entries per (layer, KV head) on average over its
 // head groups (rounded up; every group has as many heads), the count its trigger and budget
-// describe. Every group grows by the same tokens, so any of these counts moves with the tokens.
+// describe. Every group grows by the same tokens, so any of these counts moves with the tokens:
+// kept in the request's table summary, walked for only after its tables changed otherwise.
 int num_cache_entries(const Request& request);
 
 // Whether the request can ever capture queries for a compression: only with a query window
 // (every trigger's capture_from is -1 without one). Lets the scheduler skip num_cache_entries,
-// which walks every head group's table of a runtime allocation (288 with per-head pages).
+// which walks every head group's table (288 with per-head pages) when they changed.
 inline bool may_capture_queries(const Request& request) {
   const RequestCompression& c = request.compression;
   return c.enabled() && c.policy != nullptr && c.window > 0;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <limits>
 #include <string>
-#include <unordered_map>
 
 #include "core/check.h"
 #include "core/host_timers.h"
@@ -358,8 +357,11 @@ void Scheduler::advance(const SchedulerOutput& output) {
   ORIGAMI_HOST_TIMER("scheduler.advance");
   const int block_size = kv_->layout().block_size;
   if (!output.sequences.empty()) ++num_steps_;
-  // Requests found due this step, per policy name (a periodic trigger caps them per step).
-  std::unordered_map<std::string, int> due;
+  // Requests found due this step, per policy name (a periodic trigger caps them per step). A step
+  // sees one or two policies: a short list compared by name, not a map keyed by a string copied
+  // per request.
+  static const std::string kNoPolicy;
+  due_per_policy_.clear();
   for (const ScheduledSequence& s : output.sequences) {
     Request* request = s.request;
     if (request->status != RequestStatus::kRunning) continue;  // finished or aborted meanwhile
@@ -368,8 +370,11 @@ void Scheduler::advance(const SchedulerOutput& output) {
     request->num_computed_tokens += s.num_new_tokens;
     ORIGAMI_CHECK(request->num_computed_tokens <= request->num_tokens());
     kv_->cache_full_blocks(*request, request->num_computed_tokens);
-    const std::string policy = request->compression.policy != nullptr ? request->compression.policy->name() : "";
-    int& due_now = due[policy];
+    const std::string& policy = request->compression.policy != nullptr ? request->compression.policy->name() : kNoPolicy;
+    auto it = std::find_if(due_per_policy_.begin(), due_per_policy_.end(),
+                           [&](const std::pair<const std::string*, int>& d) { return *d.first == policy; });
+    if (it == due_per_policy_.end()) it = due_per_policy_.insert(it, {&policy, 0});
+    int& due_now = it->second;
     if (reached_compression_trigger(*request, block_size, num_steps_, due_now)) {
       request->compression.pending = true;
       ++due_now;

@@ -142,6 +142,8 @@ class Scheduler {
   std::vector<Request*> compressing_;
   // Steps that computed tokens so far (TriggerState::step, for periodic triggers).
   long long num_steps_ = 0;
+  // advance(): requests found due in the step, per policy name (kept to spare an allocation a step).
+  std::vector<std::pair<const std::string*, int>> due_per_policy_;
 
   // One scheduling pass over running and waiting requests (the body of schedule()).
   void schedule_requests(SchedulerOutput* out);

@@ -157,14 +157,14 @@ bool Scheduler::try_start_compression(Request* request) {
                   plan.num_dst <= static_cast<int>(src.size()));
     // Shared blocks (another request holds them too: a prefix-cache hit) are never written; the
     // entries that would land there go to fresh target blocks instead.
-    for (int i = 0; i < plan.num_dst; ++i) plan.num_shared += kv_->ref_count(src[static_cast<size_t>(i)], g) > 1 ? 1 : 0;
+    for (int i = 0; i < plan.num_dst; ++i) plan.num_shared += kv_->block_shared(src[static_cast<size_t>(i)], g) ? 1 : 0;
     // A bounded request keeps block N_max empty for its next tokens: one of its own blocks past
     // the destination ones, or a fresh one. It then never needs another block. (A runtime
     // allocation's groups end at their reported counts and take blocks as they grow.)
     const bool spare = c.trigger == CompressionTrigger::kCacheFull && !joint;
     if (spare) {
       for (int i = plan.num_dst; i < static_cast<int>(src.size()) && plan.spare < 0; ++i)
-        if (kv_->ref_count(src[static_cast<size_t>(i)], g) == 1) plan.spare = i;
+        if (!kv_->block_shared(src[static_cast<size_t>(i)], g)) plan.spare = i;
     }
     plan.fresh_spare = spare && plan.spare < 0;
   }
@@ -185,7 +185,7 @@ bool Scheduler::try_start_compression(Request* request) {
     t.dst.clear();
     for (int i = 0; i < plan.num_dst; ++i) {
       const BlockId block = src[static_cast<size_t>(i)];
-      if (kv_->ref_count(block, g) > 1) {
+      if (kv_->block_shared(block, g)) {
         t.dst.push_back(all_fresh[next_fresh++]);
       } else {
         // Compacted in place: whatever the prefix cache knew of it is about to be overwritten.
@@ -269,6 +269,7 @@ void Scheduler::switch_to_compacted_table(Request* request, std::vector<BlockId>
   const int block_size = kv_->layout().block_size;
   const bool joint = c.runtime_allocated();
   std::vector<BlockId> kept;
+  bool switched = false;
   for (int g = 0; g < num_groups; ++g) {
     if (num_groups > 1 && !c.groups[static_cast<size_t>(g)].compress) continue;
     BlockTable& table = request->kv.groups[static_cast<size_t>(g)];
@@ -284,19 +285,26 @@ void Scheduler::switch_to_compacted_table(Request* request, std::vector<BlockId>
           dropped->push_back(t.next[i]);
       if (t.next.size() > used) t.next.resize(used);
     }
-    // A sorted copy, not a hash set: this runs for every group of the request (72 for the
-    // Qwen3-8B shape at 4 heads per group), and a table is a few dozen blocks.
-    kept.assign(t.next.begin(), t.next.end());
-    std::sort(kept.begin(), kept.end());
     // Own blocks return; shared ones lose a reference. (Groups share one pool, or there is one.)
-    for (BlockId block : table.blocks)
-      if (!std::binary_search(kept.begin(), kept.end(), block)) dropped->push_back(block);
+    // Compacted in place with nothing shared, the kept blocks are the table's leading ones, and the
+    // rest go back in table order; otherwise a sorted copy, not a hash set: this runs for every
+    // group of the request (288 for the Qwen3-8B shape with per-head pages), and a table is a few
+    // dozen blocks.
+    if (t.next.size() <= table.blocks.size() && std::equal(t.next.begin(), t.next.end(), table.blocks.begin())) {
+      dropped->insert(dropped->end(), table.blocks.begin() + static_cast<std::ptrdiff_t>(t.next.size()), table.blocks.end());
+    } else {
+      kept.assign(t.next.begin(), t.next.end());
+      std::sort(kept.begin(), kept.end());
+      for (BlockId block : table.blocks)
+        if (!std::binary_search(kept.begin(), kept.end(), block)) dropped->push_back(block);
+    }
     table.blocks = t.next;
     table.num_entries = num_kept;
-    request->kv.tables_changed();
+    switched = true;
     request->kv.trim_keys(static_cast<size_t>(g), 0);
     if (num_groups > 1) c.groups[static_cast<size_t>(g)].num_scored_entries = table.num_entries;
   }
+  if (switched) request->kv.tables_changed();  // once for all its groups: a new version, no summary
   request->kv.compacted = true;  // never registered in the prefix cache again
   c.kept_pages = kv_->num_held_blocks(*request);
   c.in_flight = false;

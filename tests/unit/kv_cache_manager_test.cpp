@@ -243,6 +243,7 @@ TEST(KVCacheManager, AppendGrowsEachGroupFromItsOwnLengthOrNone) {
   const BlockId dropped = a.kv.groups[1].blocks.back();
   a.kv.groups[1].blocks.pop_back();
   a.kv.groups[1].num_entries = 3;
+  a.kv.tables_changed();  // as whoever changes a table tells its RequestKV (its summary is gone)
   kv.release_blocks(std::vector<BlockId>{dropped});
   ASSERT_TRUE(kv.append_slots(a, 2));
   EXPECT_EQ(a.kv.groups[0].num_entries, 10);

@@ -127,6 +127,7 @@ TEST(KVHeadGroups, GroupsGrowFromTheirOwnLengths) {
   kv.release_blocks(std::vector<BlockId>{a.kv.groups[1].blocks[1]}, 1);
   a.kv.groups[1].blocks.resize(1);
   a.kv.groups[1].num_entries = 2;
+  a.kv.tables_changed();  // as whoever changes a table tells its RequestKV (its summary is gone)
   // Groups 0, 2, 3 need a third page (11 entries); group 1 a second one (5 entries).
   EXPECT_EQ(kv.blocks_to_append(a, 3), 4);
   ASSERT_TRUE(kv.append_slots(a, 3));
@@ -145,6 +146,7 @@ TEST(KVHeadGroups, ALaterGroupThatNeedsAPageGrowsEveryGroupOnceOrNone) {
   KVSequence a = make_request(iota_tokens(20, 0));
   ASSERT_TRUE(kv.allocate_slots(a, 6));  // 2 pages per group, 8 in all
   a.kv.groups[2].num_entries = 8;        // group 2's pages are full
+  a.kv.tables_changed();
   EXPECT_EQ(kv.blocks_to_append(a, 1), 1);
   ASSERT_TRUE(kv.append_slots(a, 1));
   EXPECT_EQ(a.kv.groups[0].num_entries, 7);
@@ -157,6 +159,7 @@ TEST(KVHeadGroups, ALaterGroupThatNeedsAPageGrowsEveryGroupOnceOrNone) {
   // Group 3 full as well, group 1 now too: 2 pages needed, 1 free; nothing moves.
   a.kv.groups[1].num_entries = 8;
   a.kv.groups[3].num_entries = 8;
+  a.kv.tables_changed();
   const RequestKV before = a.kv;
   EXPECT_EQ(kv.blocks_to_append(a, 1), 2);
   EXPECT_FALSE(kv.append_slots(a, 1));
@@ -176,6 +179,7 @@ TEST(KVHeadGroups, PagesFreedByOneGroupServeAnother) {
   const BlockId freed = a.kv.groups[2].blocks.back();
   a.kv.groups[2].blocks.pop_back();
   a.kv.groups[2].num_entries = 4;
+  a.kv.tables_changed();
   kv.release_blocks(std::vector<BlockId>{freed}, 2);
   // ... and another request's group 0 gets it.
   KVSequence b = make_request(iota_tokens(4, 100));
