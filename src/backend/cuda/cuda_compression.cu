@@ -27,8 +27,8 @@ constexpr int kChunk = 64;  // entries per chunk of the tile kernels
 // metadata, and where its descriptors' kept counts lie in the batch's (CudaCompressor::kept_).
 struct CompressionPart {
   explicit CompressionPart(CompressionPlan* p) : plan(*p) {}
-  CompressionPlan& plan;  // one of CudaCompressor::plans_
-  std::vector<int32_t> job_index;  // per descriptor: its index in begin()'s jobs
+  // One of CudaCompressor::plans_; its job_index holds each descriptor's index in begin()'s jobs.
+  CompressionPlan& plan;
   JointPlan joint;
   size_t descs_at = 0, chunks_at = 0, pages_at = 0, scopes_at = 0, members_at = 0;
   size_t kept0 = 0;
@@ -307,9 +307,8 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     CompressionPart part(&plans_[0]);
     plan_compression_into(jobs, nullptr, bs, static_cast<int>(rows_max), group_size, CompressionKind::kCompact, nullptr,
                           0, &part.plan);
-    part.job_index = part.plan.job_index;
     std::vector<const CompressionJob*> desc_jobs;
-    for (int32_t j : part.job_index) desc_jobs.push_back(&jobs[static_cast<size_t>(j)]);
+    for (int32_t j : part.plan.job_index) desc_jobs.push_back(&jobs[static_cast<size_t>(j)]);
     // Rows are (layer, KV head) of every layer (stride == num_layers when a job is joint).
     part.joint = plan_joint_selection(desc_jobs, static_cast<int>(rows_max), [&](int, int lh) {
       return std::make_pair(lh / g.num_kv_heads, lh % g.num_kv_heads);
@@ -328,11 +327,9 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
                             &g.group_heads, g.heads_per_group, &part.plan);
       std::vector<const CompressionJob*> desc_jobs;
       desc_jobs.reserve(part.plan.descs.size());
-      part.job_index.reserve(part.plan.descs.size());
       for (size_t d = 0; d < part.plan.descs.size(); ++d) {
         const int32_t j = part.plan.job_index[d];
         part.plan.descs[d].layer = g.group_layer[jobs[static_cast<size_t>(j)].group];
-        part.job_index.push_back(j);
         desc_jobs.push_back(&jobs[static_cast<size_t>(j)]);
       }
       // Rows are the H_p head slots of each job's group (one layer).
@@ -365,7 +362,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
       wide_elems += wide_rows * static_cast<size_t>(d.n);
     }
     std::vector<const CompressionJob*> desc_jobs;
-    for (int32_t j : part.job_index) desc_jobs.push_back(&jobs[static_cast<size_t>(j)]);
+    for (int32_t j : part.plan.job_index) desc_jobs.push_back(&jobs[static_cast<size_t>(j)]);
     wide_joint = plan_joint_selection(desc_jobs, static_cast<int>(wide_rows), [&](int d, int lh) {
       const int layer = lh / wide_heads, rank = lh % wide_heads / row_heads, slot = lh % row_heads;
       if (!grouped) return std::make_pair(layer, rank * g.num_kv_heads + slot);
@@ -410,7 +407,7 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     if (!part.joint.scopes.empty()) {
       part.kept0 = kept_total;
       for (size_t d = 0; d < pl.descs.size(); ++d)
-        if (pl.descs[d].joint) joint_kept_index_.emplace_back(part.job_index[d], static_cast<int32_t>(kept_total + d));
+        if (pl.descs[d].joint) joint_kept_index_.emplace_back(pl.job_index[d], static_cast<int32_t>(kept_total + d));
       kept_total += pl.descs.size();
     }
     score_elems = std::max(score_elems, pl.score_elems);
