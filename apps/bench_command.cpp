@@ -148,6 +148,7 @@ nlohmann::json bench_json(const BenchFlags& f, const Engine& eng, const BenchTal
   j["fp8_fast_accumulation"] = f.engine.config.fp8_fast_accumulation;
   j["fp8_fused_quantize"] = f.engine.config.fp8_fused_quantize;
   j["fp8_gemv_rows"] = f.engine.config.fp8_gemv_rows;
+  j["fp8_split_k"] = f.engine.config.fp8_split_k;
   j["num_prompts"] = num_prompts;
   j["completed"] = t.reported - t.failed - t.aborted;
   j["failed"] = t.failed;

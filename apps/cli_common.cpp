@@ -117,6 +117,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
                   "weights instead of cuBLASLt's tensor-core GEMM (fp32 sums; 0 turns it off; faster on the H100 "
                   "at 1-2 rows, docs/kernels.md)")
       ->check(CLI::Range(0, 4))->capture_default_str();
+  cmd->add_flag("--fp8-split-k,!--no-fp8-split-k", c.fp8_split_k,
+                "CUDA, FP8 projections: at decode's batch sizes, narrow products with a long K (o, down) split K "
+                "in two where that measured faster on the H100 (docs/kernels.md; on by default)");
   cmd->add_flag("--fp8-fused-quantize,!--no-fp8-fused-quantize", c.fp8_fused_quantize,
                 "CUDA, FP8 projections: the norms and the MLP activation quantize their output themselves (no "
                 "separate quantize kernel; the same results bit for bit; on by default)");

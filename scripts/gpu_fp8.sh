@@ -18,6 +18,11 @@
 #                            FP8_ALGO_SEARCH=1: every cuBLASLt FP8 algorithm, tile and split-K against
 #                            the heuristic's pick at m = FP8_ALGO_ROWS (default 16,64,128,256,512;
 #                            FP8ALGO lines)
+#   (FP8_SPLITK=1, default)  cuda_fp8_gemm_bench_test's SplitKAtDecodeRows: split-K 1-4 ways against
+#                            the unsplit GEMM at 8-512 rows (FP8SPLIT lines; layer lines in the summary)
+#   (FP8_OVERLAP=1)          overlap_bench: attention of one half of a max-load batch beside the
+#                            projections of the other on two streams, against both on one stream
+#   (FP8_TESTS=0 skips the tests, for benchmark-only calls)
 #   cuda_decode_bench_test   decode steps of Llama-3.1-8B (dummy weights), bf16 and FP8, batch
 #                            1/64/256 at context 1024, bf16 / FP8 weights / FP8 weights + FP8 KV,
 #                            FP8 with the quantization separate and fused ("fused-q"), and FP8 +
@@ -39,10 +44,12 @@ RESULT[0_device]="$GPU_DEVICE"
 targets=(cuda_fp8_test cuda_fp8_fused_quantize_test cuda_fp8_gemv_test cuda_kv_fp8_write_test attention_paged_test cuda_fp8_gemm_bench_test
          cuda_backend_e2e_test)
 [ "${FP8_DECODE:-1}" = 1 ] && targets+=(cuda_decode_bench_test)
+[ "${FP8_OVERLAP:-0}" = 1 ] && targets+=(overlap_bench)
 gpu_build "$BUILD" "$OUT/build.log" "${targets[@]}" || exit 1
 RESULT[1_build]="rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s)"
 grep -E "error|FAILED" "$OUT/build.log" | head -20
 
+if [ "${FP8_TESTS:-1}" = 1 ]; then
 for t in cuda_kv_fp8_write_test attention_paged_test cuda_fp8_fused_quantize_test cuda_fp8_gemv_test; do
   t0=$(date +%s)
   OMP_NUM_THREADS=16 timeout 300 "$BUILD/tests/$t" > "$OUT/$t.log" 2>&1
@@ -59,9 +66,22 @@ t0=$(date +%s)
 OMP_NUM_THREADS=16 timeout 200 "$BUILD/tests/cuda_backend_e2e_test" > "$OUT/e2e.log" 2>&1
 RESULT[3_cuda_e2e_bf16]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep -E '^\[  (PASSED|FAILED)' "$OUT/e2e.log" | tr '\n' ' ')"
 grep -E "Failure|FAILED" "$OUT/e2e.log" | head -10
+fi  # FP8_TESTS
 
+if [ "${FP8_OVERLAP:-0}" = 1 ]; then
+  # Attention beside the projections on two streams, two halves of the batch (OVERLAP lines).
+  t0=$(date +%s)
+  timeout 240 "$BUILD/overlap_bench" --batches "${FP8_OVERLAP_BATCHES:-512,1024}" \
+    --contexts "${FP8_OVERLAP_CONTEXTS:-640,1024}" > "$OUT/overlap.log" 2>&1
+  RESULT[4_overlap]="rc=$? ($(( $(date +%s) - t0 ))s)"
+  n=0
+  while read -r line; do n=$((n+1)); RESULT[4_overlap_$n]="$line"; done < <(grep "^OVERLAP" "$OUT/overlap.log" \
+    | cut -c1-150)
+fi
+
+[ "${FP8_GEMM_BENCH:-1}" = 1 ] && {
 t0=$(date +%s)
-ORIGAMI_CUDA_BENCH=1 timeout 200 "$BUILD/tests/cuda_fp8_gemm_bench_test" --gtest_filter='-*AlgorithmSearch*' \
+ORIGAMI_CUDA_BENCH=1 timeout 200 "$BUILD/tests/cuda_fp8_gemm_bench_test" --gtest_filter='-*AlgorithmSearch*:*SplitK*:*GraphBuckets*' \
   > "$OUT/gemm_bench.log" 2>&1
 RESULT[4_gemm_bench]="rc=$? ($(( $(date +%s) - t0 ))s)"
 grep -E "FP8BENCH|FP8GEMV|FUSEDQ" "$OUT/gemm_bench.log"
@@ -71,6 +91,7 @@ n=0
 while read -r line; do n=$((n+1)); RESULT[4_gemv_layer_$n]="$line"; done < <(grep "FP8GEMV layer" "$OUT/gemm_bench.log")
 n=0
 while read -r line; do n=$((n+1)); RESULT[4_fusedq_$n]="$line"; done < <(grep -E "FUSEDQ (silu|add)" "$OUT/gemm_bench.log")
+}  # FP8_GEMM_BENCH
 if [ "${FP8_ALGO_SEARCH:-0}" = 1 ]; then
   # Every cuBLASLt FP8 algorithm, tile and split-K against the heuristic's choice (FP8ALGO lines).
   t0=$(date +%s)
@@ -80,6 +101,20 @@ if [ "${FP8_ALGO_SEARCH:-0}" = 1 ]; then
   grep FP8ALGO "$OUT/algo_search.log"
   n=0
   while read -r line; do n=$((n+1)); RESULT[4_algo_$n]="$line"; done < <(grep "FP8ALGO" "$OUT/algo_search.log" | cut -c1-200)
+fi
+
+if [ "${FP8_SPLITK:-1}" = 1 ]; then
+  # Split-K against the unsplit GEMM at decode's rows, every projection of Llama-3.1-8B and
+  # Qwen3-8B at TP = 1 and 2, both accumulations (FP8SPLIT lines), and the bf16 projections of
+  # Qwen3-8B at TP = 1 and 2 (BF16SPLIT lines); the layer lines in the summary.
+  t0=$(date +%s)
+  ORIGAMI_CUDA_BENCH=1 timeout "${FP8_SPLITK_TIMEOUT:-300}" "$BUILD/tests/cuda_fp8_gemm_bench_test" \
+    --gtest_filter="${FP8_SPLITK_FILTER:-*SplitK*:*GraphBuckets*}" > "$OUT/split_k.log" 2>&1
+  RESULT[4_split_k]="rc=$? ($(( $(date +%s) - t0 ))s)"
+  grep -E "FP8SPLIT|FP8BUCKET" "$OUT/split_k.log" | grep -v " layer "
+  n=0
+  while read -r line; do n=$((n+1)); RESULT[4_split_k_$(printf %03d $n)]="$line"; done < <(grep -E "(FP8|BF16)SPLIT.* layer |FP8BUCKET" \
+    "$OUT/split_k.log" | sed -E 's/^FP8SPLIT //')
 fi
 
 if [ "${FP8_DECODE:-1}" = 1 ]; then
@@ -108,9 +143,37 @@ if [ "${FP8_DECODE:-1}" = 1 ]; then
   n=0
   while read -r line; do n=$((n+1)); RESULT[5_decode_gemv_$n]="$line"; done < <(grep ROOFLINE "$OUT/decode_gemv.log" \
     | sed -E 's/ \(weights.*\)//')
+  # Split-K (on by default, Fp8Gemm::split_k_rule) against none: FP8 weights + FP8 KV, fused
+  # quantization, the batches where the rule splits (FP8_SPLITK_BATCHES).
+  for split in 0 1; do
+    t0=$(date +%s)
+    ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=fp8 ORIGAMI_BENCH_KV_DTYPE=fp8 \
+      ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FP8_SPLIT_K=$split ORIGAMI_BENCH_CONTEXTS=${FP8_CONTEXTS:-1024} \
+      ORIGAMI_BENCH_BATCHES=${FP8_SPLITK_BATCHES:-16,64,128,192,256} timeout 200 "$BUILD/tests/cuda_decode_bench_test" \
+      --gtest_filter='*Roofline*' > "$OUT/decode_splitk$split.log" 2>&1
+    RESULT[5_decode_splitk$split]="rc=$? ($(( $(date +%s) - t0 ))s)"
+    n=0
+    while read -r line; do n=$((n+1)); RESULT[5_decode_splitk${split}_$n]="$line"; done < <(grep ROOFLINE \
+      "$OUT/decode_splitk$split.log" | sed -E 's/ \(weights.*\)//; s/^ROOFLINE llama-3.1-8b //')
+  done
+  # Graph buckets the FP8 GEMMs are slower at (448; 320 without fast accumulation) served by the
+  # next larger one (the default) against all buckets, at batches that fall in them.
+  if [ "${FP8_BUCKET_DECODE:-1}" = 1 ]; then
+    for buckets in 0 1; do
+      t0=$(date +%s)
+      ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=fp8 ORIGAMI_BENCH_KV_DTYPE=fp8 \
+        ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FP8_BUCKETS=$buckets ORIGAMI_BENCH_CONTEXTS=${FP8_CONTEXTS:-1024} \
+        ORIGAMI_BENCH_BATCHES=${FP8_BUCKET_BATCHES:-300,320,420,448} timeout 200 "$BUILD/tests/cuda_decode_bench_test" \
+        --gtest_filter='*Roofline*' > "$OUT/decode_buckets$buckets.log" 2>&1
+      RESULT[5_decode_buckets$buckets]="rc=$? ($(( $(date +%s) - t0 ))s)"
+      n=0
+      while read -r line; do n=$((n+1)); RESULT[5_decode_buckets${buckets}_$n]="$line"; done < <(grep ROOFLINE \
+        "$OUT/decode_buckets$buckets.log" | sed -E 's/ \(weights.*\)//; s/^ROOFLINE llama-3.1-8b //')
+    done
+  fi
   # The few-row tensor-core GEMM (off by default until measured): batches 4, 8 and 16 without it
   # (cuBLASLt) and with it, FP8 weights + FP8 KV, fused quantization.
-  for small in 0 16; do
+  [ "${FP8_SMALL_DECODE:-1}" = 1 ] && for small in 0 16; do
     t0=$(date +%s)
     ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=fp8 ORIGAMI_BENCH_KV_DTYPE=fp8 \
       ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FP8_SMALL_GEMM=$small ORIGAMI_BENCH_CONTEXTS=${FP8_CONTEXTS:-1024} \

@@ -58,6 +58,15 @@ struct BackendOptions {
   // SMs idle on the narrow projections there. Off: on the H100 it measured 0.81-0.83x of cuBLASLt's
   // layer time at 1-16 rows (docs/kernels.md), so it stays a starting point, not a default.
   int fp8_small_gemm_rows = 0;
+  // CUDA, FP8 projections (--no-fp8-split-k turns it off): products of decode's row counts whose
+  // cuBLASLt tiles leave SMs idle (narrow outputs, long K) split K in two, one batched cuBLASLt call
+  // of fp32 partials and a kernel that adds them and scales (cuda/fp8_gemm.h,
+  // Fp8Gemm::split_k_rule: where the H100 measured it faster).
+  bool fp8_split_k = true;
+  // CUDA, FP8 projections: decode batches of the graph bucket sizes whose FP8 GEMMs measured slower
+  // than the next larger bucket's run padded up to it (cuda_backend.cu; benchmarks turn it off to
+  // compare).
+  bool fp8_skip_slow_graph_buckets = true;
 };
 
 // Whether a backend with `options` computes the projections of `config` in FP8.

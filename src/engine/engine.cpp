@@ -131,6 +131,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   backend_options.fp8_fast_accumulation = config.fp8_fast_accumulation;
   backend_options.fuse_fp8_quantize = config.fp8_fused_quantize;
   backend_options.fp8_gemv_rows = config.fp8_gemv_rows;
+  backend_options.fp8_split_k = config.fp8_split_k;
   if (config.quantization == "fp8") {
     backend_options.quantization = WeightQuantization::kFp8;
   } else if (config.quantization != "none") {

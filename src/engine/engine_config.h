@@ -37,6 +37,8 @@ struct EngineConfig {
   // --fp8-gemv-rows: decode's FP8 products of 1 to this many rows (0-4) by the streaming GEMV
   // (BackendOptions::fp8_gemv_rows).
   int fp8_gemv_rows = 2;
+  // --no-fp8-split-k: FP8 products never split K (BackendOptions::fp8_split_k).
+  bool fp8_split_k = true;
 
   int block_size = 16;
   // --kv-cache-dtype: the KV cache's element type (auto = the model's: bf16 on CUDA, fp32 on the

@@ -70,6 +70,15 @@ int bench_fp8_small_gemm_rows() {
   return env_int("ORIGAMI_BENCH_FP8_SMALL_GEMM", BackendOptions{}.fp8_small_gemm_rows);
 }
 
+// ORIGAMI_BENCH_FP8_BUCKETS=0: every graph bucket, also those the FP8 GEMMs are slower at
+// (BackendOptions::fp8_skip_slow_graph_buckets); unset: the default.
+bool bench_fp8_skip_buckets() {
+  return env_int("ORIGAMI_BENCH_FP8_BUCKETS", BackendOptions{}.fp8_skip_slow_graph_buckets ? 1 : 0) != 0;
+}
+
+// ORIGAMI_BENCH_FP8_SPLIT_K=0: FP8 products never split K (--no-fp8-split-k); unset: the default.
+bool bench_fp8_split_k() { return env_int("ORIGAMI_BENCH_FP8_SPLIT_K", BackendOptions{}.fp8_split_k ? 1 : 0) != 0; }
+
 // K and V of one token, all layers: bf16, or FP8 codes plus one fp32 scale per head row.
 double kv_bytes_per_token(const ModelConfig& c) {
   const double row = bench_kv_fp8() ? c.head_dim + 4.0 : 2.0 * c.head_dim;
@@ -231,6 +240,8 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
       opt.fp8_fast_accumulation = bench_fast_accumulation();
       opt.fp8_gemv_rows = bench_fp8_gemv_rows();
       opt.fp8_small_gemm_rows = bench_fp8_small_gemm_rows();
+      opt.fp8_split_k = bench_fp8_split_k();
+      opt.fp8_skip_slow_graph_buckets = bench_fp8_skip_buckets();
       auto backend = std::move(create_cuda_backend(opt)).value();
       ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
       const int gemv_rows = fp8 ? opt.fp8_gemv_rows : 0, small_rows = fp8 ? opt.fp8_small_gemm_rows : 0;
@@ -238,6 +249,8 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
                               (fp8 && bench_fast_accumulation() ? " fast-acc" : "") +
                               (gemv_rows > 0 ? " gemv" + std::to_string(gemv_rows) : "") +
                               (small_rows > 0 ? " small" + std::to_string(small_rows) : "") +
+                              (fp8 && !opt.fp8_split_k ? " no-split-k" : "") +
+                              (fp8 && !opt.fp8_skip_slow_graph_buckets ? " all-buckets" : "") +
                               (bench_kv_fp8() ? " kv-fp8" : "");
       for (int context : contexts)
         for (int batch : batches) {
@@ -349,6 +362,7 @@ TEST(CudaDecodeBench, ProfileOneStep) {
   opt.fp8_fast_accumulation = bench_fast_accumulation();
   opt.fp8_gemv_rows = bench_fp8_gemv_rows();
   opt.fp8_small_gemm_rows = bench_fp8_small_gemm_rows();
+  opt.fp8_split_k = bench_fp8_split_k();
   auto backend = std::move(create_cuda_backend(opt)).value();
   ASSERT_TRUE(backend->load_dummy(*config, 7).is_ok());
   const double ms = time_decode_steps(*backend, *config, batch, context, /*profile=*/true);

@@ -4,9 +4,11 @@
 // cuBLASLt GEMM (outer-vector scales; the epilogue path beside it). ORIGAMI_CUDA_BENCH=1.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
-#include <vector>
+#include <iterator>
 #include <random>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise_kernels.h"
@@ -430,6 +432,261 @@ TEST(Fp8GemmBench, FusedQuantizeProducers) {
     const double floor = (4.0 * n + 2.0 * n + 4.0 * n + n + 4.0 * m) / copy_gbps / 1e6;  // fp32 residual in and out
     std::printf("FUSEDQ %-14s %5d %6d | %9.4f | %9.4f %5.0f%%\n", "add_rmsnorm_q", m, hidden, floor, ms, 100 * floor / ms);
   }
+  cudaStreamDestroy(stream);
+}
+
+// Split-K (Fp8Gemm::force_splits) at decode's row counts: every projection of a layer of the
+// Llama-3.1-8B and Qwen3-8B shapes, at TP = 1 and each rank's shard at TP = 2, split 1-4 ways
+// where the split divides k into multiples of 16, both accumulation modes. Each replay runs the
+// product over enough copies of the weights (>= 160 MB) that they come from DRAM, as in a decode
+// step, not from the 50 MB L2; the time is per product, partial-sum kernel included. FP8SPLIT
+// lines: per shape and m the time of each split count, the fastest, and what split_k_rule() picks;
+// then per layer (the four projections) unsplit, rule and best.
+TEST(Fp8GemmBench, SplitKAtDecodeRows) {
+  if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
+  cudaStream_t stream;
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double copy_gbps = measure_copy_gbps(stream);
+  int device = 0, num_sms = 0;
+  ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
+  ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  struct Model {
+    const char* name;
+    Shape shapes[4];
+  };
+  const Model models[] = {
+      {"llama8b_tp1", {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}}},
+      {"llama8b_tp2", {{"qkv", 3072, 4096}, {"o", 4096, 2048}, {"gate_up", 14336, 4096}, {"down", 4096, 7168}}},
+      {"qwen3_8b_tp1", {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}}},
+      {"qwen3_8b_tp2", {{"qkv", 3072, 4096}, {"o", 4096, 2048}, {"gate_up", 12288, 4096}, {"down", 4096, 6144}}},
+  };
+  constexpr int kRows[] = {8, 16, 32, 64, 80, 96, 128, 160, 192, 224, 256, 288, 320, 384, 448, 512};
+  constexpr int kNumRows = sizeof kRows / sizeof kRows[0];
+  constexpr int kMaxM = 512;
+  // Variants: K split 1-4.
+  struct Variant {
+    int splits;
+    const char* name;
+  };
+  constexpr Variant kVariants[] = {{1, "s=1"}, {2, "s=2"}, {3, "s=3"}, {4, "s=4"}};
+  constexpr int kNumVariants = sizeof kVariants / sizeof kVariants[0];
+  std::printf("FP8SPLIT copy %.0f GB/s, %d SMs; ms a product\n", copy_gbps, num_sms);
+  std::printf("FP8SPLIT %-12s %-4s %-8s %5s |", "model", "acc", "shape", "m");
+  for (const Variant& v : kVariants) std::printf(" %8s", v.name);
+  std::printf(" | %-8s %-8s | %6s\n", "best", "rule", "floor%");
+  // Operands shared by every row count: x of the most rows, the partials' scratch and y.
+  DeviceBuffer<uint8_t> xq(static_cast<size_t>(kMaxM) * 14336);
+  xq.upload(random_codes(static_cast<size_t>(kMaxM) * 14336));
+  DeviceBuffer<float> xs(kMaxM), acc(static_cast<size_t>(Fp8Gemm::kMaxSplits) * kMaxM * 28672);
+  xs.upload(std::vector<float>(kMaxM, 0.01f));
+  DeviceBuffer<__nv_bfloat16> y(static_cast<size_t>(kMaxM) * 28672);
+  for (const Model& model : models) {
+    // t[fast][shape][row][variant]: ms a product (0: not run).
+    std::vector<float> t(2 * 4 * kNumRows * kNumVariants, 0.0f);
+    auto at = [&](int fast, int shape, int row, int variant) -> float& {
+      return t[((fast * 4 + shape) * kNumRows + row) * kNumVariants + variant];
+    };
+    for (int si = 0; si < 4; ++si) {
+      const Shape& s = model.shapes[si];
+      const size_t wbytes = static_cast<size_t>(s.n) * s.k;
+      const int copies = static_cast<int>(std::min<size_t>(8, (160u << 20) / wbytes + 1));
+      DeviceBuffer<uint8_t> wq(wbytes * copies);
+      wq.upload(random_codes(wbytes * copies));
+      DeviceBuffer<float> ws(s.n);
+      ws.upload(std::vector<float>(static_cast<size_t>(s.n), 0.01f));
+      for (int fast = 0; fast < 2; ++fast)
+        for (int ri = 0; ri < kNumRows; ++ri) {
+          const int m = kRows[ri];
+          for (int vi = 0; vi < kNumVariants; ++vi) {
+            const Variant& v = kVariants[vi];
+            if (!Fp8Gemm::split_divides(s.k, v.splits)) continue;
+            Fp8Gemm gemm;
+            gemm.set_fast_accumulation(fast != 0);
+            gemm.force_splits(v.splits);
+            if (gemm.splits_for(m, s.n, s.k) != v.splits) continue;  // no batched plan for it
+            auto run = [&] {
+              for (int c = 0; c < copies; ++c)
+                gemm.linear(xq.get(), xs.get(), m, s.k, wq.get() + wbytes * c, ws.get(), s.n, y.get(), acc.get(), stream);
+            };
+            run();
+            at(fast, si, ri, vi) = graph_ms(stream, 30, run) / copies;
+          }
+        }
+    }
+    for (int fast = 0; fast < 2; ++fast)
+      for (int ri = 0; ri < kNumRows; ++ri) {
+        const int m = kRows[ri];
+        double layer_unsplit = 0, layer_rule = 0, layer_best = 0, layer_floor = 0;
+        for (int si = 0; si < 4; ++si) {
+          const Shape& s = model.shapes[si];
+          int best = 0;
+          std::printf("FP8SPLIT %-12s %-4s %-8s %5d |", model.name, fast ? "fast" : "spl", s.name, m);
+          for (int vi = 0; vi < kNumVariants; ++vi) {
+            const float ms = at(fast, si, ri, vi);
+            if (ms > 0 && ms < at(fast, si, ri, best)) best = vi;
+            if (ms > 0)
+              std::printf(" %8.4f", ms);
+            else
+              std::printf(" %8s", "-");
+          }
+          const int rule_splits = Fp8Gemm::split_k_rule(m, s.n, s.k, num_sms, fast != 0);
+          const int rule = at(fast, si, ri, rule_splits - 1) > 0 ? rule_splits - 1 : 0;
+          const double floor = (static_cast<double>(s.n) * s.k + 4.0 * s.n) / copy_gbps / 1e6;
+          std::printf(" | %-8s %-8s | %5.0f%%\n", kVariants[best].name, kVariants[rule].name,
+                      100 * floor / at(fast, si, ri, best));
+          layer_unsplit += at(fast, si, ri, 0);
+          layer_rule += at(fast, si, ri, rule);
+          layer_best += at(fast, si, ri, best);
+          layer_floor += floor;
+        }
+        std::printf("FP8SPLIT %-12s %-4s layer    %5d | unsplit %.4f rule %.4f (%.3fx) best %.4f (%.3fx) | floor %.4f: "
+                    "%.0f%% -> %.0f%% (best %.0f%%)\n",
+                    model.name, fast ? "fast" : "spl", m, layer_unsplit, layer_rule, layer_unsplit / layer_rule, layer_best,
+                    layer_unsplit / layer_best, layer_floor, 100 * layer_floor / layer_unsplit,
+                    100 * layer_floor / layer_rule, 100 * layer_floor / layer_best);
+      }
+  }
+  cudaStreamDestroy(stream);
+}
+
+// The same question for the bf16 projections (Gemm, cublasGemmEx) of tensor parallelism's
+// shards, where each rank's products are half as wide: K split 2 or 4 through
+// cublasGemmStridedBatchedEx into fp32 partials, added by launch_sum_scale_fp8_partials with unit
+// scales, against the unsplit call, at decode's rows. BF16SPLIT lines (ms a product; weights
+// rotated past L2 as above).
+TEST(Fp8GemmBench, Bf16SplitKAtDecodeRows) {
+  if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
+  cudaStream_t stream;
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double copy_gbps = measure_copy_gbps(stream);
+  struct Model {
+    const char* name;
+    Shape shapes[4];
+  };
+  const Model models[] = {
+      {"qwen3_8b_tp1", {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}}},
+      {"qwen3_8b_tp2", {{"qkv", 3072, 4096}, {"o", 4096, 2048}, {"gate_up", 12288, 4096}, {"down", 4096, 6144}}},
+  };
+  constexpr int kRows[] = {64, 128, 192, 256, 320, 384, 512};
+  constexpr int kMaxM = 512;
+  Gemm gemm;
+  gemm.set_stream(stream);
+  cublasHandle_t handle;
+  ORIGAMI_CUBLAS_CHECK(cublasCreate(&handle));
+  DeviceBuffer<uint8_t> cublas_ws(32u << 20);
+  ORIGAMI_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  ORIGAMI_CUBLAS_CHECK(cublasSetWorkspace(handle, cublas_ws.get(), 32u << 20));
+  DeviceBuffer<__nv_bfloat16> x(static_cast<size_t>(kMaxM) * 12288), y(static_cast<size_t>(kMaxM) * 24576);
+  launch_fill_random_bf16(x.get(), static_cast<size_t>(kMaxM) * 12288, 1.0f, 0.0f, 3, stream);
+  DeviceBuffer<float> acc(static_cast<size_t>(4) * kMaxM * 24576), ones(24576);
+  ones.upload(std::vector<float>(24576, 1.0f));
+  std::printf("BF16SPLIT copy %.0f GB/s\n", copy_gbps);
+  std::printf("BF16SPLIT %-12s %-8s %5s | %8s %8s %8s | %6s\n", "model", "shape", "m", "s=1 ms", "s=2", "s=4", "floor%");
+  for (const Model& model : models) {
+    std::vector<double> layer(3 * std::size(kRows), 0.0), floor_sum(std::size(kRows), 0.0);
+    for (const Shape& s : model.shapes) {
+      const size_t welems = static_cast<size_t>(s.n) * s.k;
+      const int copies = static_cast<int>(std::min<size_t>(8, (160u << 20) / (2 * welems) + 1));
+      DeviceBuffer<__nv_bfloat16> w(welems * copies);
+      launch_fill_random_bf16(w.get(), welems * copies, 0.02f, 0.0f, 11, stream);
+      for (size_t ri = 0; ri < std::size(kRows); ++ri) {
+        const int m = kRows[ri];
+        float t[3] = {0, 0, 0};
+        for (int v = 0; v < 3; ++v) {
+          const int splits = v == 0 ? 1 : 2 * v;
+          auto run = [&] {
+            for (int c = 0; c < copies; ++c) {
+              const __nv_bfloat16* wc = w.get() + welems * c;
+              if (splits == 1) {
+                gemm.linear(x.get(), m, s.k, wc, s.n, y.get(), false);
+                continue;
+              }
+              const float alpha = 1.0f, beta = 0.0f;
+              const int kk = s.k / splits;
+              ORIGAMI_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+                  handle, CUBLAS_OP_T, CUBLAS_OP_N, s.n, m, kk, &alpha, wc, CUDA_R_16BF, s.k, kk, x.get(), CUDA_R_16BF,
+                  s.k, kk, &beta, acc.get(), CUDA_R_32F, s.n, static_cast<long long>(m) * s.n, splits, CUBLAS_COMPUTE_32F,
+                  CUBLAS_GEMM_DEFAULT));
+              launch_sum_scale_fp8_partials(acc.get(), splits, m, s.n, ones.get(), ones.get(), y.get(), stream);
+            }
+          };
+          run();
+          t[v] = graph_ms(stream, 30, run) / copies;
+          layer[ri * 3 + v] += t[v];
+        }
+        const double floor = 2.0 * welems / copy_gbps / 1e6;
+        floor_sum[ri] += floor;
+        std::printf("BF16SPLIT %-12s %-8s %5d | %8.4f %8.4f %8.4f | %5.0f%%\n", model.name, s.name, m, t[0], t[1], t[2],
+                    100 * floor / std::min({t[0], t[1], t[2]}));
+      }
+    }
+    for (size_t ri = 0; ri < std::size(kRows); ++ri)
+      std::printf("BF16SPLIT %-12s layer    %5d | %8.4f %8.4f %8.4f | floor %.4f: %.0f%%\n", model.name, kRows[ri],
+                  layer[ri * 3], layer[ri * 3 + 1], layer[ri * 3 + 2], floor_sum[ri],
+                  100 * floor_sum[ri] / layer[ri * 3]);
+  }
+  cublasDestroy(handle);
+  cudaStreamDestroy(stream);
+}
+
+// A decode step's FP8 projections at each CUDA-graph bucket's rows (cuda_graph_runner.cu): a
+// batch is padded up to its bucket, so a bucket whose GEMMs take longer than the next larger
+// bucket's only costs time. One layer's four projections (Fp8Gemm as the backend runs it, split-K
+// rule included), weights rotated past L2, both accumulations. FP8BUCKET lines; "slower than a
+// larger bucket" marks the buckets that lose to one above them.
+TEST(Fp8GemmBench, LayerAtGraphBuckets) {
+  if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
+  cudaStream_t stream;
+  ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  struct Model {
+    const char* name;
+    Shape shapes[4];
+  };
+  const Model models[] = {
+      {"llama8b_tp1", {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}}},
+      {"qwen3_8b_tp1", {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}}},
+      {"qwen3_8b_tp2", {{"qkv", 3072, 4096}, {"o", 4096, 2048}, {"gate_up", 12288, 4096}, {"down", 4096, 6144}}},
+  };
+  constexpr int kBuckets[] = {192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048};
+  constexpr int kMaxM = 2048;
+  DeviceBuffer<uint8_t> xq(static_cast<size_t>(kMaxM) * 14336);
+  xq.upload(random_codes(static_cast<size_t>(kMaxM) * 14336));
+  DeviceBuffer<float> xs(kMaxM), acc(static_cast<size_t>(Fp8Gemm::kMaxSplits) * 320 * 4096);
+  xs.upload(std::vector<float>(kMaxM, 0.01f));
+  DeviceBuffer<__nv_bfloat16> y(static_cast<size_t>(kMaxM) * 28672);
+  for (const Model& model : models)
+    for (int fast = 0; fast < 2; ++fast) {
+      std::vector<double> layer(std::size(kBuckets), 0.0);
+      for (const Shape& s : model.shapes) {
+        const size_t wbytes = static_cast<size_t>(s.n) * s.k;
+        const int copies = static_cast<int>(std::min<size_t>(8, (160u << 20) / wbytes + 1));
+        DeviceBuffer<uint8_t> wq(wbytes * copies);
+        wq.upload(random_codes(wbytes * copies));
+        DeviceBuffer<float> ws(s.n);
+        ws.upload(std::vector<float>(static_cast<size_t>(s.n), 0.01f));
+        Fp8Gemm gemm;
+        gemm.set_fast_accumulation(fast != 0);
+        for (size_t bi = 0; bi < std::size(kBuckets); ++bi) {
+          const int m = kBuckets[bi];
+          auto run = [&] {
+            for (int c = 0; c < copies; ++c)
+              gemm.linear(xq.get(), xs.get(), m, s.k, wq.get() + wbytes * c, ws.get(), s.n, y.get(), acc.get(), stream);
+          };
+          run();
+          layer[bi] += graph_ms(stream, 20, run) / copies;
+        }
+      }
+      for (size_t bi = 0; bi < std::size(kBuckets); ++bi) {
+        double best_above = 1e30;
+        int best_bucket = 0;
+        for (size_t bj = bi + 1; bj < std::size(kBuckets); ++bj)
+          if (layer[bj] < best_above) best_above = layer[bj], best_bucket = kBuckets[bj];
+        char note[96] = "";
+        if (best_above < layer[bi]) std::snprintf(note, sizeof note, "  slower than bucket %d (%.4f)", best_bucket, best_above);
+        std::printf("FP8BUCKET %-12s %-4s m %5d | layer %.4f ms%s\n", model.name, fast ? "fast" : "spl", kBuckets[bi],
+                    layer[bi], note);
+      }
+    }
   cudaStreamDestroy(stream);
 }
 

@@ -67,6 +67,10 @@ TEST(Fp8Kernels, QuantizeRowsMatchesHostBitForBit) {
 // rounding at most 2^-13 of the accumulator, itself at most the sum of |products|: the
 // accumulation term is bounded by (K / 32) 2^-13 of the sum of |products| (a worst case; the test
 // prints how much of it a run uses).
+// Split-K (Fp8Gemm::force_splits, 2-4 ways where the split divides k) is held to the same bound:
+// each partial's accumulation is bounded by its own share of the sum of |products| (fast: by
+// (K / s / 32) 2^-13 of it), and adding s fp32 partials costs (s - 1) 2^-24 more, far inside the
+// margin. Its mean error must also stay within 5% of the unsplit epilogue path's.
 void expect_gemm_matches_reference(bool fast_accumulation) {
   std::mt19937 rng(9);
   Fp8Gemm gemm;
@@ -76,7 +80,7 @@ void expect_gemm_matches_reference(bool fast_accumulation) {
   const bool outer = gemm.outer_vector_supported(64, 512, 512);
   std::printf("[fp8 gemm] cuBLASLt outer-vector scaling: %s\n", outer ? "available" : "not available (epilogue path)");
   for (auto [m, n, k] : {std::tuple{1, 512, 512}, std::tuple{7, 1024, 512}, std::tuple{64, 2816, 512},
-                         std::tuple{300, 512, 1408}, std::tuple{16, 4096, 4096}}) {
+                         std::tuple{300, 512, 1408}, std::tuple{16, 4096, 4096}, std::tuple{130, 1024, 1536}}) {
     const std::vector<float> x = testing::random_bf16_values(static_cast<size_t>(m) * k, rng, 1.0f);
     const std::vector<float> w = testing::random_bf16_values(static_cast<size_t>(n) * k, rng, 0.02f);
     std::vector<uint8_t> xq(x.size()), wq(w.size());
@@ -99,14 +103,23 @@ void expect_gemm_matches_reference(bool fast_accumulation) {
     DeviceBuffer<uint8_t> dxq(xq), dwq(wq);
     DeviceBuffer<float> dxs(xs), dws(ws), acc(static_cast<size_t>(m) * n);
     DeviceBuffer<__nv_bfloat16> y(static_cast<size_t>(m) * n);
-    for (Fp8Gemm::Scaling path : {Fp8Gemm::Scaling::kOuterVector, Fp8Gemm::Scaling::kEpilogue}) {
+    DeviceBuffer<float> split_acc(static_cast<size_t>(Fp8Gemm::kMaxSplits) * m * n);
+    double unsplit_mean = -1;
+    // Paths: outer-vector, epilogue, then split-K 2, 3, 4 ways.
+    for (int path_index = 0; path_index < 2 + Fp8Gemm::kMaxSplits - 1; ++path_index) {
+      const int splits = path_index < 2 ? 1 : path_index;
+      const Fp8Gemm::Scaling path = path_index == 0 ? Fp8Gemm::Scaling::kOuterVector : Fp8Gemm::Scaling::kEpilogue;
       if (path == Fp8Gemm::Scaling::kOuterVector && !gemm.outer_vector_supported(m, n, k)) continue;
+      if (splits > 1 && !Fp8Gemm::split_divides(k, splits)) continue;
       gemm.force_scaling(path);
+      gemm.force_splits(splits);
+      ASSERT_EQ(gemm.splits_for(m, n, k), splits) << "no batched cuBLASLt plan for m " << m << " n " << n << " k " << k;
       y.poison();
-      gemm.linear(dxq.get(), dxs.get(), m, k, dwq.get(), dws.get(), n, y.get(), acc.get(), stream);
+      gemm.linear(dxq.get(), dxs.get(), m, k, dwq.get(), dws.get(), n, y.get(), splits > 1 ? split_acc.get() : acc.get(),
+                  stream);
       ORIGAMI_CUDA_CHECK(cudaStreamSynchronize(stream));
       const std::vector<float> got = testing::from_device_bf16(y.download());
-      double worst = 0, worst_acc = 0;
+      double worst = 0, worst_acc = 0, sum_err = 0;
       const double acc_bound = fast_accumulation ? std::ldexp(static_cast<double>((k + 31) / 32), -13) : std::ldexp(1.0, -14);
       for (size_t i = 0; i < got.size(); ++i) {
         const double err = std::fabs(got[i] - ref[i]);
@@ -115,13 +128,20 @@ void expect_gemm_matches_reference(bool fast_accumulation) {
                               << static_cast<int>(path) << " fast accumulation " << fast_accumulation;
         worst = std::max(worst, err / bound);
         worst_acc = std::max(worst_acc, std::max(0.0, err - std::ldexp(std::fabs(ref[i]), -8)) / mag[i]);
+        sum_err += err;
       }
-      std::printf("[fp8 gemm] %s accumulation m %d n %d k %d %s: worst error %.2f of the bound; beyond bf16 rounding "
-                  "%.2e of sum|p|\n",
+      const double mean = sum_err / got.size();
+      std::printf("[fp8 gemm] %s accumulation m %d n %d k %d %s, K split %d: worst error %.2f of the bound; beyond bf16 "
+                  "rounding %.2e of sum|p|; mean |error| %.3e\n",
                   fast_accumulation ? "fast" : "split", m, n, k,
-                  path == Fp8Gemm::Scaling::kOuterVector ? "outer-vector" : "epilogue", worst, worst_acc);
+                  path == Fp8Gemm::Scaling::kOuterVector ? "outer-vector" : "epilogue", splits, worst, worst_acc, mean);
+      if (path_index == 1) unsplit_mean = mean;
+      if (splits > 1) {
+        EXPECT_LE(mean, unsplit_mean * 1.05) << "K split " << splits << " m " << m << " n " << n << " k " << k;
+      }
     }
     gemm.clear_forced_scaling();
+    gemm.force_splits(0);
   }
   cudaStreamDestroy(stream);
 }

@@ -251,10 +251,22 @@ Status CudaBackend::allocate_weights(const ModelConfig& full) {
     fp8_gemm_->set_fast_accumulation(options_.fp8_fast_accumulation);
     fp8_gemm_->set_gemv_rows(std::min(options_.fp8_gemv_rows, kFp8GemvMaxRows));
     fp8_gemm_->set_small_gemm_rows(std::min(options_.fp8_small_gemm_rows, kFp8SmallGemmMaxRows));
+    fp8_gemm_->set_split_k(options_.fp8_split_k);
     // Without outer-vector scaling in this cuBLASLt, every step takes the epilogue path.
     fp8_epilogue_ = !fp8_gemm_->outer_vector_supported(Fp8Gemm::kEpilogueMaxRows + 1, c.q_size() + 2 * c.kv_size(),
                                                        c.hidden_size);
     if (fp8_epilogue_) fp8_gemm_->force_scaling(Fp8Gemm::Scaling::kEpilogue);
+    // cuBLASLt's FP8 GEMMs are not monotone in the rows: a layer's four projections take 15-27%
+    // longer at 448 rows than at 512 on the H100, and with the default (promoted) accumulation
+    // 160-224 rows take longer than 256 and 320 longer than 384 (every Llama-3.1-8B and Qwen3-8B
+    // shape at TP = 1 and 2: Fp8GemmBench.LayerAtGraphBuckets and SplitKAtDecodeRows,
+    // docs/kernels.md). Decode batches of those bucket sizes run padded up to the next bucket, on
+    // the parts measured.
+    if (options_.fp8_skip_slow_graph_buckets && num_sms_ == 132) {
+      const std::vector<int> slower =
+          options_.fp8_fast_accumulation ? std::vector<int>{448} : std::vector<int>{160, 192, 224, 320, 448};
+      for (int bucket : slower) graphs_.remove_bucket(bucket);
+    }
   }
   const size_t h = c.hidden_size, qkv_rows = c.q_size() + 2 * c.kv_size(), inter = c.intermediate_size;
   embed_ = device_alloc_bf16(static_cast<size_t>(vocab_shard_) * h);
@@ -506,10 +518,17 @@ Status CudaBackend::ensure_capacity(int tokens, int seqs, int pages) {
       const size_t widest_in = std::max<size_t>({h, static_cast<size_t>(c.q_size()), static_cast<size_t>(c.intermediate_size)});
       ORIGAMI_RETURN_IF_ERROR(realloc_dev(&fp8_x_, t * widest_in));
       ORIGAMI_RETURN_IF_ERROR(realloc_dev(&fp8_x_scales_, t * sizeof(float)));
-      const size_t widest_out = std::max<size_t>({h, static_cast<size_t>(c.q_size() + 2 * c.kv_size()),
-                                                  2 * static_cast<size_t>(c.intermediate_size)});
-      const size_t acc_rows = fp8_epilogue_ ? t : std::min<size_t>(t, Fp8Gemm::kEpilogueMaxRows);
-      ORIGAMI_RETURN_IF_ERROR(realloc_dev(&fp8_acc_, acc_rows * widest_out * sizeof(float)));
+      // The fp32 scratch of the epilogue path and of split-K partials, for the widest need of the
+      // layer's four projections (n, k) at up to t rows.
+      const int qkv_out = c.q_size() + 2 * c.kv_size();
+      const std::pair<int, int> projections[] = {{qkv_out, c.hidden_size}, {c.hidden_size, c.q_size()},
+                                                 {2 * c.intermediate_size, c.hidden_size},
+                                                 {c.hidden_size, c.intermediate_size}};
+      size_t acc_floats = 0;
+      for (const auto& [n, k] : projections)
+        acc_floats = std::max(acc_floats, Fp8Gemm::max_scratch_floats(static_cast<int>(t), n, k,
+                                                                       options_.fp8_split_k ? num_sms_ : 0, fp8_epilogue_));
+      ORIGAMI_RETURN_IF_ERROR(realloc_dev(&fp8_acc_, acc_floats * sizeof(float)));
     }
     if (gates_.loaded()) ORIGAMI_RETURN_IF_ERROR(gates_.reserve(next.tokens));
   }

@@ -1,5 +1,7 @@
 #include "backend/cuda/cuda_graph_runner.h"
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_check.h"
 
 namespace origami::cuda {
@@ -12,6 +14,12 @@ CudaGraphRunner::CudaGraphRunner() {
 }
 
 CudaGraphRunner::~CudaGraphRunner() { clear(); }
+
+void CudaGraphRunner::remove_bucket(int size) {
+  if (size == buckets_.back()) return;
+  buckets_.erase(std::remove(buckets_.begin(), buckets_.end(), size), buckets_.end());
+  clear();
+}
 
 int CudaGraphRunner::bucket_for(int batch_size) const {
   for (int b : buckets_)

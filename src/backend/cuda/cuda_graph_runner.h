@@ -21,6 +21,9 @@ class CudaGraphRunner {
   // The smallest bucket holding `batch_size` rows, or 0 when the batch is larger than every bucket.
   int bucket_for(int batch_size) const;
   int max_bucket() const { return buckets_.back(); }
+  // Serves batches of a bucket's sizes from the next larger bucket instead (never the largest),
+  // where the step measured faster padded up (FP8 projections: cuda_backend.cu). Drops every graph.
+  void remove_bucket(int size);
 
   // Replays the graph of (`bucket`, `variant`) on `stream`, capturing `record` (which must only
   // enqueue work on `stream`) the first time. A variant is a different recording of the same

@@ -1,5 +1,7 @@
 #include "backend/cuda/fp8_gemm.h"
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/fp8_kernels.h"
@@ -12,6 +14,9 @@ Fp8Gemm::Fp8Gemm() {
   ORIGAMI_CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_bytes_ = 32u << 20;  // fixed: no allocation inside graph capture
   ORIGAMI_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+  int device = 0;
+  ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
+  ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
 }
 
 Fp8Gemm::~Fp8Gemm() {
@@ -27,8 +32,9 @@ void Fp8Gemm::destroy(Plan& p) {
   p = Plan{};
 }
 
-Fp8Gemm::Plan& Fp8Gemm::plan(int m, int n, int k, Scaling scaling) {
-  const auto key = std::make_tuple(m, n, k, static_cast<int>(scaling), fast_accumulation_);
+Fp8Gemm::Plan& Fp8Gemm::plan(int m, int n, int k, Scaling scaling, int splits) {
+  if (splits > 1) scaling = Scaling::kEpilogue;  // partials are fp32 with unit scales
+  const auto key = std::make_tuple(m, n, k, static_cast<int>(scaling), fast_accumulation_, splits);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan& p = plans_[key];
@@ -51,9 +57,22 @@ Fp8Gemm::Plan& Fp8Gemm::plan(int m, int n, int k, Scaling scaling) {
     ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &any, sizeof any));
     ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &any, sizeof any));
   }
-  ORIGAMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, k, n, k));
-  ORIGAMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, k, m, k));
+  // Split s: batch i is K range [i k / s, (i + 1) k / s) of both operands (the same leading
+  // dimension k, each batch k / s codes further on) into its own fp32 [m, n] plane of acc.
+  const int kk = k / splits;
+  ORIGAMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, kk, n, k));
+  ORIGAMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, kk, m, k));
   ORIGAMI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, outer ? CUDA_R_16BF : CUDA_R_32F, n, m, n));
+  if (splits > 1) {
+    const int32_t count = splits;
+    const int64_t operand_stride = kk, plane = static_cast<int64_t>(m) * n;
+    for (cublasLtMatrixLayout_t l : {p.a, p.b, p.d}) {
+      ORIGAMI_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+      const int64_t stride = l == p.d ? plane : operand_stride;
+      ORIGAMI_CUBLAS_CHECK(
+          cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+    }
+  }
   cublasLtMatmulPreference_t pref = nullptr;
   ORIGAMI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   ORIGAMI_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -62,13 +81,49 @@ Fp8Gemm::Plan& Fp8Gemm::plan(int m, int n, int k, Scaling scaling) {
   int found = 0;
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d, p.d, pref, kMaxCandidates, results, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
   if (st == CUBLAS_STATUS_SUCCESS)
     for (int i = 0; i < found; ++i)
       if (results[i].state == CUBLAS_STATUS_SUCCESS) p.candidates[p.num_candidates++] = results[i].algo;
+  cublasLtMatmulPreferenceDestroy(pref);
   p.ok = p.num_candidates > 0;
   if (p.ok) p.algo = p.candidates[0];
   return p;
+}
+
+int Fp8Gemm::split_k_rule(int m, int n, int k, int num_sms, bool fast_accumulation) {
+  // Measured on 132-SM parts (H100 SXM; Fp8GemmBench.SplitKAtDecodeRows over Llama-3.1-8B and
+  // Qwen3-8B at TP = 1 and 2, docs/kernels.md): two splits win where the unsplit GEMM has few
+  // output tiles (n <= 4096) at the row counts where the heuristic's tiles leave SMs idle, by
+  // 1.02-1.16x a layer; the faster fast-accumulation GEMMs gain nothing past 256 rows. Elsewhere,
+  // and on parts not measured, no split.
+  if (num_sms != 132 || !split_divides(k, 2) || m > (fast_accumulation ? 256 : 320)) return 1;
+  if (n <= 3072 && k >= 4096) return m > 64 && m <= 288 ? 2 : 1;                 // q|k|v at TP = 2
+  if (n <= 4096 && k >= 8192) return 2;                                          // down at TP = 1
+  if (n <= 4096 && k >= 4096 && m > 64 && (m <= 192 || m > 256)) return 2;       // o at TP = 1, down at TP = 2
+  if (n <= 4096 && k >= 2048 && m > 64 && m <= 160) return 2;                    // o at TP = 2
+  return 1;
+}
+
+int Fp8Gemm::splits_for(int m, int n, int k) {
+  const int want = forced_splits_ > 0 ? forced_splits_ : split_k_ ? split_k_rule(m, n, k, num_sms_, fast_accumulation_) : 1;
+  if (want <= 1 || want > kMaxSplits || !split_divides(k, want)) return 1;
+  return plan(m, n, k, Scaling::kEpilogue, want).ok ? want : 1;
+}
+
+size_t Fp8Gemm::scratch_floats(int m, int n, int k) {
+  const size_t plane = static_cast<size_t>(m) * n;
+  const int splits = splits_for(m, n, k);
+  if (splits > 1) return splits * plane;
+  return scaling_for(m, n, k) == Scaling::kEpilogue ? plane : 0;
+}
+
+size_t Fp8Gemm::max_scratch_floats(int max_m, int n, int k, int num_sms, bool epilogue_everywhere) {
+  size_t most = static_cast<size_t>(epilogue_everywhere ? max_m : std::min(max_m, kEpilogueMaxRows)) * n;
+  for (int m = 1; m <= std::min(max_m, kSplitKMaxRows); ++m) {
+    const int splits = std::max(split_k_rule(m, n, k, num_sms, false), split_k_rule(m, n, k, num_sms, true));
+    if (splits > 1 && split_divides(k, splits)) most = std::max(most, static_cast<size_t>(splits) * m * n);
+  }
+  return most;
 }
 
 int Fp8Gemm::num_candidates(int m, int n, int k) { return plan(m, n, k, scaling_for(m, n, k)).num_candidates; }
@@ -96,6 +151,16 @@ void Fp8Gemm::linear(const uint8_t* x, const float* x_scales, int m, int k, cons
   }
   if (m <= small_gemm_rows_ && fp8_small_gemm_supported(m, k, x, w)) {
     launch_fp8_small_gemm(x, x_scales, m, k, w, w_scales, n, y, stream);
+    return;
+  }
+  const int splits = splits_for(m, n, k);
+  if (splits > 1) {
+    Plan& p = plan(m, n, k, Scaling::kEpilogue, splits);
+    ORIGAMI_CHECK_MSG(acc != nullptr, "FP8 split-K GEMM without its fp32 scratch");
+    const float alpha = 1.0f, beta = 0.0f;
+    ORIGAMI_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, acc, p.d, acc, p.d, &p.algo,
+                                        workspace_, workspace_bytes_, stream));
+    launch_sum_scale_fp8_partials(acc, splits, m, n, x_scales, w_scales, y, stream);
     return;
   }
   const Scaling scaling = scaling_for(m, n, k);

@@ -9,6 +9,14 @@
 // also serves every shape where the library lacks outer-vector scaling. Like Gemm, a fixed workspace and a plan cache
 // per shape keep every call graph-capturable once a shape has been planned.
 //
+// Split-K: at decode's row counts the library's 128-wide output tiles leave most SMs idle for the
+// narrow projections (o and down: n / 128 = 32 tiles for 132 SMs), and cuBLASLt's FP8 kernels take
+// no split-K configuration (docs/kernels.md). So Fp8Gemm splits K itself: one strided-batched
+// cuBLASLt call computes `splits` fp32 partial products over consecutive K ranges (every split
+// reads its own columns of w and x: the weights are still read once), and one kernel adds them in
+// split order and applies the scales (launch_sum_scale_fp8_partials). split_k_rule() says where
+// it measured faster; the partials need splits x m x n floats of scratch (scratch_floats()).
+//
 // Accumulation: Hopper's FP8 tensor-core instructions accumulate in fewer bits than fp32 (about
 // 14 of mantissa). By default cuBLASLt promotes each short run of them into fp32 registers
 // ("split" accumulation, the training-grade path). With fast accumulation
@@ -30,6 +38,8 @@ class Fp8Gemm {
  public:
   enum class Scaling { kOuterVector, kEpilogue };
   static constexpr int kEpilogueMaxRows = 64;
+  static constexpr int kMaxSplits = 4;
+  static constexpr int kSplitKMaxRows = 320;  // the rule never splits above
 
   Fp8Gemm();
   ~Fp8Gemm();
@@ -47,6 +57,26 @@ class Fp8Gemm {
   // take by the few-row tensor-core GEMM (fp8_small_gemm.h) instead of cuBLASLt, where it serves
   // them (BackendOptions::fp8_small_gemm_rows).
   void set_small_gemm_rows(int rows) { small_gemm_rows_ = rows; }
+
+  // The K splits that measured fastest on the H100 for m rows of an n x k projection on
+  // `num_sms` SMs (1: no split); a pure function of the shape, so scratch can be sized before any
+  // plan exists. Only splits that divide k into multiples of 16 (cuBLASLt's FP8 alignment).
+  static int split_k_rule(int m, int n, int k, int num_sms, bool fast_accumulation);
+  static bool split_divides(int k, int splits) { return splits >= 1 && k % (16 * splits) == 0; }
+  // Splits linear() uses for this shape: the forced count where it divides k, else the rule; 1
+  // where cuBLASLt has no batched plan for it.
+  int splits_for(int m, int n, int k);
+  // Whether products split K where split_k_rule() says (BackendOptions::fp8_split_k; on).
+  void set_split_k(bool on) { split_k_ = on; }
+  // Benchmarks and tests: split every product of more rows than the GEMV and small GEMM take into
+  // `splits` (where it divides k); 0 returns to the rule.
+  void force_splits(int splits) { forced_splits_ = splits; }
+  // Floats of fp32 scratch (`acc`) linear() needs for this shape on the path it takes: splits x m x n
+  // when split, m x n on the epilogue path, 0 otherwise.
+  size_t scratch_floats(int m, int n, int k);
+  // The most scratch any product of 1 to max_m rows of an n x k projection can need, from the rule
+  // alone (no plans): what a caller allocates once, before graph capture.
+  static size_t max_scratch_floats(int max_m, int n, int k, int num_sms, bool epilogue_everywhere);
 
   // Whether cuBLASLt runs outer-vector scaled FP8 GEMMs of this shape; decided once per shape.
   bool outer_vector_supported(int m, int n, int k);
@@ -77,14 +107,18 @@ class Fp8Gemm {
     int num_candidates = 0;
     bool ok = false;
   };
-  // Plans y (bf16, outer-vector scales) or acc (fp32, unit scales) for (m, n, k).
-  Plan& plan(int m, int n, int k, Scaling scaling);
+  // Plans y (bf16, outer-vector scales) or acc (fp32, unit scales) for (m, n, k); with splits > 1,
+  // `splits` batched fp32 partials over consecutive K ranges (unit scales).
+  Plan& plan(int m, int n, int k, Scaling scaling, int splits = 1);
   void destroy(Plan& p);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  std::map<std::tuple<int, int, int, int, bool>, Plan> plans_;  // (m, n, k, scaling, fast accumulation)
+  std::map<std::tuple<int, int, int, int, bool, int>, Plan> plans_;  // (m, n, k, scaling, fast accumulation, splits)
+  int num_sms_ = 0;
+  int forced_splits_ = 0;
+  bool split_k_ = true;
   bool fast_accumulation_ = false;
   int gemv_rows_ = 0;
   int small_gemm_rows_ = 0;

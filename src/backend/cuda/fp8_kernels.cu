@@ -2,8 +2,11 @@
 
 #include <cuda_fp8.h>
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_quantize.cuh"
+#include "core/check.h"
 
 namespace origami::cuda {
 namespace {
@@ -62,6 +65,32 @@ __global__ void scale_product_kernel(const float* __restrict__ acc, int rows, in
   }
 }
 
+// Four columns a thread (cols % 4 == 0: 16-byte loads of each partial, 8-byte stores).
+__global__ void sum_scale_partials_kernel(const float* __restrict__ acc, int splits, int rows, int cols,
+                                          const float* __restrict__ row_scale_v, const float* __restrict__ col_scale_v,
+                                          __nv_bfloat16* __restrict__ y) {
+  const size_t plane = static_cast<size_t>(rows) * cols;
+  const size_t n4 = plane / 4;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n4;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    float4 sum = reinterpret_cast<const float4*>(acc)[i];
+    for (int s = 1; s < splits; ++s) {
+      const float4 v = reinterpret_cast<const float4*>(acc + s * plane)[i];
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    const size_t e = i * 4, r = e / cols, c = e % cols;
+    const float rs = row_scale_v[r];
+    const float4 cs = *reinterpret_cast<const float4*>(col_scale_v + c);
+    __nv_bfloat162 out[2];
+    out[0] = __floats2bfloat162_rn(sum.x * rs * cs.x, sum.y * rs * cs.y);
+    out[1] = __floats2bfloat162_rn(sum.z * rs * cs.z, sum.w * rs * cs.w);
+    *reinterpret_cast<uint2*>(y + e) = *reinterpret_cast<const uint2*>(out);
+  }
+}
+
 }  // namespace
 
 void launch_quantize_rows_fp8(const __nv_bfloat16* x, int rows, int cols, const float* static_scale, uint8_t* codes,
@@ -78,6 +107,20 @@ void launch_scale_fp8_product(const float* acc, int rows, int cols, const float*
   const size_t n = static_cast<size_t>(rows) * cols;
   const int blocks = static_cast<int>(std::min<size_t>((n + 255) / 256, 4096));
   scale_product_kernel<<<blocks, 256, 0, stream>>>(acc, rows, cols, row_scale_v, col_scale_v, y);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_sum_scale_fp8_partials(const float* acc, int splits, int rows, int cols, const float* row_scale_v,
+                                   const float* col_scale_v, __nv_bfloat16* y, cudaStream_t stream) {
+  if (rows == 0) return;
+  if (splits == 1 || cols % 4 != 0) {
+    ORIGAMI_CHECK_MSG(splits == 1, "split-K partials need a column count that is a multiple of 4");
+    launch_scale_fp8_product(acc, rows, cols, row_scale_v, col_scale_v, y, stream);
+    return;
+  }
+  const size_t n4 = static_cast<size_t>(rows) * cols / 4;
+  const int blocks = static_cast<int>(std::min<size_t>((n4 + 255) / 256, 4096));
+  sum_scale_partials_kernel<<<blocks, 256, 0, stream>>>(acc, splits, rows, cols, row_scale_v, col_scale_v, y);
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 

@@ -19,4 +19,10 @@ void launch_quantize_rows_fp8(const __nv_bfloat16* x, int rows, int cols, const 
 void launch_scale_fp8_product(const float* acc, int rows, int cols, const float* row_scale, const float* col_scale,
                               __nv_bfloat16* y, cudaStream_t stream);
 
+// The same for a product split along K into `splits` fp32 partials, acc [splits, rows, cols]:
+// y[i, j] = (acc[0, i, j] + ... + acc[splits - 1, i, j]) * row_scale[i] * col_scale[j], the partials
+// added in split order (the result does not depend on the launch). Fp8Gemm's split-K path.
+void launch_sum_scale_fp8_partials(const float* acc, int splits, int rows, int cols, const float* row_scale,
+                                   const float* col_scale, __nv_bfloat16* y, cudaStream_t stream);
+
 }  // namespace origami::cuda
