@@ -84,7 +84,7 @@ struct Digest {
                         int64_t{s.num_cached_entries}, int64_t{s.query_slot}, int64_t{s.query_capture_from}})
         add(w);
       if (s.kv == nullptr) add_table(*s.block_table, s.num_cached_entries);
-      else for (const BlockTable& t : s.kv->groups) add_table(t.blocks, t.num_entries);
+      else for (size_t g = 0; g < s.kv->groups.size(); ++g) add_table(s.kv->groups[g].blocks, s.kv->num_entries(g));
     }
     for (const CompressionJob& j : batch.compressions) {
       for (int64_t w : {int64_t(j.request_id), int64_t{j.group}, int64_t(j.kind), int64_t{j.num_entries},
@@ -149,7 +149,7 @@ class NullBackend : public Backend {
     if (kDigest) digest.add_batch(batch);
     if (inputs_ == Inputs::kCudaVerify)
       for (const SequenceInput& s : batch.sequences)
-        if (s.kv != nullptr && !summary_matches(s.kv->summary, s.kv->groups, limits_.block_size))
+        if (s.kv != nullptr && !summary_matches(s.kv->summary, *s.kv, limits_.block_size))
           return Status(ErrorCode::kInternal, "request " + std::to_string(s.request_id) +
                                                   ": its table summary differs from its tables");
     if (inputs_ != Inputs::kValidate) ORIGAMI_RETURN_IF_ERROR(flatten_tables(batch));

@@ -28,9 +28,9 @@ int main(int argc, char** argv) {
   BlockId next = 1;
   for (int r = 0; r < num_requests; ++r) {
     kv[r].groups.resize(static_cast<size_t>(num_groups));
-    for (BlockTable& t : kv[r].groups) {
-      for (int p = 0; p < pages; ++p) t.blocks.push_back(next++ % (num_blocks - 1) + 1);
-      t.num_entries = pages * block_size - 10;
+    for (size_t g = 0; g < kv[r].groups.size(); ++g) {
+      for (int p = 0; p < pages; ++p) kv[r].groups[g].blocks.push_back(next++ % (num_blocks - 1) + 1);
+      kv[r].set_num_entries(g, pages * block_size - 10);
     }
     batch.token_ids.push_back(1);
     batch.positions.push_back(pages * block_size);
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     in.request_id = static_cast<uint64_t>(r);
     in.query_start = r;
     in.num_query_tokens = 1;
-    in.num_cached_entries = kv[r].groups[0].num_entries - 1;
+    in.num_cached_entries = kv[r].num_entries(0) - 1;
     in.block_table = &kv[r].groups[0].blocks;
     in.kv = num_groups > 1 ? &kv[r] : nullptr;
     in.sampling = &sampling;

@@ -28,7 +28,7 @@ struct SequenceInput {
   // Page table of head group 0 (full KV: one group). Must hold num_cached_entries + num_query_tokens.
   const std::vector<BlockId>* block_table = nullptr;
   // Every head group's table (kv->groups[g]); group g's cached entries are
-  // kv->groups[g].num_entries - num_query_tokens (groups hold different numbers of entries under
+  // kv->num_entries(g) - num_query_tokens (groups hold different numbers of entries under
   // non-uniform budgets). Null: one group, given by block_table / num_cached_entries.
   const RequestKV* kv = nullptr;
   // Query capture for compression: new tokens whose group-0 entry index e (num_cached_entries + i) is
@@ -62,7 +62,7 @@ struct SequenceInput {
   }
   int group_cached_entries(int g) const {
     return g == 0 || kv == nullptr ? num_cached_entries
-                                   : kv->groups[static_cast<size_t>(g)].num_entries - num_query_tokens;
+                                   : kv->num_entries(static_cast<size_t>(g)) - num_query_tokens;
   }
 };
 

@@ -104,7 +104,7 @@ Status validate_forward_batch(const ForwardBatch& batch, const ForwardBatchLimit
         return invalid_argument(where.str() + ": kv does not hold block_table as group 0's table");
       for (size_t g = 1; limits.check_page_tables && g < seq.kv->groups.size(); ++g) {
         const BlockTable& t = seq.kv->groups[g];
-        const int num_cached = t.num_entries - seq.num_query_tokens;
+        const int num_cached = seq.kv->num_entries(g) - seq.num_query_tokens;
         if (!table_fits(t.blocks, num_cached, seq.num_query_tokens, limits))
           return validate_table(Where{s, seq.request_id, g}, t.blocks, num_cached, seq.num_query_tokens, limits);
       }

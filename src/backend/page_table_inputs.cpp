@@ -53,24 +53,20 @@ void PageTableInputs::run_items(int items, const std::function<void(int)>& fn) {
 }
 
 void PageTableInputs::read_tables(const SequenceInput& s, int num_groups, int block_size, Kept* k) {
-  k->row_start.resize(static_cast<size_t>(num_groups) + 1);
-  k->row_len.resize(static_cast<size_t>(num_groups));
+  k->rows.resize(static_cast<size_t>(num_groups));
   k->pages.clear();
-  k->max_len = 0;
-  k->min_room = INT64_MAX;
-  k->negative = false;
+  k->max_base = 0;
+  k->min_base = num_groups == 0 ? 0 : INT64_MAX;
+  k->min_room_base = num_groups == 0 ? 0 : INT64_MAX;
   for (int g = 0; g < num_groups; ++g) {
-    const std::vector<BlockId>& table = s.group_blocks(g);
-    const int cached = s.group_cached_entries(g);
-    k->row_start[static_cast<size_t>(g)] = static_cast<int32_t>(k->pages.size());
-    k->pages.insert(k->pages.end(), table.begin(), table.end());
-    k->row_len[static_cast<size_t>(g)] = cached;
-    k->max_len = std::max<int64_t>(k->max_len, cached);
-    k->min_room = std::min(k->min_room, static_cast<int64_t>(table.size()) * block_size - cached);
-    k->negative |= cached < 0;
+    const BlockTable& table = s.kv->groups[static_cast<size_t>(g)];
+    const int base = table.base_entries;
+    k->rows[static_cast<size_t>(g)] = KeptRow{static_cast<int32_t>(k->pages.size()), base};
+    k->pages.insert(k->pages.end(), table.blocks.begin(), table.blocks.end());
+    k->max_base = std::max<int64_t>(k->max_base, base);
+    k->min_base = std::min<int64_t>(k->min_base, base);
+    k->min_room_base = std::min(k->min_room_base, static_cast<int64_t>(table.blocks.size()) * block_size - base);
   }
-  if (num_groups == 0) k->min_room = 0;
-  k->row_start[static_cast<size_t>(num_groups)] = static_cast<int32_t>(k->pages.size());
   k->version = s.kv->pages_version;
   k->checked = false;
 }
@@ -116,31 +112,33 @@ PageTableInputsSize PageTableInputs::size(const ForwardBatch& batch, int num_gro
       const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
       const int n = s.num_query_tokens;
       if (Kept* k = seq_kept_[static_cast<size_t>(i)]) {
-        bool current = k->version == s.kv->pages_version;
+        const bool current = k->version == s.kv->pages_version;
         if (current && verify_) {
           for (int g = 0; g < G; ++g) {
-            const std::vector<BlockId>& table = s.group_blocks(g);
-            const int32_t* kept = k->pages.data() + k->row_start[static_cast<size_t>(g)];
-            const size_t kept_pages =
-                static_cast<size_t>(k->row_start[static_cast<size_t>(g) + 1] - k->row_start[static_cast<size_t>(g)]);
-            ORIGAMI_CHECK_MSG(kept_pages == table.size() && std::equal(table.begin(), table.end(), kept),
+            const BlockTable& table = s.kv->groups[static_cast<size_t>(g)];
+            const KeptRow& row = k->rows[static_cast<size_t>(g)];
+            const int32_t end = g + 1 < G ? k->rows[static_cast<size_t>(g) + 1].start : static_cast<int32_t>(k->pages.size());
+            ORIGAMI_CHECK_MSG(static_cast<size_t>(end - row.start) == table.blocks.size() &&
+                                  std::equal(table.blocks.begin(), table.blocks.end(), k->pages.data() + row.start),
                               ("request " + std::to_string(s.request_id) + " group " + std::to_string(g) +
                                   ": its pages changed but its pages_version did not")
                                   .c_str());
-            ORIGAMI_CHECK_MSG(k->row_len[static_cast<size_t>(g)] == s.group_cached_entries(g),
+            ORIGAMI_CHECK_MSG(row.base == table.base_entries,
                               ("request " + std::to_string(s.request_id) + " group " + std::to_string(g) +
-                                  ": its entries moved by more than the step's tokens without a new pages_version")
+                                  ": its count was set without a new pages_version")
                                   .c_str());
           }
         }
-        // The version stands: every table holds the entries of its last step plus this step's,
-        // in pages it already had (a new page moves the version). Read again if not.
-        if (!current || k->min_room < n) {
+        // The version stands: every table holds its base plus the entries appended to all of
+        // them (this step's included), in pages it already had (a new page moves the version).
+        // Read again if not.
+        const int64_t appended = s.kv->appended_to_every_table();
+        if (!current || k->min_room_base - appended < 0) {
           read_tables(s, G, block_size, k);
           ++reads;
         }
-        size.tables_cover &= !k->negative && k->min_room >= n;
-        size.max_kv_len = static_cast<int>(std::max<int64_t>(size.max_kv_len, k->max_len + n));
+        size.tables_cover &= k->min_base + appended - n >= 0 && k->min_room_base - appended >= 0;
+        size.max_kv_len = static_cast<int>(std::max<int64_t>(size.max_kv_len, k->max_base + appended));
         size.num_pages += static_cast<int64_t>(k->pages.size());
         continue;
       }
@@ -204,18 +202,17 @@ PageTableInputsFill PageTableInputs::fill(const ForwardBatch& batch, int num_blo
     const int first = item * kSeqsPerItem, last = std::min(num_seqs, first + kSeqsPerItem);
     // The item's pages, sequence after sequence, and where each sequence's rows start.
     int64_t base[kSeqsPerItem];
+    int32_t appended[kSeqsPerItem];  // a kept sequence's RequestKV::appended_to_every_table
     for (int i = first; i < last; ++i) {
       base[i - first] = count;
       if (Kept* k = seq_kept_[static_cast<size_t>(i)]) {
+        appended[i - first] = batch.sequences[static_cast<size_t>(i)].kv->appended_to_every_table();
         // The whole request at once: every page its tables hold (a row reads the ones it reaches).
         std::memcpy(out.page_indices + count, k->pages.data(), k->pages.size() * sizeof(int32_t));
         if (!k->checked) {
           k->checked = !outside(k->pages.data(), k->pages.size());
           inside &= k->checked;
         }
-        const int n = batch.sequences[static_cast<size_t>(i)].num_query_tokens;
-        k->max_len += n;  // every table gains the step's tokens (their row_len below)
-        k->min_room -= n;
         count += static_cast<int64_t>(k->pages.size());
         continue;
       }
@@ -240,11 +237,10 @@ PageTableInputsFill PageTableInputs::fill(const ForwardBatch& batch, int num_blo
         const int32_t* pages;
         int32_t cached;
         if (Kept* k = seq_kept_[static_cast<size_t>(i)]) {
-          const int32_t start = k->row_start[static_cast<size_t>(g)];
-          cached = k->row_len[static_cast<size_t>(g)];
-          out.page_indptr[row0 + i] = static_cast<int32_t>(base[i - first] + start);
-          pages = k->pages.data() + start;
-          k->row_len[static_cast<size_t>(g)] = cached + n;
+          const KeptRow row = k->rows[static_cast<size_t>(g)];
+          cached = row.base + appended[i - first] - n;
+          out.page_indptr[row0 + i] = static_cast<int32_t>(base[i - first] + row.start);
+          pages = k->pages.data() + row.start;
         } else {
           const Row& r = rows_[static_cast<size_t>(i) * G + g];
           cached = r.cached;

@@ -18,9 +18,11 @@
 // measured (docs/benchmarks.md), while a decode step changes almost none of them: every table
 // gains the step's token in a page it already has. A request whose tables carry a version
 // (RequestKV::pages_version, moved by whoever changes a page) keeps its pages here, request-major,
-// with each row's length after its last step; while the version stands, a step copies that block
-// of pages and moves each row's length by the step's tokens, and reads no table. Requests whose
-// version is 0 (tables built by hand) and sequences without a RequestKV are read every step.
+// with each table's base count (BlockTable::base_entries); while the version stands, a step copies
+// that block of pages and writes each row's length as its base plus the entries appended to every
+// table since (RequestKV::appended_to_every_table, one number a request), and reads no table.
+// Requests whose version is 0 (tables built by hand) and sequences without a RequestKV are read
+// every step.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -72,7 +74,7 @@ class PageTableInputs {
   // Writes the rows of the batch just sized (whose tables covered), then, when run_seqs > its
   // sequences, padding rows: one null-block page, length 1, and slot -1 for token i of padding
   // row i (a captured decode graph: one token a row; its spare rows read one entry and write
-  // nothing). Call it once per size(): the kept lengths move by the step's tokens here.
+  // nothing). Call it after size() on the same batch.
   PageTableInputsFill fill(const ForwardBatch& batch, int num_blocks, int run_seqs, int run_tokens,
                            const PageTableInputsOut& out);
 
@@ -90,22 +92,29 @@ class PageTableInputs {
   // fn(item) for every item in [0, items), on the pool when the step sized last is large.
   void run_items(int items, const std::function<void(int)>& fn);
 
+  // A table of a kept request: where its pages start in Kept::pages, and its base count
+  // (BlockTable::base_entries; its entries are that plus the request's appended ones). Side by
+  // side, so that a row's fill reads one array of the request's, not two.
+  struct KeptRow {
+    int32_t start;
+    int32_t base;
+  };
   // A versioned request's pages as the last step that read its tables found them.
   struct Kept {
     uint64_t version = 0;       // RequestKV::pages_version they were read under (0: none yet)
     uint64_t last_step = 0;     // the last step it ran in (kept ones unused for long are dropped)
     bool checked = false;       // its pages were range-checked since they were read
     bool twice = false;         // its request came twice in the step sized last
-    std::vector<int32_t> pages;      // every page of every table, table after table
-    std::vector<int32_t> row_start;  // [groups + 1]: where each table's pages start in `pages`
-    std::vector<int32_t> row_len;    // [groups]: each table's entries after its last step
-    // Over its tables: the most entries, and the least room left in the pages they hold; every
-    // table moves by the same tokens each step, so one number each answers for all of them.
-    int64_t max_len = 0;
-    int64_t min_room = 0;
-    bool negative = false;  // a table held fewer entries than the step's tokens when it was read
+    std::vector<int32_t> pages;  // every page of every table, table after table
+    std::vector<KeptRow> rows;   // [groups]
+    // Over its tables, in base counts: the most and the fewest entries, and the least room left in
+    // the pages they hold. Every table gains the same appended entries while the version stands,
+    // so with RequestKV::appended_to_every_table each answers for all of them at any step.
+    int64_t max_base = 0;
+    int64_t min_base = 0;
+    int64_t min_room_base = 0;
   };
-  // Reads a request's tables into `k` (before the step: lengths are the entries before it).
+  // Reads a request's tables into `k`.
   static void read_tables(const SequenceInput& s, int num_groups, int block_size, Kept* k);
 
   std::unique_ptr<cpu::ThreadPool> pool_;

@@ -69,7 +69,7 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatch
     in.query_start = static_cast<int>(batch.token_ids.size());
     in.num_query_tokens = s.num_new_tokens;
     in.start_position = r.num_computed_tokens;
-    in.num_cached_entries = r.kv.groups[0].num_entries - s.num_new_tokens;
+    in.num_cached_entries = r.kv.num_entries(0) - s.num_new_tokens;
     in.block_table = &r.kv.groups[0].blocks;
     in.kv = &r.kv;
     // Tokens of the next compression's window capture their queries into the request's slot.

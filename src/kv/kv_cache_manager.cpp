@@ -7,6 +7,17 @@
 
 namespace origami {
 
+namespace {
+
+// Prefix-cache keys the request holds over all its tables (a check of cache_full_blocks' skip).
+size_t total_keys(const RequestKV& kv) {
+  size_t n = 0;
+  for (const std::vector<BlockKey>& keys : kv.block_keys) n += keys.size();
+  return n;
+}
+
+}  // namespace
+
 KVCacheManager::KVCacheManager(const KVLayout& layout, bool enable_prefix_caching)
     : layout_(layout), enable_prefix_caching_(enable_prefix_caching) {
   ORIGAMI_CHECK(layout_.block_size >= 1);
@@ -119,7 +130,7 @@ int KVCacheManager::acquire_cached_prefix(KVSequence& request, int max_cached_to
       table.blocks.push_back(block);
       table_keys.push_back(keys[g][static_cast<size_t>(i)]);
     }
-    table.num_entries = num_hit * b;
+    request.kv.set_num_entries(static_cast<size_t>(g), num_hit * b);
   }
   request.kv.tables_changed();
   const int num_cached = num_hit * b;
@@ -144,8 +155,9 @@ int KVCacheManager::blocks_to_append(const KVSequence& request, int num_new_entr
   const TableSummary& summary = request.kv.summary;
   if (summary.room_known() && summary.min_room >= num_new_entries) return 0;
   int n = 0;
-  for (const BlockTable& t : request.kv.groups)
-    n += std::max(0, blocks_needed(t.num_entries + num_new_entries) - static_cast<int>(t.blocks.size()));
+  for (size_t g = 0; g < request.kv.groups.size(); ++g)
+    n += std::max(0, blocks_needed(request.kv.num_entries(g) + num_new_entries) -
+                         static_cast<int>(request.kv.groups[g].blocks.size()));
   return n;
 }
 
@@ -159,29 +171,30 @@ bool KVCacheManager::grow_tables(KVSequence& request, int num_entries, bool add)
   RequestKV& kv = request.kv;
   const int b = layout_.block_size;
   if (verify_summaries_)
-    ORIGAMI_CHECK_MSG(summary_matches(kv.summary, kv.groups, b),
+    ORIGAMI_CHECK_MSG(summary_matches(kv.summary, kv, b),
                       "a request's table summary differs from a walk over its tables (a change that did not call tables_changed(), or the summary moved wrongly)");
   // A decode step: every running request appends one entry to each of its groups (288 tables per
   // request for the Qwen3-8B shape with per-head pages), and most steps no table needs a page.
-  // The summary says so without looking at the tables (walked once after they changed); the
-  // counts still move in every table, since the backend reads them there.
+  // The summary says so without looking at the tables (walked once after they changed), and the
+  // counts move as one number for all of them (RequestKV::append_to_every_table): no table is
+  // touched.
   if (add) {
     ORIGAMI_CHECK(num_entries >= 0);
-    if (!kv.summary.room_known()) kv.summary = summarize_tables(kv.groups, b);
+    if (!kv.summary.room_known()) kv.summary = summarize_tables(kv, b);
     if (kv.summary.min_room >= num_entries) {
-      for (BlockTable& table : kv.groups) table.num_entries += num_entries;
+      kv.append_to_every_table(num_entries);
       kv.summary.grow_all(num_entries, static_cast<int64_t>(kv.groups.size()));
       return true;
     }
   }
-  auto entries_after = [&](const BlockTable& table) { return add ? table.num_entries + num_entries : num_entries; };
+  auto entries_after = [&](size_t g) { return add ? kv.num_entries(g) + num_entries : num_entries; };
   // Prepare: every group must be able to grow (groups sharing a pool together), or nothing changes.
   // Every running request calls this each step, over all its groups: no allocation here.
   extra_per_pool_.assign(pools_.size(), 0);
   for (size_t g = 0; g < kv.groups.size(); ++g) {
     const BlockTable& table = kv.groups[g];
-    const int after = entries_after(table);
-    ORIGAMI_CHECK(after >= table.num_entries);
+    const int after = entries_after(g);
+    ORIGAMI_CHECK(after >= kv.num_entries(g));
     const int extra = blocks_needed(after) - static_cast<int>(table.blocks.size());
     extra_per_pool_[static_cast<size_t>(pool_index(static_cast<int>(g)))] += std::max(extra, 0);
   }
@@ -190,16 +203,16 @@ bool KVCacheManager::grow_tables(KVSequence& request, int num_entries, bool add)
       return false;
   for (size_t g = 0; g < kv.groups.size(); ++g) {
     BlockTable& table = kv.groups[g];
-    const int after = entries_after(table);
+    const int after = entries_after(g);
     const int extra = blocks_needed(after) - static_cast<int>(table.blocks.size());
     if (extra > 0) ORIGAMI_CHECK(pools_[pool_index(static_cast<int>(g))]->allocate(extra, &table.blocks));
     // The step being planned writes these entries; the backend reads the table as holding them.
-    table.num_entries = after;
+    kv.set_num_entries(g, after);
   }
   // Pages were added, or the counts set: the tables' flattened copies are out of date, and the
   // summary is taken again while the tables are still in cache.
   kv.tables_changed();
-  kv.summary = summarize_tables(kv.groups, b);
+  kv.summary = summarize_tables(kv, b);
   return true;
 }
 
@@ -208,13 +221,25 @@ void KVCacheManager::cache_full_blocks(KVSequence& request, int num_computed_tok
   if (!enable_prefix_caching_ || request.kv.groups.empty() || request.kv.compacted) return;
   const int b = layout_.block_size;
   ORIGAMI_CHECK(num_computed_tokens <= request.num_tokens());
+  RequestKV& kv = request.kv;
+  // Every step calls this for every running request, and most steps fill no block: the walk over
+  // the tables (288 a request with per-head pages) is skipped when it would find what the last
+  // one found. With the version standing, each table holds its base plus the appended entries and
+  // its pages are the same, so a table is registered (count == computed tokens) as it was, up to
+  // the same full blocks (min(tokens / b, pages)), and its keys already reach them.
+  const int full_blocks = num_computed_tokens / b;
+  const int lag = kv.appended_to_every_table() - num_computed_tokens;
+  const bool walked = kv.pages_version != 0 && kv.keys_walk_version == kv.pages_version &&
+                      kv.keys_walk_full_blocks == full_blocks && kv.keys_walk_lag == lag;
+  if (walked && !verify_summaries_) return;
+  const size_t keys_before = verify_summaries_ ? total_keys(kv) : 0;
   std::vector<int32_t> scratch;
-  for (size_t g = 0; g < request.kv.groups.size(); ++g) {
+  for (size_t g = 0; g < kv.groups.size(); ++g) {
     BlockPool& pool = *pools_[pool_index(static_cast<int>(g))];
-    BlockTable& table = request.kv.groups[g];
+    BlockTable& table = kv.groups[g];
     // A block's contents equal its tokens' KV only while the cache holds every entry in order;
     // once entries were evicted (compression) the blocks no longer match any token run.
-    if (table.num_entries != num_computed_tokens) continue;
+    if (kv.num_entries(g) != num_computed_tokens) continue;
     const int num_full = std::min(num_computed_tokens / b, static_cast<int>(table.blocks.size()));
     std::vector<BlockKey>& keys = request.kv.keys_of(g);
     for (int i = static_cast<int>(keys.size()); i < num_full; ++i) {
@@ -227,6 +252,12 @@ void KVCacheManager::cache_full_blocks(KVSequence& request, int num_computed_tok
       keys.push_back({hash, entry});
     }
   }
+  if (walked)
+    ORIGAMI_CHECK_MSG(total_keys(kv) == keys_before,
+                      "a walk over a request's tables registered blocks that the last walk's record said were registered");
+  kv.keys_walk_version = kv.pages_version;
+  kv.keys_walk_full_blocks = full_blocks;
+  kv.keys_walk_lag = lag;
 }
 
 void KVCacheManager::free(KVSequence& request) {
@@ -339,7 +370,7 @@ bool KVCacheManager::retain(const KVSequence& request, int num_tokens, const Ret
   // of the history; a continuation appending into a shared one would write it.
   for (size_t g = 0; g < context.kv.groups.size(); ++g) {
     BlockTable& t = context.kv.groups[g];
-    const size_t used = static_cast<size_t>(blocks_needed(t.num_entries));
+    const size_t used = static_cast<size_t>(blocks_needed(context.kv.num_entries(g)));
     ORIGAMI_CHECK(used <= t.blocks.size());
     t.blocks.resize(used);
     context.kv.trim_keys(g, used);
@@ -398,7 +429,7 @@ int KVCacheManager::continue_retained(KVSequence& request, const RetainedContext
   // contexts, this one included (its pages stay while this request's references are taken).
   std::vector<int> partial_per_pool(pools_.size(), 0);
   for (size_t g = 0; g < context.kv.groups.size(); ++g)
-    if (context.kv.groups[g].num_entries % b != 0) ++partial_per_pool[static_cast<size_t>(pool_of_group_[g])];
+    if (context.kv.num_entries(g) % b != 0) ++partial_per_pool[static_cast<size_t>(pool_of_group_[g])];
   RequestKV kv = context.kv;
   const int num_tokens = static_cast<int>(context.tokens.size());
   const uint64_t id = context.id;
@@ -419,7 +450,7 @@ int KVCacheManager::continue_retained(KVSequence& request, const RetainedContext
   std::vector<size_t> next(pools_.size(), 0);
   for (size_t g = 0; g < kv.groups.size(); ++g) {
     BlockTable& t = kv.groups[g];
-    if (t.num_entries % b == 0) continue;
+    if (kv.num_entries(g) % b == 0) continue;
     const size_t p = static_cast<size_t>(pool_of_group_[g]);
     const BlockId dst = fresh[p][next[p]++];
     copies->push_back({static_cast<int>(g), t.blocks.back(), dst});

@@ -56,7 +56,8 @@ class KVCacheManager {
   int blocks_to_append(const KVSequence& request, int num_new_entries) const;
   // Blocks the request holds, over all groups.
   int num_held_blocks(const KVSequence& request) const;
-  // After a step: registers the request's newly completed full blocks in the prefix cache.
+  // After a step: registers the request's newly completed full blocks in the prefix cache. O(1)
+  // when its tables did not change and no block filled since its last call (RequestKV::keys_walk_*).
   void cache_full_blocks(KVSequence& request, int num_computed_tokens);
   // Drops the request's references (cached blocks stay reusable until evicted, LRU).
   void free(KVSequence& request);
@@ -128,7 +129,9 @@ class KVCacheManager {
   const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
   // Tests: every append and allocation first checks the request's table summary
   // (RequestKV::summary) against a walk over its tables, failing an internal check on a
-  // difference (a change that did not call tables_changed(), or a summary moved wrongly).
+  // difference (a change that did not call tables_changed(), or a summary moved wrongly); and
+  // cache_full_blocks walks the tables even where its record says the walk would register
+  // nothing, failing an internal check if it does.
   void set_verify_table_summaries(bool verify) { verify_summaries_ = verify; }
   // Tests force hash collisions with a degenerate hasher; lookups must stay correct.
   void set_block_hasher_for_testing(BlockHasher hasher) { hasher_ = hasher; }

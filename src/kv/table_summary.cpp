@@ -6,11 +6,11 @@
 
 namespace origami {
 
-void summarize_entries(const std::vector<BlockTable>& tables, TableSummary* summary) {
+void summarize_entries(const RequestKV& kv, TableSummary* summary) {
   int64_t sum = 0;
   int longest = 0, lead = 0;
-  for (size_t g = 0; g < tables.size(); ++g) {
-    const int n = tables[g].num_entries;
+  for (size_t g = 0; g < kv.groups.size(); ++g) {
+    const int n = kv.num_entries(g);
     sum += n;
     if (g == 0 || n > longest) {
       longest = n;
@@ -22,18 +22,18 @@ void summarize_entries(const std::vector<BlockTable>& tables, TableSummary* summ
   summary->lead_table = lead;
 }
 
-TableSummary summarize_tables(const std::vector<BlockTable>& tables, int block_size) {
+TableSummary summarize_tables(const RequestKV& kv, int block_size) {
   TableSummary s;
-  summarize_entries(tables, &s);
-  int64_t room = tables.empty() ? 0 : INT64_MAX;
-  for (const BlockTable& t : tables)
-    room = std::min(room, static_cast<int64_t>(t.blocks.size()) * block_size - t.num_entries);
+  summarize_entries(kv, &s);
+  int64_t room = kv.groups.empty() ? 0 : INT64_MAX;
+  for (size_t g = 0; g < kv.groups.size(); ++g)
+    room = std::min(room, static_cast<int64_t>(kv.groups[g].blocks.size()) * block_size - kv.num_entries(g));
   s.min_room = room;
   return s;
 }
 
-bool summary_matches(const TableSummary& kept, const std::vector<BlockTable>& tables, int block_size) {
-  const TableSummary walked = summarize_tables(tables, block_size);
+bool summary_matches(const TableSummary& kept, const RequestKV& kv, int block_size) {
+  const TableSummary walked = summarize_tables(kv, block_size);
   if (kept.entries_known() && (kept.entries_sum != walked.entries_sum || kept.max_entries != walked.max_entries ||
                                kept.lead_table != walked.lead_table))
     return false;

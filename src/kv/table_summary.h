@@ -12,11 +12,10 @@
 // prefix hit, new, copied or released tables, counts set) calls RequestKV::tables_changed(),
 // which forgets the summary; the next reader walks the tables once.
 #include <cstdint>
-#include <vector>
 
 namespace origami {
 
-struct BlockTable;
+struct RequestKV;
 
 struct TableSummary {
   static constexpr int64_t kUnknown = INT64_MIN;
@@ -47,11 +46,11 @@ struct TableSummary {
   }
 };
 
-// The entry counts of `tables` (sum, longest, lead), by walking them; room stays as it was.
-void summarize_entries(const std::vector<BlockTable>& tables, TableSummary* summary);
+// The entry counts of the request's tables (sum, longest, lead), by walking them; room stays as it was.
+void summarize_entries(const RequestKV& kv, TableSummary* summary);
 // Everything, by walking them: pages of `block_size` entries. No tables: room 0.
-TableSummary summarize_tables(const std::vector<BlockTable>& tables, int block_size);
-// Whether what `kept` knows equals a walk over `tables` (the unknown parts are not compared).
-bool summary_matches(const TableSummary& kept, const std::vector<BlockTable>& tables, int block_size);
+TableSummary summarize_tables(const RequestKV& kv, int block_size);
+// Whether what `kept` knows equals a walk over the request's tables (the unknown parts are not compared).
+bool summary_matches(const TableSummary& kept, const RequestKV& kv, int block_size);
 
 }  // namespace origami

@@ -505,7 +505,8 @@ int Scheduler::joint_peak_blocks(const Request& request) const {
   if (prompt_behind(c)) {
     // Past the prompt: the groups grow by the outputs from their current lengths.
     long long sum = 0;
-    for (const BlockTable& t : request.kv.groups) sum += kv_->blocks_needed(static_cast<int>(t.num_entries + remaining));
+    for (size_t g = 0; g < request.kv.groups.size(); ++g)
+      sum += kv_->blocks_needed(static_cast<int>(request.kv.num_entries(g) + remaining));
     return static_cast<int>(std::min(cap, sum));
   }
   // A compression keeps mean_keep x (layers x KV heads) head-entries in all, and a group's length is

@@ -64,7 +64,7 @@ void Scheduler::switch_to_evicted_table(Request* request, int evicted, std::vect
     ORIGAMI_CHECK(spare != kNullBlock);
   }
   table.blocks.push_back(spare);
-  table.num_entries = c.src_entries - kv_->layout().block_size;
+  request->kv.set_num_entries(0, c.src_entries - kv_->layout().block_size);
   request->kv.tables_changed();
   // The table no longer follows the token sequence: never registered in the prefix cache again.
   // Blocks already registered keep their (unchanged) contents and stay valid for other requests.
@@ -144,16 +144,17 @@ bool Scheduler::try_start_compression(Request* request) {
   std::vector<GroupPlan> plans(static_cast<size_t>(num_groups));
   for (int g = 0; g < num_groups; ++g) {
     const BlockTable& table = request->kv.groups[static_cast<size_t>(g)];
-    const int keep = joint ? table.num_entries : group_num_keep(c, g);
+    const int entries = request->kv.num_entries(static_cast<size_t>(g));
+    const int keep = joint ? entries : group_num_keep(c, g);
     if (num_groups > 1) {
       c.groups[static_cast<size_t>(g)].num_keep = keep;
-      c.groups[static_cast<size_t>(g)].compress = joint || table.num_entries > keep;
+      c.groups[static_cast<size_t>(g)].compress = joint || entries > keep;
       if (!c.groups[static_cast<size_t>(g)].compress) continue;
     }
     const std::vector<BlockId>& src = table.blocks;
     GroupPlan& plan = plans[static_cast<size_t>(g)];
     plan.num_dst = (keep + block_size - 1) / block_size;
-    ORIGAMI_CHECK((joint ? keep <= table.num_entries : keep < table.num_entries) &&
+    ORIGAMI_CHECK((joint ? keep <= entries : keep < entries) &&
                   plan.num_dst <= static_cast<int>(src.size()));
     // Shared blocks (another request holds them too: a prefix-cache hit) are never written; the
     // entries that would land there go to fresh target blocks instead.
@@ -207,7 +208,7 @@ bool Scheduler::try_start_compression(Request* request) {
     t.src = src;
     if (num_groups > 1) {
       GroupCompaction& gc = c.groups[static_cast<size_t>(g)];
-      gc.src_entries = table.num_entries;
+      gc.src_entries = request->kv.num_entries(static_cast<size_t>(g));
       gc.src_scored_entries = gc.num_scored_entries;
     }
   }
@@ -278,7 +279,7 @@ void Scheduler::switch_to_compacted_table(Request* request, std::vector<BlockId>
     // ones are in the old table too; fresh targets past it are not, so they are dropped here).
     const int num_kept = joint ? c.kept_by_group[static_cast<size_t>(g)] : group_num_keep(c, g);
     if (joint) {
-      ORIGAMI_CHECK(num_kept >= 0 && num_kept <= table.num_entries);
+      ORIGAMI_CHECK(num_kept >= 0 && num_kept <= request->kv.num_entries(static_cast<size_t>(g)));
       const size_t used = static_cast<size_t>((num_kept + block_size - 1) / block_size);
       for (size_t i = used; i < t.next.size(); ++i)
         if (std::find(table.blocks.begin(), table.blocks.end(), t.next[i]) == table.blocks.end())
@@ -299,17 +300,17 @@ void Scheduler::switch_to_compacted_table(Request* request, std::vector<BlockId>
         if (!std::binary_search(kept.begin(), kept.end(), block)) dropped->push_back(block);
     }
     table.blocks = t.next;
-    table.num_entries = num_kept;
+    request->kv.set_num_entries(static_cast<size_t>(g), num_kept);
     switched = true;
     request->kv.trim_keys(static_cast<size_t>(g), 0);
-    if (num_groups > 1) c.groups[static_cast<size_t>(g)].num_scored_entries = table.num_entries;
+    if (num_groups > 1) c.groups[static_cast<size_t>(g)].num_scored_entries = num_kept;
   }
   if (switched) request->kv.tables_changed();  // once for all its groups: a new version, no summary
   request->kv.compacted = true;  // never registered in the prefix cache again
   c.kept_pages = kv_->num_held_blocks(*request);
   c.in_flight = false;
   ++c.num_compressions;
-  c.num_scored_entries = joint ? request->kv.groups[0].num_entries : c.num_keep;
+  c.num_scored_entries = joint ? request->kv.num_entries(0) : c.num_keep;
   if (joint) c.entries_after_compression = num_cache_entries(*request);
   // The protected tail was kept verbatim at the end: it and what follows were never compressed.
   const int kept_mean = joint ? c.entries_after_compression : c.num_keep;

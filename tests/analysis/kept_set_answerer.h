@@ -48,7 +48,7 @@ class KeptSetAnswerer {
     kv.groups.resize(heads_);
     for (int g = 0; g < heads_; ++g) {
       kv.groups[g].blocks = pages(g, 0);
-      kv.groups[g].num_entries = doc.n;
+      kv.set_num_entries(g, doc.n);
     }
     ForwardBatch batch;
     batch.token_ids.assign(doc.ids.begin(), doc.ids.begin() + doc.n);
@@ -84,7 +84,7 @@ class KeptSetAnswerer {
                     cache.value_at(l, src[i / kBlock], h, i % kBlock), c_.head_dim * sizeof(float));
         ++m;
       }
-      kv.groups[g].num_entries = m;
+      kv.set_num_entries(g, m);
     }
     SamplingParams greedy;
     greedy.temperature = 0.0f;
@@ -99,8 +99,8 @@ class KeptSetAnswerer {
       seq.num_query_tokens = q;
       seq.start_position = position;
       for (int t = 0; t < q; ++t) batch.positions.push_back(position + t);
-      for (BlockTable& t : kv.groups) t.num_entries += q;
-      seq.num_cached_entries = kv.groups[0].num_entries - q;
+      for (size_t g = 0; g < kv.groups.size(); ++g) kv.set_num_entries(g, kv.num_entries(g) + q);
+      seq.num_cached_entries = kv.num_entries(0) - q;
       seq.block_table = &kv.groups[0].blocks;
       seq.kv = &kv;
       seq.logits_mode = LogitsMode::kLast;

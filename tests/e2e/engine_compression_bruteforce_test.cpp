@@ -290,7 +290,7 @@ class BruteForce {
       t.finished = true;
       return;
     }
-    const int n = r->kv.groups.empty() ? 0 : r->kv.groups[0].num_entries;
+    const int n = r->kv.groups.empty() ? 0 : r->kv.num_entries(0);
     ASSERT_EQ(r->num_computed_tokens, t.num_computed) << "request " << t.id;
     ASSERT_EQ(r->compression.num_compressions, t.num_compressions) << "request " << t.id;
     for (int h = 0; h < heads_; ++h) ASSERT_EQ(static_cast<int>(t.pos[h].size()), n) << "request " << t.id;

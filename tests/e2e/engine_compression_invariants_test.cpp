@@ -126,8 +126,8 @@ TEST(EngineCompression, CompressedRequestsStayWithinTheirCap) {
         const Request* r = engine->request(id);
         if (r == nullptr || r->is_finished() || !r->compression.compressed()) continue;
         EXPECT_LE(r->kv.groups[0].blocks.size(), 3u) << policy << " request " << id;
-        EXPECT_LE(r->kv.groups[0].num_entries, 3 * kBlock) << policy << " request " << id;
-        EXPECT_LT(r->kv.groups[0].num_entries, r->num_computed_tokens + 1);
+        EXPECT_LE(r->kv.num_entries(0), 3 * kBlock) << policy << " request " << id;
+        EXPECT_LT(r->kv.num_entries(0), r->num_computed_tokens + 1);
         ++checked;
       }
     }
@@ -168,7 +168,7 @@ void keys_around_first_compression(const std::string& policy, int budget, HeadKe
   for (int step = 0; step < 200; ++step) {
     const Request* fr = full->request(fid);
     // The compressing engine compresses at the start of its next step, then decodes one entry.
-    *num_original = fr->kv.groups.empty() ? 0 : fr->kv.groups[0].num_entries;
+    *num_original = fr->kv.groups.empty() ? 0 : fr->kv.num_entries(0);
     if (*num_original > 0) *original = read_keys(*full, *fr, *num_original);
     full->step();
     comp->step();

@@ -326,10 +326,10 @@ TEST(HeadGroupsNonUniform, TablesHoldEachGroupsBudgetAfterACompression) {
     // Right after the first compression (the prompt was longer than the budget): even groups
     // hold 16 entries, odd ones 64, plus what was computed since.
     ASSERT_EQ(r->kv.groups.size(), 12u);
-    const int since = r->kv.groups[1].num_entries - 64;
+    const int since = r->kv.num_entries(1) - 64;
     EXPECT_GE(since, 0);
     for (size_t g = 0; g < 12; ++g)
-      EXPECT_EQ(r->kv.groups[g].num_entries, (g % 2 == 0 ? 16 : 64) + since) << "group " << g;
+      EXPECT_EQ(r->kv.num_entries(g), (g % 2 == 0 ? 16 : 64) + since) << "group " << g;
     EXPECT_LT(r->kv.groups[0].blocks.size(), r->kv.groups[1].blocks.size());
   }
   EXPECT_TRUE(seen);

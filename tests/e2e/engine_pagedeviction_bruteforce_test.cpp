@@ -184,7 +184,7 @@ class BruteForceBackend : public CpuBackendWrapper {
     if (it == expected_.end() || r.kv.groups.empty()) return;
     const BlockTable& table = r.kv.groups[0];
     const auto& tracked = it->second;
-    ASSERT_EQ(table.num_entries, static_cast<int>(tracked[0].size())) << "request " << r.id;
+    ASSERT_EQ(r.kv.num_entries(0), static_cast<int>(tracked[0].size())) << "request " << r.id;
     auto ev = evicted_tables_.find(r.id);
     if (ev != evicted_tables_.end()) {
       // The table lost exactly the evicted block; its last block is for the next tokens.

@@ -131,7 +131,7 @@ TEST(EnginePrefillChunkCompression, ChunkSlackBoundsThePeakAndEndsAtTheBudget) {
       // Once the prompt's compression is done the cache holds the budget, plus what was decoded.
       if (!r->is_prefilling() && r->compression.prefill_checked && !r->compression.pending && !r->compression.in_flight &&
           r->status == RequestStatus::kRunning)
-        most_after_prompt = std::max(most_after_prompt, r->kv.groups[0].num_entries - static_cast<int>(r->output_token_ids.size()));
+        most_after_prompt = std::max(most_after_prompt, r->kv.num_entries(0) - static_cast<int>(r->output_token_ids.size()));
     }
     const Request* r = engine->request(*id);
     EXPECT_EQ(r->finish_reason, FinishReason::kLength);

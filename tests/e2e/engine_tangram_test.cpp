@@ -113,7 +113,7 @@ TEST(Tangram, EachGroupKeepsItsShareOfTheAverageWithinItsReservation) {
         checked_after_prompt[i] = true;
         const int since = r->num_computed_tokens - r->num_prompt_tokens();
         for (size_t g = 0; g < 12; ++g)
-          EXPECT_EQ(r->kv.groups[g].num_entries, (g % 2 == 0 ? 32 : 96) + since) << "request " << ids[i] << " group " << g;
+          EXPECT_EQ(r->kv.num_entries(g), (g % 2 == 0 ? 32 : 96) + since) << "request " << ids[i] << " group " << g;
       }
     }
   }

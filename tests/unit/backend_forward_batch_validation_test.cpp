@@ -41,7 +41,7 @@ struct GroupedBatch {
       in.query_start = s;
       in.num_query_tokens = 1;
       in.start_position = 9;
-      in.num_cached_entries = kv.groups[0].num_entries - 1;
+      in.num_cached_entries = kv.num_entries(0) - 1;
       in.block_table = &kv.groups[0].blocks;
       in.kv = &kv;
       in.sampling = &sampling;
@@ -71,7 +71,7 @@ TEST(ForwardBatchValidation, NamesTheGroupWithABlockOutsideThePool) {
 
 TEST(ForwardBatchValidation, NamesTheGroupWithTooFewPages) {
   GroupedBatch b;
-  b.kv_a.groups[1].num_entries = 5;  // 4 cached + 1 new need 2 pages; the table has 1
+  b.kv_a.set_num_entries(1, 5);  // 4 cached + 1 new need 2 pages; the table has 1
   const Status st = validate_forward_batch(b.batch, grouped_limits());
   ASSERT_FALSE(st.is_ok());
   EXPECT_TRUE(contains(st, "batch: sequence 0 (request 7) group 1: block table has 1 pages, 5 entries need 2"))
@@ -82,17 +82,17 @@ TEST(ForwardBatchValidation, NamesTheGroupWithTooFewPages) {
 // accepted, one more entry is a page short, and a page past the entries is not read.
 TEST(ForwardBatchValidation, ChecksThePagesTheEntriesReachAndNoMore) {
   GroupedBatch b;
-  b.kv_a.groups[2].num_entries = 8;  // 7 cached + 1 new: both pages full
+  b.kv_a.set_num_entries(2, 8);  // 7 cached + 1 new: both pages full
   EXPECT_TRUE(validate_forward_batch(b.batch, grouped_limits()).is_ok());
-  b.kv_a.groups[2].num_entries = 9;
+  b.kv_a.set_num_entries(2, 9);
   Status st = validate_forward_batch(b.batch, grouped_limits());
   ASSERT_FALSE(st.is_ok());
   EXPECT_TRUE(contains(st, "batch: sequence 0 (request 7) group 2: block table has 2 pages, 9 entries need 3"))
       << st.to_string();
-  b.kv_a.groups[2].num_entries = 4;  // 3 cached + 1 new: only page 0 is read
+  b.kv_a.set_num_entries(2, 4);  // 3 cached + 1 new: only page 0 is read
   b.kv_a.groups[2].blocks[1] = kNullBlock;
   EXPECT_TRUE(validate_forward_batch(b.batch, grouped_limits()).is_ok());
-  b.kv_a.groups[2].num_entries = 0;  // a negative cached count
+  b.kv_a.set_num_entries(2, 0);  // a negative cached count
   st = validate_forward_batch(b.batch, grouped_limits());
   ASSERT_FALSE(st.is_ok());
   EXPECT_TRUE(contains(st, "batch: sequence 0 (request 7) group 2: negative num_cached_entries")) << st.to_string();

@@ -33,15 +33,15 @@ struct Batch {
       kv.groups.resize(static_cast<size_t>(groups));
       for (int g = 0; g < groups; ++g) {
         BlockTable& t = kv.groups[static_cast<size_t>(g)];
-        t.num_entries = cached(rng) + num_new;
-        const int pages = (t.num_entries + kBlock - 1) / kBlock + spare;
+        kv.set_num_entries(static_cast<size_t>(g), cached(rng) + num_new);
+        const int pages = (kv.num_entries(static_cast<size_t>(g)) + kBlock - 1) / kBlock + spare;
         for (int p = 0; p < pages; ++p) t.blocks.push_back(block(rng));
       }
       SequenceInput in;
       in.request_id = 100 + static_cast<uint64_t>(s);
       in.query_start = token;
       in.num_query_tokens = num_new;
-      in.num_cached_entries = kv.groups[0].num_entries - num_new;
+      in.num_cached_entries = kv.num_entries(0) - num_new;
       in.start_position = in.num_cached_entries;
       in.block_table = &kv.groups[0].blocks;
       in.kv = &kv;
@@ -115,11 +115,12 @@ TEST(PageTableInputs, EqualABruteForceFlatteningWithPaddingRows) {
       for (int g = 0; g < groups; ++g) {
         const size_t row = static_cast<size_t>(g) * run_seqs + i;
         const BlockTable& t = b.kvs[static_cast<size_t>(i)].groups[static_cast<size_t>(g)];
-        ASSERT_EQ(f.kv_len[row], t.num_entries);
+        const int entries = b.kvs[static_cast<size_t>(i)].num_entries(static_cast<size_t>(g));
+        ASSERT_EQ(f.kv_len[row], entries);
         ASSERT_EQ(f.page_indptr[row], static_cast<int32_t>(page));
-        for (int e = 0; e < t.num_entries; e += kBlock) ASSERT_EQ(f.page_indices[page++], t.blocks[e / kBlock]);
+        for (int e = 0; e < entries; e += kBlock) ASSERT_EQ(f.page_indices[page++], t.blocks[e / kBlock]);
         for (int j = 0; j < s.num_query_tokens; ++j) {
-          const int e = t.num_entries - s.num_query_tokens + j;
+          const int e = entries - s.num_query_tokens + j;
           ASSERT_EQ(f.slots[static_cast<size_t>(g) * run_tokens + s.query_start + j],
                     t.blocks[e / kBlock] * kBlock + e % kBlock);
         }
@@ -147,9 +148,9 @@ TEST(PageTableInputs, SizeCountsThePagesAndTheLongestRow) {
   int64_t pages = 0;
   int longest = 0;
   for (const RequestKV& kv : b.kvs)
-    for (const BlockTable& t : kv.groups) {
-      pages += (t.num_entries + kBlock - 1) / kBlock;
-      longest = std::max(longest, t.num_entries);
+    for (size_t g = 0; g < kv.groups.size(); ++g) {
+      pages += (kv.num_entries(g) + kBlock - 1) / kBlock;
+      longest = std::max(longest, kv.num_entries(g));
     }
   EXPECT_TRUE(size.tables_cover);
   EXPECT_EQ(size.num_pages, pages);
@@ -178,7 +179,7 @@ TEST(PageTableInputs, FoldedChecksAgreeWithTheValidator) {
     }
     // Group 0's count lives in the sequence (num_cached_entries), the others' in their tables.
     for (size_t s = 0; s < b.kvs.size(); ++s)
-      b.batch.sequences[s].num_cached_entries = b.kvs[s].groups[0].num_entries - b.batch.sequences[s].num_query_tokens;
+      b.batch.sequences[s].num_cached_entries = b.kvs[s].num_entries(0) - b.batch.sequences[s].num_query_tokens;
     const bool valid = validate_forward_batch(b.batch, limits(groups)).is_ok();
     ForwardBatchLimits skip = limits(groups);
     skip.check_page_tables = false;
@@ -252,7 +253,7 @@ TEST(PageTableInputs, NoPageIsInsideAPoolOfOnlyTheNullBlock) {
 TEST(PageTableInputs, ANegativeCountDoesNotCover) {
   std::mt19937 rng(9);
   Batch b(3, 2, rng);
-  b.kvs[1].groups[1].num_entries = 0;  // 0 entries with a new token: cached = -1
+  b.kvs[1].set_num_entries(1, 0);  // 0 entries with a new token: cached = -1
   EXPECT_FALSE(PageTableInputs().size(b.batch, 2, kBlock).tables_cover);
   EXPECT_FALSE(validate_forward_batch(b.batch, limits(2)).is_ok());
 }
@@ -284,32 +285,39 @@ struct LiveRequests {
     r->id = next_id++;
     r->kv.groups.resize(static_cast<size_t>(groups));
     std::uniform_int_distribution<int> entries(0, 9);
-    for (BlockTable& t : r->kv.groups) {
-      t.num_entries = entries(rng);
-      for (int p = 0; p * kBlock < t.num_entries; ++p) t.blocks.push_back(block());
+    for (size_t g = 0; g < r->kv.groups.size(); ++g) {
+      r->kv.set_num_entries(g, entries(rng));
+      for (int p = 0; p * kBlock < r->kv.num_entries(g); ++p) r->kv.groups[g].blocks.push_back(block());
     }
     r->kv.tables_changed();
     live.push_back(std::move(r));
   }
   // Adds n entries to every table, as KVCacheManager::grow_tables does: in place when every table
-  // has room (no new version), else pages are added and the version moves.
+  // has room (one number for all of them, no new version), else pages are added and the version
+  // moves.
   void grow(Live& r, int n) {
     bool room = true;
-    for (const BlockTable& t : r.kv.groups)
-      room &= t.num_entries + n <= static_cast<int>(t.blocks.size()) * kBlock;
-    for (BlockTable& t : r.kv.groups) {
-      t.num_entries += n;
-      while (static_cast<int>(t.blocks.size()) * kBlock < t.num_entries) t.blocks.push_back(block());
+    for (size_t g = 0; g < r.kv.groups.size(); ++g)
+      room &= r.kv.num_entries(g) + n <= static_cast<int>(r.kv.groups[g].blocks.size()) * kBlock;
+    if (room) {
+      r.kv.append_to_every_table(n);
+      return;
     }
-    if (!room) r.kv.tables_changed();
+    for (size_t g = 0; g < r.kv.groups.size(); ++g) {
+      r.kv.set_num_entries(g, r.kv.num_entries(g) + n);
+      BlockTable& t = r.kv.groups[g];
+      while (static_cast<int>(t.blocks.size()) * kBlock < r.kv.num_entries(g)) t.blocks.push_back(block());
+    }
+    r.kv.tables_changed();
   }
   // A compaction: each table keeps a few entries in fresh pages.
   void compact(Live& r, std::mt19937& rng) {
     std::uniform_int_distribution<int> keep(1, 6);
-    for (BlockTable& t : r.kv.groups) {
-      t.num_entries = std::min(t.num_entries, keep(rng));
+    for (size_t g = 0; g < r.kv.groups.size(); ++g) {
+      r.kv.set_num_entries(g, std::min(r.kv.num_entries(g), keep(rng)));
+      BlockTable& t = r.kv.groups[g];
       t.blocks.clear();
-      for (int p = 0; p * kBlock < t.num_entries; ++p) t.blocks.push_back(block());
+      for (int p = 0; p * kBlock < r.kv.num_entries(g); ++p) t.blocks.push_back(block());
     }
     r.kv.tables_changed();
   }
@@ -327,7 +335,7 @@ ForwardBatch step_batch(LiveRequests& lr, const std::vector<size_t>& order, cons
     in.request_id = r.id;
     in.query_start = token;
     in.num_query_tokens = n[k];
-    in.num_cached_entries = r.kv.groups[0].num_entries - n[k];
+    in.num_cached_entries = r.kv.num_entries(0) - n[k];
     in.start_position = in.num_cached_entries;
     in.block_table = &r.kv.groups[0].blocks;
     in.kv = &r.kv;
@@ -363,15 +371,16 @@ void expect_reads_the_tables(const ForwardBatch& batch, int groups, int run_seqs
       }
       const SequenceInput& s = batch.sequences[static_cast<size_t>(i)];
       const BlockTable& t = s.kv->groups[static_cast<size_t>(g)];
-      ASSERT_EQ(f.kv_len[row], t.num_entries) << "seq " << i << " group " << g;
-      const int pages = (t.num_entries + kBlock - 1) / kBlock;
+      const int entries = s.kv->num_entries(static_cast<size_t>(g));
+      ASSERT_EQ(f.kv_len[row], entries) << "seq " << i << " group " << g;
+      const int pages = (entries + kBlock - 1) / kBlock;
       ASSERT_GE(start, 0);
       ASSERT_LE(start + pages, fill.num_pages);
       for (int p = 0; p < pages; ++p)
         ASSERT_EQ(f.page_indices[static_cast<size_t>(start + p)], t.blocks[static_cast<size_t>(p)])
             << "seq " << i << " group " << g << " page " << p;
       for (int j = 0; j < s.num_query_tokens; ++j) {
-        const int e = t.num_entries - s.num_query_tokens + j;
+        const int e = entries - s.num_query_tokens + j;
         ASSERT_EQ(f.slots[static_cast<size_t>(g) * run_tokens + s.query_start + j],
                   t.blocks[static_cast<size_t>(e / kBlock)] * kBlock + e % kBlock);
       }
@@ -478,6 +487,26 @@ TEST(PageTableInputsDeathTest, VerificationFindsAPageChangedWithoutANewVersion) 
   lr.live[1]->kv.groups[2].blocks[0] = lr.block();  // unreported
   EXPECT_DEATH((void)flatten_with(tables, step_batch(lr, order, {1, 1, 1}, &sampling), 4, 3, 3, &fill),
                "its pages changed but its pages_version did not");
+}
+
+// A count set (a compaction's) without tables_changed(): the row's length would be the kept base
+// plus the appended entries, which the verification finds out of date.
+TEST(PageTableInputsDeathTest, VerificationFindsACountSetWithoutANewVersion) {
+  std::mt19937 rng(41);
+  LiveRequests lr(4);
+  for (int r = 0; r < 2; ++r) lr.admit(rng);
+  for (auto& r : lr.live)
+    for (BlockTable& t : r->kv.groups) t.blocks.push_back(lr.block());  // room for the next tokens
+  for (auto& r : lr.live) r->kv.tables_changed();
+  SamplingParams sampling;
+  PageTableInputs tables;
+  tables.set_verify(true);
+  PageTableInputsFill fill;
+  const std::vector<size_t> order = {0, 1};
+  (void)flatten_with(tables, step_batch(lr, order, {1, 1}, &sampling), 4, 2, 2, &fill);
+  lr.live[0]->kv.set_num_entries(3, 1);  // unreported
+  EXPECT_DEATH((void)flatten_with(tables, step_batch(lr, order, {1, 1}, &sampling), 4, 2, 2, &fill),
+               "its count was set without a new pages_version");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // KV cache manager: layout sizes, prefix hits served by the same block ids with shared
-// references, the "leave one token to compute" rule, caching of generated tokens, eviction,
-// collision safety under a degenerate hash, and all-or-nothing allocation across groups.
+// references, the "leave one token to compute" rule, caching of generated tokens (the walk over the
+// tables skipped only where it would cache nothing), eviction, collision safety under a degenerate
+// hash, and all-or-nothing allocation across groups.
 #include "kv/kv_cache_manager.h"
 
 #include <gtest/gtest.h>
@@ -66,7 +67,7 @@ TEST(KVCacheManager, AllocatesExactBlockIdsAndTracksEntries) {
   EXPECT_EQ(kv.acquire_cached_prefix(r), 0);  // caching off
   ASSERT_TRUE(kv.allocate_slots(r, 6));  // a first chunk
   EXPECT_EQ(blocks(r), (std::vector<BlockId>{1, 2}));
-  EXPECT_EQ(r.kv.groups[0].num_entries, 6);
+  EXPECT_EQ(r.kv.num_entries(0), 6);
   ASSERT_TRUE(kv.allocate_slots(r, 8));  // still fits in block 2
   EXPECT_EQ(blocks(r), (std::vector<BlockId>{1, 2}));
   ASSERT_TRUE(kv.allocate_slots(r, 11));
@@ -150,6 +151,76 @@ TEST(KVCacheManager, GeneratedTokensAreCachedToo) {
   EXPECT_EQ(blocks(b), (std::vector<BlockId>{blocks(a)[0], blocks(a)[1]}));
 }
 
+// Decode steps within the pages held add their tokens without a new pages_version
+// (RequestKV::append_to_every_table): the walk over the tables is skipped while no block fills,
+// and taken the step one does.
+TEST(KVCacheManager, ABlockFilledWithinThePagesHeldIsCached) {
+  KVCacheManager kv(small_layout(12), true);
+  KVSequence a = make_request(1, iota_tokens(5, 50));
+  admit_and_prefill(kv, a);  // 2 pages, block 0 full
+  EXPECT_EQ(kv.pool().num_cached_blocks(), 1);
+  const uint64_t version = a.kv.pages_version;
+  for (int32_t t : {900, 901, 902}) {
+    a.output_token_ids.push_back(t);
+    ASSERT_TRUE(kv.append_slots(a, 1));  // page 1 fills with the third
+    kv.cache_full_blocks(a, a.num_tokens());
+  }
+  EXPECT_EQ(a.kv.pages_version, version);  // no page was added
+  EXPECT_EQ(kv.pool().num_cached_blocks(), 2);
+  std::vector<int32_t> follow_up = iota_tokens(5, 50);
+  for (int32_t t : {900, 901, 902, 5}) follow_up.push_back(t);
+  KVSequence b = make_request(2, follow_up);
+  EXPECT_EQ(kv.acquire_cached_prefix(b), 8);
+}
+
+// Entries whose tokens are not yet computed are not cached; once they are (the same full blocks,
+// the same tables), they are: the walk is skipped only while it would find what the last one did.
+TEST(KVCacheManager, ATableIsCachedOnceItsEntriesAreComputed) {
+  KVCacheManager kv(small_layout(12), true);
+  KVSequence a = make_request(1, iota_tokens(7, 50));
+  ASSERT_TRUE(kv.allocate_slots(a, 7));
+  kv.cache_full_blocks(a, 6);  // 7 entries, 6 computed: not the tokens' KV yet
+  EXPECT_EQ(kv.pool().num_cached_blocks(), 0);
+  kv.cache_full_blocks(a, 7);
+  EXPECT_EQ(kv.pool().num_cached_blocks(), 1);
+}
+
+// Tables reported changed (a new pages_version) are walked again, even where the computed tokens
+// and the tables' lead over them are as before: here a group's count comes back to the tokens.
+TEST(KVCacheManager, TablesReportedChangedAreWalkedAgain) {
+  Expected<KVLayout> layout = KVLayout::grouped(2, 4, 8, kBlock, 65, DType::kF32, KVLayout::adjacent_heads(2, 4, 1));
+  ASSERT_TRUE(layout.has_value());
+  KVCacheManager kv(layout.value(), true);
+  KVSequence a = make_request(1, iota_tokens(7, 50));
+  ASSERT_TRUE(kv.allocate_slots(a, 7));
+  a.kv.set_num_entries(1, 6);  // group 1 not computed as far
+  a.kv.tables_changed();
+  kv.cache_full_blocks(a, 7);
+  EXPECT_EQ(a.kv.keys_of(0).size(), 1u);
+  EXPECT_EQ(a.kv.keys_of(1).size(), 0u);
+  a.kv.set_num_entries(1, 7);
+  a.kv.tables_changed();
+  kv.cache_full_blocks(a, 7);
+  EXPECT_EQ(a.kv.keys_of(1).size(), 1u);
+}
+
+// A table changed without tables_changed() after a walk: the tests' verification (which walks where
+// the walk would be skipped) finds a block the skip would have left out.
+TEST(KVCacheManagerDeathTest, VerificationFindsACountSetWithoutANewVersion) {
+  Expected<KVLayout> layout = KVLayout::grouped(2, 4, 8, kBlock, 65, DType::kF32, KVLayout::adjacent_heads(2, 4, 1));
+  ASSERT_TRUE(layout.has_value());
+  KVCacheManager kv(layout.value(), true);
+  kv.set_verify_table_summaries(true);
+  KVSequence a = make_request(1, iota_tokens(7, 50));
+  ASSERT_TRUE(kv.allocate_slots(a, 7));
+  a.kv.set_num_entries(1, 6);  // group 1 not computed as far (reported)
+  a.kv.tables_changed();
+  kv.cache_full_blocks(a, 7);
+  EXPECT_EQ(a.kv.keys_of(1).size(), 0u);
+  a.kv.set_num_entries(1, 7);  // unreported
+  EXPECT_DEATH(kv.cache_full_blocks(a, 7), "the last walk's record said were registered");
+}
+
 TEST(KVCacheManager, EvictsLeastRecentlyFreedTailFirst) {
   KVCacheManager kv(small_layout(7), true);  // 6 usable blocks
   KVSequence a = make_request(1, iota_tokens(12, 0));
@@ -200,7 +271,7 @@ TEST(KVCacheManager, FailedAllocationLeavesEverythingUntouched) {
   const std::vector<BlockId> queue_before = kv.pool().free_queue();
   EXPECT_FALSE(kv.allocate_slots(b, 13));  // needs 3 more, 1 free
   EXPECT_EQ(blocks(b), before);
-  EXPECT_EQ(b.kv.groups[0].num_entries, 4);
+  EXPECT_EQ(b.kv.num_entries(0), 4);
   EXPECT_EQ(kv.pool().free_queue(), queue_before);
   EXPECT_TRUE(kv.allocate_slots(b, 8));
   EXPECT_EQ(kv.num_free_blocks(), 0);
@@ -242,25 +313,25 @@ TEST(KVCacheManager, AppendGrowsEachGroupFromItsOwnLengthOrNone) {
   // Non-uniform budgets: group 1 was compacted to 3 entries in one block (the manager's view).
   const BlockId dropped = a.kv.groups[1].blocks.back();
   a.kv.groups[1].blocks.pop_back();
-  a.kv.groups[1].num_entries = 3;
+  a.kv.set_num_entries(1, 3);
   a.kv.tables_changed();  // as whoever changes a table tells its RequestKV (its summary is gone)
   kv.release_blocks(std::vector<BlockId>{dropped});
   ASSERT_TRUE(kv.append_slots(a, 2));
-  EXPECT_EQ(a.kv.groups[0].num_entries, 10);
-  EXPECT_EQ(a.kv.groups[1].num_entries, 5);
+  EXPECT_EQ(a.kv.num_entries(0), 10);
+  EXPECT_EQ(a.kv.num_entries(1), 5);
   EXPECT_EQ(a.kv.groups[0].blocks.size(), 3u);
   EXPECT_EQ(a.kv.groups[1].blocks.size(), 2u);
   EXPECT_EQ(kv.blocks_to_append(a, 7), 2 + 1);
   EXPECT_EQ(kv.num_free_blocks(), 3);
   // 7 more: group 0 needs 2 blocks, group 1 needs 1; 3 are free.
   ASSERT_TRUE(kv.append_slots(a, 7));
-  EXPECT_EQ(a.kv.groups[0].num_entries, 17);
-  EXPECT_EQ(a.kv.groups[1].num_entries, 12);
+  EXPECT_EQ(a.kv.num_entries(0), 17);
+  EXPECT_EQ(a.kv.num_entries(1), 12);
   EXPECT_EQ(kv.num_free_blocks(), 0);
   // Out of pages: nothing changes in any group.
   EXPECT_FALSE(kv.append_slots(a, 4));
-  EXPECT_EQ(a.kv.groups[0].num_entries, 17);
-  EXPECT_EQ(a.kv.groups[1].num_entries, 12);
+  EXPECT_EQ(a.kv.num_entries(0), 17);
+  EXPECT_EQ(a.kv.num_entries(1), 12);
   EXPECT_EQ(a.kv.groups[0].blocks.size(), 5u);
   EXPECT_EQ(a.kv.groups[1].blocks.size(), 3u);
 }
@@ -309,7 +380,7 @@ TEST(KVCacheManager, CompressedTablesAreNotCached) {
   KVCacheManager kv(small_layout(10), true);
   KVSequence a = make_request(1, iota_tokens(12, 0));
   ASSERT_TRUE(kv.allocate_slots(a, 12));
-  a.kv.groups[0].num_entries = 8;  // as if compression had dropped entries
+  a.kv.set_num_entries(0, 8);  // as if compression had dropped entries
   kv.cache_full_blocks(a, 12);
   EXPECT_EQ(kv.pool().num_cached_blocks(), 0);
 }

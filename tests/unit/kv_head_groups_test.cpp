@@ -92,9 +92,10 @@ TEST(KVHeadGroups, OneSharedPoolServesEveryGroup) {
   ASSERT_TRUE(kv.allocate_slots(a, 8));  // 2 pages in each of 4 groups
   ASSERT_EQ(a.kv.groups.size(), 4u);
   std::set<BlockId> distinct;
-  for (const BlockTable& t : a.kv.groups) {
+  for (size_t g = 0; g < a.kv.groups.size(); ++g) {
+    const BlockTable& t = a.kv.groups[g];
     EXPECT_EQ(t.blocks.size(), 2u);
-    EXPECT_EQ(t.num_entries, 8);
+    EXPECT_EQ(a.kv.num_entries(g), 8);
     distinct.insert(t.blocks.begin(), t.blocks.end());
   }
   EXPECT_EQ(distinct.size(), 8u);  // no page is handed to two groups
@@ -114,7 +115,7 @@ TEST(KVHeadGroups, AllocationIsAllOrNothingAcrossGroups) {
   EXPECT_FALSE(kv.append_slots(a, 1));
   for (size_t g = 0; g < 4; ++g) {
     EXPECT_EQ(a.kv.groups[g].blocks, before.groups[g].blocks);
-    EXPECT_EQ(a.kv.groups[g].num_entries, 8);
+    EXPECT_EQ(a.kv.num_entries(g), 8);
   }
   EXPECT_EQ(kv.num_free_blocks(), 2);
 }
@@ -126,13 +127,13 @@ TEST(KVHeadGroups, GroupsGrowFromTheirOwnLengths) {
   // As after a compression that kept 2 entries in group 1 and dropped its second page.
   kv.release_blocks(std::vector<BlockId>{a.kv.groups[1].blocks[1]}, 1);
   a.kv.groups[1].blocks.resize(1);
-  a.kv.groups[1].num_entries = 2;
+  a.kv.set_num_entries(1, 2);
   a.kv.tables_changed();  // as whoever changes a table tells its RequestKV (its summary is gone)
   // Groups 0, 2, 3 need a third page (11 entries); group 1 a second one (5 entries).
   EXPECT_EQ(kv.blocks_to_append(a, 3), 4);
   ASSERT_TRUE(kv.append_slots(a, 3));
-  EXPECT_EQ(a.kv.groups[0].num_entries, 11);
-  EXPECT_EQ(a.kv.groups[1].num_entries, 5);
+  EXPECT_EQ(a.kv.num_entries(0), 11);
+  EXPECT_EQ(a.kv.num_entries(1), 5);
   EXPECT_EQ(a.kv.groups[1].blocks.size(), 2u);
   EXPECT_EQ(a.kv.groups[2].blocks.size(), 3u);
   EXPECT_EQ(kv.num_held_blocks(a), 11);
@@ -145,27 +146,27 @@ TEST(KVHeadGroups, ALaterGroupThatNeedsAPageGrowsEveryGroupOnceOrNone) {
   KVCacheManager kv(grouped_layout(11), false);  // 10 usable pages
   KVSequence a = make_request(iota_tokens(20, 0));
   ASSERT_TRUE(kv.allocate_slots(a, 6));  // 2 pages per group, 8 in all
-  a.kv.groups[2].num_entries = 8;        // group 2's pages are full
+  a.kv.set_num_entries(2, 8);        // group 2's pages are full
   a.kv.tables_changed();
   EXPECT_EQ(kv.blocks_to_append(a, 1), 1);
   ASSERT_TRUE(kv.append_slots(a, 1));
-  EXPECT_EQ(a.kv.groups[0].num_entries, 7);
-  EXPECT_EQ(a.kv.groups[1].num_entries, 7);
-  EXPECT_EQ(a.kv.groups[2].num_entries, 9);
+  EXPECT_EQ(a.kv.num_entries(0), 7);
+  EXPECT_EQ(a.kv.num_entries(1), 7);
+  EXPECT_EQ(a.kv.num_entries(2), 9);
   EXPECT_EQ(a.kv.groups[2].blocks.size(), 3u);
-  EXPECT_EQ(a.kv.groups[3].num_entries, 7);
+  EXPECT_EQ(a.kv.num_entries(3), 7);
   EXPECT_EQ(kv.num_free_blocks(), 1);
 
   // Group 3 full as well, group 1 now too: 2 pages needed, 1 free; nothing moves.
-  a.kv.groups[1].num_entries = 8;
-  a.kv.groups[3].num_entries = 8;
+  a.kv.set_num_entries(1, 8);
+  a.kv.set_num_entries(3, 8);
   a.kv.tables_changed();
   const RequestKV before = a.kv;
   EXPECT_EQ(kv.blocks_to_append(a, 1), 2);
   EXPECT_FALSE(kv.append_slots(a, 1));
   for (size_t g = 0; g < 4; ++g) {
     EXPECT_EQ(a.kv.groups[g].blocks, before.groups[g].blocks);
-    EXPECT_EQ(a.kv.groups[g].num_entries, before.groups[g].num_entries) << "group " << g;
+    EXPECT_EQ(a.kv.num_entries(g), before.num_entries(g)) << "group " << g;
   }
   EXPECT_EQ(kv.num_free_blocks(), 1);
 }
@@ -178,7 +179,7 @@ TEST(KVHeadGroups, PagesFreedByOneGroupServeAnother) {
   // Group 2 gives up a page (its budget is smaller) ...
   const BlockId freed = a.kv.groups[2].blocks.back();
   a.kv.groups[2].blocks.pop_back();
-  a.kv.groups[2].num_entries = 4;
+  a.kv.set_num_entries(2, 4);
   a.kv.tables_changed();
   kv.release_blocks(std::vector<BlockId>{freed}, 2);
   // ... and another request's group 0 gets it.
@@ -205,7 +206,7 @@ TEST(KVHeadGroups, PrefixHitsArePerGroup) {
     ASSERT_EQ(b.kv.groups[g].blocks.size(), 2u);
     EXPECT_EQ(b.kv.groups[g].blocks[0], held.groups[g].blocks[0]) << "group " << g;
     EXPECT_EQ(b.kv.groups[g].blocks[1], held.groups[g].blocks[1]) << "group " << g;
-    EXPECT_EQ(b.kv.groups[g].num_entries, 8);
+    EXPECT_EQ(b.kv.num_entries(g), 8);
   }
   kv.free(b);
   // Under a degenerate hash (every block collides) a group still never gets another group's

@@ -56,7 +56,7 @@ TEST(RetainedContexts, ContinuationSharesFullPagesAndCopiesThePartialOne) {
   ASSERT_EQ(kv.continue_retained(b, *c, &copies), 11);
   ASSERT_EQ(copies.size(), 1u);
   EXPECT_EQ(copies[0].src, a_pages[2]);
-  EXPECT_EQ(b.kv.groups[0].num_entries, 11);
+  EXPECT_EQ(b.kv.num_entries(0), 11);
   EXPECT_EQ(b.kv.groups[0].blocks[0], a_pages[0]);
   EXPECT_EQ(b.kv.groups[0].blocks[1], a_pages[1]);
   EXPECT_EQ(b.kv.groups[0].blocks[2], copies[0].dst);
@@ -101,7 +101,7 @@ TEST(RetainedContexts, CompressedContextsContinueOnlyUnderTheirPolicyKey) {
   kv.enable_retained_contexts(100);
   KVSequence r = prefilled(kv, iota_tokens(12, 1));
   r.kv.compacted = true;
-  r.kv.groups[0].num_entries = 6;  // a compression kept 6 of 12 entries
+  r.kv.set_num_entries(0, 6);  // a compression kept 6 of 12 entries
   RetainedPolicyState state;
   state.policy_key = "snapkv|budget=6";
   state.num_compressions = 1;
@@ -117,7 +117,7 @@ TEST(RetainedContexts, CompressedContextsContinueOnlyUnderTheirPolicyKey) {
   std::vector<BlockCopy> copies;
   ASSERT_EQ(kv.continue_retained(q, *c, &copies), 12);
   EXPECT_TRUE(q.kv.compacted);
-  EXPECT_EQ(q.kv.groups[0].num_entries, 6);
+  EXPECT_EQ(q.kv.num_entries(0), 6);
   EXPECT_EQ(copies.size(), 1u);  // 6 entries: the second page is partly filled
   kv.abandon_admission(q);       // an admission that could not finish is undone
   EXPECT_EQ(kv.retained_stats().num_hits, 0);

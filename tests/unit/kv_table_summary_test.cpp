@@ -56,18 +56,18 @@ KVSequence prefilled(KVCacheManager& kv, int entries) {
 // once asked for.
 void expect_summary_of_tables(const KVSequence& r, const char* after) {
   const TableSummary& kept = r.kv.summary;
-  EXPECT_TRUE(summary_matches(kept, r.kv.groups, kBlock)) << "after " << after;
+  EXPECT_TRUE(summary_matches(kept, r.kv, kBlock)) << "after " << after;
   int64_t sum = 0;
   int longest = 0, lead = 0;
   int64_t room = r.kv.groups.empty() ? 0 : INT64_MAX;
   for (size_t g = 0; g < r.kv.groups.size(); ++g) {
-    const BlockTable& t = r.kv.groups[g];
-    sum += t.num_entries;
-    if (t.num_entries > longest) {
-      longest = t.num_entries;
+    const int entries = r.kv.num_entries(g);
+    sum += entries;
+    if (entries > longest) {
+      longest = entries;
       lead = static_cast<int>(g);
     }
-    room = std::min(room, static_cast<int64_t>(t.blocks.size()) * kBlock - t.num_entries);
+    room = std::min(room, static_cast<int64_t>(r.kv.groups[g].blocks.size()) * kBlock - entries);
   }
   if (kept.room_known()) EXPECT_EQ(kept.min_room, room) << "after " << after;
   const TableSummary& entries = r.kv.entries_summary();
@@ -80,12 +80,13 @@ void expect_summary_of_tables(const KVSequence& r, const char* after) {
 // keeps its own count, the pages past it go back, and the tables are reported changed.
 void compact(KVCacheManager& kv, KVSequence& r, std::mt19937& rng) {
   std::vector<BlockId> dropped;
-  for (BlockTable& t : r.kv.groups) {
-    const int keep = static_cast<int>(rng() % static_cast<uint32_t>(t.num_entries + 1));
+  for (size_t g = 0; g < r.kv.groups.size(); ++g) {
+    BlockTable& t = r.kv.groups[g];
+    const int keep = static_cast<int>(rng() % static_cast<uint32_t>(r.kv.num_entries(g) + 1));
     const size_t pages = static_cast<size_t>((keep + kBlock - 1) / kBlock);
     dropped.insert(dropped.end(), t.blocks.begin() + static_cast<std::ptrdiff_t>(pages), t.blocks.end());
     t.blocks.resize(pages);
-    t.num_entries = keep;
+    r.kv.set_num_entries(g, keep);
   }
   r.kv.compacted = true;
   r.kv.tables_changed();
@@ -125,7 +126,7 @@ TEST(TableSummary, UnevenGroupsAfterACompaction) {
     const size_t pages = static_cast<size_t>((keep[g] + kBlock - 1) / kBlock);
     dropped.insert(dropped.end(), t.blocks.begin() + static_cast<std::ptrdiff_t>(pages), t.blocks.end());
     t.blocks.resize(pages);
-    t.num_entries = keep[g];
+    r.kv.set_num_entries(g, keep[g]);
   }
   r.kv.tables_changed();
   kv.release_blocks(dropped);
@@ -177,7 +178,7 @@ TEST(TableSummary, EqualsAWalkAfterEveryOperation) {
         const bool room = r.kv.summary.room_known() && r.kv.summary.min_room >= n;
         if (kv.append_slots(r, n)) {
           r.output_token_ids.insert(r.output_token_ids.end(), static_cast<size_t>(n), 7);
-          if (!r.kv.compacted) kv.cache_full_blocks(r, r.kv.groups[0].num_entries);
+          if (!r.kv.compacted) kv.cache_full_blocks(r, r.kv.num_entries(0));
           (room ? fast_appends : page_appends) += 1;
           if (room) EXPECT_EQ(r.kv.pages_version, version) << "seed " << seed;
         }
@@ -193,7 +194,7 @@ TEST(TableSummary, EqualsAWalkAfterEveryOperation) {
         // Finished (its tables kept as a context) or preempted: tables released, admitted later
         // with a few more tokens (the next turn of a conversation, which may continue the context),
         // or as a new conversation once long.
-        const int held = r.kv.groups[0].num_entries;
+        const int held = r.kv.num_entries(0);
         if (!r.kv.compacted && held > 0) kv.retain(r, held, RetainedPolicyState{});
         kv.free(r);
         EXPECT_TRUE(r.kv.groups.empty());
@@ -220,7 +221,7 @@ TEST(TableSummary, EqualsAWalkAfterEveryOperation) {
 TEST(TableSummaryDeathTest, AChangeNotReportedFailsTheCheck) {
   KVCacheManager kv = verifying_manager(65);
   KVSequence r = prefilled(kv, 6);
-  r.kv.groups[3].num_entries = 8;  // its pages are full now; the summary still says room 2
+  r.kv.set_num_entries(3, 8);  // its pages are full now; the summary still says room 2
   EXPECT_DEATH(kv.append_slots(r, 1), "table summary differs from a walk over its tables");
 }
 

@@ -225,7 +225,7 @@ struct CompressionHarness {
       const RequestCompression& c = r->compression;
       if (r->memory_bounded() && !c.in_flight && !c.pending) {
         ASSERT_LE(static_cast<int>(r->kv.groups[0].blocks.size()), c.max_blocks) << "request " << r->id;
-        ASSERT_LE(r->kv.groups[0].num_entries, c.max_blocks * block_size) << "request " << r->id;
+        ASSERT_LE(r->kv.num_entries(0), c.max_blocks * block_size) << "request " << r->id;
       }
     }
     for (Request* r : sched.waiting()) ASSERT_TRUE(r->kv.groups.empty()) << "a waiting request holds blocks";
@@ -248,7 +248,7 @@ struct CompressionHarness {
   void run_model(const SchedulerOutput& out) {
     for (const ScheduledSequence& s : out.sequences) {
       Request& r = *s.request;
-      const int entries_before = r.kv.groups[0].num_entries - s.num_new_tokens;
+      const int entries_before = r.kv.num_entries(0) - s.num_new_tokens;
       for (int e = 0; e < entries_before; ++e)
         ASSERT_EQ(fake_kv[slot(r, e)], expected_entry(r, e)) << "request " << r.id << " reads wrong KV at entry " << e;
       const int capture_from = query_capture_from(r, block_size, entries_before, s.num_new_tokens);

@@ -69,7 +69,7 @@ TEST(SchedCompression, InPlaceCompressionExactBlocks) {
   ASSERT_EQ(h.plans.size(), 1u);
   EXPECT_EQ(h.num_compressions, 1);
   EXPECT_EQ(r->kv.groups[0].blocks, (std::vector<BlockId>{1, 2, 3}));
-  EXPECT_EQ(r->kv.groups[0].num_entries, 9);
+  EXPECT_EQ(r->kv.num_entries(0), 9);
   EXPECT_EQ(r->num_computed_tokens, 13);  // positions stay logical
   EXPECT_EQ(r->compression.num_compressions, 1);
   EXPECT_EQ(r->compression.query_slot, -1);  // w < b: the next window is not due yet
@@ -154,7 +154,7 @@ TEST(SchedCompression, QuerySlotWaitAndHandOver) {
   h.step();  // entry 10: a (earlier) takes the only slot; b waits
   EXPECT_EQ(a->compression.query_slot, 0);
   EXPECT_EQ(b->compression.query_slot, -1);
-  EXPECT_EQ(b->kv.groups[0].num_entries, 10);
+  EXPECT_EQ(b->kv.num_entries(0), 10);
   EXPECT_EQ(h.num_slot_waits, 1);
   h.step();  // a: entry 11 -> pending; b waits again
   EXPECT_TRUE(a->compression.pending);
@@ -163,7 +163,7 @@ TEST(SchedCompression, QuerySlotWaitAndHandOver) {
   EXPECT_EQ(a->compression.num_compressions, 1);
   EXPECT_EQ(a->compression.query_slot, -1);
   EXPECT_EQ(b->compression.query_slot, 0);
-  EXPECT_EQ(b->kv.groups[0].num_entries, 11);
+  EXPECT_EQ(b->kv.num_entries(0), 11);
   h.run_to_completion();
   EXPECT_EQ(a->output_token_ids.size(), 12u);
   EXPECT_EQ(b->output_token_ids.size(), 12u);
@@ -290,7 +290,7 @@ TEST(SchedCompression, SnapKVCompressesOnceAfterThePrompt) {
   EXPECT_EQ(r->compression.num_compressions, 1);
   EXPECT_EQ(r->compression.query_slot, -1);
   EXPECT_EQ(r->kv.groups[0].blocks, (std::vector<BlockId>{1, 2}));
-  EXPECT_EQ(r->kv.groups[0].num_entries, 7);
+  EXPECT_EQ(r->kv.num_entries(0), 7);
   EXPECT_EQ(h.kv.num_free_blocks(), 31 - 2);
   h.run_to_completion();
   EXPECT_EQ(h.num_compressions, 1);  // decoding grows the cache uncompressed

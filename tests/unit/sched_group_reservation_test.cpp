@@ -181,9 +181,9 @@ int runtime_page_aligned_bound(const Request& r, int chunk) {
 // Every group's table of a compressed request holds exactly the pages of its entries (trimmed to
 // the reported count).
 void expect_trimmed(const Request& r, int seed) {
-  for (const BlockTable& t : r.kv.groups)
+  for (size_t g = 0; g < r.kv.groups.size(); ++g)
     if (r.compression.compressed() && !r.compression.in_flight && !r.compression.pending && !r.compression.switched_early)
-      ASSERT_EQ(static_cast<int>(t.blocks.size()), blocks(t.num_entries)) << "seed " << seed;
+      ASSERT_EQ(static_cast<int>(r.kv.groups[g].blocks.size()), blocks(r.kv.num_entries(g))) << "seed " << seed;
 }
 
 // Runtime allocations (the backend chooses each group's count and reports it) on randomized tiny

@@ -75,8 +75,8 @@ struct Harness {
       if (!c.enable_chunked_prefill) {
         ASSERT_EQ(r.num_computed_tokens + s.num_new_tokens, r.num_tokens());
       }
-      ASSERT_EQ(r.kv.groups[0].num_entries, r.num_computed_tokens + s.num_new_tokens);
-      ASSERT_GE(static_cast<int>(r.kv.groups[0].blocks.size()), kv.blocks_needed(r.kv.groups[0].num_entries));
+      ASSERT_EQ(r.kv.num_entries(0), r.num_computed_tokens + s.num_new_tokens);
+      ASSERT_GE(static_cast<int>(r.kv.groups[0].blocks.size()), kv.blocks_needed(r.kv.num_entries(0)));
       sum += s.num_new_tokens;
     }
     ASSERT_EQ(sum, out.num_batched_tokens);

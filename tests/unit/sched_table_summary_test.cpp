@@ -22,14 +22,14 @@ namespace {
 int walked_lead_group(const Request& r) {
   int lead = 0;
   for (size_t g = 1; g < r.kv.groups.size(); ++g)
-    if (r.kv.groups[g].num_entries > r.kv.groups[static_cast<size_t>(lead)].num_entries) lead = static_cast<int>(g);
+    if (r.kv.num_entries(g) > r.kv.num_entries(static_cast<size_t>(lead))) lead = static_cast<int>(g);
   return lead;
 }
 int walked_cache_entries(const Request& r) {
   if (r.kv.groups.empty()) return 0;
-  if (!r.compression.runtime_allocated()) return r.kv.groups[static_cast<size_t>(walked_lead_group(r))].num_entries;
+  if (!r.compression.runtime_allocated()) return r.kv.num_entries(static_cast<size_t>(walked_lead_group(r)));
   int64_t sum = 0;
-  for (const BlockTable& t : r.kv.groups) sum += t.num_entries;
+  for (size_t g = 0; g < r.kv.groups.size(); ++g) sum += r.kv.num_entries(g);
   const int64_t n = static_cast<int64_t>(r.kv.groups.size());
   return static_cast<int>((sum + n - 1) / n);
 }
@@ -53,7 +53,7 @@ TEST(SchedTableSummary, EqualsAWalkThroughPreemptionsCompactionsAndPrefixHits) {
       std::vector<Request*> live = h.sched.running();
       live.insert(live.end(), h.sched.compressing().begin(), h.sched.compressing().end());
       for (Request* r : live) {
-        ASSERT_TRUE(summary_matches(r->kv.summary, r->kv.groups, kB)) << "request " << r->id << " after " << after;
+        ASSERT_TRUE(summary_matches(r->kv.summary, r->kv, kB)) << "request " << r->id << " after " << after;
         ASSERT_EQ(num_cache_entries(*r), walked_cache_entries(*r)) << "request " << r->id << " after " << after;
         ASSERT_EQ(lead_group(*r), walked_lead_group(*r)) << "request " << r->id << " after " << after;
         ++checked;

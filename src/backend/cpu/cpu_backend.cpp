@@ -304,8 +304,8 @@ void CpuBackend::linear(const Linear& layer, int num_rows, const float* in, floa
 
 cpu::HeadTable CpuBackend::group_table(const SequenceInput& seq, int group) {
   if (group == 0 || seq.kv == nullptr) return {seq.block_table->data(), seq.num_cached_entries};
-  const BlockTable& t = seq.kv->groups[static_cast<size_t>(group)];
-  return {t.blocks.data(), t.num_entries - seq.num_query_tokens};
+  const size_t g = static_cast<size_t>(group);
+  return {seq.kv->groups[g].blocks.data(), seq.kv->num_entries(g) - seq.num_query_tokens};
 }
 
 void CpuBackend::run_layer(int layer_idx, const ForwardBatch& batch, int num_tokens) {
