@@ -24,37 +24,6 @@
 
 using namespace origami::cuda;
 
-// Random E4M3 codes without NaN (exponent field <= 13) and one scale per head vector.
-__global__ void fill_codes(uint8_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed * 0x9e3779b9u;
-    h ^= h >> 15;
-    p[i] = static_cast<uint8_t>(h & 0xef);
-  }
-}
-__global__ void fill_value(float* p, size_t n, float v) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
-}
-
-// "64,256" -> {64, 256}; exits on anything but positive integers.
-std::vector<int> parse_list(const char* flag, const std::string& text, int min_value = 1) {
-  std::vector<int> out;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < min_value || v > (1 << 20)) {
-      std::fprintf(stderr, "%s: expected a comma-separated list of positive integers, got '%.100s'\n", flag, text.c_str());
-      std::exit(2);
-    }
-    out.push_back(static_cast<int>(v));
-    at = comma + 1;
-  }
-  return out;
-}
-
 int main(int argc, char** argv) {
   std::vector<bool> caches = {false, true};
   std::vector<int> rows_list = {64, 16}, blocks = {16, 256}, batches = {1, 64, 256}, contexts = {1024, 4096};
@@ -95,12 +64,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int dev = 0, sms = 0;
-  CK(cudaGetDevice(&dev));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
-  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, sms, prop.l2CacheSize >> 20);
+  const int sms = print_device("");
 
   // Copy ceiling: 1 GiB device-to-device, bytes read + written.
   const double copy_gbs = measure_copy_gbs(20);

@@ -1,13 +1,15 @@
 #pragma once
-// Helpers shared by the attention benchmarks (attention_bench.cu, ragged_attention_bench.cu):
-// a CUDA error check that exits, random bf16 fill on the device, the median of timed runs, and
-// the device-to-device copy bandwidth their results are set against.
+// Helpers shared by the attention benchmarks (attention_bench.cu, ragged_attention_bench.cu,
+// overlap_bench.cu): a CUDA error check that exits, random bf16 and E4M3 fills on the device, the
+// median of timed runs, the device-to-device copy bandwidth their results are set against, and
+// the parsing of their comma-separated list options.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #define CK(call)                                                                                                \
@@ -64,4 +66,46 @@ static double measure_copy_gbs(int iters) {
   CK(cudaFree(src));
   CK(cudaFree(dst));
   return gbs;
+}
+
+// Random E4M3 codes without NaN (exponent field <= 13) and one scale per head vector.
+static __global__ void fill_codes(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed * 0x9e3779b9u;
+    h ^= h >> 15;
+    p[i] = static_cast<uint8_t>(h & 0xef);
+  }
+}
+static __global__ void fill_value(float* p, size_t n, float v) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
+}
+
+// "64,256" -> {64, 256}; exits on anything but positive integers.
+static std::vector<int> parse_list(const char* flag, const std::string& text, int min_value = 1) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < min_value || v > (1 << 20)) {
+      std::fprintf(stderr, "%s: expected a comma-separated list of positive integers, got '%.100s'\n", flag, text.c_str());
+      std::exit(2);
+    }
+    out.push_back(static_cast<int>(v));
+    at = comma + 1;
+  }
+  return out;
+}
+
+// Prints the current device's name, SM count and L2 size after `tag`; returns the SM count.
+static int print_device(const char* tag) {
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, dev));
+  std::printf("%sdevice: %s, %d SMs, L2 %d MB\n", tag, prop.name, sms, prop.l2CacheSize >> 20);
+  return sms;
 }

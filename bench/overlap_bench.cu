@@ -33,40 +33,13 @@ constexpr int kLayers = 8;
 constexpr int kNumHeads = 32, kNumKvHeads = 8, kD = 128, kBlock = 256;
 constexpr int kWeightCopies = 4;  // 4 x 218 MB of FP8 weights: past the 50 MB L2
 
-__global__ void fill_codes(uint8_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed * 0x9e3779b9u;
-    h ^= h >> 15;
-    p[i] = static_cast<uint8_t>((h & 0x87) | 0x20);  // exponents 4..7 of 15, either sign: finite, moderate
-  }
-}
-__global__ void fill_value(float* p, size_t n, float v) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
-}
-
-std::vector<int> parse_list(const std::string& text) {
-  std::vector<int> out;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t comma = std::min(text.find(',', at), text.size());
-    const int v = std::atoi(text.substr(at, comma - at).c_str());
-    if (v <= 0 || v > 8192) {
-      std::fprintf(stderr, "expected a comma-separated list of integers 1-8192, got '%.100s'\n", text.c_str());
-      std::exit(2);
-    }
-    out.push_back(v);
-    at = comma + 1;
-  }
-  return out;
-}
-
 struct Projection {
   int n, k;
 };
 constexpr Projection kProjections[] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
 
 // GPU time of `body` captured in a graph on `s0` (which may fork onto other streams), median of 15
-// replays.
+// replays. s0 is a blocking stream, so median_ms's events on the legacy default stream bracket it.
 template <typename F>
 float graph_ms(cudaStream_t s0, F&& body) {
   cudaGraph_t graph;
@@ -77,25 +50,10 @@ float graph_ms(cudaStream_t s0, F&& body) {
   CK(cudaGraphInstantiate(&exec, graph, 0));
   for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, s0));
   CK(cudaStreamSynchronize(s0));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int i = 0; i < 15; ++i) {
-    CK(cudaEventRecord(a, s0));
-    CK(cudaGraphLaunch(exec, s0));
-    CK(cudaEventRecord(b, s0));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
+  const float ms = median_ms([&](int) { CK(cudaGraphLaunch(exec, s0)); }, 15);
   CK(cudaGraphExecDestroy(exec));
   CK(cudaGraphDestroy(graph));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return ms;
 }
 
 }  // namespace
@@ -105,21 +63,16 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--batches" && i + 1 < argc) {
-      batches = parse_list(argv[++i]);
+      batches = parse_list("--batches", argv[++i]);
     } else if (arg == "--contexts" && i + 1 < argc) {
-      contexts = parse_list(argv[++i]);
+      contexts = parse_list("--contexts", argv[++i]);
     } else {
       std::fprintf(stderr, "usage: overlap_bench [--batches 512,1024] [--contexts 640,1024]  (bad argument '%.100s')\n",
                    argv[i]);
       return 2;
     }
   }
-  int dev = 0, sms = 0;
-  CK(cudaGetDevice(&dev));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
-  std::printf("OVERLAP device %s, %d SMs\n", prop.name, sms);
+  const int sms = print_device("OVERLAP ");
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   const int max_ctx = *std::max_element(contexts.begin(), contexts.end());
 
@@ -171,7 +124,7 @@ int main(int argc, char** argv) {
   CK(cudaDeviceSynchronize());
 
   cudaStream_t s0, s1;
-  CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  CK(cudaStreamCreate(&s0));  // blocking: synchronised with the default stream median_ms times on
   CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   std::vector<cudaEvent_t> events(4 * kLayers + 4);
   for (cudaEvent_t& e : events) CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));

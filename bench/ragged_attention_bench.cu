@@ -239,19 +239,6 @@ int grouped_table(int sms, double copy_gbs, bool long_groups) {
 constexpr int kHeadBlock = 256;       // Fast KVzip's page-aligned budgets: block 256
 constexpr int kGraphLen = 40960;      // Qwen3-8B max_position_embeddings: the backend's graph plan length
 
-// E4M3 codes without NaN (exponent field < 15) and scales near amax / 448 of a unit vector.
-__global__ void fill_codes(uint8_t* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    unsigned x = (unsigned)i * 2654435761u ^ seed;
-    x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
-    p[i] = static_cast<uint8_t>(x & 0xF7);
-  }
-}
-__global__ void fill_scales(float* p, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    p[i] = 1.f / 448.f;
-}
-
 // A pool of pages of `page_elems` elements (K and V of one page; bf16, or FP8 codes followed by
 // one fp32 scale per head_dim elements, 256-byte aligned, as cuda_backend.cu lays it out) in a
 // buffer of `bytes`.
@@ -377,7 +364,7 @@ int per_head_table(int sms, double copy_gbs, bool fp8_only) {
             // Both views' scales: the ragged view's start is later (smaller pages per element), so fill from
             // the earlier start to the end.
             const size_t s0 = std::min(ragged_pool.codes_bytes, full_pool.codes_bytes);
-            fill_scales<<<4096, 256>>>(reinterpret_cast<float*>(buf + s0), (buf_bytes - s0) / 4);
+            fill_value<<<4096, 256>>>(reinterpret_cast<float*>(buf + s0), (buf_bytes - s0) / 4, 1.f / 448.f);  // near amax / 448 of a unit vector
           } else {
             fill_random<<<4096, 256>>>(reinterpret_cast<__nv_bfloat16*>(buf), buf_bytes / 2, 1);
           }
@@ -502,12 +489,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int dev = 0, sms = 0;
-  CK(cudaGetDevice(&dev));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
-  std::printf("device: %s, %d SMs\n", prop.name, sms);
+  const int sms = print_device("");
   const double copy_gbs = measure_copy_gbs(10);
   return per_head ? per_head_table(sms, copy_gbs, fp8_only) : grouped_table(sms, copy_gbs, long_groups);
 }

@@ -35,6 +35,17 @@ struct Shape {
 };
 constexpr Shape kShapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
 
+// A layer's four projections of a model at a tensor-parallel size (each rank's shard at TP = 2:
+// q|k|v and gate|up split by output channels, o and down by input channels).
+struct Model {
+  const char* name;
+  Shape shapes[4];
+};
+constexpr Model kLlama8bTp1 = {"llama8b_tp1", {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}}};
+constexpr Model kLlama8bTp2 = {"llama8b_tp2", {{"qkv", 3072, 4096}, {"o", 4096, 2048}, {"gate_up", 14336, 4096}, {"down", 4096, 7168}}};
+constexpr Model kQwen3_8bTp1 = {"qwen3_8b_tp1", {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}}};
+constexpr Model kQwen3_8bTp2 = {"qwen3_8b_tp2", {{"qkv", 3072, 4096}, {"o", 4096, 2048}, {"gate_up", 12288, 4096}, {"down", 4096, 6144}}};
+
 TEST(Fp8GemmBench, Llama31_8BProjections) {
   if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
   cudaStream_t stream;
@@ -450,16 +461,7 @@ TEST(Fp8GemmBench, SplitKAtDecodeRows) {
   int device = 0, num_sms = 0;
   ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
   ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
-  struct Model {
-    const char* name;
-    Shape shapes[4];
-  };
-  const Model models[] = {
-      {"llama8b_tp1", {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}}},
-      {"llama8b_tp2", {{"qkv", 3072, 4096}, {"o", 4096, 2048}, {"gate_up", 14336, 4096}, {"down", 4096, 7168}}},
-      {"qwen3_8b_tp1", {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}}},
-      {"qwen3_8b_tp2", {{"qkv", 3072, 4096}, {"o", 4096, 2048}, {"gate_up", 12288, 4096}, {"down", 4096, 6144}}},
-  };
+  const Model models[] = {kLlama8bTp1, kLlama8bTp2, kQwen3_8bTp1, kQwen3_8bTp2};
   constexpr int kRows[] = {8, 16, 32, 64, 80, 96, 128, 160, 192, 224, 256, 288, 320, 384, 448, 512};
   constexpr int kNumRows = sizeof kRows / sizeof kRows[0];
   constexpr int kMaxM = 512;
@@ -559,14 +561,7 @@ TEST(Fp8GemmBench, Bf16SplitKAtDecodeRows) {
   cudaStream_t stream;
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const double copy_gbps = measure_copy_gbps(stream);
-  struct Model {
-    const char* name;
-    Shape shapes[4];
-  };
-  const Model models[] = {
-      {"qwen3_8b_tp1", {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}}},
-      {"qwen3_8b_tp2", {{"qkv", 3072, 4096}, {"o", 4096, 2048}, {"gate_up", 12288, 4096}, {"down", 4096, 6144}}},
-  };
+  const Model models[] = {kQwen3_8bTp1, kQwen3_8bTp2};
   constexpr int kRows[] = {64, 128, 192, 256, 320, 384, 512};
   constexpr int kMaxM = 512;
   Gemm gemm;
@@ -638,15 +633,7 @@ TEST(Fp8GemmBench, LayerAtGraphBuckets) {
   if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
   cudaStream_t stream;
   ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  struct Model {
-    const char* name;
-    Shape shapes[4];
-  };
-  const Model models[] = {
-      {"llama8b_tp1", {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}}},
-      {"qwen3_8b_tp1", {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}}},
-      {"qwen3_8b_tp2", {{"qkv", 3072, 4096}, {"o", 4096, 2048}, {"gate_up", 12288, 4096}, {"down", 4096, 6144}}},
-  };
+  const Model models[] = {kLlama8bTp1, kQwen3_8bTp1, kQwen3_8bTp2};
   constexpr int kBuckets[] = {192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048};
   constexpr int kMaxM = 2048;
   DeviceBuffer<uint8_t> xq(static_cast<size_t>(kMaxM) * 14336);
