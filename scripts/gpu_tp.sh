@@ -9,7 +9,9 @@
 # bench` runs. TP_BREAKDOWN=1 also times the step's parts (GEMMs, attention, rest:
 # RooflineAndBreakdown) of the whole model and of one rank's share of it run alone on one GPU
 # (heads, KV heads, MLP width and vocabulary / 2), so that TP = 2's step minus the rank's is what
-# the splitting costs (reductions, logits, host). Logs under $OUT (or /tmp/origami-gpu-tp); the
+# the splitting costs (reductions, logits, host). ORIGAMI_BENCH_QUANTIZATION=fp8 and
+# ORIGAMI_BENCH_KV_DTYPE=fp8 in the environment time the TPSTEP lines with FP8 weights / KV.
+# Logs under $OUT (or /tmp/origami-gpu-tp); the
 # summary table
 # comes last (summary.txt).
 #   OUT=... BUILD=/tmp/build-gpu scripts/gpu_tp.sh

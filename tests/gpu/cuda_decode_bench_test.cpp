@@ -303,6 +303,8 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
 // NCCL's all-reduce, with the fused peer all-reduce (peer_all_reduce.h), and with no reduction at
 // all (the rest of the step: its outputs are wrong, only its time counts), CUDA graphs on. The
 // reductions' share of a step is (step - step without them) / step. Lines start with TPSTEP.
+// ORIGAMI_BENCH_QUANTIZATION=fp8 / ORIGAMI_BENCH_KV_DTYPE=fp8: FP8 weights / KV cache (the
+// backend's other FP8 defaults).
 TEST(CudaDecodeBench, TensorParallelStep) {
   if (!testing::bench_enabled()) GTEST_SKIP() << "set ORIGAMI_CUDA_BENCH=1";
   int gpus = 0;
@@ -327,6 +329,7 @@ TEST(CudaDecodeBench, TensorParallelStep) {
     opt.device = "cuda";
     opt.tensor_parallel_size = variants[v].tp;
     opt.tensor_parallel_reduce = variants[v].reduce;
+    if (env_is("ORIGAMI_BENCH_QUANTIZATION", "fp8")) opt.quantization = WeightQuantization::kFp8;
     auto backend = std::move(create_cuda_backend(opt)).value();
     ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
     for (size_t b = 0; b < batches.size(); ++b) {
@@ -337,9 +340,10 @@ TEST(CudaDecodeBench, TensorParallelStep) {
   }
   for (size_t b = 0; b < batches.size(); ++b) {
     const double one = ms[0][b], nccl = ms[1][b], peer = ms[2][b], none = ms[3][b];
-    std::printf("TPSTEP %s batch=%d context=%d: TP=1 %.3f ms; TP=2 NCCL %.3f ms (%.2fx, reductions %.0f%% of the step); "
-                "TP=2 peer %.3f ms (%.2fx, reductions %.0f%%); TP=2 without reductions %.3f ms (%.2fx)\n",
-                cfg_name.c_str(), batches[b], context, one, nccl, one / nccl, 100 * (nccl - none) / nccl, peer,
+    std::printf("TPSTEP %s%s%s batch=%d context=%d: TP=1 %.3f ms; TP=2 NCCL %.3f ms (%.2fx, reductions %.0f%% of the "
+                "step); TP=2 peer %.3f ms (%.2fx, reductions %.0f%%); TP=2 without reductions %.3f ms (%.2fx)\n",
+                cfg_name.c_str(), env_is("ORIGAMI_BENCH_QUANTIZATION", "fp8") ? " fp8" : "",
+                bench_kv_fp8() ? " kv-fp8" : "", batches[b], context, one, nccl, one / nccl, 100 * (nccl - none) / nccl, peer,
                 one / peer, 100 * (peer - none) / peer, none, one / none);
   }
 }
