@@ -95,7 +95,8 @@ int Fp8Gemm::split_k_rule(int m, int n, int k, int num_sms, bool fast_accumulati
   // Qwen3-8B at TP = 1 and 2, docs/kernels.md): two splits win where the unsplit GEMM has few
   // output tiles (n <= 4096) at the row counts where the heuristic's tiles leave SMs idle, by
   // 1.02-1.16x a layer; the faster fast-accumulation GEMMs gain nothing past 256 rows. Elsewhere,
-  // and on parts not measured, no split.
+  // and on parts with another SM count, no split (the H200's 132 SMs run the same kernels, not
+  // measured).
   if (num_sms != 132 || !split_divides(k, 2) || m > (fast_accumulation ? 256 : 320)) return 1;
   if (n <= 3072 && k >= 4096) return m > 64 && m <= 288 ? 2 : 1;                 // q|k|v at TP = 2
   if (n <= 4096 && k >= 8192) return 2;                                          // down at TP = 1
@@ -108,13 +109,6 @@ int Fp8Gemm::splits_for(int m, int n, int k) {
   const int want = forced_splits_ > 0 ? forced_splits_ : split_k_ ? split_k_rule(m, n, k, num_sms_, fast_accumulation_) : 1;
   if (want <= 1 || want > kMaxSplits || !split_divides(k, want)) return 1;
   return plan(m, n, k, Scaling::kEpilogue, want).ok ? want : 1;
-}
-
-size_t Fp8Gemm::scratch_floats(int m, int n, int k) {
-  const size_t plane = static_cast<size_t>(m) * n;
-  const int splits = splits_for(m, n, k);
-  if (splits > 1) return splits * plane;
-  return scaling_for(m, n, k) == Scaling::kEpilogue ? plane : 0;
 }
 
 size_t Fp8Gemm::max_scratch_floats(int max_m, int n, int k, int num_sms, bool epilogue_everywhere) {

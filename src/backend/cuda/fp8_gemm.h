@@ -15,7 +15,7 @@
 // cuBLASLt call computes `splits` fp32 partial products over consecutive K ranges (every split
 // reads its own columns of w and x: the weights are still read once), and one kernel adds them in
 // split order and applies the scales (launch_sum_scale_fp8_partials). split_k_rule() says where
-// it measured faster; the partials need splits x m x n floats of scratch (scratch_floats()).
+// it measured faster; the partials need splits x m x n floats of scratch (max_scratch_floats()).
 //
 // Accumulation: Hopper's FP8 tensor-core instructions accumulate in fewer bits than fp32 (about
 // 14 of mantissa). By default cuBLASLt promotes each short run of them into fp32 registers
@@ -71,9 +71,6 @@ class Fp8Gemm {
   // Benchmarks and tests: split every product of more rows than the GEMV and small GEMM take into
   // `splits` (where it divides k); 0 returns to the rule.
   void force_splits(int splits) { forced_splits_ = splits; }
-  // Floats of fp32 scratch (`acc`) linear() needs for this shape on the path it takes: splits x m x n
-  // when split, m x n on the epilogue path, 0 otherwise.
-  size_t scratch_floats(int m, int n, int k);
   // The most scratch any product of 1 to max_m rows of an n x k projection can need, from the rule
   // alone (no plans): what a caller allocates once, before graph capture.
   static size_t max_scratch_floats(int max_m, int n, int k, int num_sms, bool epilogue_everywhere);
@@ -93,8 +90,9 @@ class Fp8Gemm {
   int num_candidates(int m, int n, int k);
   void use_candidate(int m, int n, int k, int index);
 
-  // k and n multiples of 16. acc: fp32 [m, n] scratch, used only on the epilogue path (may be
-  // null when scaling_for() is kOuterVector: m > kEpilogueMaxRows with outer-vector support).
+  // k and n multiples of 16. acc: fp32 scratch, [m, n] on the epilogue path and [splits, m, n]
+  // when the product splits K (may be null when neither: m > kEpilogueMaxRows with outer-vector
+  // support and no split; max_scratch_floats() sizes it).
   void linear(const uint8_t* x, const float* x_scales, int m, int k, const uint8_t* w, const float* w_scales, int n,
               __nv_bfloat16* y, float* acc, cudaStream_t stream);
 
