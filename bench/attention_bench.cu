@@ -121,15 +121,7 @@ int main(int argc, char** argv) {
           CK(cudaMemcpy(d_indices[r], ids.data() + size_t(r) * batch * pages_per_seq,
                         sizeof(int32_t) * batch * pages_per_seq, cudaMemcpyHostToDevice));
         }
-        std::vector<int32_t> q_indptr(batch + 1), page_indptr(batch + 1), kv_len(batch, ctx);
-        for (int i = 0; i <= batch; ++i) q_indptr[i] = i, page_indptr[i] = i * pages_per_seq;
-        int32_t *d_q_indptr, *d_page_indptr, *d_kv_len;
-        CK(cudaMalloc(&d_q_indptr, sizeof(int32_t) * (batch + 1)));
-        CK(cudaMalloc(&d_page_indptr, sizeof(int32_t) * (batch + 1)));
-        CK(cudaMalloc(&d_kv_len, sizeof(int32_t) * batch));
-        CK(cudaMemcpy(d_q_indptr, q_indptr.data(), sizeof(int32_t) * (batch + 1), cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(d_page_indptr, page_indptr.data(), sizeof(int32_t) * (batch + 1), cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(d_kv_len, kv_len.data(), sizeof(int32_t) * batch, cudaMemcpyHostToDevice));
+        const DecodeRows decode_rows = upload_decode_rows(batch, ctx, pages_per_seq);
         __nv_bfloat16 *q, *out;
         CK(cudaMalloc(&q, size_t(batch) * num_heads * D * 2));
         CK(cudaMalloc(&out, size_t(batch) * num_heads * D * 2));
@@ -142,9 +134,9 @@ int main(int argc, char** argv) {
         args.out = out;
         args.k_cache = k_cache;
         args.v_cache = v_cache;
-        args.q_indptr = d_q_indptr;
-        args.page_indptr = d_page_indptr;
-        args.kv_len = d_kv_len;
+        args.q_indptr = decode_rows.q_indptr;
+        args.page_indptr = decode_rows.page_indptr;
+        args.kv_len = decode_rows.kv_len;
         if (fp8) {
           args.k_cache = args.v_cache = nullptr;
           args.k_codes = k_codes;
@@ -174,9 +166,7 @@ int main(int argc, char** argv) {
         std::printf("%5s %4d %6d %6d %6d %7d %5d %10.1f %10.0f %7.0f%% %10.1f\n", fp8 ? "fp8" : "bf16", rows, block_size,
                     batch, ctx, plan.num_splits, plan.items_per_cta, ms * 1e3, gbs, 100.0 * gbs / copy_gbs, single_ms * 1e3);
         for (auto p : d_indices) CK(cudaFree(p));
-        CK(cudaFree(d_q_indptr));
-        CK(cudaFree(d_page_indptr));
-        CK(cudaFree(d_kv_len));
+        free_decode_rows(decode_rows);
         CK(cudaFree(q));
         CK(cudaFree(out));
         if (ws) CK(cudaFree(ws));

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -108,4 +109,29 @@ static int print_device(const char* tag) {
   CK(cudaGetDeviceProperties(&prop, dev));
   std::printf("%sdevice: %s, %d SMs, L2 %d MB\n", tag, prop.name, sms, prop.l2CacheSize >> 20);
   return sms;
+}
+
+// A decode batch's per-sequence arrays on the device: one query token a sequence (q_indptr 0, 1,
+// ...), `ctx` entries each, sequence i's pages at page_indices[i * pages_per_seq ..].
+struct DecodeRows {
+  int32_t* q_indptr = nullptr;     // [batch + 1]
+  int32_t* page_indptr = nullptr;  // [batch + 1]
+  int32_t* kv_len = nullptr;       // [batch]
+};
+static DecodeRows upload_decode_rows(int batch, int ctx, int pages_per_seq) {
+  std::vector<int32_t> q_indptr(batch + 1), page_indptr(batch + 1), kv_len(batch, ctx);
+  for (int i = 0; i <= batch; ++i) q_indptr[i] = i, page_indptr[i] = i * pages_per_seq;
+  DecodeRows r;
+  CK(cudaMalloc(&r.q_indptr, sizeof(int32_t) * (batch + 1)));
+  CK(cudaMalloc(&r.page_indptr, sizeof(int32_t) * (batch + 1)));
+  CK(cudaMalloc(&r.kv_len, sizeof(int32_t) * batch));
+  CK(cudaMemcpy(r.q_indptr, q_indptr.data(), sizeof(int32_t) * (batch + 1), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(r.page_indptr, page_indptr.data(), sizeof(int32_t) * (batch + 1), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(r.kv_len, kv_len.data(), sizeof(int32_t) * batch, cudaMemcpyHostToDevice));
+  return r;
+}
+static void free_decode_rows(const DecodeRows& r) {
+  CK(cudaFree(r.q_indptr));
+  CK(cudaFree(r.page_indptr));
+  CK(cudaFree(r.kv_len));
 }

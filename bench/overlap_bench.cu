@@ -148,15 +148,7 @@ int main(int argc, char** argv) {
         CK(cudaMemcpy(d_indices[r], ids.data() + size_t(r) * batch * pages_per_seq, sizeof(int32_t) * batch * pages_per_seq,
                       cudaMemcpyHostToDevice));
       }
-      std::vector<int32_t> q_indptr(batch + 1), page_indptr(batch + 1), kv_len(batch, ctx);
-      for (int i = 0; i <= batch; ++i) q_indptr[i] = i, page_indptr[i] = i * pages_per_seq;
-      int32_t *d_q_indptr, *d_page_indptr, *d_kv_len;
-      CK(cudaMalloc(&d_q_indptr, sizeof(int32_t) * (batch + 1)));
-      CK(cudaMalloc(&d_page_indptr, sizeof(int32_t) * (batch + 1)));
-      CK(cudaMalloc(&d_kv_len, sizeof(int32_t) * batch));
-      CK(cudaMemcpy(d_q_indptr, q_indptr.data(), sizeof(int32_t) * (batch + 1), cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(d_page_indptr, page_indptr.data(), sizeof(int32_t) * (batch + 1), cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(d_kv_len, kv_len.data(), sizeof(int32_t) * batch, cudaMemcpyHostToDevice));
+      const DecodeRows decode_rows = upload_decode_rows(batch, ctx, pages_per_seq);
       // The attention of `n` sequences starting at sequence `first`: a view, with q and out
       // offset by its first row and its per-sequence arrays by its first sequence (q_indptr is
       // 0, 1, 2, ... for any decode batch, so the whole batch's array serves; page_indptr values
@@ -171,9 +163,9 @@ int main(int argc, char** argv) {
         a.v_codes = v_codes;
         a.k_scales = k_scales;
         a.v_scales = v_scales;
-        a.q_indptr = d_q_indptr;
-        a.page_indptr = d_page_indptr + first;
-        a.kv_len = d_kv_len + first;
+        a.q_indptr = decode_rows.q_indptr;
+        a.page_indptr = decode_rows.page_indptr + first;
+        a.kv_len = decode_rows.kv_len + first;
         return a;
       };
       const AttentionArgs full_args = make_args(0, batch);
@@ -253,9 +245,7 @@ int main(int argc, char** argv) {
       std::printf("OVERLAP %6d %5d | %9.4f %9.4f %9.4f | %9.4f %9.4f | %9.4f %9.4f %6.3fx\n", batch, ctx, t_attn, t_gemm,
                   t_serial, t_attn_half, t_gemm_half, t_nano, t_nano_one, t_serial / t_nano);
       for (int r = 0; r < 2; ++r) CK(cudaFree(d_indices[r]));
-      CK(cudaFree(d_q_indptr));
-      CK(cudaFree(d_page_indptr));
-      CK(cudaFree(d_kv_len));
+      free_decode_rows(decode_rows);
       if (ws0) CK(cudaFree(ws0));
       if (ws1) CK(cudaFree(ws1));
     }

@@ -140,6 +140,33 @@ struct Fp8Operands {
   DeviceBuffer<__nv_bfloat16> y;
 };
 
+// A projection's FP8 weights, copied over >= 160 MB so that a replay reads them from DRAM, as a
+// decode step does, and not from the 50 MB L2 (random codes, scales 0.01).
+struct RotatedFp8Weights {
+  explicit RotatedFp8Weights(const Shape& s)
+      : shape(s), bytes(static_cast<size_t>(s.n) * s.k),
+        copies(static_cast<int>(std::min<size_t>(8, (160u << 20) / bytes + 1))), wq(bytes * copies), ws(s.n) {
+    wq.upload(random_codes(bytes * copies));
+    ws.upload(std::vector<float>(static_cast<size_t>(s.n), 0.01f));
+  }
+  // ms of one product of m rows through `gemm` (planned by a first run): the median of `iters`
+  // graph replays of the product over every copy, divided by the copies.
+  float time(Fp8Gemm& gemm, const uint8_t* xq, const float* xs, int m, __nv_bfloat16* y, float* acc, int iters,
+             cudaStream_t stream) const {
+    auto run = [&] {
+      for (int c = 0; c < copies; ++c)
+        gemm.linear(xq, xs, m, shape.k, wq.get() + bytes * c, ws.get(), shape.n, y, acc, stream);
+    };
+    run();
+    return graph_ms(stream, iters, run) / copies;
+  }
+  Shape shape;
+  size_t bytes;
+  int copies;
+  DeviceBuffer<uint8_t> wq;
+  DeviceBuffer<float> ws;
+};
+
 // `gemm`'s product of `o` (planned by a first call), timed in a CUDA graph: ms, median of `iters`.
 float time_fp8_linear(Fp8Gemm& gemm, const Fp8Operands& o, int m, const Shape& s, int iters, cudaStream_t stream) {
   auto run = [&] { gemm.linear(o.xq.get(), o.xs.get(), m, s.k, o.wq.get(), o.ws.get(), s.n, o.y.get(), o.acc.get(), stream); };
@@ -490,12 +517,7 @@ TEST(Fp8GemmBench, SplitKAtDecodeRows) {
     };
     for (int si = 0; si < 4; ++si) {
       const Shape& s = model.shapes[si];
-      const size_t wbytes = static_cast<size_t>(s.n) * s.k;
-      const int copies = static_cast<int>(std::min<size_t>(8, (160u << 20) / wbytes + 1));
-      DeviceBuffer<uint8_t> wq(wbytes * copies);
-      wq.upload(random_codes(wbytes * copies));
-      DeviceBuffer<float> ws(s.n);
-      ws.upload(std::vector<float>(static_cast<size_t>(s.n), 0.01f));
+      const RotatedFp8Weights w(s);
       for (int fast = 0; fast < 2; ++fast)
         for (int ri = 0; ri < kNumRows; ++ri) {
           const int m = kRows[ri];
@@ -506,12 +528,7 @@ TEST(Fp8GemmBench, SplitKAtDecodeRows) {
             gemm.set_fast_accumulation(fast != 0);
             gemm.force_splits(v.splits);
             if (gemm.splits_for(m, s.n, s.k) != v.splits) continue;  // no batched plan for it
-            auto run = [&] {
-              for (int c = 0; c < copies; ++c)
-                gemm.linear(xq.get(), xs.get(), m, s.k, wq.get() + wbytes * c, ws.get(), s.n, y.get(), acc.get(), stream);
-            };
-            run();
-            at(fast, si, ri, vi) = graph_ms(stream, 30, run) / copies;
+            at(fast, si, ri, vi) = w.time(gemm, xq.get(), xs.get(), m, y.get(), acc.get(), 30, stream);
           }
         }
     }
@@ -638,30 +655,26 @@ TEST(Fp8GemmBench, LayerAtGraphBuckets) {
   constexpr int kMaxM = 2048;
   DeviceBuffer<uint8_t> xq(static_cast<size_t>(kMaxM) * 14336);
   xq.upload(random_codes(static_cast<size_t>(kMaxM) * 14336));
-  DeviceBuffer<float> xs(kMaxM), acc(static_cast<size_t>(Fp8Gemm::kMaxSplits) * 320 * 4096);
+  // The split-K partials' scratch as the backend sizes it (the outer-vector path above 64 rows).
+  int device = 0, num_sms = 0;
+  ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
+  ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  size_t acc_floats = 0;
+  for (const Model& model : models)
+    for (const Shape& s : model.shapes)
+      acc_floats = std::max(acc_floats, Fp8Gemm::max_scratch_floats(kMaxM, s.n, s.k, num_sms, false));
+  DeviceBuffer<float> xs(kMaxM), acc(acc_floats);
   xs.upload(std::vector<float>(kMaxM, 0.01f));
   DeviceBuffer<__nv_bfloat16> y(static_cast<size_t>(kMaxM) * 28672);
   for (const Model& model : models)
     for (int fast = 0; fast < 2; ++fast) {
       std::vector<double> layer(std::size(kBuckets), 0.0);
       for (const Shape& s : model.shapes) {
-        const size_t wbytes = static_cast<size_t>(s.n) * s.k;
-        const int copies = static_cast<int>(std::min<size_t>(8, (160u << 20) / wbytes + 1));
-        DeviceBuffer<uint8_t> wq(wbytes * copies);
-        wq.upload(random_codes(wbytes * copies));
-        DeviceBuffer<float> ws(s.n);
-        ws.upload(std::vector<float>(static_cast<size_t>(s.n), 0.01f));
+        const RotatedFp8Weights w(s);
         Fp8Gemm gemm;
         gemm.set_fast_accumulation(fast != 0);
-        for (size_t bi = 0; bi < std::size(kBuckets); ++bi) {
-          const int m = kBuckets[bi];
-          auto run = [&] {
-            for (int c = 0; c < copies; ++c)
-              gemm.linear(xq.get(), xs.get(), m, s.k, wq.get() + wbytes * c, ws.get(), s.n, y.get(), acc.get(), stream);
-          };
-          run();
-          layer[bi] += graph_ms(stream, 20, run) / copies;
-        }
+        for (size_t bi = 0; bi < std::size(kBuckets); ++bi)
+          layer[bi] += w.time(gemm, xq.get(), xs.get(), kBuckets[bi], y.get(), acc.get(), 20, stream);
       }
       for (size_t bi = 0; bi < std::size(kBuckets); ++bi) {
         double best_above = 1e30;
