@@ -143,46 +143,33 @@ if [ "${FP8_DECODE:-1}" = 1 ]; then
   n=0
   while read -r line; do n=$((n+1)); RESULT[5_decode_gemv_$n]="$line"; done < <(grep ROOFLINE "$OUT/decode_gemv.log" \
     | sed -E 's/ \(weights.*\)//')
-  # Split-K (on by default, Fp8Gemm::split_k_rule) against none: FP8 weights + FP8 KV, fused
-  # quantization, the batches where the rule splits (FP8_SPLITK_BATCHES).
-  for split in 0 1; do
-    t0=$(date +%s)
-    ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=fp8 ORIGAMI_BENCH_KV_DTYPE=fp8 \
-      ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FP8_SPLIT_K=$split ORIGAMI_BENCH_CONTEXTS=${FP8_CONTEXTS:-1024} \
-      ORIGAMI_BENCH_BATCHES=${FP8_SPLITK_BATCHES:-16,64,128,192,256} timeout 200 "$BUILD/tests/cuda_decode_bench_test" \
-      --gtest_filter='*Roofline*' > "$OUT/decode_splitk$split.log" 2>&1
-    RESULT[5_decode_splitk$split]="rc=$? ($(( $(date +%s) - t0 ))s)"
-    n=0
-    while read -r line; do n=$((n+1)); RESULT[5_decode_splitk${split}_$n]="$line"; done < <(grep ROOFLINE \
-      "$OUT/decode_splitk$split.log" | sed -E 's/ \(weights.*\)//; s/^ROOFLINE llama-3.1-8b //')
-  done
-  # Graph buckets the FP8 GEMMs are slower at (448; 320 without fast accumulation) served by the
-  # next larger one (the default) against all buckets, at batches that fall in them.
-  if [ "${FP8_BUCKET_DECODE:-1}" = 1 ]; then
-    for buckets in 0 1; do
+  # One FP8 weights + FP8 KV decode run (Llama-3.1-8B, fused quantization, context FP8_CONTEXTS)
+  # per value of the bench variable $2 at batches $3: logs decode_$1<value>.log, summary rows
+  # 5_decode_$1<value>_<n>.
+  fp8_decode_variants() {
+    local name=$1 var=$2 batches=$3 value n t0
+    shift 3
+    for value in "$@"; do
       t0=$(date +%s)
-      ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=fp8 ORIGAMI_BENCH_KV_DTYPE=fp8 \
-        ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FP8_BUCKETS=$buckets ORIGAMI_BENCH_CONTEXTS=${FP8_CONTEXTS:-1024} \
-        ORIGAMI_BENCH_BATCHES=${FP8_BUCKET_BATCHES:-300,320,420,448} timeout 200 "$BUILD/tests/cuda_decode_bench_test" \
-        --gtest_filter='*Roofline*' > "$OUT/decode_buckets$buckets.log" 2>&1
-      RESULT[5_decode_buckets$buckets]="rc=$? ($(( $(date +%s) - t0 ))s)"
+      env ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=fp8 ORIGAMI_BENCH_KV_DTYPE=fp8 \
+        ORIGAMI_BENCH_FUSED_QUANTIZE=1 "$var=$value" ORIGAMI_BENCH_CONTEXTS="${FP8_CONTEXTS:-1024}" \
+        ORIGAMI_BENCH_BATCHES="$batches" timeout 200 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*' \
+        > "$OUT/decode_$name$value.log" 2>&1
+      RESULT[5_decode_$name$value]="rc=$? ($(( $(date +%s) - t0 ))s)"
       n=0
-      while read -r line; do n=$((n+1)); RESULT[5_decode_buckets${buckets}_$n]="$line"; done < <(grep ROOFLINE \
-        "$OUT/decode_buckets$buckets.log" | sed -E 's/ \(weights.*\)//; s/^ROOFLINE llama-3.1-8b //')
+      while read -r line; do n=$((n+1)); RESULT[5_decode_$name${value}_$n]="$line"; done < <(grep ROOFLINE \
+        "$OUT/decode_$name$value.log" | sed -E 's/ \(weights.*\)//; s/^ROOFLINE llama-3.1-8b //')
     done
-  fi
-  # The few-row tensor-core GEMM (off by default until measured): batches 4, 8 and 16 without it
-  # (cuBLASLt) and with it, FP8 weights + FP8 KV, fused quantization.
-  [ "${FP8_SMALL_DECODE:-1}" = 1 ] && for small in 0 16; do
-    t0=$(date +%s)
-    ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=fp8 ORIGAMI_BENCH_KV_DTYPE=fp8 \
-      ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FP8_SMALL_GEMM=$small ORIGAMI_BENCH_CONTEXTS=${FP8_CONTEXTS:-1024} \
-      ORIGAMI_BENCH_BATCHES=4,8,16 timeout 200 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*' \
-      > "$OUT/decode_small$small.log" 2>&1
-    RESULT[5_decode_small$small]="rc=$? ($(( $(date +%s) - t0 ))s)"
-    n=0
-    while read -r line; do n=$((n+1)); RESULT[5_decode_small${small}_$n]="$line"; done < <(grep ROOFLINE \
-      "$OUT/decode_small$small.log" | sed -E 's/ \(weights.*\)//; s/^ROOFLINE llama-3.1-8b //')
-  done
+  }
+  # Split-K (on by default, Fp8Gemm::split_k_rule) against none, at the batches where the rule
+  # splits (FP8_SPLITK_BATCHES).
+  fp8_decode_variants splitk ORIGAMI_BENCH_FP8_SPLIT_K "${FP8_SPLITK_BATCHES:-16,64,128,192,256}" 0 1
+  # Graph buckets the FP8 GEMMs are slower at (448; 160-224 and 320 without fast accumulation)
+  # served by the next larger one (the default) against all buckets, at batches that fall in them.
+  [ "${FP8_BUCKET_DECODE:-1}" = 1 ] &&
+    fp8_decode_variants buckets ORIGAMI_BENCH_FP8_BUCKETS "${FP8_BUCKET_BATCHES:-300,320,420,448}" 0 1
+  # The few-row tensor-core GEMM (off by default: slower on the H100): batches 4, 8 and 16 without
+  # it (cuBLASLt) and with it.
+  [ "${FP8_SMALL_DECODE:-1}" = 1 ] && fp8_decode_variants small ORIGAMI_BENCH_FP8_SMALL_GEMM 4,8,16 0 16
 fi
 gpu_print_summary "FP8 summary" "$OUT/summary.txt"
