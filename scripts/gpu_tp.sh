@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tensor parallelism on a multi-GPU machine: builds the CUDA backend, runs the NCCL and
 # tensor-parallel GPU tests (the layer-by-layer trace against the CPU's fp32 forward included),
-# times the decode step at TP = 1 / TP = 2 with NCCL / with the peer all-reduce / without
-# reductions (TPSTEP lines), then `origami bench` at TP = 1 and TP = 2 (peer and NCCL all-reduce)
+# times one peer all-reduce pushed and pulled (PEERREDUCE lines) and the decode step at TP = 1 /
+# TP = 2 with NCCL / with the peer all-reduce / without reductions (TPSTEP lines), then `origami bench` at TP = 1 and TP = 2 (peer and NCCL all-reduce)
 # on the Qwen3-8B shape (dummy weights, 256 x (128 -> 1024)) in the same run. TP_32B=1: the tests,
 # then the Qwen3-32B shape at TP = 2, 256 x (128 -> 4096): full KV, zipage 1024 and Fast KVzip
 # 1024 (TP_32B_RUNS picks some; TP_8B_RUNS the 8B runs). TP_SKIP_TESTS=1 skips the tests; TP_SKIP_BENCH=1 the `origami
@@ -28,13 +28,14 @@ t0=$(date +%s)
 cmake -S . -B "$BUILD" "${GPU_CMAKE_GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DORIGAMI_CUDA=ON -DORIGAMI_CUDA_ARCH=90 \
   -DORIGAMI_SHARED_DIR="$SH" "${GPU_CMAKE_EXTRA[@]}" >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 cmake --build "$BUILD" -j16 --target origami_cli engine_tensor_parallel_test tensor_parallel_trace_test cuda_nccl_test \
-  engine_cuda_kv_memory_test cuda_decode_bench_test ${TP_EXTRA_TARGETS:-} \
+  cuda_peer_all_reduce_test engine_cuda_kv_memory_test cuda_decode_bench_test ${TP_EXTRA_TARGETS:-} \
   >> "$OUT/build.log" 2>&1
 RESULT[1_build]="rc=$? ($(( $(date +%s) - t0 ))s)"
 grep -E "error" "$OUT/build.log" | head -20
 
 if [ "${TP_SKIP_TESTS:-0}" != 1 ]; then
-  for t in cuda_nccl_test tensor_parallel_trace_test engine_tensor_parallel_test engine_cuda_kv_memory_test; do
+  for t in cuda_nccl_test cuda_peer_all_reduce_test tensor_parallel_trace_test engine_tensor_parallel_test \
+           engine_cuda_kv_memory_test; do
     t0=$(date +%s)
     timeout 300 "$BUILD/tests/$t" > "$OUT/$t.log" 2>&1
     RESULT["2_$t"]="rc=$? ($(( $(date +%s) - t0 ))s) $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/$t.log" | tr '\n' ' ')"
@@ -42,6 +43,13 @@ if [ "${TP_SKIP_TESTS:-0}" != 1 ]; then
   done
 fi
 if [ "${TP_32B:-0}" != 1 ]; then
+  # One reduction's time pushed and pulled at decode's row counts (PEERREDUCE lines).
+  ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=qwen3-8b timeout 120 "$BUILD/tests/cuda_peer_all_reduce_test" \
+    --gtest_filter='*Bench*' > "$OUT/peer_reduce_bench.log" 2>&1
+  grep PEERREDUCE "$OUT/peer_reduce_bench.log"
+  i=0
+  while read -r line; do RESULT["2_peer_reduce_$i"]="$line"; i=$((i + 1)); done \
+    < <(grep PEERREDUCE "$OUT/peer_reduce_bench.log" | cut -c1-260)
   ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=qwen3-8b ORIGAMI_BENCH_BATCHES=${TP_STEP_BATCHES:-1,64,256} \
     ORIGAMI_BENCH_CONTEXTS=1024 timeout 300 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*TensorParallelStep*' \
     > "$OUT/tp_step.log" 2>&1

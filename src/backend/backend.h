@@ -25,10 +25,12 @@ struct BackendOptions {
   int tensor_parallel_size = 1;
   // How the ranks sum each layer's partial outputs: kPeer, a one-shot all-reduce over peer memory
   // fused with the residual add and norm (peer_all_reduce.h), where the GPUs reach each other's
-  // memory and the step has at most PeerAllReduce::kMaxTokens rows, else NCCL; kNccl always NCCL
+  // memory and the step has at most PeerAllReduce::kMaxTokens rows, else NCCL: each rank pushes its
+  // partials into the others' memory at decode's row counts and pulls them above; kPeerPull the
+  // same, always pulling (the benchmarks' comparison); kNccl always NCCL
   // (--disable-custom-all-reduce); kSkipForTiming none at all, for benchmarks that time the rest of
   // the step (its outputs are wrong).
-  enum class TensorParallelReduce { kPeer, kNccl, kSkipForTiming };
+  enum class TensorParallelReduce { kPeer, kPeerPull, kNccl, kSkipForTiming };
   TensorParallelReduce tensor_parallel_reduce = TensorParallelReduce::kPeer;
   // kFp8 (--quantization fp8): the q/k/v/o/gate/up/down projections run in FP8 E4M3 with per-channel
   // weight scales and per-token (or the checkpoint's static) activation scales; a bf16 checkpoint

@@ -300,7 +300,8 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
 }
 
 // Tensor parallelism's decode step (2 GPUs; ORIGAMI_CUDA_BENCH=1): TP = 1 against TP = 2 with
-// NCCL's all-reduce, with the fused peer all-reduce (peer_all_reduce.h), and with no reduction at
+// NCCL's all-reduce, with the fused peer all-reduce (peer_all_reduce.h; pushing at these row
+// counts, and always pulling for comparison), and with no reduction at
 // all (the rest of the step: its outputs are wrong, only its time counts), CUDA graphs on. The
 // reductions' share of a step is (step - step without them) / step. Lines start with TPSTEP.
 // ORIGAMI_BENCH_QUANTIZATION=fp8 / ORIGAMI_BENCH_KV_DTYPE=fp8: FP8 weights / KV cache (the
@@ -322,7 +323,7 @@ TEST(CudaDecodeBench, TensorParallelStep) {
     R reduce;
   };
   const Variant variants[] = {{"TP=1", 1, R::kPeer}, {"TP=2 NCCL", 2, R::kNccl}, {"TP=2 peer", 2, R::kPeer},
-                              {"TP=2 no reduction", 2, R::kSkipForTiming}};
+                              {"TP=2 no reduction", 2, R::kSkipForTiming}, {"TP=2 peer pull", 2, R::kPeerPull}};
   std::vector<std::vector<double>> ms(std::size(variants), std::vector<double>(batches.size(), -1));
   for (size_t v = 0; v < std::size(variants); ++v) {
     BackendOptions opt;
@@ -339,12 +340,13 @@ TEST(CudaDecodeBench, TensorParallelStep) {
     }
   }
   for (size_t b = 0; b < batches.size(); ++b) {
-    const double one = ms[0][b], nccl = ms[1][b], peer = ms[2][b], none = ms[3][b];
+    const double one = ms[0][b], nccl = ms[1][b], peer = ms[2][b], none = ms[3][b], pull = ms[4][b];
     std::printf("TPSTEP %s%s%s batch=%d context=%d: TP=1 %.3f ms; TP=2 NCCL %.3f ms (%.2fx, reductions %.0f%% of the "
-                "step); TP=2 peer %.3f ms (%.2fx, reductions %.0f%%); TP=2 without reductions %.3f ms (%.2fx)\n",
+                "step); TP=2 peer %.3f ms (%.2fx, reductions %.0f%%); TP=2 without reductions %.3f ms (%.2fx); "
+                "TP=2 peer pulling %.3f ms (%.2fx, reductions %.0f%%)\n",
                 cfg_name.c_str(), env_is("ORIGAMI_BENCH_QUANTIZATION", "fp8") ? " fp8" : "",
                 bench_kv_fp8() ? " kv-fp8" : "", batches[b], context, one, nccl, one / nccl, 100 * (nccl - none) / nccl, peer,
-                one / peer, 100 * (peer - none) / peer, none, one / none);
+                one / peer, 100 * (peer - none) / peer, none, one / none, pull, one / pull, 100 * (pull - none) / pull);
   }
 }
 

@@ -153,6 +153,7 @@ TEST(TensorParallelTrace, LayerByLayerAgainstFp32) {
   paths.push_back(run_cuda(m, ids, 1, R::kPeer, "TP=1"));
   paths.push_back(run_cuda(m, ids, 2, R::kPeer, "TP=2 peer"));
   paths.push_back(run_cuda(m, ids, 2, R::kNccl, "TP=2 NCCL"));
+  paths.push_back(run_cuda(m, ids, 2, R::kPeerPull, "TP=2 pull"));
   for (const Path& p : paths) {
     ASSERT_EQ(p.ranks[0].residual.size(), static_cast<size_t>(c.num_layers)) << p.name;
     ASSERT_EQ(p.ranks[0].sublayers.size(), static_cast<size_t>(c.num_layers)) << p.name;
@@ -180,6 +181,9 @@ TEST(TensorParallelTrace, LayerByLayerAgainstFp32) {
     EXPECT_LE(r.worst_ratio, 1.0) << p.name << ": a reduction added something else than the ranks' partial sums";
     EXPECT_LT(logit_err, 2e-2) << p.name;
   }
+  // The peer all-reduce's two ways of moving the partials (pushed at this step's rows, pulled) sum
+  // the same values in the same order: the same logits bit for bit.
+  EXPECT_EQ(paths[1].logits, paths[3].logits) << "push and pull reductions disagree";
 }
 
 }  // namespace

@@ -949,7 +949,8 @@ Status CudaBackend::init_peer_reduce() {
   if (tp_.size == 1 || tp_.peer_group == nullptr) return Status::ok();
   if (!loaded_) return invalid_argument("CUDA backend: peer all-reduce before load");
   auto peer = std::make_unique<PeerAllReduce>();
-  ORIGAMI_RETURN_IF_ERROR(peer->init(tp_.peer_group, tp_.rank, config_.hidden_size));
+  const bool push = options_.tensor_parallel_reduce == BackendOptions::TensorParallelReduce::kPeer;
+  ORIGAMI_RETURN_IF_ERROR(peer->init(tp_.peer_group, tp_.rank, config_.hidden_size, push));
   peer_ = std::move(peer);
   return Status::ok();
 }

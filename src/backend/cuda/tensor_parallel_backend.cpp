@@ -139,7 +139,8 @@ Expected<std::unique_ptr<Backend>> TensorParallelBackend::create(const BackendOp
   std::unique_ptr<TensorParallelBackend> tp(new TensorParallelBackend());
   ORIGAMI_ASSIGN_OR_RETURN(tp->comms_, NcclCommunicators::create(devices));
   tp->compressor_peers_ = std::make_unique<CompressorPeers>(size);
-  if (options.tensor_parallel_reduce == BackendOptions::TensorParallelReduce::kPeer &&
+  using Reduce = BackendOptions::TensorParallelReduce;
+  if ((options.tensor_parallel_reduce == Reduce::kPeer || options.tensor_parallel_reduce == Reduce::kPeerPull) &&
       PeerAllReduce::peers_reachable(size)) {
     tp->peer_group_ = std::make_unique<PeerReduceGroup>();
     tp->peer_group_->size = size;
