@@ -347,6 +347,9 @@ int per_head_table(int sms, double copy_gbs, bool fp8_only) {
   std::printf("%4s %7s %5s %5s | %9s %6s %6s | %9s %8s | %9s %6s | %9s | %5s %5s\n", "kv", "lengths", "batch", "N",
               "ph_us", "GB/s", "%floor", "1grp_us", "ph/1grp", "ph@cap_us", "%flr", "floor_us", "s", "s@cap");
   std::mt19937 rng(11);
+  // ORIGAMI_BENCH_SPLITS=1,2,4: each row again at these KV split counts.
+  std::vector<int> split_sweep;
+  if (const char* env = std::getenv("ORIGAMI_BENCH_SPLITS")) split_sweep = parse_list("ORIGAMI_BENCH_SPLITS", env);
   for (bool fp8 : {false, true})
     for (bool spread : {false, true})
       if (fp8 || !fp8_only)
@@ -408,8 +411,10 @@ int per_head_table(int sms, double copy_gbs, bool fp8_only) {
           };
           // The backend's decode step with uniform budgets: plan_paged_attention over its plan length,
           // the tables' map for that s where the rule takes it (never, with uniform budgets).
-          auto ragged_graph = [&](int plan_len, AttentionPlan* used) {
-            const AttentionPlan uniform = plan_paged_attention(base.shape, plan_len, sms);
+          // forced_splits > 0: that many KV splits instead of the planner's (ORIGAMI_BENCH_SPLITS).
+          auto ragged_graph = [&](int plan_len, AttentionPlan* used, int forced_splits = 0) {
+            AttentionPlan uniform = plan_paged_attention(base.shape, plan_len, sms);
+            if (forced_splits > 0) uniform = with_kv_splits(uniform, plan_len, forced_splits);
             const bool map = !tables.uniform_budgets() && tables.use_split_map(uniform.num_splits, plan_len);
             const AttentionPlan plan = ragged_plan(uniform, tables.layer(0, uniform.num_splits, page_elems, map));
             *used = plan;
@@ -430,8 +435,8 @@ int per_head_table(int sms, double copy_gbs, bool fp8_only) {
           AttentionPlan eager_plan, cap_plan;
           cudaGraphExec_t g_ph = ragged_graph(max_len, &eager_plan);
           cudaGraphExec_t g_cap = ragged_graph(kGraphLen, &cap_plan);
-          const AttentionPlan full_plan = plan_paged_attention(base.shape, N, sms);
-          cudaGraphExec_t g_full = capture(st, [&](cudaStream_t s) {
+          auto full_graph = [&](const AttentionPlan& full_plan) {
+           return capture(st, [&](cudaStream_t s) {
             const size_t region = static_cast<size_t>(full_pool.pages) * full_page_elems;
             for (int l = 0; l < kLayers; ++l) {
               AttentionArgs a = base;
@@ -442,7 +447,10 @@ int per_head_table(int sms, double copy_gbs, bool fp8_only) {
               const size_t bytes = paged_attention_workspace_bytes(full_plan, a.shape);
               CK(paged_attention(a, full_plan, ws, bytes, s));
             }
-          });
+           });
+          };
+          const AttentionPlan full_plan = plan_paged_attention(base.shape, N, sms);
+          cudaGraphExec_t g_full = full_graph(full_plan);
           for (int w = 0; w < 3; ++w)
             for (cudaGraphExec_t g : {g_ph, g_cap, g_full}) CK(cudaGraphLaunch(g, 0));
           CK(cudaDeviceSynchronize());
@@ -460,6 +468,22 @@ int per_head_table(int sms, double copy_gbs, bool fp8_only) {
                       100.0 * floor_us / (cap_ms * 1e3), floor_us, eager_plan.num_splits, cap_plan.num_splits,
                       ragged_src.handed > ragged_src.ids.size() ? "  (pool wrapped)" : "");
           std::fflush(stdout);
+          // The same step at other split counts, per-head (eager plan length) and one group.
+          for (int s : split_sweep) {
+            AttentionPlan used;
+            cudaGraphExec_t g_s = ragged_graph(max_len, &used, s);
+            cudaGraphExec_t g_fs = full_graph(with_kv_splits(full_plan, N, s));
+            for (int w = 0; w < 2; ++w)
+              for (cudaGraphExec_t g : {g_s, g_fs}) CK(cudaGraphLaunch(g, 0));
+            const float s_ms = median_ms([&](int) { CK(cudaGraphLaunch(g_s, 0)); }, iters);
+            const float fs_ms = median_ms([&](int) { CK(cudaGraphLaunch(g_fs, 0)); }, iters);
+            std::printf("%4s %7s %5d %5d |   splits %d (planner %d): ph %9.1f us %5.0f%% | 1grp %9.1f us %5.0f%%\n",
+                        fp8 ? "fp8" : "bf16", spread ? "spread" : "uniform", batch, N, used.num_splits,
+                        eager_plan.num_splits, s_ms * 1e3, 100.0 * floor_us / (s_ms * 1e3), fs_ms * 1e3,
+                        100.0 * floor_us / (fs_ms * 1e3));
+            std::fflush(stdout);
+            for (cudaGraphExec_t g : {g_s, g_fs}) CK(cudaGraphExecDestroy(g));
+          }
           for (cudaGraphExec_t g : {g_ph, g_cap, g_full}) CK(cudaGraphExecDestroy(g));
           for (auto* v : {&ragged_in, &full_in}) free_inputs(*v);
           CK(cudaFree(const_cast<int32_t*>(base.q_indptr)));

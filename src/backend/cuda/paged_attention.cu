@@ -1065,11 +1065,7 @@ AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, 
   long long splits = 1;
   if (units < target) splits = (target + units - 1) / units;
   splits = std::min<long long>(splits, (max_kv_len + kMinChunk - 1) / kMinChunk);
-  splits = std::max<long long>(splits, 1);
-  int chunk = static_cast<int>((max_kv_len + splits - 1) / splits);
-  chunk = (chunk + kTileKV - 1) / kTileKV * kTileKV;
-  plan.num_splits = static_cast<int>((max_kv_len + chunk - 1) / chunk);
-  plan.kv_chunk_size = chunk;
+  plan = with_kv_splits(plan, max_kv_len, static_cast<int>(std::max<long long>(splits, 1)));
   // FP8 decode (the launch ignores this for bf16): the streamed kernel, one item per CTA. More
   // lost at every measured shape (H100, batch 64-1024 x context 640-4096, page 16 and 256: 2
   // items 0-6% slower than 1 at batch 1024 and up to 25% at batch 64, 4 and 8 slower still): the
@@ -1125,6 +1121,17 @@ AttentionPlan plan_ragged_attention(const AttentionShape& shape, int planning_le
   plan.num_splits = static_cast<int>(std::max<long long>(splits, 1));
   // The chunk is not used by ragged launches (each group shares out its own length).
   return plan;
+}
+
+AttentionPlan with_kv_splits(const AttentionPlan& plan, int max_kv_len, int splits) {
+  AttentionPlan out = plan;
+  max_kv_len = std::max(max_kv_len, 1);
+  splits = std::max(splits, 1);
+  int chunk = (max_kv_len + splits - 1) / splits;
+  chunk = (chunk + kTileKV - 1) / kTileKV * kTileKV;
+  out.num_splits = (max_kv_len + chunk - 1) / chunk;
+  out.kv_chunk_size = chunk;
+  return out;
 }
 
 AttentionPlan with_query_rows(const AttentionPlan& plan, const AttentionShape& shape, int query_rows) {

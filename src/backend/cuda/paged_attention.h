@@ -124,6 +124,10 @@ AttentionPlan plan_ragged_attention(const AttentionShape& shape, int planning_le
 // batch; the planner picks 16 for decode batches. For tests and benchmarks.
 AttentionPlan with_query_rows(const AttentionPlan& plan, const AttentionShape& shape, int query_rows);
 
+// `plan` with `splits` KV splits of a `max_kv_len` context (chunks rounded up to whole KV tiles,
+// so the count may come out lower), as plan_paged_attention lays them out. For benchmarks.
+AttentionPlan with_kv_splits(const AttentionPlan& plan, int max_kv_len, int splits);
+
 // The plan of a ragged launch: `uniform` (plan_paged_attention's, whose num_splits chose the
 // split map) with the map's grid rows and largest split count.
 AttentionPlan ragged_plan(const AttentionPlan& uniform, const RaggedHeads& ragged);
