@@ -19,14 +19,19 @@ namespace origami::cuda {
 
 namespace {
 
-// How long a side spins before it sleeps: longer than the host's step between two runs (0.1-1 ms),
-// far shorter than an idle engine's wait.
+// How long a rank thread spins for its next task before it sleeps: longer than the host's step
+// between two runs (0.1-1 ms), far shorter than an idle engine's wait.
 constexpr auto kSpin = std::chrono::milliseconds(2);
+// How long the caller spins for the ranks to finish before it sleeps: longer than a decode step
+// (10-50 ms), so a step's end is never a sleeping thread's wake-up (tens of microseconds on every
+// step at TP = 2). The rank threads already spin in cudaStreamSynchronize meanwhile; a prefill
+// step of seconds sleeps after this.
+constexpr auto kCallerSpin = std::chrono::milliseconds(100);
 
-// Spins until pred() holds or kSpin has passed; whether it holds.
+// Spins until pred() holds or `spin` has passed; whether it holds.
 template <typename Pred>
-bool spin_until(Pred pred) {
-  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+bool spin_until(Pred pred, std::chrono::milliseconds spin) {
+  const auto deadline = std::chrono::steady_clock::now() + spin;
   for (int i = 0;; ++i) {
     if (pred()) return true;
     if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return false;
@@ -57,7 +62,7 @@ void RankThreads::loop(int rank, int device) {
   uint64_t seen = 0;
   auto ready = [&] { return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; };
   for (;;) {
-    if (!spin_until(ready)) {
+    if (!spin_until(ready, kSpin)) {
       std::unique_lock<std::mutex> lock(mutex_);
       work_cv_.wait(lock, ready);
     }
@@ -82,7 +87,7 @@ Status RankThreads::run(const std::function<Status(int)>& fn) {
   }
   work_cv_.notify_all();
   auto done = [&] { return remaining_.load(std::memory_order_acquire) == 0; };
-  if (!spin_until(done)) {
+  if (!spin_until(done, kCallerSpin)) {
     std::unique_lock<std::mutex> lock(mutex_);
     done_cv_.wait(lock, done);
   }
