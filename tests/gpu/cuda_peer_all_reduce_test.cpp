@@ -205,6 +205,37 @@ std::vector<uint16_t> expect_reduced(Ranks& ranks, const std::vector<float>& res
   return out0;
 }
 
+// One graph per rank of what `record(rank)` enqueues on the rank's stream.
+template <typename Record>
+std::vector<cudaGraphExec_t> capture_per_rank(Ranks& ranks, Record record) {
+  std::vector<cudaGraphExec_t> graphs(ranks.size());
+  for (int r = 0; r < ranks.size(); ++r) {
+    Rank& k = ranks[r];
+    ORIGAMI_CUDA_CHECK(cudaSetDevice(k.device));
+    cudaGraph_t graph;
+    ORIGAMI_CUDA_CHECK(cudaStreamBeginCapture(k.stream, cudaStreamCaptureModeThreadLocal));
+    record(k);
+    ORIGAMI_CUDA_CHECK(cudaStreamEndCapture(k.stream, &graph));
+    ORIGAMI_CUDA_CHECK(cudaGraphInstantiate(&graphs[r], graph, 0));
+    ORIGAMI_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+  return graphs;
+}
+
+void launch_per_rank(Ranks& ranks, const std::vector<cudaGraphExec_t>& graphs) {
+  for (int r = 0; r < ranks.size(); ++r) {
+    ORIGAMI_CUDA_CHECK(cudaSetDevice(ranks[r].device));
+    ORIGAMI_CUDA_CHECK(cudaGraphLaunch(graphs[r], ranks[r].stream));
+  }
+}
+
+void destroy_per_rank(Ranks& ranks, const std::vector<cudaGraphExec_t>& graphs) {
+  for (int r = 0; r < ranks.size(); ++r) {
+    ORIGAMI_CUDA_CHECK(cudaSetDevice(ranks[r].device));
+    ORIGAMI_CUDA_CHECK(cudaGraphExecDestroy(graphs[r]));
+  }
+}
+
 std::vector<float> random_weight(int hidden, std::mt19937& rng) {
   std::uniform_real_distribution<float> w(0.5f, 1.5f);
   std::vector<float> weight(hidden);
@@ -260,22 +291,14 @@ TEST(PeerAllReduce, GraphReplaysBetweenEagerReductions) {
   std::vector<float> host(static_cast<size_t>(PeerAllReduce::kMaxTokens) * kHidden, 0.25f);
   Ranks ranks(n, kHidden, true, weight);
   ranks.set_residual(host);
-  std::vector<cudaGraphExec_t> graphs(n);
-  for (int r = 0; r < n; ++r) {
-    Rank& k = ranks[r];
-    ORIGAMI_CUDA_CHECK(cudaSetDevice(k.device));
-    cudaGraph_t graph;
-    ORIGAMI_CUDA_CHECK(cudaStreamBeginCapture(k.stream, cudaStreamCaptureModeThreadLocal));
+  const std::vector<cudaGraphExec_t> graphs = capture_per_rank(ranks, [&](Rank& k) {
     for (int i = 0; i < 4; ++i) {
       const size_t bytes = static_cast<size_t>(graph_rows[i]) * kHidden * sizeof(bf16);
       ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(k.reduce.partial(), k.staged + i * PeerAllReduce::kPushMaxTokens * kHidden,
                                          bytes, cudaMemcpyDeviceToDevice, k.stream));
       k.reduce.reduce_add_rmsnorm(k.residual, k.weight, kEps, graph_rows[i], k.out, k.stream);
     }
-    ORIGAMI_CUDA_CHECK(cudaStreamEndCapture(k.stream, &graph));
-    ORIGAMI_CUDA_CHECK(cudaGraphInstantiate(&graphs[r], graph, 0));
-    ORIGAMI_CUDA_CHECK(cudaGraphDestroy(graph));
-  }
+  });
   for (int replay = 0; replay < 3; ++replay) {
     // One eager reduction (an odd count shifts the turns the graph's launches find).
     const int eager_rows = 33 + replay;
@@ -294,10 +317,7 @@ TEST(PeerAllReduce, GraphReplaysBetweenEagerReductions) {
       for (int r = 0; r < n; ++r) dst[r] = ranks[r].staged + i * PeerAllReduce::kPushMaxTokens * kHidden;
       upload_partials(ranks, staged[i], dst.data());
     }
-    for (int r = 0; r < n; ++r) {
-      ORIGAMI_CUDA_CHECK(cudaSetDevice(ranks[r].device));
-      ORIGAMI_CUDA_CHECK(cudaGraphLaunch(graphs[r], ranks[r].stream));
-    }
+    launch_per_rank(ranks, graphs);
     ranks.synchronize();
     for (int i = 0; i < 4; ++i) normed = host_reduce(&host, staged[i], weight, graph_rows[i], kHidden);
     // The last reduction's output, and every row's residual after all four.
@@ -307,10 +327,7 @@ TEST(PeerAllReduce, GraphReplaysBetweenEagerReductions) {
       EXPECT_TRUE(std::equal(res.begin(), res.end(), host.begin())) << "graph replay " << replay << ", rank " << r;
     }
   }
-  for (int r = 0; r < n; ++r) {
-    ORIGAMI_CUDA_CHECK(cudaSetDevice(ranks[r].device));
-    ORIGAMI_CUDA_CHECK(cudaGraphExecDestroy(graphs[r]));
-  }
+  destroy_per_rank(ranks, graphs);
 }
 
 // ORIGAMI_CUDA_BENCH=1: one reduction's time each way at decode's row counts, in graphs of 72
@@ -364,12 +381,7 @@ TEST(PeerAllReduce, Bench) {
               link_gbps);
   constexpr int kLaunches = 72, kReplays = 20;
   auto time_graph = [&](Ranks& ranks, int rows, bool local_norm_only) {
-    std::vector<cudaGraphExec_t> graphs(n);
-    for (int r = 0; r < n; ++r) {
-      Rank& k = ranks[r];
-      ORIGAMI_CUDA_CHECK(cudaSetDevice(k.device));
-      cudaGraph_t graph;
-      ORIGAMI_CUDA_CHECK(cudaStreamBeginCapture(k.stream, cudaStreamCaptureModeThreadLocal));
+    const std::vector<cudaGraphExec_t> graphs = capture_per_rank(ranks, [&](Rank& k) {
       for (int i = 0; i < kLaunches; ++i) {
         if (local_norm_only) {
           launch_add_rmsnorm(k.residual, k.reduce.partial(), k.weight, kEps, rows, hidden, k.out, k.stream);
@@ -377,10 +389,7 @@ TEST(PeerAllReduce, Bench) {
           k.reduce.reduce_add_rmsnorm(k.residual, k.weight, kEps, rows, k.out, k.stream);
         }
       }
-      ORIGAMI_CUDA_CHECK(cudaStreamEndCapture(k.stream, &graph));
-      ORIGAMI_CUDA_CHECK(cudaGraphInstantiate(&graphs[r], graph, 0));
-      ORIGAMI_CUDA_CHECK(cudaGraphDestroy(graph));
-    }
+    });
     cudaEvent_t a, b;
     ORIGAMI_CUDA_CHECK(cudaSetDevice(0));
     ORIGAMI_CUDA_CHECK(cudaEventCreate(&a));
@@ -390,10 +399,7 @@ TEST(PeerAllReduce, Bench) {
       ranks.synchronize();
       ORIGAMI_CUDA_CHECK(cudaSetDevice(0));
       ORIGAMI_CUDA_CHECK(cudaEventRecord(a, ranks[0].stream));
-      for (int r = 0; r < n; ++r) {
-        ORIGAMI_CUDA_CHECK(cudaSetDevice(ranks[r].device));
-        ORIGAMI_CUDA_CHECK(cudaGraphLaunch(graphs[r], ranks[r].stream));
-      }
+      launch_per_rank(ranks, graphs);
       ORIGAMI_CUDA_CHECK(cudaSetDevice(0));
       ORIGAMI_CUDA_CHECK(cudaEventRecord(b, ranks[0].stream));
       ranks.synchronize();
@@ -401,10 +407,7 @@ TEST(PeerAllReduce, Bench) {
       ORIGAMI_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
       if (rep > 0) best = std::min(best, ms);
     }
-    for (int r = 0; r < n; ++r) {
-      ORIGAMI_CUDA_CHECK(cudaSetDevice(ranks[r].device));
-      ORIGAMI_CUDA_CHECK(cudaGraphExecDestroy(graphs[r]));
-    }
+    destroy_per_rank(ranks, graphs);
     ORIGAMI_CUDA_CHECK(cudaSetDevice(0));
     cudaEventDestroy(a);
     cudaEventDestroy(b);

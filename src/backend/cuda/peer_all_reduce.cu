@@ -18,16 +18,23 @@ constexpr int kRowsPerCta = 2;
 constexpr int kRowThreads = 512;
 constexpr int kThreads = kRowsPerCta * kRowThreads;
 
-struct ReduceArgs {
-  const bf16* partials[kPeerReduceMaxRanks];  // this parity's buffer of every rank
-  uint32_t* flags[kPeerReduceMaxRanks];       // every rank's barrier flags
-  uint32_t* counters;                         // this rank's, [kMaxBlocks]
-  int rank = 0, size = 0;
+// What both kernels reduce: rows [0, num_tokens) of `hidden`, this CTA's rows (kRowsPerCta at a
+// time, grid-strided); rank k's 8-element chunk c of the row at `base` comes from partial(k, base, c).
+struct ReduceRows {
+  int size = 0;  // ranks
   float* residual = nullptr;
   const bf16* weight = nullptr;
   float eps = 0.0f;
   int num_tokens = 0, hidden = 0;
   bf16* out = nullptr;
+};
+
+struct ReduceArgs {
+  const bf16* partials[kPeerReduceMaxRanks];  // this parity's buffer of every rank
+  uint32_t* flags[kPeerReduceMaxRanks];       // every rank's barrier flags
+  uint32_t* counters;                         // this rank's, [kMaxBlocks]
+  int rank = 0;
+  ReduceRows rows;
 };
 
 // System-scope release / acquire: the flag orders what this rank wrote before it (the partials,
@@ -53,26 +60,11 @@ __device__ __forceinline__ float row_group_sum(float v, float (*scratch)[kRowThr
   return total;
 }
 
-__global__ void __launch_bounds__(kThreads) peer_reduce_add_rmsnorm_kernel(ReduceArgs a) {
-  __shared__ float scratch[kRowsPerCta][kRowThreads / 32];
-  __shared__ uint32_t generation;
-  // The barrier with this CTA's twin on every rank: the twins run the same number of launches
-  // of each grid size, so their counters agree. A rank may already have signalled the next
-  // generation when a slow rank looks, hence ">=" (wrap-safe), never "==".
-  if (threadIdx.x == 0) {
-    generation = a.counters[blockIdx.x] + 1;
-    a.counters[blockIdx.x] = generation;
-  }
-  __syncthreads();
-  const uint32_t g = generation;
-  if (threadIdx.x < a.size) {
-    const int peer = threadIdx.x;
-    store_release_sys(a.flags[peer] + blockIdx.x * kPeerReduceMaxRanks + a.rank, g);
-    const uint32_t* mine = a.flags[a.rank] + blockIdx.x * kPeerReduceMaxRanks + peer;
-    while (static_cast<int32_t>(load_acquire_sys(mine) - g) < 0) {
-    }
-  }
-  __syncthreads();
+// residual += the ranks' partials summed in fp32 in rank order; out = rmsnorm(residual) * weight.
+// The same arithmetic for both protocols, so they give the same bits.
+template <typename Partial>
+__device__ __forceinline__ void reduce_rows(const ReduceRows& a, Partial partial,
+                                            float (*scratch)[kRowThreads / 32]) {
   const int chunks = a.hidden / 8;
   const int group = threadIdx.x / kRowThreads, lt = threadIdx.x % kRowThreads;
   // Every thread runs every iteration (row_group_sum synchronizes the block); a group past the
@@ -89,8 +81,7 @@ __global__ void __launch_bounds__(kThreads) peer_reduce_add_rmsnorm_kernel(Reduc
       x[0] = r0.x, x[1] = r0.y, x[2] = r0.z, x[3] = r0.w, x[4] = r1.x, x[5] = r1.y, x[6] = r1.z, x[7] = r1.w;
       float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int k = 0; k < a.size; ++k) {
-        // L1 bypassed: the buffers are rewritten every other launch, by another GPU for peers.
-        const uint4 p = __ldcg(reinterpret_cast<const uint4*>(a.partials[k] + base) + c);
+        const uint4 p = partial(k, base, c);
         const bf16* pv = reinterpret_cast<const bf16*>(&p);
 #pragma unroll
         for (int j = 0; j < 8; ++j) s[j] += __bfloat162float(pv[j]);
@@ -117,6 +108,32 @@ __global__ void __launch_bounds__(kThreads) peer_reduce_add_rmsnorm_kernel(Reduc
       reinterpret_cast<uint4*>(a.out + base)[c] = o;
     }
   }
+}
+
+__global__ void __launch_bounds__(kThreads) peer_reduce_add_rmsnorm_kernel(ReduceArgs a) {
+  __shared__ float scratch[kRowsPerCta][kRowThreads / 32];
+  __shared__ uint32_t generation;
+  // The barrier with this CTA's twin on every rank: the twins run the same number of launches
+  // of each grid size, so their counters agree. A rank may already have signalled the next
+  // generation when a slow rank looks, hence ">=" (wrap-safe), never "==".
+  if (threadIdx.x == 0) {
+    generation = a.counters[blockIdx.x] + 1;
+    a.counters[blockIdx.x] = generation;
+  }
+  __syncthreads();
+  const uint32_t g = generation;
+  if (threadIdx.x < a.rows.size) {
+    const int peer = threadIdx.x;
+    store_release_sys(a.flags[peer] + blockIdx.x * kPeerReduceMaxRanks + a.rank, g);
+    const uint32_t* mine = a.flags[a.rank] + blockIdx.x * kPeerReduceMaxRanks + peer;
+    while (static_cast<int32_t>(load_acquire_sys(mine) - g) < 0) {
+    }
+  }
+  __syncthreads();
+  reduce_rows(a.rows, [&](int k, size_t base, int c) {
+    // L1 bypassed: the buffers are rewritten every other launch, by another GPU for peers.
+    return __ldcg(reinterpret_cast<const uint4*>(a.partials[k] + base) + c);
+  }, scratch);
 }
 
 // Push protocol (peer_all_reduce.h). A bf16 pair in a 32-bit word is "empty" where either half is
@@ -154,12 +171,8 @@ struct PushArgs {
   bf16* incoming[kPeerReduceMaxRanks] = {};      // every rank's receive buffers
   uint32_t* state = nullptr;                     // this rank's {launches so far, CTAs done}
   size_t plane = 0;                              // elements of one (turn, sender) receive plane
-  int rank = 0, size = 0;
-  float* residual = nullptr;
-  const bf16* weight = nullptr;
-  float eps = 0.0f;
-  int num_tokens = 0, hidden = 0;
-  bf16* out = nullptr;
+  int rank = 0;
+  ReduceRows rows;
 };
 
 __global__ void __launch_bounds__(kThreads) peer_push_reduce_add_rmsnorm_kernel(PushArgs a) {
@@ -169,72 +182,34 @@ __global__ void __launch_bounds__(kThreads) peer_push_reduce_add_rmsnorm_kernel(
   if (threadIdx.x == 0) launch = *reinterpret_cast<volatile uint32_t*>(a.state);
   __syncthreads();
   const size_t turn = launch % PeerAllReduce::kPushTurns;
-  const int chunks = a.hidden / 8;
-  const int group = threadIdx.x / kRowThreads, lt = threadIdx.x % kRowThreads;
-  const int stride = gridDim.x * kRowsPerCta;
+  const ReduceRows& rows = a.rows;
+  const int chunks = rows.hidden / 8;
+  const int lt = threadIdx.x % kRowThreads;
   // Send first, every row of this CTA: the other ranks' CTAs are waiting for exactly these rows.
-  for (int t = blockIdx.x * kRowsPerCta + group; t < a.num_tokens; t += stride) {
-    const size_t base = static_cast<size_t>(t) * a.hidden;
+  for (int t = blockIdx.x * kRowsPerCta + threadIdx.x / kRowThreads; t < rows.num_tokens;
+       t += gridDim.x * kRowsPerCta) {
+    const size_t base = static_cast<size_t>(t) * rows.hidden;
     for (int c = lt; c < chunks; c += kRowThreads) {
       uint4 p = __ldcg(reinterpret_cast<const uint4*>(a.partial + base) + c);
       p = make_uint4(no_negative_zero(p.x), no_negative_zero(p.y), no_negative_zero(p.z), no_negative_zero(p.w));
-      for (int k = 0; k < a.size; ++k) {
+      for (int k = 0; k < rows.size; ++k) {
         if (k == a.rank) continue;
-        bf16* dst = a.incoming[k] + (turn * a.size + a.rank) * a.plane + base;
+        bf16* dst = a.incoming[k] + (turn * rows.size + a.rank) * a.plane + base;
         reinterpret_cast<uint4*>(dst)[c] = p;
       }
     }
   }
-  bf16* mine = a.incoming[a.rank] + turn * a.size * a.plane;
-  // As the pull kernel's loop: every thread runs every iteration (row_group_sum synchronizes).
-  for (int t0 = blockIdx.x * kRowsPerCta; t0 < a.num_tokens; t0 += stride) {
-    const int t = t0 + group;
-    const bool active = t < a.num_tokens;
-    const size_t base = static_cast<size_t>(active ? t : 0) * a.hidden;
-    float sum_sq = 0.0f;
-    for (int c = lt; active && c < chunks; c += kRowThreads) {
-      float x[8];
-      float4* r = reinterpret_cast<float4*>(a.residual + base) + 2 * c;
-      const float4 r0 = r[0], r1 = r[1];
-      x[0] = r0.x, x[1] = r0.y, x[2] = r0.z, x[3] = r0.w, x[4] = r1.x, x[5] = r1.y, x[6] = r1.z, x[7] = r1.w;
-      float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int k = 0; k < a.size; ++k) {
-        uint4 p;
-        if (k == a.rank) {
-          p = __ldcg(reinterpret_cast<const uint4*>(a.partial + base) + c);
-        } else {
-          uint4* src = reinterpret_cast<uint4*>(mine + k * a.plane + base) + c;
-          do {
-            p = load_volatile(src);
-          } while (has_empty_half(p));
-          *src = make_uint4(kEmptyPair, kEmptyPair, kEmptyPair, kEmptyPair);  // read: empty for its next turn
-        }
-        const bf16* pv = reinterpret_cast<const bf16*>(&p);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) s[j] += __bfloat162float(pv[j]);
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        x[j] += s[j];
-        sum_sq += x[j] * x[j];
-      }
-      r[0] = make_float4(x[0], x[1], x[2], x[3]);
-      r[1] = make_float4(x[4], x[5], x[6], x[7]);
-    }
-    const float inv_rms = rsqrtf(row_group_sum(sum_sq, scratch) / a.hidden + a.eps);
-    for (int c = lt; active && c < chunks; c += kRowThreads) {
-      const float4* r = reinterpret_cast<const float4*>(a.residual + base) + 2 * c;
-      const float4 r0 = r[0], r1 = r[1];
-      const float x[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
-      const uint4 w = reinterpret_cast<const uint4*>(a.weight)[c];
-      const bf16* wv = reinterpret_cast<const bf16*>(&w);
-      uint4 o;
-      bf16* ov = reinterpret_cast<bf16*>(&o);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) ov[j] = __float2bfloat16(x[j] * inv_rms * __bfloat162float(wv[j]));
-      reinterpret_cast<uint4*>(a.out + base)[c] = o;
-    }
-  }
+  bf16* mine = a.incoming[a.rank] + turn * rows.size * a.plane;
+  reduce_rows(rows, [&](int k, size_t base, int c) {
+    if (k == a.rank) return __ldcg(reinterpret_cast<const uint4*>(a.partial + base) + c);
+    uint4* src = reinterpret_cast<uint4*>(mine + k * a.plane + base) + c;
+    uint4 p;
+    do {
+      p = load_volatile(src);
+    } while (has_empty_half(p));
+    *src = make_uint4(kEmptyPair, kEmptyPair, kEmptyPair, kEmptyPair);  // read: empty for its next turn
+    return p;
+  }, scratch);
   // The last CTA to finish advances the launch count for the next launch.
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -337,6 +312,17 @@ void PeerAllReduce::reduce_add_rmsnorm(float* residual, const bf16* weight, floa
   ORIGAMI_CHECK(covers(num_tokens));
   ORIGAMI_CHECK((reinterpret_cast<uintptr_t>(weight) & 15u) == 0 && (reinterpret_cast<uintptr_t>(out) & 15u) == 0 &&
                 (reinterpret_cast<uintptr_t>(residual) & 15u) == 0);
+  ReduceRows rows;
+  rows.size = group_->size;
+  rows.residual = residual;
+  rows.weight = weight;
+  rows.eps = eps;
+  rows.num_tokens = num_tokens;
+  rows.hidden = hidden_;
+  rows.out = out;
+  // Every CTA resident at once (at most one per SM): a CTA waits for its twins on the other ranks
+  // (their barrier flags or the rows they send) and must not wait for a slot a waiting CTA holds.
+  const int blocks = std::min({(num_tokens + kRowsPerCta - 1) / kRowsPerCta, num_sms_, kMaxBlocks});
   if (num_tokens > 0 && pushes(num_tokens)) {
     PushArgs a;
     a.partial = group_->partials[rank_][parity_];
@@ -344,15 +330,7 @@ void PeerAllReduce::reduce_add_rmsnorm(float* residual, const bf16* weight, floa
     a.state = push_state_;
     a.plane = static_cast<size_t>(kPushMaxTokens) * hidden_;
     a.rank = rank_;
-    a.size = group_->size;
-    a.residual = residual;
-    a.weight = weight;
-    a.eps = eps;
-    a.num_tokens = num_tokens;
-    a.hidden = hidden_;
-    a.out = out;
-    // Every CTA resident at once, as the pull kernel's: a CTA waits for the rows its twins send.
-    const int blocks = std::min({(num_tokens + kRowsPerCta - 1) / kRowsPerCta, num_sms_, kMaxBlocks});
+    a.rows = rows;
     peer_push_reduce_add_rmsnorm_kernel<<<blocks, kThreads, 0, stream>>>(a);
     ORIGAMI_CUDA_CHECK_LAUNCH();
   } else if (num_tokens > 0) {
@@ -363,16 +341,7 @@ void PeerAllReduce::reduce_add_rmsnorm(float* residual, const bf16* weight, floa
     }
     a.counters = counters_;
     a.rank = rank_;
-    a.size = group_->size;
-    a.residual = residual;
-    a.weight = weight;
-    a.eps = eps;
-    a.num_tokens = num_tokens;
-    a.hidden = hidden_;
-    a.out = out;
-    // Every CTA resident at once (at most one per SM), so each meets its twins without waiting
-    // for a slot another spinning CTA holds.
-    const int blocks = std::min({(num_tokens + kRowsPerCta - 1) / kRowsPerCta, num_sms_, kMaxBlocks});
+    a.rows = rows;
     peer_reduce_add_rmsnorm_kernel<<<blocks, kThreads, 0, stream>>>(a);
     ORIGAMI_CUDA_CHECK_LAUNCH();
   }
