@@ -725,10 +725,16 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
   const int32_t* d_tokens = dev_inputs_ + in.tokens;
   const int32_t* d_positions = dev_inputs_ + in.positions;
   const int h = c.hidden_size, qkv_cols = c.q_size() + 2 * c.kv_size();
+  // Tensor parallelism: each rank gathers the rows of its vocabulary shard (zeros for the others'
+  // tokens). Where the peer all-reduce runs, the first layer's reduction sums them into the zeroed
+  // residual (no NCCL launch in the step: its latency is most of an all-reduce this size); else
+  // NCCL sums them here. Either way each row is exact (one rank's bf16 value plus zeros). A traced
+  // step (layer traces record the embedded rows) sums them here.
+  const bool embed_in_first_reduction = tp_.size > 1 && peer_reduces(num_tokens) && trace_ == nullptr;
   if (tp_.size > 1) {
     launch_embedding_gather_shard(embed_, d_tokens, num_tokens, h, tp_.rank * vocab_shard_, vocab_shard_, residual_,
-                                  stream_);
-    all_reduce(residual_, static_cast<size_t>(num_tokens) * h, NcclDataType::kFloat32);
+                                  stream_, embed_in_first_reduction ? projection_out(num_tokens) : nullptr);
+    if (!embed_in_first_reduction) all_reduce(residual_, static_cast<size_t>(num_tokens) * h, NcclDataType::kFloat32);
   } else {
     launch_embedding_gather(embed_, d_tokens, num_tokens, h, residual_, stream_);
   }
@@ -744,8 +750,8 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
     // The previous layer's MLP output joins the residual stream here (reduced over the ranks).
     // FP8 with fuse_fp8_quantize: the norm also quantizes q|k|v's input (normed_ still written
     // for the gates, which read it).
-    const bool qkv_in_fp8 =
-        add_rmsnorm(li > 0, l.input_norm, num_tokens, li > 0 ? traced(li - 1, 1) : nullptr, &l.qkv, gate_scores);
+    const bool qkv_in_fp8 = add_rmsnorm(li > 0 || embed_in_first_reduction, l.input_norm, num_tokens,
+                                        li > 0 ? traced(li - 1, 1) : nullptr, &l.qkv, gate_scores);
     if (trace_ != nullptr && li > 0) trace_->residual[li - 1] = download_f32(residual_, static_cast<size_t>(num_tokens) * h);
     // Head groups: this layer's groups are tables li * T .. li * T + T - 1 of the step inputs.
     const size_t first_table = ragged_.empty() ? 0 : static_cast<size_t>(li) * ragged_.groups_per_layer();

@@ -11,12 +11,20 @@ namespace {
 
 __global__ void embedding_gather_shard_kernel(const __nv_bfloat16* __restrict__ table, const int32_t* __restrict__ ids,
                                               int hidden, int vocab_begin, int vocab_shard,
-                                              float* __restrict__ residual) {
+                                              float* __restrict__ residual, __nv_bfloat16* __restrict__ rows) {
   const int t = blockIdx.x;
   const int local = ids[t] - vocab_begin;
   const bool mine = local >= 0 && local < vocab_shard;
   const __nv_bfloat16* row = table + static_cast<size_t>(mine ? local : 0) * hidden;
   float* dst = residual + static_cast<size_t>(t) * hidden;
+  if (rows != nullptr) {
+    __nv_bfloat16* out = rows + static_cast<size_t>(t) * hidden;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+      out[i] = mine ? row[i] : __float2bfloat16(0.0f);
+      dst[i] = 0.0f;
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = mine ? __bfloat162float(row[i]) : 0.0f;
 }
 
@@ -73,9 +81,10 @@ void launch_merge_shard_argmax(const ShardArgmax* gathered, int ranks, int rows,
 }
 
 void launch_embedding_gather_shard(const __nv_bfloat16* table, const int32_t* ids, int n, int hidden,
-                                   int vocab_begin, int vocab_shard, float* residual, cudaStream_t stream) {
+                                   int vocab_begin, int vocab_shard, float* residual, cudaStream_t stream,
+                                   __nv_bfloat16* rows) {
   if (n <= 0) return;
-  embedding_gather_shard_kernel<<<n, 256, 0, stream>>>(table, ids, hidden, vocab_begin, vocab_shard, residual);
+  embedding_gather_shard_kernel<<<n, 256, 0, stream>>>(table, ids, hidden, vocab_begin, vocab_shard, residual, rows);
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 

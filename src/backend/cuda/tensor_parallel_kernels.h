@@ -11,8 +11,11 @@ namespace origami::cuda {
 
 // residual[t, :] = table[ids[t] - vocab_begin, :] when ids[t] falls in this rank's shard, else 0;
 // the sum over ranks (an all-reduce) is the full embedding.   table [vocab_shard, hidden]
+// With `rows` (bf16 [n, hidden]): the row (or 0) goes there instead and residual is zeroed, so that
+// the peer all-reduce that adds the ranks' rows to the residual (the first layer's) embeds.
 void launch_embedding_gather_shard(const __nv_bfloat16* table, const int32_t* ids, int n, int hidden,
-                                   int vocab_begin, int vocab_shard, float* residual, cudaStream_t stream);
+                                   int vocab_begin, int vocab_shard, float* residual, cudaStream_t stream,
+                                   __nv_bfloat16* rows = nullptr);
 
 // The all-gather of per-rank logits [ranks][rows][shard] laid out as rows of the full vocabulary:
 // out[r, k * shard + j] = gathered[k, r, j].   out [rows, ranks * shard]
