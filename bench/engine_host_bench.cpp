@@ -3,6 +3,10 @@
 // so that wall time / steps is the host's share of a step. The Qwen3-8B shape (36 layers x 8 KV
 // heads) with Fast KVzip's per-head pages gives every request 288 page tables; this measures what
 // that costs the host against one table (full KV, Zipage) and 72 tables (4 heads per group).
+// The engine runs as `origami bench` runs it on the GPU machine: through run_batch with the
+// bench's per-step hook, Qwen3's tokenizer (../shared/tokenizers/qwen3) detokenizing every output,
+// and sampled tokens that vary over the vocabulary (a hash of request and position), so that the
+// output handling between steps costs what it costs there.
 //
 // Built with the project (target engine_host_bench; ctest engine_host_page_table_copies runs it short
 // with cuda-verify). Run from the repository:
@@ -10,7 +14,8 @@
 // ORIGAMI_HOST_BENCH_COMPRESSION_STEPS=k: compressions report k steps after they start (async).
 // ORIGAMI_HOST_BENCH_DIGEST=1: also prints a digest of every step's batch (sequences, every table's
 // length and pages, compression jobs), so that a change to the host code can show it schedules
-// exactly as before (it reads every table every step: not for timing).
+// exactly as before (it reads every table every step: not for timing), and of every request's
+// result (tokens, text, finish reason), so that a change to the output handling can show the same.
 // policy: all | full | zipage | fastkvzip | fastkvzip-hpg4 | pagedeviction | snapkv-prefix |
 // fastkvzip-prefix | full-turns | fastkvzip-turns. Prompts are 128 tokens (the -prefix ones: 640
 // sharing their first 512, with prefix caching; the -turns ones: a second turn per request that
@@ -32,13 +37,16 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "../apps/full_batch_meter.h"
 #include "backend/backend.h"
 #include "backend/forward_batch_validation.h"
 #include "backend/page_table_inputs.h"
+#include "engine/batch_runner.h"
 #include "engine/engine.h"
 #include "kv/table_summary.h"
 
@@ -96,11 +104,23 @@ struct Digest {
     }
     add(batch.wait_for_compressions);
   }
+  // What a request's caller gets: its tokens, its text, how and when it ended.
+  void add_result(const BatchResult& r) {
+    for (int64_t w : {int64_t{r.ok}, int64_t(r.finish_reason), int64_t{r.num_prompt_tokens},
+                      int64_t{r.num_cached_prompt_tokens}, int64_t{r.num_compressions}})
+      add(w);
+    add(static_cast<int64_t>(r.output_token_ids.size()));
+    for (int32_t t : r.output_token_ids) add(t);
+    add(static_cast<int64_t>(r.text.size()));
+    for (unsigned char c : r.text) add(c);
+    add(static_cast<int64_t>(r.error.size()));
+  }
 };
 
-// Computes nothing: every sequence that samples gets token 1, and every compression finishes in
-// the step that starts it, keeping what the scheduler allows (a runtime allocation: a
-// deterministic count per group around the job's mean, in whole pages where the recipe asks).
+// Computes nothing: every sequence that samples gets a token hashed from its request and position
+// (sampled_token), and every compression finishes in the step that starts it, keeping what the
+// scheduler allows (a runtime allocation: a deterministic count per group around the job's mean,
+// in whole pages where the recipe asks).
 // It still does the host work of a real backend with every batch (`Inputs`).
 enum class Inputs { kValidate, kCuda, kCudaBefore, kCudaNoCopies, kCudaVerify };
 
@@ -155,7 +175,7 @@ class NullBackend : public Backend {
     if (inputs_ != Inputs::kValidate) ORIGAMI_RETURN_IF_ERROR(flatten_tables(batch));
     out->sampled_tokens.clear();
     for (const SequenceInput& s : batch.sequences)
-      out->sampled_tokens.push_back(s.logits_mode == LogitsMode::kNone ? -1 : 1);
+      out->sampled_tokens.push_back(s.logits_mode == LogitsMode::kNone ? -1 : sampled_token(s));
     out->finished_compressions.clear();
     ++step_;
     for (const CompressionJob& job : batch.compressions) {
@@ -176,6 +196,15 @@ class NullBackend : public Backend {
   }
 
  private:
+  // A model's output is text: a token that varies with the request and its position (a hash of
+  // the two over the vocabulary), so that the detokenizer and the streamed text cost what they
+  // cost with a real model's tokens rather than one cached piece repeated.
+  int32_t sampled_token(const SequenceInput& s) const {
+    uint64_t h = s.request_id * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(s.sample_index) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+    return static_cast<int32_t>(h % static_cast<uint64_t>(model_.vocab_size));
+  }
+
   int kept_count(const CompressionJob& job) const {
     if (job.mean_keep <= 0) return job.num_keep;  // the scheduler fixed the count
     // Joint selection: groups keep between half and 1.5x the mean (a fixed pattern over groups),
@@ -240,7 +269,11 @@ struct Workload {
 int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, int threads) {
   EngineConfig config;
   config.model_dir = "../shared/configs/qwen3-8b";
-  config.tokenizer_dir = "../shared/models/origami-tiny-qwen3";
+  // The tokenizer `origami bench` runs with on the GPU machine (scripts/lib/gpu_common.sh's
+  // BENCH_TOKENIZER): Qwen3's, else the tiny model's.
+  config.tokenizer_dir = std::ifstream("../shared/tokenizers/qwen3/tokenizer.json").good()
+                             ? "../shared/tokenizers/qwen3"
+                             : "../shared/models/origami-tiny-qwen3";
   config.dummy_weights = true;
   // Not "cpu": that would size the KV cache in host memory and keep it in fp32. The backend is
   // the null one either way.
@@ -250,6 +283,7 @@ int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, i
   config.kv_budget = kBudget;
   config.heads_per_group = w.heads_per_group;
   config.max_num_seqs = w.shared_prefix ? std::max(1, num_requests / 2) : num_requests;
+  config.max_num_batched_tokens = 8192;  // as the max-load runs (scripts/gpu_maxload.sh)
   config.enable_prefix_caching = w.shared_prefix;
   config.retain_contexts = w.second_turn;
   if (std::strcmp(w.policy, "fastkvzip") == 0) config.kv_gates = kRandomKvGates;
@@ -263,44 +297,51 @@ int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, i
   params.max_tokens = output_tokens;
   params.ignore_eos = true;
   params.temperature = 0.0f;
-  std::vector<std::vector<int32_t>> prompts;
+  std::vector<BatchItem> items(static_cast<size_t>(num_requests));
   for (int r = 0; r < num_requests; ++r) {
-    std::vector<int32_t> prompt(w.shared_prefix ? 640 : 128);
+    std::vector<int32_t>& prompt = items[r].prompt_token_ids;
+    prompt.resize(w.shared_prefix ? 640 : 128);
     for (size_t i = 0; i < prompt.size(); ++i) {
       const int owner = w.shared_prefix && i < 512 ? 0 : r;  // the shared part is request 0's
       prompt[i] = static_cast<int32_t>(100 + (owner * 131 + static_cast<int>(i) * 17) % 4000);
     }
-    prompts.push_back(prompt);
-    Expected<RequestId> id = engine.add_request(std::move(prompt), params);
-    if (!id) {
-      std::fprintf(stderr, "%s: %s\n", w.name, id.status().to_string().c_str());
-      return 1;
-    }
+    items[r].sampling = params;
   }
   int64_t errors = 0;
   int64_t expected_tokens = int64_t{num_requests} * output_tokens;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto run_to_end = [&] {
-    while (engine.has_unfinished())
-      for (const RequestOutput& out : engine.step())
-        if (out.finish_reason == FinishReason::kError) ++errors;
+  // As `origami bench` drives the engine (apps/bench_command.cpp): run_batch, with its hooks
+  // called every step and every result tallied as it becomes final.
+  FullBatchMeter full_batch;
+  Digest outputs_digest;
+  BatchHooks hooks;
+  hooks.on_result = [&](size_t, const BatchResult& r) {
+    if (!r.ok) ++errors;
   };
-  run_to_end();
+  hooks.progress = [&](size_t, size_t) {
+    full_batch.sample(engine.now(), engine.metrics().num_generated_tokens, static_cast<int>(engine.num_running()));
+  };
+  hooks.should_stop = [] { return false; };
+  auto run_all = [&](const std::vector<BatchItem>& batch) {
+    std::vector<BatchResult> results = run_batch(engine, batch, hooks);
+    if (kDigest)
+      for (const BatchResult& r : results) outputs_digest.add_result(r);
+    return results;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<BatchResult> first_turn = run_all(items);
   if (w.second_turn) {
-    // The null backend samples token 1 every step: the first turn's history is prompt + 1s.
     SamplingParams turn = params;
     turn.max_tokens = std::max(1, output_tokens / 4);
-    for (const std::vector<int32_t>& first : prompts) {
-      std::vector<int32_t> history = first;
-      history.insert(history.end(), static_cast<size_t>(output_tokens), 1);
+    std::vector<BatchItem> second(items.size());
+    for (size_t r = 0; r < items.size(); ++r) {
+      std::vector<int32_t>& history = second[r].prompt_token_ids;
+      history = items[r].prompt_token_ids;
+      history.insert(history.end(), first_turn[r].output_token_ids.begin(), first_turn[r].output_token_ids.end());
       for (int i = 0; i < 16; ++i) history.push_back(static_cast<int32_t>(200 + i));
-      if (Expected<RequestId> id = engine.add_request(std::move(history), turn); !id) {
-        std::fprintf(stderr, "%s: %s\n", w.name, id.status().to_string().c_str());
-        return 1;
-      }
+      second[r].sampling = turn;
     }
     expected_tokens += int64_t{num_requests} * turn.max_tokens;
-    run_to_end();
+    run_all(second);
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const EngineMetrics& m = engine.metrics();
@@ -323,7 +364,9 @@ int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, i
               1e3 * nb.size_seconds / steps, 1e3 * nb.fill_seconds / steps,
               static_cast<long long>(m.num_prefix_cached_tokens), static_cast<long long>(m.num_retained_hits),
               static_cast<long long>(m.num_preemptions));
-  if (kDigest) std::printf("  (schedule digest %016llx)\n", static_cast<unsigned long long>(nb.digest.value));
+  if (kDigest)
+    std::printf("  (schedule digest %016llx, outputs digest %016llx)\n", static_cast<unsigned long long>(nb.digest.value),
+                static_cast<unsigned long long>(outputs_digest.value));
   std::fflush(stdout);
   return 0;
 }

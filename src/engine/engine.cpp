@@ -34,6 +34,8 @@ struct Engine::Tracked {
   int logprobs = -1;                   // RequestOptions::logprobs
   bool retain = true;                  // RequestOptions::retain_context
   bool retain_only = false;            // RequestOptions::retain_only
+  // Its steps ask the backend for log-probabilities (of forced tokens, or the top ones).
+  bool wants_logprobs() const { return forced_logprobs || logprobs >= 0; }
 };
 
 namespace {
@@ -384,6 +386,7 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   r.arrival_time = now();
   tracked->decoder = std::make_unique<StreamingDecoder>(tokenizer_, /*skip_special_tokens=*/true);
   const RequestId id = r.id;
+  if (tracked->wants_logprobs()) ++num_tracked_wanting_logprobs_;
   scheduler_->add_request(&tracked->request);
   requests_.emplace(id, std::move(tracked));
   return id;
@@ -427,7 +430,9 @@ int Engine::num_kv_blocks_used() const { return kv_->total_used_blocks() - kv_->
 
 void Engine::release_request(RequestId id) {
   auto it = requests_.find(id);
-  if (it != requests_.end() && it->second->request.is_finished()) requests_.erase(it);
+  if (it == requests_.end() || !it->second->request.is_finished()) return;
+  if (it->second->wants_logprobs()) --num_tracked_wanting_logprobs_;
+  requests_.erase(it);
 }
 
 void Engine::finish(Tracked& tracked, FinishReason reason, std::vector<RequestOutput>* outputs, const std::string& error) {
@@ -473,7 +478,7 @@ void Engine::append_token(Tracked& tracked, int32_t token, bool forced, RequestO
     tracked.text += tracked.decoder->flush();
   } else {
     const size_t before = tracked.text.size();
-    tracked.text += tracked.decoder->push(token);
+    tracked.decoder->push(token, tracked.text);
     // As in vLLM, stop strings are not looked for in the first min_tokens tokens.
     if (!sp.stop.empty() && !forced && static_cast<int>(r.output_token_ids.size()) > sp.min_tokens) {
       const StopMatch match = find_stop_string(tracked.text, before, sp.stop, sp.include_stop_str_in_output);
@@ -494,7 +499,7 @@ void Engine::append_token(Tracked& tracked, int32_t token, bool forced, RequestO
   if (output->finish_reason == FinishReason::kNone && !sp.stop.empty())
     safe -= std::min(safe, stop_string_holdback(tracked.text, sp.stop));
   safe = std::max(safe, tracked.text_emitted);
-  output->new_text += tracked.text.substr(tracked.text_emitted, safe - tracked.text_emitted);
+  output->new_text.append(tracked.text, tracked.text_emitted, safe - tracked.text_emitted);
   tracked.text_emitted = safe;
 }
 
@@ -559,6 +564,7 @@ std::vector<RequestOutput> Engine::step() {
   process_aborts(&outputs);
   SchedulerOutput plan = schedule_step(&outputs);
   if (plan.empty()) return outputs;
+  outputs.reserve(outputs.size() + plan.sequences.size());  // a step reports about one per sequence
 
   ++metrics_.num_steps;
   metrics_.peak_running = std::max(metrics_.peak_running, static_cast<int>(scheduler_->num_running()));
@@ -573,13 +579,16 @@ std::vector<RequestOutput> Engine::step() {
   ForwardBatchOptions batch_options;
   batch_options.block_size = config_.block_size;
   batch_options.synchronous_compression = scheduler_->config().compress_before_forward;
-  batch_options.logprob_token = [this](const Request& r) -> int32_t {
-    const Tracked& tracked = *requests_.at(r.id);
-    const size_t index = r.output_token_ids.size();
-    const bool wanted = tracked.forced_logprobs || tracked.logprobs >= 0;
-    return wanted && index < tracked.forced_tokens.size() ? tracked.forced_tokens[index] : -1;
-  };
-  batch_options.num_top_logprobs = [this](const Request& r) { return requests_.at(r.id)->logprobs; };
+  // Each asks for a request's entry in requests_ (a hash lookup per sequence and step): only
+  // while a request wants log-probabilities; the rest leave the batch's defaults (-1, none).
+  if (num_tracked_wanting_logprobs_ > 0) {
+    batch_options.logprob_token = [this](const Request& r) -> int32_t {
+      const Tracked& tracked = *requests_.at(r.id);
+      const size_t index = r.output_token_ids.size();
+      return tracked.wants_logprobs() && index < tracked.forced_tokens.size() ? tracked.forced_tokens[index] : -1;
+    };
+    batch_options.num_top_logprobs = [this](const Request& r) { return requests_.at(r.id)->logprobs; };
+  }
   batch_options.reconstruction_prompt = &reconstruction_prompt_;
   const ForwardBatch batch = [&] {
     ORIGAMI_HOST_TIMER("engine.build_forward_batch");

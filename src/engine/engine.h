@@ -95,6 +95,7 @@ class Engine {
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<RequestId, std::unique_ptr<Tracked>> requests_;
+  int num_tracked_wanting_logprobs_ = 0;  // entries of requests_ whose wants_logprobs()
   CompressionSupport compression_support_;
   // A request's own head budgets (RequestOptions::kv_head_budgets, already read and validated)
   // checked against the model, as shares of the engine's fixed head groups (layout_group_shares).

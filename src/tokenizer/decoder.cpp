@@ -1,6 +1,7 @@
 #include "tokenizer/decoder.h"
 
 #include <functional>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -97,9 +98,11 @@ Expected<TokenDecoder> TokenDecoder::from_json(const nlohmann::json& json, const
   return d;
 }
 
-void TokenDecoder::build(const std::vector<std::string>& tokens) {
-  pieces_.resize(tokens.size());
-  fallback_.assign(tokens.size(), -1);
+Status TokenDecoder::build(const std::vector<std::string>& tokens) {
+  piece_offsets_.assign(1, 0);
+  piece_offsets_.reserve(tokens.size() + 1);
+  piece_bytes_.clear();
+  fallback_.assign(byte_fallback_ ? tokens.size() : 0, -1);
   for (size_t id = 0; id < tokens.size(); ++id) {
     std::string t = tokens[id];
     if (byte_fallback_) fallback_[id] = static_cast<int16_t>(parse_fallback(t));
@@ -125,13 +128,19 @@ void TokenDecoder::build(const std::vector<std::string>& tokens) {
       const size_t e = end < chars.size() ? chars[end].first : t.size();
       t = t.substr(b, e - b);
     }
-    pieces_[id] = std::move(t);
+    if (piece_bytes_.size() + t.size() > std::numeric_limits<uint32_t>::max())
+      return invalid_file("tokenizer: the decoded token strings exceed 4 GiB in all");
+    piece_bytes_ += t;
+    piece_offsets_.push_back(static_cast<uint32_t>(piece_bytes_.size()));
   }
+  piece_bytes_.shrink_to_fit();
+  return Status::ok();
 }
 
 std::string_view TokenDecoder::piece(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= pieces_.size()) return {};
-  return pieces_[id];
+  if (id < 0 || static_cast<size_t>(id) + 1 >= piece_offsets_.size()) return {};
+  const uint32_t begin = piece_offsets_[id];
+  return std::string_view(piece_bytes_).substr(begin, piece_offsets_[id + 1] - begin);
 }
 
 int TokenDecoder::fallback_byte(int32_t id) const {
@@ -162,6 +171,12 @@ void DecodeState::push(int32_t id, std::string& out) {
   if (d_->join_with_space_ && !first_token_) pending_.push_back(' ');
   if (first_token_ && d_->metaspace_strip_first_ && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
   first_token_ = false;
+  // Nothing held back and a piece of whole, valid characters: emit() would pass it through as it
+  // is, so append it without the copies through pending_ (the usual case, once per generated token).
+  if (pending_.empty() && !d_->strips_whole_text() && unicode::is_valid_utf8(piece)) {
+    out.append(piece);
+    return;
+  }
   pending_.append(piece);
   emit(out, /*final=*/false);
 }
@@ -178,7 +193,7 @@ void DecodeState::emit(std::string& out, bool final) {
   if (ready == 0) return;
   std::string text = unicode::to_valid_utf8(std::string_view(pending_).substr(0, ready));
   pending_.erase(0, ready);
-  if (d_->strip_per_token_ || d_->strip_content_ == 0) {
+  if (!d_->strips_whole_text()) {
     out += text;
     return;
   }

@@ -9,10 +9,14 @@ StreamingDecoder::StreamingDecoder(std::shared_ptr<const Tokenizer> tokenizer, b
 
 std::string StreamingDecoder::push(int32_t id) {
   std::string out;
-  if (id < 0 || id >= tokenizer_->vocab_size()) return out;
-  if (skip_special_tokens_ && tokenizer_->is_special(id)) return out;
-  state_.push(id, out);
+  push(id, out);
   return out;
+}
+
+void StreamingDecoder::push(int32_t id, std::string& text) {
+  if (id < 0 || id >= tokenizer_->vocab_size()) return;
+  if (skip_special_tokens_ && tokenizer_->is_special(id)) return;
+  state_.push(id, text);
 }
 
 std::string StreamingDecoder::flush() {

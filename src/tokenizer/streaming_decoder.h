@@ -16,6 +16,8 @@ class StreamingDecoder {
   explicit StreamingDecoder(std::shared_ptr<const Tokenizer> tokenizer, bool skip_special_tokens = true);
 
   std::string push(int32_t id);
+  // The same text appended to `text`: no string per token for a caller that keeps the whole text.
+  void push(int32_t id, std::string& text);
   // Ends the stream: whatever was held back (e.g. an unfinished character, as U+FFFD).
   std::string flush();
 

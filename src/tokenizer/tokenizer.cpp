@@ -173,7 +173,7 @@ Expected<std::shared_ptr<Tokenizer>> Tokenizer::from_json_text(std::string_view 
   }
   t->raw_matcher_ = AddedTokenMatcher(std::move(raw));
   t->normalized_matcher_ = AddedTokenMatcher(std::move(normalized));
-  t->decoder_.build(t->tokens_);
+  ORIGAMI_RETURN_IF_ERROR(t->decoder_.build(t->tokens_));
 
   auto id_of = [&](const std::string& s) { return t->token_to_id(s); };
   ORIGAMI_RETURN_IF_ERROR(

@@ -127,6 +127,43 @@ TEST(TokenizerBehavior, StreamingMatchesDecodeOnRandomIds) {
   }
 }
 
+// The engine keeps each request's text and has the decoder append to it: the same text as the
+// deltas push(id) returns, after whatever the caller's string held.
+TEST(TokenizerBehavior, StreamingPushAppendsToTheCallersText) {
+  auto tok = load(char_tokenizer());
+  ASSERT_TRUE(tok);
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    Ids ids(rng() % 12);
+    for (auto& id : ids) id = static_cast<int32_t>(rng() % 15);
+    StreamingDecoder deltas(tok), appending(tok);
+    std::string expected = "kept ", text = "kept ";
+    for (int32_t id : ids) {
+      expected += deltas.push(id);
+      appending.push(id, text);
+      EXPECT_EQ(text, expected);
+    }
+  }
+}
+
+// Pieces live in one buffer indexed by id: each id's own bytes (after Replace), nothing for an id
+// outside the vocabulary.
+TEST(TokenizerBehavior, TokenDecoderPiecesByIdAndOutOfRange) {
+  auto tok = load(char_tokenizer());
+  ASSERT_TRUE(tok);
+  const TokenDecoder& d = tok->token_decoder();
+  EXPECT_EQ(d.piece(3), "a");
+  EXPECT_EQ(d.piece(7), "abc");
+  EXPECT_EQ(d.piece(8), " ");   // U+2581 replaced by a space
+  EXPECT_EQ(d.piece(9), " a");
+  EXPECT_EQ(d.piece(13), "<m>");  // an added token
+  EXPECT_EQ(d.piece(-1), "");
+  EXPECT_EQ(d.piece(tok->vocab_size()), "");
+  EXPECT_EQ(d.fallback_byte(10), 0xC3);
+  EXPECT_EQ(d.fallback_byte(3), -1);
+  EXPECT_EQ(d.fallback_byte(tok->vocab_size()), -1);
+}
+
 TEST(TokenizerBehavior, IgnoreMerges) {
   auto with = load(char_tokenizer(false, true, /*ignore_merges=*/true));
   auto without = load(char_tokenizer(false, true, /*ignore_merges=*/false));
