@@ -162,9 +162,12 @@ int KVCacheManager::blocks_to_append(const KVSequence& request, int num_new_entr
 }
 
 int KVCacheManager::num_held_blocks(const KVSequence& request) const {
-  int n = 0;
-  for (const BlockTable& t : request.kv.groups) n += static_cast<int>(t.blocks.size());
-  return n;
+  if (verify_summaries_)
+    ORIGAMI_CHECK_MSG(summary_matches(request.kv.summary, request.kv, layout_.block_size),
+                      "a request's table summary differs from a walk over its tables");
+  // Kept in the summary: the scheduler asks for every running request each step (288 tables a
+  // request with per-head pages); a walk only after the tables changed.
+  return static_cast<int>(request.kv.entries_summary().pages);
 }
 
 bool KVCacheManager::grow_tables(KVSequence& request, int num_entries, bool add) {

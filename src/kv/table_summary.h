@@ -1,14 +1,15 @@
 #pragma once
 // What a step needs to know of a request's page tables taken together: the entries they hold in
-// all, the longest one, and the fewest entries any one can still take in the pages it holds.
+// all, the longest one, the pages they hold, and the fewest entries any one can still take in the
+// pages it holds.
 //
 // Why it is kept rather than computed: with per-head pages a request has one table per (layer,
 // KV head), 288 for the Qwen3-8B shape, so a step of 256 requests would walk 73,728 tables for
 // each of these numbers, and on a busy host each walk costs its cache misses
 // (docs/benchmarks.md). Yet between two changes of a request's tables every table gains the same
 // tokens each step (KVCacheManager::append_slots), so every number moves by a known amount: the
-// sum by tokens x tables, the longest by the tokens (the same table stays the longest), the room
-// down by the tokens. A change of any other kind (a page added, a compaction, a block eviction, a
+// sum by tokens x tables, the longest by the tokens (the same table stays the longest), the pages
+// not at all, the room down by the tokens. A change of any other kind (a page added, a compaction, a block eviction, a
 // prefix hit, new, copied or released tables, counts set) calls RequestKV::tables_changed(),
 // which forgets the summary; the next reader walks the tables once.
 #include <cstdint>
@@ -24,6 +25,9 @@ struct TableSummary {
   int64_t entries_sum = kUnknown;
   int max_entries = 0;
   int lead_table = 0;
+  // Pages over every table (a page shared by two tables counted in each): what the scheduler's
+  // reservations subtract for every running request each step (KVCacheManager::num_held_blocks).
+  int64_t pages = 0;
   // The least, over the tables, of (pages held x block size - entries): tokens every table can
   // still take without a new page (negative for a table holding more than its pages, which only
   // hand-built tables do). Known only to the KV manager, which knows the block size (the entry
@@ -46,7 +50,8 @@ struct TableSummary {
   }
 };
 
-// The entry counts of the request's tables (sum, longest, lead), by walking them; room stays as it was.
+// The entry counts of the request's tables (sum, longest, lead) and their pages, by walking them;
+// room stays as it was.
 void summarize_entries(const RequestKV& kv, TableSummary* summary);
 // Everything, by walking them: pages of `block_size` entries. No tables: room 0.
 TableSummary summarize_tables(const RequestKV& kv, int block_size);

@@ -57,12 +57,13 @@ KVSequence prefilled(KVCacheManager& kv, int entries) {
 void expect_summary_of_tables(const KVSequence& r, const char* after) {
   const TableSummary& kept = r.kv.summary;
   EXPECT_TRUE(summary_matches(kept, r.kv, kBlock)) << "after " << after;
-  int64_t sum = 0;
+  int64_t sum = 0, pages = 0;
   int longest = 0, lead = 0;
   int64_t room = r.kv.groups.empty() ? 0 : INT64_MAX;
   for (size_t g = 0; g < r.kv.groups.size(); ++g) {
     const int entries = r.kv.num_entries(g);
     sum += entries;
+    pages += static_cast<int64_t>(r.kv.groups[g].blocks.size());
     if (entries > longest) {
       longest = entries;
       lead = static_cast<int>(g);
@@ -74,6 +75,7 @@ void expect_summary_of_tables(const KVSequence& r, const char* after) {
   EXPECT_EQ(entries.entries_sum, sum) << "after " << after;
   EXPECT_EQ(entries.max_entries, longest) << "after " << after;
   EXPECT_EQ(entries.lead_table, lead) << "after " << after;
+  EXPECT_EQ(entries.pages, pages) << "after " << after;
 }
 
 // What a compaction does to the tables (the scheduler's switch to the compacted table): each group
@@ -134,6 +136,7 @@ TEST(TableSummary, UnevenGroupsAfterACompaction) {
   EXPECT_EQ(r.kv.entries_summary().lead_table, 1);
   EXPECT_EQ(r.kv.entries_summary().max_entries, 12);
   EXPECT_EQ(r.kv.entries_summary().entries_sum, 52);
+  EXPECT_EQ(kv.num_held_blocks(r), 2 + 3 + 1 + 3 + 2 + 1 + 2 + 1);  // pages of 4: the kept counts' pages
   EXPECT_EQ(kv.blocks_to_append(r, 1), 4);  // groups 1, 3, 4 and 7 are full; not known: walked
   ASSERT_TRUE(kv.append_slots(r, 1));
   expect_summary_of_tables(r, "the step after a compaction");
