@@ -70,6 +70,10 @@ void EngineWorker::run() {
     for (Command& c : commands) apply(c);
     if (engine_->has_unfinished()) {
       std::vector<RequestOutput> outputs = engine_->step();
+      // The step's metrics go out before its outputs reach the clients: a client that reads
+      // /metrics after its response must see the work that produced it (a retained prompt's
+      // tokens were missing from a read right after its response).
+      publish_snapshot();
       route(outputs);
     }
     publish_snapshot();
