@@ -54,7 +54,7 @@ static float median_ms(F&& body, int iters) {
 }
 
 // Bandwidth of a 1 GiB device-to-device copy, bytes read + written (GB/s), printed as well.
-static double measure_copy_gbs(int iters) {
+inline double measure_copy_gbs(int iters) {
   const size_t n = size_t(1) << 30;
   void *src, *dst;
   CK(cudaMalloc(&src, n));
@@ -82,7 +82,7 @@ static __global__ void fill_value(float* p, size_t n, float v) {
 }
 
 // "64,256" -> {64, 256}; exits on anything but positive integers.
-static std::vector<int> parse_list(const char* flag, const std::string& text, int min_value = 1) {
+inline std::vector<int> parse_list(const char* flag, const std::string& text, int min_value = 1) {
   std::vector<int> out;
   size_t at = 0;
   while (at <= text.size()) {
@@ -101,7 +101,7 @@ static std::vector<int> parse_list(const char* flag, const std::string& text, in
 }
 
 // Prints the current device's name, SM count and L2 size after `tag`; returns the SM count.
-static int print_device(const char* tag) {
+inline int print_device(const char* tag) {
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -118,7 +118,7 @@ struct DecodeRows {
   int32_t* page_indptr = nullptr;  // [batch + 1]
   int32_t* kv_len = nullptr;       // [batch]
 };
-static DecodeRows upload_decode_rows(int batch, int ctx, int pages_per_seq) {
+inline DecodeRows upload_decode_rows(int batch, int ctx, int pages_per_seq) {
   std::vector<int32_t> q_indptr(batch + 1), page_indptr(batch + 1), kv_len(batch, ctx);
   for (int i = 0; i <= batch; ++i) q_indptr[i] = i, page_indptr[i] = i * pages_per_seq;
   DecodeRows r;
@@ -130,7 +130,7 @@ static DecodeRows upload_decode_rows(int batch, int ctx, int pages_per_seq) {
   CK(cudaMemcpy(r.kv_len, kv_len.data(), sizeof(int32_t) * batch, cudaMemcpyHostToDevice));
   return r;
 }
-static void free_decode_rows(const DecodeRows& r) {
+inline void free_decode_rows(const DecodeRows& r) {
   CK(cudaFree(r.q_indptr));
   CK(cudaFree(r.page_indptr));
   CK(cudaFree(r.kv_len));
