@@ -9,9 +9,9 @@
 // (docs/benchmarks.md). Yet between two changes of a request's tables every table gains the same
 // tokens each step (KVCacheManager::append_slots), so every number moves by a known amount: the
 // sum by tokens x tables, the longest by the tokens (the same table stays the longest), the pages
-// not at all, the room down by the tokens. A change of any other kind (a page added, a compaction, a block eviction, a
-// prefix hit, new, copied or released tables, counts set) calls RequestKV::tables_changed(),
-// which forgets the summary; the next reader walks the tables once.
+// not at all, the room down by the tokens. A change of any other kind (a page added, a
+// compaction, a block eviction, a prefix hit, new, copied or released tables, counts set) calls
+// RequestKV::tables_changed(), which forgets the summary; the next reader walks the tables once.
 #include <cstdint>
 
 namespace origami {
@@ -25,8 +25,9 @@ struct TableSummary {
   int64_t entries_sum = kUnknown;
   int max_entries = 0;
   int lead_table = 0;
-  // Pages over every table (a page shared by two tables counted in each): what the scheduler's
-  // reservations subtract for every running request each step (KVCacheManager::num_held_blocks).
+  // Pages over every table (a page shared by two tables counted in each), walked with the entry
+  // counts and known with the sum: what the scheduler's reservations subtract for every running
+  // request each step (KVCacheManager::num_held_blocks).
   int64_t pages = 0;
   // The least, over the tables, of (pages held x block size - entries): tokens every table can
   // still take without a new page (negative for a table holding more than its pages, which only

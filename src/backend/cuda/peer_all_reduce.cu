@@ -222,8 +222,8 @@ __global__ void __launch_bounds__(kThreads) peer_push_reduce_add_rmsnorm_kernel(
 }
 
 __global__ void fill_u32_kernel(uint32_t* p, size_t n, uint32_t v) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * static_cast<size_t>(blockDim.x))
-    p[i] = v;
+  const size_t stride = gridDim.x * static_cast<size_t>(blockDim.x);
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += stride) p[i] = v;
 }
 
 }  // namespace
