@@ -124,20 +124,7 @@ if has profile; then
       --log-file /tmp/ncu_$b.csv "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*ProfileOneStep' >> "$OUT/profile.log" 2>&1
     RESULT[7_profile_b$b]="rc=$? $(grep PROFILE "$OUT/profile.log" | tail -1)"
     # Per-kernel totals of the step, largest first.
-    python3 - "/tmp/ncu_$b.csv" "$b" <<'PYEOF' | tee -a "$OUT/profile.log"
-import csv, sys, collections
-rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
-tot, cnt = collections.Counter(), collections.Counter()
-for r in csv.DictReader(rows):
-    if r.get("Metric Name") != "gpu__time_duration.sum": continue
-    name = r["Kernel Name"].split("(")[0][:70]
-    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(r.get("Metric Unit"), 1e-3)
-    tot[name] += float(r["Metric Value"].replace(",", "")) * scale
-    cnt[name] += 1
-print(f"NCU batch={sys.argv[2]}: {sum(cnt.values())} kernels, {sum(tot.values()) / 1e3:.3f} ms of kernel time (us below)")
-for name, us in tot.most_common(14):
-    print(f"NCU {us:10.1f} us {cnt[name]:5d}x {us / cnt[name]:8.1f} us  {name}")
-PYEOF
+    python3 "$ROOT/scripts/lib/ncu_kernel_totals.py" "/tmp/ncu_$b.csv" "batch=$b" | tee -a "$OUT/profile.log"
   done
 fi
 

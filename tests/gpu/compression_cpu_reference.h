@@ -90,7 +90,7 @@ struct DeviceCache {
 struct DeviceGroup {
   CompressionPlan plan;
   std::unique_ptr<DeviceBuffer<CompressionJobDesc>> descs;
-  std::unique_ptr<DeviceBuffer<int32_t>> chunk_job, pages, keep;
+  std::unique_ptr<DeviceBuffer<int32_t>> chunk_job, span_chunks, pages, keep;
   std::unique_ptr<DeviceBuffer<float>> scores, final_scores, redundancy, norms;
   std::unique_ptr<DeviceBuffer<int2>> z;
   std::unique_ptr<DeviceBuffer<float2>> lse;
@@ -100,6 +100,7 @@ struct DeviceGroup {
     plan = plan_compression(jobs, c.bs, c.L * c.H, c.G);
     descs = std::make_unique<DeviceBuffer<CompressionJobDesc>>(plan.descs);
     chunk_job = std::make_unique<DeviceBuffer<int32_t>>(plan.chunk_job);
+    span_chunks = std::make_unique<DeviceBuffer<int32_t>>(plan.span_chunks);
     pages = std::make_unique<DeviceBuffer<int32_t>>(plan.pages);
     keep = std::make_unique<DeviceBuffer<int32_t>>(plan.keep_elems);
     scores = std::make_unique<DeviceBuffer<float>>(plan.score_elems);
@@ -115,6 +116,9 @@ struct DeviceGroup {
     a.num_jobs = static_cast<int>(plan.descs.size());
     a.chunk_job = chunk_job->get();
     a.num_chunks = static_cast<int>(plan.chunk_job.size());
+    a.span_chunks = span_chunks->get();
+    a.num_span_chunks = static_cast<int>(plan.span_chunks.size());
+    a.other_redundancy = plan.other_redundancy;
     a.pages = pages->get();
     a.max_window_group = plan.max_window_group;
     a.any_redundancy = plan.any_redundancy;

@@ -20,12 +20,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 
 #include "backend/cpu/compression_ops.h"
 #include "backend/cuda/compression_kernels.h"
 #include "backend/cuda/cuda_compression.h"
+#include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/kv_cache_write.h"
 #include "compression_cpu_reference.h"
 #include "compressor_test_util.h"
@@ -520,6 +522,106 @@ void check_driver(int heads_per_group) {
 TEST(CudaCompressionFp8, DriverFullLayoutMatchesCpuPipeline) { check_driver(0); }
 
 TEST(CudaCompressionFp8, DriverHeadGroupsMatchCpuPipeline) { check_driver(2); }
+
+}  // namespace
+}  // namespace origami::cuda
+
+namespace origami::cuda {
+namespace {
+
+// Timing of the max-load headline's compression batches (not a check): Llama-3.1-8B's shape (32
+// layers, 8 KV heads in groups of 4, head_dim 128), FP8 KV in pages of 128, `zipage` at budget 512
+// (640 entries scored, 512 kept, window 16), the batch sizes the run sees (requests admitted
+// together reach a page's end together). Prints the batch's device time per recipe stage and layer
+// stride; `ncu` over this test names each kernel's share.
+TEST(CudaCompressionFp8, TimingAtMaxLoadShape) {
+  if (small_test_sizes()) GTEST_SKIP() << "a timing, not a check: nothing to sanitize at small sizes";
+  const int L = 32, H = 8, G = 4, d = 128, bs = 128, W = 16, n = 640, keep = 512;
+  const int pages = n / bs;
+  // ORIGAMI_BENCH_PROFILE=1 (under ncu): the first variant's 56-job batch once after its warm-up.
+  const bool profile = std::getenv("ORIGAMI_BENCH_PROFILE") != nullptr;
+  const std::vector<int> batch_sizes = profile ? std::vector<int>{56} : std::vector<int>{8, 56};
+  const int max_jobs = batch_sizes.back();
+  const int NB = max_jobs * pages + 2;
+  const size_t kv_pitch = static_cast<size_t>(NB) * H * bs * d;  // elements (= bytes) of a layer
+  Fp8Pool pool(kv_pitch * L / d, d);
+  {  // Random finite E4M3 codes (0x7f / 0xff are NaN) and scales near what the write kernel picks.
+    std::mt19937 rng(7);
+    std::vector<uint8_t> chunk(1 << 24);
+    for (uint8_t& c : chunk) {
+      c = static_cast<uint8_t>(rng());
+      if ((c & 0x7f) == 0x7f) c = 0x3e;
+    }
+    for (uint8_t* dst : {pool.k8->get(), pool.v8->get()})
+      for (size_t at = 0; at < kv_pitch * L; at += chunk.size())
+        ORIGAMI_CUDA_CHECK(cudaMemcpy(dst + at, chunk.data(), std::min(chunk.size(), kv_pitch * L - at), cudaMemcpyHostToDevice));
+    std::vector<float> scales(pool.rows);
+    for (float& s : scales) s = 1.0f / (64.0f + static_cast<float>(rng() % 64));
+    ORIGAMI_CUDA_CHECK(cudaMemcpy(pool.ks->get(), scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+    ORIGAMI_CUDA_CHECK(cudaMemcpy(pool.vs->get(), scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+  }
+  struct Variant {
+    const char* name;
+    RedundancyMode red;
+    int pool_kernel;
+    int layer_stride;
+  };
+  for (const Variant& var : {Variant{"zipage (attention + lightning 256)", RedundancyMode::kLightning, 0, 8},
+                             Variant{"zipage, layer stride 32", RedundancyMode::kLightning, 0, 32},
+                             Variant{"attention alone", RedundancyMode::kNone, 0, 8},
+                             Variant{"zipage first (+pool 5)", RedundancyMode::kLightning, 5, 8}}) {
+    cudaStream_t main_stream;
+    ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&main_stream, cudaStreamNonBlocking));
+    CudaCompressor comp(main_stream);
+    CudaCompressor::Geometry g = testing::one_group_geometry(L, H, G, d, bs, NB, nullptr, nullptr, kv_pitch);
+    g.k8 = pool.k8->get();
+    g.v8 = pool.v8->get();
+    g.k_scales = pool.ks->get();
+    g.v_scales = pool.vs->get();
+    ASSERT_TRUE(comp.configure(testing::compression_config(max_jobs, W, false, var.layer_stride), g).is_ok());
+    launch_fill_random_bf16(comp.query_cache(), comp.query_layer_pitch() * L, 1.0f, 0.0f, 3, nullptr);
+    ScoreRecipe recipe;
+    recipe.redundancy = var.red;
+    recipe.redundancy_span = 256;
+    recipe.pool_kernel = var.pool_kernel;
+    std::vector<std::vector<BlockId>> src(max_jobs), dst(max_jobs);
+    std::vector<CompressionJob> all(max_jobs);
+    for (int j = 0; j < max_jobs; ++j) {
+      for (int p = 0; p < pages; ++p) src[j].push_back(1 + j * pages + p);
+      dst[j].assign(src[j].begin(), src[j].begin() + keep / bs);
+      all[j].request_id = static_cast<uint64_t>(j + 1);
+      all[j].src_blocks = &src[j];
+      all[j].dst_blocks = &dst[j];
+      all[j].num_entries = n;
+      all[j].num_keep = keep;
+      all[j].query_slot = j;
+      all[j].num_scored_entries = keep;
+      all[j].first_compression = var.pool_kernel > 0;
+      all[j].recipe = &recipe;
+    }
+    for (int jobs_n : batch_sizes) {
+      const std::vector<CompressionJob> jobs(all.begin(), all.begin() + jobs_n);
+      ASSERT_TRUE(comp.begin(jobs).is_ok());  // warm-up (also grows the scratch)
+      ASSERT_TRUE(comp.wait().is_ok());
+      std::vector<double> ms;
+      for (int rep = 0; rep < (profile ? 1 : 5); ++rep) {
+        const double before = comp.device_seconds();
+        ASSERT_TRUE(comp.begin(jobs).is_ok());
+        ASSERT_TRUE(comp.wait().is_ok());
+        ms.push_back(1e3 * (comp.device_seconds() - before));
+      }
+      std::sort(ms.begin(), ms.end());
+      // What the batch must read (K and V codes of every entry, their scales) and write (the kept
+      // entries moved): the floor at ~3 TB/s.
+      const double bytes = static_cast<double>(jobs_n) * L * H * (2.0 * n * (d + 4) + 2.0 * keep * (d + 4));
+      std::printf("BENCH compression fp8 max-load %2d jobs x %d entries (Llama-3.1-8B, page %d) %-36s %.3f ms "
+                  "(%.2f ms a job; bytes %.0f MB: floor %.3f ms at 3 TB/s)\n",
+                  jobs_n, n, bs, var.name, ms[ms.size() / 2], ms[ms.size() / 2] / jobs_n, bytes / 1e6, bytes / 3e12 * 1e3);
+    }
+    ORIGAMI_CUDA_CHECK(cudaStreamDestroy(main_stream));
+    if (profile) break;
+  }
+}
 
 }  // namespace
 }  // namespace origami::cuda

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/compression_kernels.h"
 
@@ -235,6 +236,64 @@ __device__ __forceinline__ KvRow key_row(const GroupArgs& a, const KvLayer& kl, 
   }
   return row;
 }
+
+// Keys base .. base + rows - 1 of a layer (through `table`, KV head `head`; rows at or past `end`
+// zero) for the tensor cores, in two steps so that a caller can overlap the loads with work on
+// the tile before: fetch() issues every global load of the block's share into registers at once
+// (kRows x D / 8 pieces of 8 values over kThreadsN threads, unrolled, so their latencies overlap),
+// store() writes them into a bf16 tile of rows `stride` elements apart. bf16 keys go as they are;
+// FP8 keys as their E4M3 codes' values WITHOUT the scales (every E4M3 value is exact in bf16: 3
+// mantissa bits, exponents 2^-9 .. 2^8), each row's scale into scales[row] (0 past the end), so a
+// product with them is exact and the scale is applied to the fp32 sum. The caller synchronises.
+template <int D, bool kFp8, int kThreadsN, int kRows>
+struct KeyRowsLoad {
+  static constexpr int kPieces = D / 8;
+  static constexpr int kPer = kRows * kPieces / kThreadsN;
+  static_assert(kRows * kPieces % kThreadsN == 0, "the block's threads split the pieces evenly");
+  using Raw = std::conditional_t<kFp8, uint2, uint4>;  // 8 codes or 8 bf16 values
+  Raw raw[kPer];
+  float scale[kPer];
+
+  __device__ __forceinline__ void fetch(const GroupArgs& a, const KvLayer& kl, const int32_t* table, int head,
+                                        int base, int end, int rows) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int c = static_cast<int>(threadIdx.x) + k * kThreadsN, r = c / kPieces, col = (c % kPieces) * 8;
+      const int e = base + r;
+      raw[k] = Raw{};
+      scale[k] = 0.0f;
+      if (r < rows && e < end) {
+        const size_t row = kv_row_index(a, table[e / a.block_size], head, e % a.block_size);
+        if constexpr (kFp8) {
+          raw[k] = *reinterpret_cast<const uint2*>(kl.f8 + row * D + col);
+          if (col == 0) scale[k] = kl.scales[row];
+        } else {
+          raw[k] = *reinterpret_cast<const uint4*>(kl.bf + row * D + col);
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(int rows, bf16* dst, int stride, float* scales) const {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int c = static_cast<int>(threadIdx.x) + k * kThreadsN, r = c / kPieces, col = (c % kPieces) * 8;
+      if (r >= rows) continue;
+      uint4 v;
+      if constexpr (kFp8) {
+        const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw[k]);
+        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)  // fp8 -> fp16 -> fp32 -> bf16, exact at every step
+          out[q] = __float22bfloat162_rn(__half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[q], __NV_E4M3))));
+        if (col == 0) scales[r] = scale[k];
+      } else {
+        v = raw[k];
+      }
+      *reinterpret_cast<uint4*>(dst + r * stride + col) = v;
+    }
+  }
+};
 
 // Query row pointer of window query `qr` (= u * group_size + g) of a job's KV head.
 __device__ __forceinline__ const bf16* query_row(const GroupArgs& a, const bf16* q_layer, const CompressionJobDesc& jd,

@@ -23,6 +23,7 @@
 
 #include "backend/cuda/compression_kernels.h"
 #include "backend/cuda/compression_device.cuh"
+#include "backend/cuda/dynamic_smem_limit.h"
 #include "backend/cuda/paged_attention_mma.cuh"
 #include "backend/cuda/radix_select.cuh"
 #include "backend/cuda/scorers/scorer_launchers.h"
@@ -66,10 +67,16 @@ __global__ void capture_queries_kernel(const bf16* q, const int32_t* dst_rows, i
 // --- Redundancy -------------------------------------------------------------------------------
 
 // Grid (64-entry chunk, layer/head). |k_e| for the chunk's entries, one warp per entry.
+// Whether redundancy_span_mma_kernel scores this job's redundancy in this launch (the plan listed
+// its spans; the head dim suits the tensor cores), so the chunk-wise kernels leave it alone.
+__device__ __forceinline__ bool spans_tiled(const GroupArgs& a, const CompressionJobDesc& jd) {
+  return a.num_span_chunks > 0 && redundancy_tiles_head_dim(a.head_dim) && redundancy_span_tiled(jd);
+}
+
 __global__ void __launch_bounds__(kThreads) key_norms_kernel(const GroupArgs a) {
   const int job = a.chunk_job[blockIdx.x];
   const CompressionJobDesc jd = a.jobs[job];
-  if (jd.redundancy == 0) return;
+  if (jd.redundancy == 0 || spans_tiled(a, jd)) return;  // the span kernel computes its own
   chunk_key_norms(a, job, jd, 1.0f, a.norms);
 }
 
@@ -97,7 +104,7 @@ __device__ __forceinline__ RedundancyChunk redundancy_chunk(const GroupArgs& a) 
   RedundancyChunk c;
   const int job = a.chunk_job[blockIdx.x];
   const CompressionJobDesc& jd = a.jobs[job];
-  c.active = jd.redundancy != 0;
+  c.active = jd.redundancy != 0 && !spans_tiled(a, jd);
   c.ri = row_info(a, job, blockIdx.y);
   c.n = jd.n;
   c.span = jd.redundancy_span;
@@ -178,11 +185,10 @@ __global__ void __launch_bounds__(kThreads) redundancy_kernel(const GroupArgs a)
 // differs from the CUDA-core path; lanes hold rows g and g + 8 of their warp's 16 and columns
 // 8 n + 2 (lane % 4) + {0, 1}, reduced over the 4 lanes of a quad at the end.
 //
-// FP8 cache (kFp8): the tiles hold the E4M3 codes' values as bf16 WITHOUT the scales (every E4M3
-// value is exact in bf16: 3 mantissa bits, exponents 2^-9 .. 2^8), so the tensor cores form
-// c_i . c_j from exact products as above, and k_i . k_j = (s_i s_j) (c_i . c_j) in fp32: one
-// rounding more than the CPU's sum of dequantized products, and (s_i s_j) is symmetric, so the
-// mirror pair differs only as in the bf16 case. The scales ride in shared memory beside the norms.
+// FP8 cache (kFp8): the tiles hold the E4M3 codes' values as bf16 WITHOUT the scales
+// (KeyRowsLoad), so the tensor cores form c_i . c_j from exact products as above, and
+// k_i . k_j = (s_i s_j) (c_i . c_j) in fp32: one rounding more than the CPU's sum of dequantized
+// products, and (s_i s_j) is symmetric, so the mirror pair differs only as in the bf16 case. The scales ride in shared memory beside the norms.
 template <int D, bool kFp8>
 __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) {
   constexpr int kStride = D + 8;  // +16 B per row: the 8 rows of an ldmatrix hit distinct banks
@@ -194,28 +200,9 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
   if (!rc.active) return;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   auto load_tile = [&](bf16* dst, float* scales, int base, int end) {
-    for (int c = tid; c < kTile * (D / 8); c += 128) {
-      const int r = c / (D / 8), col = (c % (D / 8)) * 8;
-      const int e = base + r;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if constexpr (kFp8) {
-        if (e < end) {
-          const KvRow row = key_row(a, rc.k_layer, rc.table, e, rc.ri.head);
-          const uint2 raw = *reinterpret_cast<const uint2*>(row.f8 + col);  // 8 codes
-          const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
-          __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-          for (int q = 0; q < 4; ++q)  // fp8 -> fp16 -> fp32 -> bf16, exact at every step
-            out[q] = __float22bfloat162_rn(__half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[q], __NV_E4M3))));
-          if (col == 0) scales[r] = row.scale;
-        } else if (col == 0) {
-          scales[r] = 0.0f;
-        }
-      } else {
-        if (e < end) v = *reinterpret_cast<const uint4*>(key_row(a, rc.k_layer, rc.table, e, rc.ri.head).bf + col);
-      }
-      *reinterpret_cast<uint4*>(dst + r * kStride + col) = v;
-    }
+    KeyRowsLoad<D, kFp8, 128, kTile> tile;
+    tile.fetch(a, rc.k_layer, rc.table, rc.ri.head, base, end, kTile);
+    tile.store(kTile, dst, kStride, scales);
   };
   load_tile(sa, row_scale, rc.e0, rc.n);
   int row_e[2], last_j[2];
@@ -277,6 +264,130 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
       a.z[rc.off + row_e[h]] = make_int2(lj, __float_as_int(lv));
     }
   }
+}
+
+// Lightning redundancy span by span (redundancy_span_tiled jobs): one block of 8 warps per (span,
+// layer/head) loads the span's keys into shared memory once (dynamic shared memory: up to
+// kMaxTiledSpan rows), computes their norms there (as key_norms_kernel does, bit for bit), and
+// compares every row with every column of the span on the tensor cores. Warp w owns rows
+// 32 w .. 32 w + 31 as two 16-row tiles; the products and their order are those of
+// redundancy_mma_kernel (the quotient by the norms a fast division). Against that kernel, which reloads a
+// span's columns for each of its 64-row chunks and recomputes which span a pair is in, this reads
+// each key once per span (4x fewer loads at spans of 256) and its pairs are in the span by
+// construction.
+// (256, 3): three blocks a SM, what its shared memory allows, need at most 85 registers a thread.
+template <int D, bool kFp8>
+__global__ void __launch_bounds__(256, 3) redundancy_span_mma_kernel(const GroupArgs a) {
+  constexpr int kStride = D + 8;  // +16 B per row: the 8 rows of an ldmatrix hit distinct banks
+  extern __shared__ __align__(16) unsigned char span_smem[];
+  bf16* sk = reinterpret_cast<bf16*>(span_smem);
+  float* key_scale = reinterpret_cast<float*>(sk + kMaxTiledSpan * kStride);
+  float* norm = key_scale + kMaxTiledSpan;
+  const int chunk = a.span_chunks[blockIdx.x];
+  const int job = a.chunk_job[chunk];
+  const CompressionJobDesc& jd = a.jobs[job];
+  const RowInfo ri = row_info(a, job, blockIdx.y);
+  const int s0 = (chunk - jd.chunk0) * kTile, s1 = min(jd.n, s0 + jd.redundancy_span);
+  const int rows = ((s1 - s0 + kTile - 1) / kTile) * kTile;  // whole tiles, zero past s1
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const KvLayer k_layer = key_layer(a, ri.layer);
+  const int32_t* table = a.pages + jd.src_page0;
+  for (int t = 0; t < rows; t += kTile) {  // a tile at a time: fewer live registers than the span at once
+    KeyRowsLoad<D, kFp8, 256, kTile> keys;
+    keys.fetch(a, k_layer, table, ri.head, s0 + t, s1, kTile);
+    keys.store(kTile, sk + t * kStride, kStride, key_scale + t);
+  }
+  __syncthreads();
+  for (int r = warp; r < rows; r += 8) {  // lane_sum_squares' order, then key_norms' shuffle
+    const float sc = kFp8 ? key_scale[r] : 1.0f;
+    float ss = 0.0f;
+    for (int x = lane; x < D; x += 32) {
+      float v = __bfloat162float(sk[r * kStride + x]);
+      if constexpr (kFp8) v = __fmul_rn(v, sc);
+      ss = fmaf(v, v, ss);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(kFull, ss, o);
+    if (lane == 0) norm[r] = sqrtf(ss);
+  }
+  __syncthreads();
+  const size_t off = jd.score0 + static_cast<size_t>(ri.lh) * jd.n;
+  const float threshold = jd.redundancy_threshold;
+  for (int mt = 0; mt < 2; ++mt) {
+    const int rb = warp * 32 + mt * 16;  // the warp's 16-row tile (warp-uniform)
+    if (rb >= rows) break;
+    int row_e[2], last_j[2];
+    float row_norm[2], row_scale[2], row_sum[2], last_v[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = rb + g + 8 * h;
+      row_e[h] = s0 + r;
+      row_norm[h] = norm[r];
+      row_scale[h] = kFp8 ? key_scale[r] : 1.0f;
+      row_sum[h] = 0.0f;
+      last_j[h] = -1;
+      last_v[h] = 0.0f;
+    }
+    for (int c0 = 0; c0 < rows; c0 += kTile) {
+      float s[kTile / 8][4];
+#pragma unroll
+      for (int x = 0; x < kTile / 8; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t fa[4];
+        attn::ldmatrix_x4(fa, sk + (rb + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int n2 = 0; n2 < kTile / 16; ++n2) {
+          uint32_t fb[4];
+          attn::ldmatrix_x4(fb, sk + (c0 + n2 * 16 + (lane & 7) + (lane >> 4) * 8) * kStride + kk * 16 + ((lane >> 3) & 1) * 8);
+          attn::mma_bf16_16816(s[2 * n2], fa, fb[0], fb[1]);
+          attn::mma_bf16_16816(s[2 * n2 + 1], fa, fb[2], fb[3]);
+        }
+      }
+      // Only a tile on the diagonal holds pairs (i, i), only the span's last tiles pairs past its
+      // end: elsewhere (most tiles) no pair needs a check. __fdividef: the quotient within 2 ulp
+      // of the CPU's division, which the scores' tolerance covers (the denominators are norms,
+      // far from its range limits).
+      const bool checked = c0 == (rb & ~(kTile - 1)) || c0 + kTile > s1 - s0 || rb + 16 > s1 - s0;
+#pragma unroll
+      for (int x = 0; x < kTile / 8; ++x)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int h = i >> 1, cl = c0 + x * 8 + 2 * t4 + (i & 1), cj = s0 + cl;
+          if (checked && (row_e[h] >= s1 || cj >= s1 || cj == row_e[h])) continue;
+          float dot = s[x][i];
+          if constexpr (kFp8) dot *= row_scale[h] * key_scale[cl];
+          const float c = __fdividef(dot, fmaxf(row_norm[h] * norm[cl], 1e-8f));
+          row_sum[h] += c;
+          if (c > threshold) {  // columns ascend within a lane, so the last one seen is its largest j
+            last_j[h] = cj;
+            last_v[h] = c;
+          }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = row_sum[h];
+#pragma unroll
+      for (int o = 1; o < 4; o <<= 1) sum += __shfl_xor_sync(kFull, sum, o);
+      int lj = last_j[h];
+      float lv = last_v[h];
+      merge_newest_similar<4>(lj, lv);
+      if (t4 == 0 && row_e[h] < s1) {
+        a.redundancy[off + row_e[h]] = sum;
+        a.z[off + row_e[h]] = make_int2(lj, __float_as_int(lv));
+      }
+    }
+  }
+}
+
+template <int D, bool kFp8>
+cudaError_t launch_redundancy_spans(const GroupArgs& a, int rpj, cudaStream_t stream) {
+  constexpr size_t kBytes = kMaxTiledSpan * (D + 8) * sizeof(bf16) + 2 * kMaxTiledSpan * sizeof(float);
+  static DynamicSmemLimit limit;
+  if (cudaError_t err = limit.ensure(redundancy_span_mma_kernel<D, kFp8>, kBytes); err != cudaSuccess) return err;
+  redundancy_span_mma_kernel<D, kFp8><<<dim3(a.num_span_chunks, rpj), 256, kBytes, stream>>>(a);
+  return cudaGetLastError();
 }
 
 // --- Per-row finalisation ---------------------------------------------------------------------
@@ -577,10 +688,19 @@ cudaError_t launch_compression_scores(const GroupArgs& a, cudaStream_t stream) {
   // Step 1: the base scores.
   const cudaError_t base = launch_base_scores(a, stream);
   if (base != cudaSuccess) return base;
-  if (a.any_redundancy) {
+  const bool fp8 = a.k8 != nullptr;
+  // Span-tiled jobs first (redundancy_span_tiled), then any other redundancy job chunk by chunk.
+  const bool spans = a.any_redundancy && a.num_span_chunks > 0 && redundancy_tiles_head_dim(a.head_dim);
+  if (spans) {
+    const cudaError_t err = a.head_dim == 64 ? (fp8 ? launch_redundancy_spans<64, true>(a, rpj, stream)
+                                                    : launch_redundancy_spans<64, false>(a, rpj, stream))
+                                             : (fp8 ? launch_redundancy_spans<128, true>(a, rpj, stream)
+                                                    : launch_redundancy_spans<128, false>(a, rpj, stream));
+    if (err != cudaSuccess) return err;
+  }
+  if (a.any_redundancy && (!spans || a.other_redundancy)) {
     key_norms_kernel<<<dim3(a.num_chunks, rpj), kThreads, 0, stream>>>(a);
     const dim3 grid(a.num_chunks, rpj);
-    const bool fp8 = a.k8 != nullptr;
     if (a.head_dim == 64 && fp8)
       redundancy_mma_kernel<64, true><<<grid, 128, 0, stream>>>(a);
     else if (a.head_dim == 64)

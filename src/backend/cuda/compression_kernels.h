@@ -83,11 +83,26 @@ struct CompressionJobDesc {
   int32_t chunk_max_len = 8;
 };
 
+// Whether a job's redundancy score runs span by span on the tensor cores (head_dim 64 or 128):
+// lightning with spans of whole 64-entry chunks, at most kMaxTiledSpan entries, which one block
+// holds in shared memory and compares all at once. Other redundancy jobs compare a chunk of rows
+// with the columns of its span (or, flash, every column) tile by tile.
+constexpr int kMaxTiledSpan = 256;
+__host__ __device__ inline bool redundancy_span_tiled(const CompressionJobDesc& jd) {
+  return jd.redundancy == 2 && jd.redundancy_span % 64 == 0 && jd.redundancy_span <= kMaxTiledSpan;
+}
+__host__ __device__ inline bool redundancy_tiles_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
 struct GroupArgs {
   const CompressionJobDesc* jobs = nullptr;  // [num_jobs] device
   int num_jobs = 0;
   const int32_t* chunk_job = nullptr;  // [num_chunks] device: job of each 64-entry chunk
   int num_chunks = 0;                  // sum over jobs of ceil(n / 64)
+  // [num_span_chunks] device: the first chunk of every span of the jobs whose redundancy runs span
+  // by span (redundancy_span_tiled); other_redundancy: some redundancy job does not.
+  const int32_t* span_chunks = nullptr;
+  int num_span_chunks = 0;
+  bool other_redundancy = false;
   const int32_t* pages = nullptr;      // device: every job's source and destination tables
   int max_window_group = 0;            // max over jobs of window * group_size (0: no attention job)
   bool any_redundancy = false;         // some job has a redundancy score

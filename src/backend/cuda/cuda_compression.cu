@@ -30,7 +30,7 @@ struct CompressionPart {
   // One of CudaCompressor::plans_; its job_index holds each descriptor's index in begin()'s jobs.
   CompressionPlan& plan;
   JointPlan joint;
-  size_t descs_at = 0, chunks_at = 0, pages_at = 0, scopes_at = 0, members_at = 0;
+  size_t descs_at = 0, chunks_at = 0, spans_at = 0, pages_at = 0, scopes_at = 0, members_at = 0;
   size_t kept0 = 0;
 };
 
@@ -58,6 +58,8 @@ void CompressionPlan::clear() {
   score_elems = keep_elems = lse_elems = 0;
   max_window_group = 0;
   any_redundancy = false;
+  span_chunks.clear();
+  other_redundancy = false;
   scorers = 0;
   job_index.clear();
   block_sum0.clear();
@@ -139,6 +141,11 @@ void plan_compression_into(const std::vector<CompressionJob>& jobs, const std::v
     plan.lse_elems += rows * d.window * group_size;
     plan.max_window_group = std::max(plan.max_window_group, d.window * group_size);
     plan.any_redundancy = plan.any_redundancy || d.redundancy != 0;
+    if (redundancy_span_tiled(d)) {
+      for (int e = 0; e < d.n; e += d.redundancy_span) plan.span_chunks.push_back(d.chunk0 + e / kChunk);
+    } else if (d.redundancy != 0) {
+      plan.other_redundancy = true;
+    }
     plan.scorers |= scorer_bit(d.scorer);
     plan.descs.push_back(d);
     plan.job_index.push_back(static_cast<int32_t>(j));
@@ -399,7 +406,8 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     const CompressionPlan& pl = part.plan;
     part.descs_at = meta_bytes;
     part.chunks_at = part.descs_at + align16(pl.descs.size() * sizeof(CompressionJobDesc));
-    part.pages_at = part.chunks_at + align16(pl.chunk_job.size() * sizeof(int32_t));
+    part.spans_at = part.chunks_at + align16(pl.chunk_job.size() * sizeof(int32_t));
+    part.pages_at = part.spans_at + align16(pl.span_chunks.size() * sizeof(int32_t));
     part.scopes_at = part.pages_at + align16(pl.pages.size() * sizeof(int32_t));
     part.members_at = part.scopes_at + align16(part.joint.scopes.size() * sizeof(JointScope));
     meta_bytes = part.members_at + align16(part.joint.members.size() * sizeof(int32_t));
@@ -433,6 +441,8 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     const CompressionPlan& pl = part.plan;
     if (!pl.descs.empty()) std::memcpy(h + part.descs_at, pl.descs.data(), pl.descs.size() * sizeof(CompressionJobDesc));
     if (!pl.chunk_job.empty()) std::memcpy(h + part.chunks_at, pl.chunk_job.data(), pl.chunk_job.size() * sizeof(int32_t));
+    if (!pl.span_chunks.empty())
+      std::memcpy(h + part.spans_at, pl.span_chunks.data(), pl.span_chunks.size() * sizeof(int32_t));
     if (!pl.pages.empty()) std::memcpy(h + part.pages_at, pl.pages.data(), pl.pages.size() * sizeof(int32_t));
     if (!part.joint.scopes.empty()) {
       std::memcpy(h + part.scopes_at, part.joint.scopes.data(), part.joint.scopes.size() * sizeof(JointScope));
@@ -536,6 +546,9 @@ Status CudaCompressor::begin(const std::vector<CompressionJob>& jobs) {
     a.num_jobs = static_cast<int>(pl.descs.size());
     a.chunk_job = reinterpret_cast<const int32_t*>(dm + part.chunks_at);
     a.num_chunks = static_cast<int>(pl.chunk_job.size());
+    a.span_chunks = reinterpret_cast<const int32_t*>(dm + part.spans_at);
+    a.num_span_chunks = static_cast<int>(pl.span_chunks.size());
+    a.other_redundancy = pl.other_redundancy;
     a.pages = reinterpret_cast<const int32_t*>(dm + part.pages_at);
     a.max_window_group = pl.max_window_group;
     a.any_redundancy = pl.any_redundancy;

@@ -51,6 +51,10 @@ struct CompressionPlan {
   size_t lse_elems = 0;
   int max_window_group = 0;
   bool any_redundancy = false;
+  // The first chunk of every span of the jobs whose redundancy runs span by span
+  // (redundancy_span_tiled), and whether some redundancy job does not.
+  std::vector<int32_t> span_chunks;
+  bool other_redundancy = false;
   uint32_t scorers = 0;  // scorer_bit() of every base scorer the jobs use (GroupArgs::scorers)
   std::vector<int32_t> job_index;   // per descriptor: its index in the jobs
   // kEvictBlock plans: per descriptor, the offset of its per-block score sums; their total.

@@ -18,6 +18,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "backend/cuda/dynamic_smem_limit.h"
 #include "backend/cuda/paged_attention.h"
 #include "backend/cuda/paged_attention_mma.cuh"
 
@@ -957,22 +958,10 @@ bool shape_ok(const AttentionShape& s) {
 }
 
 // The kernel's dynamic shared memory exceeds the 48 KiB default: raise the limit once per device.
-// cudaFuncSetAttribute applies to the calling thread's current device only, and tensor
-// parallelism launches this kernel on several GPUs from one process (a once-per-process flag
-// left every GPU but the first at the default and failed there with "invalid argument").
-constexpr int kMaxDevices = 64;
 template <int D, bool kFp8, bool kNarrow>
 cudaError_t ensure_smem_limit() {
-  static std::array<std::atomic<bool>, kMaxDevices> raised{};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
-  if (raised[device].load(std::memory_order_acquire)) return cudaSuccess;
-  err = cudaFuncSetAttribute(paged_attention_kernel<D, kFp8, kNarrow>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             TileGeom<D, kFp8, kNarrow>::kSmemBytes);
-  if (err == cudaSuccess) raised[device].store(true, std::memory_order_release);
-  return err;
+  static DynamicSmemLimit limit;
+  return limit.ensure(paged_attention_kernel<D, kFp8, kNarrow>, TileGeom<D, kFp8, kNarrow>::kSmemBytes);
 }
 
 // The parameters every attention launch passes: the arguments, the plan's splits and the split
@@ -1010,17 +999,9 @@ cudaError_t merge_after(const KernelParams& p, const AttentionArgs& args, const 
 template <int D>
 cudaError_t launch_fp8_stream(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
                               cudaStream_t stream) {
-  static std::array<std::atomic<bool>, kMaxDevices> raised{};
-  int device = 0;
-  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
-  if (!raised[device].load(std::memory_order_acquire)) {
-    if (cudaError_t err = cudaFuncSetAttribute(paged_decode_fp8_stream_kernel<D>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, StreamGeom<D>::kSmemBytes);
-        err != cudaSuccess)
-      return err;
-    raised[device].store(true, std::memory_order_release);
-  }
+  static DynamicSmemLimit limit;
+  if (cudaError_t err = limit.ensure(paged_decode_fp8_stream_kernel<D>, StreamGeom<D>::kSmemBytes); err != cudaSuccess)
+    return err;
   const AttentionShape& s = args.shape;
   const KernelParams p = kernel_params<D>(args, plan, workspace);
   const bool ragged = args.ragged.num_tables > 0;
