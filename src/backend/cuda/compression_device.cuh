@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "backend/cuda/compression_kernels.h"
+#include "backend/cuda/paged_attention_mma.cuh"
 
 namespace origami::cuda::compression_device {
 
@@ -235,6 +236,31 @@ __device__ __forceinline__ KvRow key_row(const GroupArgs& a, const KvLayer& kl, 
     row.bf = kl.bf + r * a.head_dim;
   }
   return row;
+}
+
+// s = A B^T for one warp on the tensor cores (mma.m16n8k16, bf16 in, fp32 out): its 16 rows of A
+// (a_rows: the first of them) against 64 rows of B (b_rows), D values each, rows `stride` bf16
+// apart in shared memory. Lane (g = lane / 4, t4 = lane % 4) gets s[x][i] for row g + 8 (i / 2)
+// and column 8 x + 2 t4 + i % 2 (fragments: paged_attention_mma.cuh). The k steps ascend, so a
+// pair's sum does not depend on where it sits in a tile.
+template <int D>
+__device__ __forceinline__ void warp_tile_dots_mma(const bf16* a_rows, const bf16* b_rows, int stride,
+                                                   float (&s)[kTile / 8][4]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int x = 0; x < kTile / 8; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t fa[4];
+    attn::ldmatrix_x4(fa, a_rows + ((lane & 7) + ((lane >> 3) & 1) * 8) * stride + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int n2 = 0; n2 < kTile / 16; ++n2) {
+      uint32_t fb[4];
+      attn::ldmatrix_x4(fb, b_rows + (n2 * 16 + (lane & 7) + (lane >> 4) * 8) * stride + kk * 16 + ((lane >> 3) & 1) * 8);
+      attn::mma_bf16_16816(s[2 * n2], fa, fb[0], fb[1]);
+      attn::mma_bf16_16816(s[2 * n2 + 1], fa, fb[2], fb[3]);
+    }
+  }
 }
 
 // Keys base .. base + rows - 1 of a layer (through `table`, KV head `head`; rows at or past `end`

@@ -179,6 +179,27 @@ __global__ void __launch_bounds__(kThreads) redundancy_kernel(const GroupArgs a)
   }
 }
 
+// The tensor-core redundancy kernels' end for a lane's rows g and g + 8 (row_e, of the row block
+// at `off` in the scratch; rows at or past `end` are not written): the row sums over the columns
+// of its quad, and the newest partner above the threshold, stored by the quad's first lane.
+__device__ __forceinline__ void store_redundancy_rows(const GroupArgs& a, size_t off, const int (&row_e)[2], int end,
+                                                      const float (&row_sum)[2], const int (&last_j)[2],
+                                                      const float (&last_v)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = row_sum[h];
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) sum += __shfl_xor_sync(kFull, sum, o);
+    int lj = last_j[h];
+    float lv = last_v[h];
+    merge_newest_similar<4>(lj, lv);
+    if ((threadIdx.x & 3) == 0 && row_e[h] < end) {
+      a.redundancy[off + row_e[h]] = sum;
+      a.z[off + row_e[h]] = make_int2(lj, __float_as_int(lv));
+    }
+  }
+}
+
 // The same on the tensor cores (head_dim 64 or 128): 4 warps, each owning 16 of the 64 rows
 // against the 64 columns of a tile (mma.m16n8k16, bf16 in, fp32 out, fragments as in the
 // attention kernel). The products of bf16 values are exact, so only the fp32 summation order
@@ -221,20 +242,7 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
     if (tid < kTile) col_norm[tid] = c0 + tid < rc.col_hi ? rc.norms[c0 + tid] : 0.0f;
     __syncthreads();
     float s[kTile / 8][4];
-#pragma unroll
-    for (int x = 0; x < kTile / 8; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t fa[4];
-      attn::ldmatrix_x4(fa, sa + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int n2 = 0; n2 < kTile / 16; ++n2) {
-        uint32_t fb[4];
-        attn::ldmatrix_x4(fb, sb + (n2 * 16 + (lane & 7) + (lane >> 4) * 8) * kStride + kk * 16 + ((lane >> 3) & 1) * 8);
-        attn::mma_bf16_16816(s[2 * n2], fa, fb[0], fb[1]);
-        attn::mma_bf16_16816(s[2 * n2 + 1], fa, fb[2], fb[3]);
-      }
-    }
+    warp_tile_dots_mma<D>(sa + warp * 16 * kStride, sb, kStride, s);
 #pragma unroll
     for (int x = 0; x < kTile / 8; ++x)
 #pragma unroll
@@ -251,19 +259,7 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
         }
       }
   }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float sum = row_sum[h];
-#pragma unroll
-    for (int o = 1; o < 4; o <<= 1) sum += __shfl_xor_sync(kFull, sum, o);
-    int lj = last_j[h];
-    float lv = last_v[h];
-    merge_newest_similar<4>(lj, lv);
-    if (t4 == 0 && row_e[h] < rc.n) {
-      a.redundancy[rc.off + row_e[h]] = sum;
-      a.z[rc.off + row_e[h]] = make_int2(lj, __float_as_int(lv));
-    }
-  }
+  store_redundancy_rows(a, rc.off, row_e, rc.n, row_sum, last_j, last_v);
 }
 
 // Lightning redundancy span by span (redundancy_span_tiled jobs): one block of 8 warps per (span,
@@ -330,20 +326,7 @@ __global__ void __launch_bounds__(256, 3) redundancy_span_mma_kernel(const Group
     }
     for (int c0 = 0; c0 < rows; c0 += kTile) {
       float s[kTile / 8][4];
-#pragma unroll
-      for (int x = 0; x < kTile / 8; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t fa[4];
-        attn::ldmatrix_x4(fa, sk + (rb + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-        for (int n2 = 0; n2 < kTile / 16; ++n2) {
-          uint32_t fb[4];
-          attn::ldmatrix_x4(fb, sk + (c0 + n2 * 16 + (lane & 7) + (lane >> 4) * 8) * kStride + kk * 16 + ((lane >> 3) & 1) * 8);
-          attn::mma_bf16_16816(s[2 * n2], fa, fb[0], fb[1]);
-          attn::mma_bf16_16816(s[2 * n2 + 1], fa, fb[2], fb[3]);
-        }
-      }
+      warp_tile_dots_mma<D>(sk + rb * kStride, sk + c0 * kStride, kStride, s);
       // Only a tile on the diagonal holds pairs (i, i), only the span's last tiles pairs past its
       // end: elsewhere (most tiles) no pair needs a check. __fdividef: the quotient within 2 ulp
       // of the CPU's division, which the scores' tolerance covers (the denominators are norms,
@@ -365,19 +348,7 @@ __global__ void __launch_bounds__(256, 3) redundancy_span_mma_kernel(const Group
           }
         }
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sum = row_sum[h];
-#pragma unroll
-      for (int o = 1; o < 4; o <<= 1) sum += __shfl_xor_sync(kFull, sum, o);
-      int lj = last_j[h];
-      float lv = last_v[h];
-      merge_newest_similar<4>(lj, lv);
-      if (t4 == 0 && row_e[h] < s1) {
-        a.redundancy[off + row_e[h]] = sum;
-        a.z[off + row_e[h]] = make_int2(lj, __float_as_int(lv));
-      }
-    }
+    store_redundancy_rows(a, off, row_e, s1, row_sum, last_j, last_v);
   }
 }
 

@@ -190,20 +190,7 @@ __global__ void __launch_bounds__(128, 6) attn_window_mma_kernel(const GroupArgs
       keys.store(kTile, sk, kStride, key_scale);
     }
     __syncthreads();
-#pragma unroll
-    for (int x = 0; x < kTile / 8; ++x) s[x][0] = s[x][1] = s[x][2] = s[x][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t fa[4];
-      attn::ldmatrix_x4(fa, sq + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int n2 = 0; n2 < kTile / 16; ++n2) {
-        uint32_t fb[4];
-        attn::ldmatrix_x4(fb, sk + (n2 * 16 + (lane & 7) + (lane >> 4) * 8) * kStride + kk * 16 + ((lane >> 3) & 1) * 8);
-        attn::mma_bf16_16816(s[2 * n2], fa, fb[0], fb[1]);
-        attn::mma_bf16_16816(s[2 * n2 + 1], fa, fb[2], fb[3]);
-      }
-    }
+    warp_tile_dots_mma<D>(sq + warp * 16 * kStride, sk, kStride, s);
 #pragma unroll
     for (int x = 0; x < kTile / 8; ++x)
 #pragma unroll
