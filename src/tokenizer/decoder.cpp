@@ -128,8 +128,9 @@ Status TokenDecoder::build(const std::vector<std::string>& tokens) {
       const size_t e = end < chars.size() ? chars[end].first : t.size();
       t = t.substr(b, e - b);
     }
-    if (piece_bytes_.size() + t.size() > std::numeric_limits<uint32_t>::max())
-      return invalid_file("tokenizer: the decoded token strings exceed 4 GiB in all");
+    if (piece_bytes_.size() + t.size() > kPieceOffsetMask)
+      return invalid_file("tokenizer: the decoded token strings exceed 2 GiB in all");
+    if (unicode::is_valid_utf8(t)) piece_offsets_.back() |= kPieceValidBit;  // id's start: its flag
     piece_bytes_ += t;
     piece_offsets_.push_back(static_cast<uint32_t>(piece_bytes_.size()));
   }
@@ -137,10 +138,13 @@ Status TokenDecoder::build(const std::vector<std::string>& tokens) {
   return Status::ok();
 }
 
-std::string_view TokenDecoder::piece(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) + 1 >= piece_offsets_.size()) return {};
-  const uint32_t begin = piece_offsets_[id];
-  return std::string_view(piece_bytes_).substr(begin, piece_offsets_[id + 1] - begin);
+std::string_view TokenDecoder::piece(int32_t id) const { return piece_and_validity(id).first; }
+
+std::pair<std::string_view, bool> TokenDecoder::piece_and_validity(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) + 1 >= piece_offsets_.size()) return {{}, true};
+  const uint32_t begin = piece_offsets_[id] & kPieceOffsetMask;
+  const uint32_t end = piece_offsets_[id + 1] & kPieceOffsetMask;
+  return {std::string_view(piece_bytes_).substr(begin, end - begin), (piece_offsets_[id] & kPieceValidBit) != 0};
 }
 
 int TokenDecoder::fallback_byte(int32_t id) const {
@@ -167,13 +171,15 @@ void DecodeState::push(int32_t id, std::string& out) {
     return;
   }
   flush_fallback_group();
-  std::string_view piece = d_->piece(id);
+  auto [piece, valid] = d_->piece_and_validity(id);
   if (d_->join_with_space_ && !first_token_) pending_.push_back(' ');
+  // Dropping a leading space (one byte) keeps a valid piece valid.
   if (first_token_ && d_->metaspace_strip_first_ && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
   first_token_ = false;
   // Nothing held back and a piece of whole, valid characters: emit() would pass it through as it
-  // is, so append it without the copies through pending_ (the usual case, once per generated token).
-  if (pending_.empty() && !d_->strips_whole_text() && unicode::is_valid_utf8(piece)) {
+  // is, so append it without the copies through pending_ (the usual case, once per generated token;
+  // the validity was found when the table was built, not per token).
+  if (pending_.empty() && !d_->strips_whole_text() && valid) {
     out.append(piece);
     return;
   }

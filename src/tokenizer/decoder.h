@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -24,6 +25,8 @@ class TokenDecoder {
 
   // One id's bytes after the per-token steps; empty for unknown ids.
   std::string_view piece(int32_t id) const;
+  // The same and whether those bytes are whole, valid UTF-8 (true for unknown ids: empty).
+  std::pair<std::string_view, bool> piece_and_validity(int32_t id) const;
   // The byte of a <0xXX> token when ByteFallback is on, else -1.
   int fallback_byte(int32_t id) const;
 
@@ -51,6 +54,11 @@ class TokenDecoder {
   // over the whole vocabulary; a std::string per id (32 bytes, its bytes elsewhere once past 15)
   // made that a cache miss or two per token over a 4.8 MB table at Qwen3's 151k ids, the largest
   // cost of a step's output handling at a batch of 1024. Here the offsets are 0.6 MB, the bytes 1 MB.
+  // An offset's top bit says whether the piece starting there (id's, at piece_offsets_[id]) is
+  // whole, valid UTF-8: checking each piece once here, not once per generated token, took 11% of
+  // the host's time at max load (engine_host_bench 1024 x 4096, docs/benchmarks.md).
+  static constexpr uint32_t kPieceValidBit = 0x80000000u;
+  static constexpr uint32_t kPieceOffsetMask = 0x7fffffffu;
   std::string piece_bytes_;
   std::vector<uint32_t> piece_offsets_;
   std::vector<int16_t> fallback_;  // empty unless byte_fallback_
