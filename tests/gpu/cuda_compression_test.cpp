@@ -502,6 +502,45 @@ TEST(CudaCompression, DriverMatchesCpuPipeline) {
 // cpu::pick_evicted_block on cpu::block_mean_scores of the same cache (or, where two blocks' CPU
 // means are within rounding of each other, one of them), never the first or the last block;
 // the pages of block evictions are not written, and nothing but the compaction's destinations is.
+// The plan lists the first chunk of every span of the jobs whose lightning redundancy runs span by
+// span (redundancy_span_tiled: spans of whole 64-entry chunks up to kMaxTiledSpan), and says when
+// another redundancy job (flash, or a span the span kernel does not take) needs the chunk kernels.
+// Host only: no GPU work.
+TEST(CudaCompression, PlanListsTheSpansOfSpanTiledJobs) {
+  const int bs = 128;
+  std::vector<BlockId> pages(8);
+  std::iota(pages.begin(), pages.end(), 1);
+  auto job = [&](const ScoreRecipe* r, int n) {
+    CompressionJob j;
+    j.src_blocks = &pages;
+    j.dst_blocks = &pages;
+    j.num_entries = n;
+    j.num_keep = n / 2;
+    j.query_slot = 0;
+    j.recipe = r;
+    return j;
+  };
+  ScoreRecipe span256, span_block, span100, flash, none;
+  span256.redundancy = span_block.redundancy = span100.redundancy = RedundancyMode::kLightning;
+  span256.redundancy_span = 256;
+  span_block.redundancy_span = 0;  // one block: 128 here
+  span100.redundancy_span = 100;
+  flash.redundancy = RedundancyMode::kFlash;
+  // 640 entries in spans of 256: chunks 0, 4, 8; then 300 entries in spans of one block (128):
+  // its chunks start at 10 (640 / 64), spans at 10, 12, 14.
+  CompressionPlan plan = plan_compression({job(&span256, 640), job(&span_block, 300), job(&none, 200)}, bs, 16, 4);
+  EXPECT_EQ(plan.span_chunks, (std::vector<int32_t>{0, 4, 8, 10, 12, 14}));
+  EXPECT_TRUE(plan.any_redundancy);
+  EXPECT_FALSE(plan.other_redundancy);
+  // A span that is not whole chunks, and flash, go to the chunk kernels.
+  plan = plan_compression({job(&span100, 640), job(&flash, 200)}, bs, 16, 4);
+  EXPECT_TRUE(plan.span_chunks.empty());
+  EXPECT_TRUE(plan.other_redundancy);
+  plan = plan_compression({job(&span256, 100), job(&flash, 200)}, bs, 16, 4);
+  EXPECT_EQ(plan.span_chunks, (std::vector<int32_t>{0}));
+  EXPECT_TRUE(plan.other_redundancy);
+}
+
 TEST(CudaCompression, BlockEvictionMatchesCpu) {
   std::mt19937 rng(21);
   const int L = 3, H = 2, G = 4, d = 128, bs = 16, M = 1, W = 16;
