@@ -1,7 +1,6 @@
 #include "tokenizer/decoder.h"
 
 #include <functional>
-#include <limits>
 
 #include <nlohmann/json.hpp>
 

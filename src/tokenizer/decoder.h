@@ -20,7 +20,8 @@ class TokenDecoder {
   static Expected<TokenDecoder> from_json(const nlohmann::json& json, const std::string& where);
 
   // Precomputes each id's output bytes from its token string (index = id). Fails only when the
-  // pieces together exceed what the table's 32-bit offsets address (4 GiB).
+  // pieces together exceed what the table's 31-bit offsets address (2 GiB; the top bit is the
+  // piece's validity).
   Status build(const std::vector<std::string>& tokens);
 
   // One id's bytes after the per-token steps; empty for unknown ids.

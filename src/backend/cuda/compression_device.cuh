@@ -256,7 +256,8 @@ __device__ __forceinline__ void warp_tile_dots_mma(const bf16* a_rows, const bf1
 #pragma unroll
     for (int n2 = 0; n2 < kTile / 16; ++n2) {
       uint32_t fb[4];
-      attn::ldmatrix_x4(fb, b_rows + (n2 * 16 + (lane & 7) + (lane >> 4) * 8) * stride + kk * 16 + ((lane >> 3) & 1) * 8);
+      attn::ldmatrix_x4(fb,
+                        b_rows + (n2 * 16 + (lane & 7) + (lane >> 4) * 8) * stride + kk * 16 + ((lane >> 3) & 1) * 8);
       attn::mma_bf16_16816(s[2 * n2], fa, fb[0], fb[1]);
       attn::mma_bf16_16816(s[2 * n2 + 1], fa, fb[2], fb[3]);
     }

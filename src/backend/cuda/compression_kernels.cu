@@ -66,13 +66,13 @@ __global__ void capture_queries_kernel(const bf16* q, const int32_t* dst_rows, i
 
 // --- Redundancy -------------------------------------------------------------------------------
 
-// Grid (64-entry chunk, layer/head). |k_e| for the chunk's entries, one warp per entry.
 // Whether redundancy_span_mma_kernel scores this job's redundancy in this launch (the plan listed
 // its spans; the head dim suits the tensor cores), so the chunk-wise kernels leave it alone.
 __device__ __forceinline__ bool spans_tiled(const GroupArgs& a, const CompressionJobDesc& jd) {
   return a.num_span_chunks > 0 && redundancy_tiles_head_dim(a.head_dim) && redundancy_span_tiled(jd);
 }
 
+// Grid (64-entry chunk, layer/head). |k_e| for the chunk's entries, one warp per entry.
 __global__ void __launch_bounds__(kThreads) key_norms_kernel(const GroupArgs a) {
   const int job = a.chunk_job[blockIdx.x];
   const CompressionJobDesc jd = a.jobs[job];
@@ -209,7 +209,8 @@ __device__ __forceinline__ void store_redundancy_rows(const GroupArgs& a, size_t
 // FP8 cache (kFp8): the tiles hold the E4M3 codes' values as bf16 WITHOUT the scales
 // (KeyRowsLoad), so the tensor cores form c_i . c_j from exact products as above, and
 // k_i . k_j = (s_i s_j) (c_i . c_j) in fp32: one rounding more than the CPU's sum of dequantized
-// products, and (s_i s_j) is symmetric, so the mirror pair differs only as in the bf16 case. The scales ride in shared memory beside the norms.
+// products, and (s_i s_j) is symmetric, so the mirror pair differs only as in the bf16 case. The
+// scales ride in shared memory beside the norms.
 template <int D, bool kFp8>
 __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) {
   constexpr int kStride = D + 8;  // +16 B per row: the 8 rows of an ldmatrix hit distinct banks
@@ -267,10 +268,10 @@ __global__ void __launch_bounds__(128) redundancy_mma_kernel(const GroupArgs a) 
 // kMaxTiledSpan rows), computes their norms there (as key_norms_kernel does, bit for bit), and
 // compares every row with every column of the span on the tensor cores. Warp w owns rows
 // 32 w .. 32 w + 31 as two 16-row tiles; the products and their order are those of
-// redundancy_mma_kernel (the quotient by the norms a fast division). Against that kernel, which reloads a
-// span's columns for each of its 64-row chunks and recomputes which span a pair is in, this reads
-// each key once per span (4x fewer loads at spans of 256) and its pairs are in the span by
-// construction.
+// redundancy_mma_kernel (the quotient by the norms a fast division). Against that kernel, which
+// reloads a span's columns for each of its 64-row chunks and recomputes which span a pair is in,
+// this reads each key once per span (4x fewer loads at spans of 256) and its pairs are in the span
+// by construction.
 // (256, 3): three blocks a SM, what its shared memory allows, need at most 85 registers a thread.
 template <int D, bool kFp8>
 __global__ void __launch_bounds__(256, 3) redundancy_span_mma_kernel(const GroupArgs a) {

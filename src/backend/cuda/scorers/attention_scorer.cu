@@ -259,7 +259,8 @@ __global__ void __launch_bounds__(128, 6) attn_window_mma_kernel(const GroupArgs
 // Whether the tensor-core kernel serves the group (the file comment's shapes).
 bool window_mma_applies(const GroupArgs& a) {
   const int G = a.group_size;
-  return (a.head_dim == 64 || a.head_dim == 128) && a.max_window_group <= kTile && (G == 1 || G == 2 || G == 4 || G == 8);
+  return (a.head_dim == 64 || a.head_dim == 128) && a.max_window_group <= kTile &&
+         (G == 1 || G == 2 || G == 4 || G == 8);
 }
 
 }  // namespace
