@@ -276,8 +276,8 @@ test('kv_head_budgets: never a path (a FIFO is not opened), inline objects and o
 
 // A copy of the model folder whose chat template runs until the Jinja engine's render bounds stop
 // it (docs/reliability.md, "Chat templates: bounded renders": steps, memory, a 1 s deadline), so
-// every render holds a prompt worker for the longest a template can (about 0.1 s here) and ends
-// in a 400 naming the limit.
+// every render holds a prompt worker for the longest its step bound allows (20-30 ms on the dev
+// machine: 5M steps at ~5 ns) and ends in a 400 naming the limit.
 function slowTemplateModel() {
   const dir = mkdtempSync(path.join(tmpdir(), 'origami-slow-template-'));
   for (const f of readdirSync(MODEL)) if (f !== 'tokenizer_config.json') symlinkSync(path.join(MODEL, f), path.join(dir, f));
@@ -292,16 +292,22 @@ test('slow chat templates render off the I/O threads: /health stays fast; beyond
   const server = await startServer(['--prompt-workers', '1', '--max-queued-prompts', '2'], { model });
   try {
     const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 120000 });
-    // A slow chat every 25 ms for 2 s keeps the one worker busy and its queue full: each gets a
-    // 400 once its render hits the bounds, or a 503 at once when the queue is full.
+    // A burst of 12 slow chats at once overfills the one worker and its queue of 2 whatever a
+    // render costs on this machine (the 12 arrive within a few ms; draining 3 takes 3 renders),
+    // then a slow chat every 25 ms for 2 s keeps the worker busy: each gets a 400 once its render
+    // hits the bounds, or a 503 at once when the queue is full.
     const sent = [];
     const latencies = [];
     const until = Date.now() + 2000;
+    const send = () => {
+      const t0 = Date.now();
+      sent.push(client.chat.completions.create({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2 })
+        .then(() => ({ status: 200, ms: Date.now() - t0 }), (e) => ({ status: e.status, ms: Date.now() - t0 })));
+    };
+    for (let i = 0; i < 12; ++i) send();
     const sender = (async () => {
       while (Date.now() < until) {
-        const t0 = Date.now();
-        sent.push(client.chat.completions.create({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2 })
-          .then(() => ({ status: 200, ms: Date.now() - t0 }), (e) => ({ status: e.status, ms: Date.now() - t0 })));
+        send();
         await sleep(25);
       }
     })();
