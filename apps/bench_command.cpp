@@ -198,6 +198,7 @@ nlohmann::json bench_json(const BenchFlags& f, const Engine& eng, const BenchTal
   j["kv_budget"] = f.engine.config.kv_budget;
   j["kv_policy_options"] = f.engine.config.kv_policy_options;
   j["async_compression"] = f.engine.config.async_compression;
+  j["async_scheduling"] = f.engine.config.async_scheduling;
   j["kv_reservation"] = f.engine.config.reserve_bounded_kv;
   j["full_kv_reservation"] = f.engine.config.reserve_full_kv;
   j["num_compressions"] = m.num_compressions;

@@ -36,7 +36,7 @@ struct EngineFlags {
 
 // Registers --model, --tokenizer, --device, --block-size, --max-num-seqs, --max-num-batched-tokens,
 // --kv-cache-memory, --num-kv-blocks, --enable-prefix-caching, and the compression flags
-// --kv-policy, --kv-budget, --kv-policy-opt, --no-async-compression, --compression-layer-stride,
+// --kv-policy, --kv-budget, --kv-policy-opt, --no-async-compression, --async-scheduling, --compression-layer-stride,
 // --query-slots, --query-window, and --retain-contexts / --no-retain-contexts / --retained-kv-memory
 // on `cmd`.
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);

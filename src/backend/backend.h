@@ -106,6 +106,24 @@ class Backend {
   // Copies one page's KV (all layers) into another (copy-on-write of a partly shared page).
   virtual void copy_block(int group, BlockId src, BlockId dst) = 0;
 
+  // --- Asynchronous scheduling (EngineConfig::async_scheduling) ---
+  // A backend that launches asynchronously splits execute() in two: launch() enqueues the step
+  // (starting its compressions and reporting those already finished in `out`, as execute() does)
+  // and returns before its tokens are sampled; finish_launched() waits for the oldest launched
+  // step and fills the rest of its StepOutput (the StepOutput launch() was given: the caller keeps
+  // it alive in between), including compressions that finished meanwhile. At most two steps are
+  // launched and not finished: the engine launches step N+1, then finishes step N. A batch's
+  // pending_tokens are taken from the tokens the step launched before it samples.
+  // execute() is launch() then finish_launched(). Backends that do not launch asynchronously are
+  // driven through execute() (engine/step_pipeline.h resolves pending tokens for them).
+  virtual bool launches_asynchronously() const { return false; }
+  virtual Status launch(const ForwardBatch& batch, StepOutput* out) {
+    return invalid_argument(name() + " backend: asynchronous launches are not supported");
+  }
+  virtual Status finish_launched(StepOutput* out) {
+    return invalid_argument(name() + " backend: asynchronous launches are not supported");
+  }
+
   // --- In-place KV compression (see kv/compression.h) ---
   // Allocates the query cache and, if asked, the global-score pages. Call after allocate_kv_cache().
   virtual Status configure_compression(const CompressionConfig& config) {

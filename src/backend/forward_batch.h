@@ -66,10 +66,21 @@ struct SequenceInput {
   }
 };
 
+// A token the step reads that the host has not seen yet (asynchronous scheduling: the engine
+// builds step N+1 while step N runs): the token step N sampled for its sequence
+// `previous_sequence`. ForwardBatch::token_ids holds 0 at `token_index`; the backend puts the
+// sampled token there before the step's forward pass (on the device, where it is).
+struct PendingToken {
+  int token_index = 0;        // index into ForwardBatch::token_ids
+  int previous_sequence = 0;  // index into the previous launched step's sequences (it sampled)
+};
+
 struct ForwardBatch {
   std::vector<int32_t> token_ids;  // [num_tokens]
   std::vector<int32_t> positions;  // [num_tokens]
   std::vector<SequenceInput> sequences;
+  // Tokens the previous launched step samples (Backend::launch); empty when every token is known.
+  std::vector<PendingToken> pending_tokens;
   // Compressions to start this step (kv/compression.h), before the forward pass. Their requests
   // are not among `sequences` until the backend reports them finished. The jobs' tables belong
   // to the requests and stay untouched while the compression is in flight.

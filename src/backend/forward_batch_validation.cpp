@@ -71,6 +71,16 @@ Status validate_forward_batch(const ForwardBatch& batch, const ForwardBatchLimit
                               std::to_string(limits.vocab_size) + ")");
     if (batch.positions[i] < 0) return invalid_argument("batch: negative position at index " + std::to_string(i));
   }
+  // Pending tokens: each names one of the batch's tokens once (whether the previous step sampled
+  // the sequence it names is for the backend, which kept that step, to check).
+  int last_pending = -1;
+  for (const PendingToken& p : batch.pending_tokens) {
+    if (p.token_index <= last_pending || p.token_index >= num_tokens || p.previous_sequence < 0)
+      return invalid_argument("batch: pending token at index " + std::to_string(p.token_index) + " (of sequence " +
+                              std::to_string(p.previous_sequence) + " of the previous step) is not one of the " +
+                              std::to_string(num_tokens) + " tokens in increasing order");
+    last_pending = p.token_index;
+  }
   int expected_start = 0;
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const SequenceInput& seq = batch.sequences[s];

@@ -36,6 +36,10 @@ struct Engine::Tracked {
   bool retain_only = false;            // RequestOptions::retain_only
   // Its steps ask the backend for log-probabilities (of forced tokens, or the top ones).
   bool wants_logprobs() const { return forced_logprobs || logprobs >= 0; }
+  // Its next step needs its last token on the host: penalties, min_tokens and logit_bias adjust
+  // the logits by the outputs so far, and a forced token replaces the sampled one as the next
+  // input. Steps are not pipelined while such a request runs (EngineConfig::async_scheduling).
+  bool needs_known_tokens() const { return !request.logit_adjustments.empty() || !forced_tokens.empty(); }
 };
 
 namespace {
@@ -291,11 +295,17 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   sc.compress_before_forward =
       support.available && (!config.async_compression || (compressor != nullptr && compressor->synchronous()));
   engine->scheduler_ = std::make_unique<Scheduler>(sc, engine->kv_.get());
+  engine->pipeline_ = std::make_unique<StepPipeline>(engine->backend_.get());
   return engine;
 }
 
 Engine::~Engine() {
-  // The backend may still be reading and writing pages for a compression (CUDA: on its stream).
+  // The backend may still be running a launched step, and reading and writing pages for a
+  // compression (CUDA: on its streams).
+  if (pipeline_ != nullptr) {
+    StepOutput discarded;
+    while (pipeline_->num_launched() > 0) (void)pipeline_->finish(&discarded);
+  }
   if (backend_ != nullptr && backend_->compressor() != nullptr) (void)backend_->compressor()->wait();
 }
 
@@ -387,6 +397,7 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   tracked->decoder = std::make_unique<StreamingDecoder>(tokenizer_, /*skip_special_tokens=*/true);
   const RequestId id = r.id;
   if (tracked->wants_logprobs()) ++num_tracked_wanting_logprobs_;
+  if (tracked->needs_known_tokens()) ++num_tracked_needing_tokens_;
   scheduler_->add_request(&tracked->request);
   requests_.emplace(id, std::move(tracked));
   return id;
@@ -415,7 +426,7 @@ void Engine::abort_request(RequestId id) {
 }
 
 bool Engine::has_unfinished() const {
-  if (scheduler_->has_unfinished()) return true;
+  if (scheduler_->has_unfinished() || in_flight_.has_value() || !held_tokens_.empty()) return true;
   for (const auto& [id, t] : requests_)
     if (t->request.is_finished() && !t->reported_finish) return true;
   return false;
@@ -440,6 +451,10 @@ void Engine::finish(Tracked& tracked, FinishReason reason, std::vector<RequestOu
   if (r.is_finished()) return;
   const bool completed = reason == FinishReason::kLength || reason == FinishReason::kStop || reason == FinishReason::kEos;
   scheduler_->finish_request(&r, reason, config_.retain_contexts && tracked.retain && completed);
+  // A token a launched step samples after its end is dropped (asynchronous scheduling).
+  r.num_pending_tokens = 0;
+  r.pending_sequence = -1;
+  if (tracked.needs_known_tokens()) --num_tracked_needing_tokens_;
   r.status = RequestStatus::kFinished;
   r.finish_reason = reason;
   r.error = error;
@@ -562,8 +577,28 @@ std::vector<RequestOutput> Engine::step() {
   ORIGAMI_HOST_TIMER("engine.step");
   std::vector<RequestOutput> outputs;
   process_aborts(&outputs);
+  // A request that needs its last token on the host before its next step: the launched step's
+  // tokens are taken first.
+  if (in_flight_ && !pipelining_allowed()) {
+    finish_launched_step(*in_flight_, &outputs);
+    in_flight_.reset();
+  }
   SchedulerOutput plan = schedule_step(&outputs);
-  if (plan.empty()) return outputs;
+  if (plan.empty()) {
+    // Nothing new to run (requests may wait for the tokens in flight): the launched step finishes.
+    const bool finished_one = in_flight_.has_value();
+    if (finished_one) {
+      finish_launched_step(*in_flight_, &outputs);
+      in_flight_.reset();
+    }
+    if (finished_one || !held_tokens_.empty()) {
+      take_held_tokens(&outputs);  // of requests that ended meanwhile: dropped
+      process_aborts(&outputs);
+      finish_retained_prompts(&outputs);
+      update_retained_metrics();
+    }
+    return outputs;
+  }
   outputs.reserve(outputs.size() + plan.sequences.size());  // a step reports about one per sequence
 
   ++metrics_.num_steps;
@@ -576,6 +611,76 @@ std::vector<RequestOutput> Engine::step() {
     if (r.num_computed_tokens < r.num_prompt_tokens())
       metrics_.num_prompt_tokens_computed += std::min(s.num_new_tokens, r.num_prompt_tokens() - r.num_computed_tokens);
   }
+  LaunchedStep launched;
+  ForwardBatch batch;
+  const double t1 = now();
+  const Status st = launch_step(plan, &launched, &batch);
+  take_compressions(&pipeline_->launched_output());
+  // The step before this one (asynchronous scheduling): its tokens, taken while this one runs.
+  if (in_flight_) {
+    finish_launched_step(*in_flight_, &outputs);
+    in_flight_.reset();
+  }
+  const bool pipelined = st.is_ok() && pipelining_allowed();
+  StepOutput result;
+  Status finished = Status::ok();
+  if (!pipelined) {
+    finished = pipeline_->finish(&result);
+    record_step_metrics(result);
+    take_compressions(&result);
+  }
+  metrics_.execute_seconds += now() - t1;
+  if (!finished.is_ok()) {
+    // A backend failure is not one request's fault; fail the step's requests, keep the engine.
+    for (const ScheduledSequence& s : plan.sequences)
+      finish(*requests_.at(s.request->id), FinishReason::kError, &outputs, finished.to_string());
+  }
+  // The one place where the step's results reach the scheduler: computed tokens (requests failed
+  // or finished above are skipped) and finished compressions.
+  const SchedulerUpdate update = [&] {
+    ORIGAMI_HOST_TIMER("engine.scheduler_update");
+    return scheduler_->update_from_output(plan, reported_compressions_);
+  }();
+  metrics_.num_compressions += update.num_compressions;
+  metrics_.num_evicted_tokens += update.num_evicted_entries;
+  metrics_.num_kept_kv_pages += update.num_kept_pages;
+  for (Request* r : update.failed_compressions) {
+    const auto failed = std::find_if(reported_compressions_.begin(), reported_compressions_.end(),
+                                     [&](const CompressionResult& c) { return c.request_id == r->id; });
+    finish(*requests_.at(r->id), FinishReason::kError, &outputs,
+           "KV compression failed: " + failed->status.to_string());
+  }
+  reported_compressions_.clear();
+  take_held_tokens(&outputs);
+  // Aborts that waited for a compression to finish.
+  process_aborts(&outputs);
+  if (!finished.is_ok()) {
+    update_retained_metrics();
+    return outputs;
+  }
+  if (pipelined) {
+    // Its sampled tokens count as the requests' next ones until they are known.
+    for (size_t i = 0; i < plan.sequences.size(); ++i) {
+      Request& r = *plan.sequences[i].request;
+      if (!launched.samples[i] || r.is_finished()) continue;
+      ORIGAMI_CHECK_MSG(r.num_pending_tokens == 0, "a request sampled in a step while a token of the last one was unknown");
+      r.num_pending_tokens = 1;
+      r.pending_sequence = static_cast<int>(i);
+    }
+    in_flight_ = std::move(launched);
+    ++metrics_.num_pipelined_steps;
+  } else {
+    for (size_t i = 0; i < plan.sequences.size(); ++i) {
+      if (!launched.samples[i]) continue;
+      take_sampled(launched.request_ids[i], result, i, &outputs);
+    }
+  }
+  finish_retained_prompts(&outputs);
+  update_retained_metrics();
+  return outputs;
+}
+
+Status Engine::launch_step(const SchedulerOutput& plan, LaunchedStep* launched, ForwardBatch* batch) {
   ForwardBatchOptions batch_options;
   batch_options.block_size = config_.block_size;
   batch_options.synchronous_compression = scheduler_->config().compress_before_forward;
@@ -590,93 +695,127 @@ std::vector<RequestOutput> Engine::step() {
     batch_options.num_top_logprobs = [this](const Request& r) { return requests_.at(r.id)->logprobs; };
   }
   batch_options.reconstruction_prompt = &reconstruction_prompt_;
-  const ForwardBatch batch = [&] {
+  {
     ORIGAMI_HOST_TIMER("engine.build_forward_batch");
-    return build_forward_batch(plan, batch_options);
-  }();
-
+    *batch = build_forward_batch(plan, batch_options);
+  }
+  launched->request_ids.reserve(plan.sequences.size());
+  launched->samples.reserve(plan.sequences.size());
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    launched->request_ids.push_back(plan.sequences[i].request->id);
+    launched->samples.push_back(batch->sequences[i].logits_mode != LogitsMode::kNone);
+  }
   // Continuations of retained contexts write their own copies of shared, partly filled pages.
   for (const BlockCopy& c : plan.block_copies) backend_->copy_block(c.group, c.src, c.dst);
+  return pipeline_->launch(*batch);
+}
 
+void Engine::finish_launched_step(const LaunchedStep& launched, std::vector<RequestOutput>* outputs) {
   StepOutput result;
-  const double t1 = now();
-  Status st = backend_->execute(batch, &result);
-  metrics_.execute_seconds += now() - t1;
-  metrics_.compression_seconds += result.compression_seconds;
-  metrics_.backend_prepare_seconds += result.prepare_seconds;
-  metrics_.device_seconds += result.device_seconds;
-  metrics_.compression_device_seconds = std::max(metrics_.compression_device_seconds, result.compression_device_seconds);
-  if (!st.is_ok()) {
-    // A backend failure is not one request's fault; fail the step's requests, keep the engine.
-    for (const ScheduledSequence& s : plan.sequences)
-      finish(*requests_.at(s.request->id), FinishReason::kError, &outputs, st.to_string());
-  }
-  // The one place where the step's results reach the scheduler: computed tokens (requests failed
-  // above are skipped) and finished compressions.
-  const SchedulerUpdate update = [&] {
-    ORIGAMI_HOST_TIMER("engine.scheduler_update");
-    return scheduler_->update_from_output(plan, result.finished_compressions);
-  }();
-  metrics_.num_compressions += update.num_compressions;
-  metrics_.num_evicted_tokens += update.num_evicted_entries;
-  metrics_.num_kept_kv_pages += update.num_kept_pages;
-  for (Request* r : update.failed_compressions) {
-    const auto failed = std::find_if(result.finished_compressions.begin(), result.finished_compressions.end(),
-                                     [&](const CompressionResult& c) { return c.request_id == r->id; });
-    finish(*requests_.at(r->id), FinishReason::kError, &outputs,
-           "KV compression failed: " + failed->status.to_string());
-  }
-  // Aborts that waited for a compression to finish.
-  process_aborts(&outputs);
-  if (!st.is_ok()) {
-    update_retained_metrics();
-    return outputs;
-  }
-
-  for (size_t i = 0; i < plan.sequences.size(); ++i) {
-    int32_t token = result.sampled_tokens[i];
-    if (token == kNonFiniteLogits) {
-      finish(*requests_.at(plan.sequences[i].request->id), FinishReason::kError, &outputs,
-             "the model's logits are not finite (NaN or infinite weights or activations); no token can be sampled");
-      continue;
-    }
-    if (token < 0) continue;  // mid-prompt chunk
-    Tracked& tracked = *requests_.at(plan.sequences[i].request->id);
-    if (tracked.request.is_finished()) continue;
-    if (tracked.retain_only) {
-      // Its prompt is computed: the token sampled from its end is not wanted.
-      retain_only_waiting_.push_back(tracked.request.id);
-      continue;
-    }
-    RequestOutput out;
-    out.request_id = tracked.request.id;
-    const size_t index = tracked.request.output_token_ids.size();
-    const bool forced = index < tracked.forced_tokens.size();
-    if (forced) {
-      token = tracked.forced_tokens[index];
-      if (tracked.forced_logprobs) {
-        ORIGAMI_CHECK_MSG(i < result.token_logprobs.size() && !std::isnan(result.token_logprobs[i]),
-                          "the backend returned no log-probability for a forced token");
-        out.forced_logprobs.push_back(result.token_logprobs[i]);
+  const Status st = pipeline_->finish(&result);
+  record_step_metrics(result);
+  take_compressions(&result);
+  for (size_t i = 0; i < launched.request_ids.size(); ++i) {
+    auto it = requests_.find(launched.request_ids[i]);
+    if (it == requests_.end() || it->second->request.is_finished()) continue;
+    Tracked& tracked = *it->second;
+    if (!st.is_ok()) {
+      // Its pages may be read by a compression that started after the step: it ends with it.
+      if (tracked.request.compression.in_flight) {
+        pending_aborts_.push_back(launched.request_ids[i]);
+        continue;
       }
+      finish(tracked, FinishReason::kError, outputs, st.to_string());
+      continue;
     }
-    if (tracked.logprobs >= 0) {
-      ORIGAMI_CHECK_MSG(i < result.logprobs.size(), "the backend returned no log-probabilities for the step");
-      out.logprobs.push_back(std::move(result.logprobs[i]));
-    }
-    append_token(tracked, token, forced, &out);
-    if (out.finish_reason != FinishReason::kNone) {
-      const FinishReason reason = out.finish_reason;
-      std::vector<RequestOutput> finished;
-      finish(tracked, reason, &finished);
-      out.finished = true;
-      out.new_text += finished.front().new_text;
-    }
-    outputs.push_back(std::move(out));
+    if (!launched.samples[i]) continue;
+    take_sampled(launched.request_ids[i], result, i, outputs);
   }
-  finish_retained_prompts(&outputs);
-  update_retained_metrics();
-  return outputs;
+}
+
+void Engine::take_compressions(StepOutput* out) {
+  if (out->finished_compressions.empty()) return;
+  for (CompressionResult& c : out->finished_compressions) reported_compressions_.push_back(std::move(c));
+  out->finished_compressions.clear();
+}
+
+void Engine::record_step_metrics(const StepOutput& out) {
+  metrics_.compression_seconds += out.compression_seconds;
+  metrics_.backend_prepare_seconds += out.prepare_seconds;
+  metrics_.device_seconds += out.device_seconds;
+  metrics_.compression_device_seconds = std::max(metrics_.compression_device_seconds, out.compression_device_seconds);
+}
+
+void Engine::take_held_tokens(std::vector<RequestOutput>* outputs) {
+  if (held_tokens_.empty()) return;
+  std::vector<HeldToken> still;
+  std::vector<HeldToken> ready;
+  for (HeldToken& h : held_tokens_) {
+    auto it = requests_.find(h.id);
+    if (it != requests_.end() && it->second->request.compression.in_flight) still.push_back(std::move(h));
+    else ready.push_back(std::move(h));
+  }
+  held_tokens_ = std::move(still);
+  for (HeldToken& h : ready) take_token(h.id, h.token, h.token_logprob, &h.logprobs, outputs);
+}
+
+void Engine::take_sampled(RequestId id, StepOutput& result, size_t i, std::vector<RequestOutput>* outputs) {
+  // Backends fill the log-probability vectors only where a step asks for them.
+  const float token_logprob =
+      i < result.token_logprobs.size() ? result.token_logprobs[i] : std::numeric_limits<float>::quiet_NaN();
+  take_token(id, result.sampled_tokens[i], token_logprob, i < result.logprobs.size() ? &result.logprobs[i] : nullptr,
+             outputs);
+}
+
+void Engine::take_token(RequestId id, int32_t token, float token_logprob, TokenLogprobs* logprobs,
+                        std::vector<RequestOutput>* outputs) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second->request.is_finished()) return;  // ended meanwhile: dropped
+  Tracked& tracked = *it->second;
+  Request& r = tracked.request;
+  if (token == kNonFiniteLogits) {
+    finish(tracked, FinishReason::kError, outputs,
+           "the model's logits are not finite (NaN or infinite weights or activations); no token can be sampled");
+    return;
+  }
+  if (token < 0) return;  // mid-prompt chunk
+  if (r.compression.in_flight) {
+    // Sampled before a compression that started after its step: it may end the request, whose
+    // pages the compression still reads, so it waits for the compression (take_held_tokens).
+    held_tokens_.push_back({id, token, token_logprob, logprobs != nullptr ? std::move(*logprobs) : TokenLogprobs{}});
+    return;
+  }
+  r.num_pending_tokens = 0;
+  r.pending_sequence = -1;
+  if (tracked.retain_only) {
+    // Its prompt is computed: the token sampled from its end is not wanted.
+    retain_only_waiting_.push_back(r.id);
+    return;
+  }
+  RequestOutput out;
+  out.request_id = r.id;
+  const size_t index = r.output_token_ids.size();
+  const bool forced = index < tracked.forced_tokens.size();
+  if (forced) {
+    token = tracked.forced_tokens[index];
+    if (tracked.forced_logprobs) {
+      ORIGAMI_CHECK_MSG(!std::isnan(token_logprob), "the backend returned no log-probability for a forced token");
+      out.forced_logprobs.push_back(token_logprob);
+    }
+  }
+  if (tracked.logprobs >= 0) {
+    ORIGAMI_CHECK_MSG(logprobs != nullptr, "the backend returned no log-probabilities for the step");
+    out.logprobs.push_back(std::move(*logprobs));
+  }
+  append_token(tracked, token, forced, &out);
+  if (out.finish_reason != FinishReason::kNone) {
+    const FinishReason reason = out.finish_reason;
+    std::vector<RequestOutput> finished;
+    finish(tracked, reason, &finished);
+    out.finished = true;
+    out.new_text += finished.front().new_text;
+  }
+  outputs->push_back(std::move(out));
 }
 
 }  // namespace origami

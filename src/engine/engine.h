@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "engine/policy_resolver.h"
 #include "engine/request_options.h"
 #include "engine/request_output.h"
+#include "engine/step_pipeline.h"
 #include "kv/kv_cache_manager.h"
 #include "model/config.h"
 #include "sched/scheduler.h"
@@ -87,6 +89,41 @@ class Engine {
   // Asks the scheduler for the step's plan and finishes the requests it rejected.
   SchedulerOutput schedule_step(std::vector<RequestOutput>* outputs);
 
+  // --- The steps launched (engine/step_pipeline.h) ---
+  // What the engine keeps of a launched step until its tokens are known: its requests by id (a
+  // request may finish and be released meanwhile) and whether each sequence samples.
+  struct LaunchedStep {
+    std::vector<RequestId> request_ids;
+    std::vector<bool> samples;
+  };
+  // A token sampled for a request while its compression was in flight (asynchronous scheduling:
+  // the compression started after the step that sampled it): taken once the compression is done,
+  // since a token that ends the request cannot free pages the compression reads.
+  struct HeldToken {
+    RequestId id = 0;
+    int32_t token = 0;
+    float token_logprob = 0.0f;
+    TokenLogprobs logprobs;
+  };
+  // Whether this step may be launched before the last one's tokens are known.
+  bool pipelining_allowed() const { return config_.async_scheduling && num_tracked_needing_tokens_ == 0; }
+  // Launches the planned step: the batch, its page copies, the pipeline.
+  Status launch_step(const SchedulerOutput& plan, LaunchedStep* launched, ForwardBatch* batch);
+  // Waits for the oldest launched step and takes its tokens.
+  void finish_launched_step(const LaunchedStep& launched, std::vector<RequestOutput>* outputs);
+  // The step's compressions reported so far join those the next scheduler update applies.
+  void take_compressions(StepOutput* out);
+  // Sequence i's sampled token of a finished step's `result`, for request `id` (take_token).
+  void take_sampled(RequestId id, StepOutput& result, size_t i, std::vector<RequestOutput>* outputs);
+  // A sampled token, for its request if it still runs: appended, streamed, and the request
+  // finished if the token ends it.
+  void take_token(RequestId id, int32_t token, float token_logprob, TokenLogprobs* logprobs,
+                  std::vector<RequestOutput>* outputs);
+  // Held tokens whose request's compression is done.
+  void take_held_tokens(std::vector<RequestOutput>* outputs);
+  // The metrics of a finished step's output.
+  void record_step_metrics(const StepOutput& out);
+
   EngineConfig config_;
   ModelConfig model_config_;
   std::shared_ptr<const Tokenizer> tokenizer_;
@@ -96,6 +133,12 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<RequestId, std::unique_ptr<Tracked>> requests_;
   int num_tracked_wanting_logprobs_ = 0;  // entries of requests_ whose wants_logprobs()
+  // Unfinished requests whose next step needs their last token on the host (Tracked::needs_known_tokens).
+  int num_tracked_needing_tokens_ = 0;
+  std::unique_ptr<StepPipeline> pipeline_;
+  std::optional<LaunchedStep> in_flight_;  // launched, its tokens not yet taken (asynchronous scheduling)
+  std::vector<CompressionResult> reported_compressions_;  // for the next scheduler update
+  std::vector<HeldToken> held_tokens_;
   CompressionSupport compression_support_;
   // A request's own head budgets (RequestOptions::kv_head_budgets, already read and validated)
   // checked against the model, as shares of the engine's fixed head groups (layout_group_shares).

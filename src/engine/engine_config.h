@@ -94,6 +94,13 @@ struct EngineConfig {
   int kv_budget = 0;               // tokens of KV per request after compression; 0 = policy default
   std::map<std::string, std::string> kv_policy_options;  // policy options, e.g. {"window", "16"}
   bool async_compression = true;   // overlap compression with decoding (CUDA)
+  // Asynchronous scheduling (--async-scheduling): step N+1 is scheduled and launched before step N's
+  // tokens reach the host, its reads of them filled in by the backend, so that the host's work
+  // between steps (detokenizing, scheduling, the next batch) overlaps the device's. A request's
+  // end (EOS, stop) is then seen one step late: the token sampled after it is dropped, as in
+  // vLLM's --async-scheduling. Steps run one at a time while a request needs its tokens on the
+  // host before the next step (penalties, min_tokens, logit_bias, forced tokens).
+  bool async_scheduling = false;
   int compression_layer_stride = 8;  // layers scored and compacted together (Zipage App. C.1)
   // Admit a bounded (cache-full compressed) request only when its peak blocks are free after the
   // growth the running bounded requests still have ahead (SchedulerConfig::reserve_bounded_kv).

@@ -6,6 +6,8 @@ namespace origami {
 
 struct EngineMetrics {
   int64_t num_steps = 0;
+  // Steps launched before the last one's tokens were known (EngineConfig::async_scheduling).
+  int64_t num_pipelined_steps = 0;
   int64_t num_prompt_tokens_computed = 0;  // prefill tokens actually run (prefix hits excluded)
   int64_t num_prefix_cached_tokens = 0;
   // Retained contexts (KVCacheManager::retained_stats): contexts kept, admissions that continued

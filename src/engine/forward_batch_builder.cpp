@@ -86,14 +86,23 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const ForwardBatch
     in.logits_mode = completes_prompt ? LogitsMode::kLast : LogitsMode::kNone;
     in.sampling = &r.sampling;
     in.seed = r.seed;
-    in.sample_index = static_cast<int>(r.output_token_ids.size());
+    in.sample_index = static_cast<int>(r.output_token_ids.size()) + r.num_pending_tokens;
     in.logit_adjustments = r.logit_adjustments.empty() ? nullptr : &r.logit_adjustments;
     // The row that predicts a forced token is the one sampled.
     if (completes_prompt && options.logprob_token) in.logprob_token = options.logprob_token(r);
     if (completes_prompt && options.num_top_logprobs) in.num_top_logprobs = options.num_top_logprobs(r);
+    const int known = r.num_known_tokens();
     for (int i = 0; i < s.num_new_tokens; ++i) {
-      batch.token_ids.push_back(r.token_at(r.num_computed_tokens + i));
-      batch.positions.push_back(r.num_computed_tokens + i);
+      const int position = r.num_computed_tokens + i;
+      if (position < known) {
+        batch.token_ids.push_back(r.token_at(position));
+      } else {
+        // The token the step launched before this one samples for it: the backend fills it in.
+        ORIGAMI_CHECK_MSG(position == known && r.pending_sequence >= 0, "a batch reads a token nobody samples");
+        batch.pending_tokens.push_back({static_cast<int>(batch.token_ids.size()), r.pending_sequence});
+        batch.token_ids.push_back(0);
+      }
+      batch.positions.push_back(position);
     }
     batch.sequences.push_back(in);
   }

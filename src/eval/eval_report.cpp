@@ -40,6 +40,7 @@ nlohmann::json engine_config_json(const EngineConfig& c) {
           {"num_kv_blocks", c.num_kv_blocks},
           {"kv_policy_options", c.kv_policy_options},
           {"async_compression", c.async_compression},
+          {"async_scheduling", c.async_scheduling},
           {"compression_layer_stride", c.compression_layer_stride},
           {"threads", c.num_threads},
           {"seed", c.seed}};

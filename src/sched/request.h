@@ -142,6 +142,9 @@ struct Request : KVSequence {
   std::string error;  // set with kError
 
   int num_computed_tokens = 0;  // tokens whose KV is in the cache (logical count)
+  // With a pending token (KVSequence::num_pending_tokens): the sequence of the launched step that
+  // samples it, which the next step's batch names (PendingToken::previous_sequence).
+  int pending_sequence = -1;
   int num_preemptions = 0;
   double arrival_time = 0.0;      // seconds, engine clock
   double first_token_time = -1.0;
@@ -153,6 +156,12 @@ struct Request : KVSequence {
   bool use_retained_contexts = true;
 
   bool is_finished() const { return status == RequestStatus::kFinished; }
+  // Every token it may generate is sampled (a pending one included): it stops at its length limit
+  // once that token is known, and is not scheduled meanwhile (asynchronous scheduling).
+  bool sampled_all(int max_model_len) const {
+    return num_pending_tokens > 0 && (static_cast<int>(output_token_ids.size()) + num_pending_tokens >= sampling.max_tokens ||
+                                      num_tokens() >= max_model_len);
+  }
   bool is_prefilling() const { return num_computed_tokens < num_tokens() - 1; }
   // Its memory never grows again: compressed under a bounded policy and done with its prompt (a
   // prompt compressed chunk by chunk still grows by a chunk before each compression).

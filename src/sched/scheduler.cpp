@@ -149,6 +149,9 @@ SchedulerOutput Scheduler::schedule() {
       out.wait_for_compressions = true;
       break;
     }
+    // Tokens still being sampled (asynchronous scheduling): the engine learns them before it asks
+    // again, and the requests waiting on them move or finish then: nothing to preempt for.
+    if (std::any_of(running_.begin(), running_.end(), [](const Request* r) { return r->num_pending_tokens > 0; })) break;
     if (!preempt_to_make_progress(&out.preempted)) break;
   }
   return out;
@@ -170,6 +173,7 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
     if (budget <= 0) break;
     if (request->status != RequestStatus::kRunning) continue;  // preempted earlier in this step
     if (blocked_on_compression(*request)) continue;
+    if (request->sampled_all(config_.max_model_len)) continue;  // its last token is on its way
     const int remaining = request->num_tokens() - request->num_computed_tokens;
     if (remaining <= 0 || (!config_.enable_chunked_prefill && remaining > budget)) continue;
     int num_new = std::min(remaining, budget);

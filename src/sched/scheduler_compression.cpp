@@ -232,6 +232,9 @@ void Scheduler::start_compressions(SchedulerOutput* out) {
   const std::vector<Request*> order = running_;
   for (Request* request : order) {
     if (request->status != RequestStatus::kRunning || !request->compression.pending) continue;
+    // Its last token is being sampled (asynchronous scheduling): it ends once that token is known,
+    // as the synchronous engine ends it before a compression could start.
+    if (request->sampled_all(config_.max_model_len)) continue;
     for (;;) {
       if (try_start_compression(request)) {
         out->compressions.push_back(request);

@@ -127,8 +127,11 @@ CudaBackend::CudaBackend(const BackendOptions& options, TensorParallelRank tp)
   int device = 0;
   ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
   ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
-  ORIGAMI_CUDA_CHECK(cudaEventCreate(&step_start_));
-  ORIGAMI_CUDA_CHECK(cudaEventCreate(&step_end_));
+  for (LaunchSlot& slot : slots_) {
+    ORIGAMI_CUDA_CHECK(cudaEventCreate(&slot.start));
+    ORIGAMI_CUDA_CHECK(cudaEventCreate(&slot.end));
+  }
+  ORIGAMI_CUDA_CHECK(cudaEventCreateWithFlags(&inputs_uploaded_, cudaEventDisableTiming));
   gemm_ = std::make_unique<Gemm>();
   gemm_->set_stream(stream_);
   // Test runs check every kept copy of a request's page tables against the tables each step.
@@ -152,14 +155,18 @@ CudaBackend::~CudaBackend() {
                   static_cast<void*>(shard_best_), static_cast<void*>(shard_best_gathered_),
                   attn_workspace_, static_cast<void*>(dev_inputs_), static_cast<void*>(dev_params_),
                   static_cast<void*>(dev_tokens_), static_cast<void*>(dev_logprobs_), static_cast<void*>(dev_top_), kv_pool_,
-                  static_cast<void*>(dev_adjust_), static_cast<void*>(dev_adjust_saved_)})
+                  static_cast<void*>(dev_adjust_), static_cast<void*>(dev_adjust_saved_), static_cast<void*>(dev_pending_)})
     if (p != nullptr) cudaFree(p);
   for (void* p : {static_cast<void*>(host_adjust_), static_cast<void*>(host_inputs_), static_cast<void*>(host_params_),
-                  static_cast<void*>(host_tokens_), static_cast<void*>(host_logprobs_),
-                  static_cast<void*>(host_top_)})
+                  static_cast<void*>(host_pending_)})
     if (p != nullptr) cudaFreeHost(p);
-  if (step_start_ != nullptr) cudaEventDestroy(step_start_);
-  if (step_end_ != nullptr) cudaEventDestroy(step_end_);
+  for (LaunchSlot& slot : slots_) {
+    for (void* p : {static_cast<void*>(slot.tokens), static_cast<void*>(slot.logprobs), static_cast<void*>(slot.top)})
+      if (p != nullptr) cudaFreeHost(p);
+    for (cudaEvent_t e : {slot.start, slot.end})
+      if (e != nullptr) cudaEventDestroy(e);
+  }
+  if (inputs_uploaded_ != nullptr) cudaEventDestroy(inputs_uploaded_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -500,6 +507,20 @@ Status CudaBackend::ensure_capacity(int tokens, int seqs, int pages) {
     *ptr = static_cast<std::remove_pointer_t<std::remove_reference_t<decltype(ptr)>>>(p);
     return Status::ok();
   };
+  // realloc_dev keeping the buffer's first `keep_bytes` (the stream is idle, so they are final).
+  auto grow_dev_keeping = [&](int32_t** ptr, size_t bytes, size_t keep_bytes) -> Status {
+    int32_t* old = *ptr;
+    *ptr = nullptr;
+    const Status grown = realloc_dev(ptr, bytes);
+    cudaError_t copied = cudaSuccess;
+    if (grown.is_ok() && old != nullptr && keep_bytes > 0) {
+      copied = cudaMemcpyAsync(*ptr, old, keep_bytes, cudaMemcpyDeviceToDevice, stream_);
+      if (copied == cudaSuccess) copied = cudaStreamSynchronize(stream_);  // before the old buffer goes
+    }
+    if (old != nullptr) cudaFree(old);
+    ORIGAMI_RETURN_IF_ERROR(grown);
+    return cuda_status(copied, "copying the sampled tokens into the grown buffer");
+  };
   if (next.tokens > cap_.tokens) {
     const size_t t = next.tokens, h = c.hidden_size;
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&residual_, t * h * sizeof(float)));
@@ -546,12 +567,11 @@ Status CudaBackend::ensure_capacity(int tokens, int seqs, int pages) {
   if (next.seqs > cap_.seqs) {
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_params_, next.seqs * sizeof(RowSamplingParams)));
     ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_params_, next.seqs * sizeof(RowSamplingParams)));
-    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_tokens_, next.seqs * sizeof(int32_t)));
-    ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_tokens_, next.seqs * sizeof(int32_t)));
+    // The previous step's sampled tokens move over: the step being launched gathers its pending
+    // tokens from them.
+    ORIGAMI_RETURN_IF_ERROR(grow_dev_keeping(&dev_tokens_, next.seqs * sizeof(int32_t), cap_.seqs * sizeof(int32_t)));
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_logprobs_, next.seqs * sizeof(float)));
-    ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_logprobs_, next.seqs * sizeof(float)));
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_top_, next.seqs * kMaxTopLogprobs * sizeof(TopLogprob)));
-    ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_top_, next.seqs * kMaxTopLogprobs * sizeof(TopLogprob)));
   }
   const size_t total = input_layout(next).total;
   ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_inputs_, total * sizeof(int32_t)));
@@ -597,6 +617,47 @@ Status CudaBackend::ensure_adjustment_capacity(size_t entries) {
     return Status(ErrorCode::kResourceExhausted, "CUDA backend: out of memory for the step's logit adjustments");
   }
   adjust_capacity_ = grown;
+  return Status::ok();
+}
+
+Status CudaBackend::ensure_pending_capacity(size_t pairs) {
+  if (pairs <= pending_capacity_) return Status::ok();
+  // The previous step's gather may still be queued behind the step before it, reading dev_pending_.
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  constexpr size_t kMinPairs = 256;
+  const size_t grown = std::max({pairs, 2 * pending_capacity_, kMinPairs});
+  if (dev_pending_ != nullptr) cudaFree(dev_pending_);
+  if (host_pending_ != nullptr) cudaFreeHost(host_pending_);
+  dev_pending_ = nullptr;
+  host_pending_ = nullptr;
+  pending_capacity_ = 0;
+  if (cudaMalloc(&dev_pending_, grown * sizeof(int2)) != cudaSuccess ||
+      cudaMallocHost(&host_pending_, grown * sizeof(int2)) != cudaSuccess) {
+    cudaGetLastError();
+    return Status(ErrorCode::kResourceExhausted, "CUDA backend: out of memory for the step's pending tokens");
+  }
+  pending_capacity_ = grown;
+  return Status::ok();
+}
+
+Status CudaBackend::ensure_slot_capacity(LaunchSlot& slot, int rows) {
+  if (rows <= slot.capacity) return Status::ok();
+  // The slot is free (its step was read back), so its buffers can go; sized for the step buffers'
+  // rows so that they rarely grow again.
+  const size_t grown = static_cast<size_t>(std::max(rows, cap_.seqs));
+  for (void* p : {static_cast<void*>(slot.tokens), static_cast<void*>(slot.logprobs), static_cast<void*>(slot.top)})
+    if (p != nullptr) cudaFreeHost(p);
+  slot.tokens = nullptr;
+  slot.logprobs = nullptr;
+  slot.top = nullptr;
+  slot.capacity = 0;
+  if (cudaMallocHost(&slot.tokens, grown * sizeof(int32_t)) != cudaSuccess ||
+      cudaMallocHost(&slot.logprobs, grown * sizeof(float)) != cudaSuccess ||
+      cudaMallocHost(&slot.top, grown * kMaxTopLogprobs * sizeof(TopLogprob)) != cudaSuccess) {
+    cudaGetLastError();
+    return Status(ErrorCode::kResourceExhausted, "CUDA backend: out of pinned memory for a step's results");
+  }
+  slot.capacity = static_cast<int>(grown);
   return Status::ok();
 }
 
@@ -682,6 +743,7 @@ Status CudaBackend::allocate_kv_cache(const KVLayout& layout) {
   kv_layout_ = layout;
   num_groups_ = layout.num_groups();
   cap_ = Capacity{};  // the step inputs' layout depends on the number of groups
+  previous_slot_ = -1;  // dev_tokens_ is reallocated without its sampled tokens
   // Graphs are captured with an attention plan for the longest possible sequence.
   graph_max_kv_len_ = std::max(1, std::min(config_.max_position_embeddings > 0 ? config_.max_position_embeddings : 1 << 20,
                                            g.num_blocks * layout.block_size));
@@ -993,7 +1055,36 @@ Status CudaBackend::compute_all_logits(const ForwardBatch& batch, StepOutput* ou
 }
 
 Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
+  // finish_launched() reads the oldest launched step: none may be ahead of this one.
+  if (num_launched_ > 0) return invalid_argument("CUDA backend: execute() while a launched step is unfinished");
+  ORIGAMI_RETURN_IF_ERROR(launch(batch, out));
+  return finish_launched(out);
+}
+
+Status CudaBackend::launch(const ForwardBatch& batch, StepOutput* out) {
   if (!loaded_ || kv_pool_ == nullptr) return invalid_argument("CUDA backend: execute before load/allocate_kv_cache");
+  if (num_launched_ == kLaunchSlots)
+    return invalid_argument("CUDA backend: a step launched while " + std::to_string(kLaunchSlots) +
+                            " launched steps are unfinished");
+  LaunchSlot& slot = slots_[next_slot_];
+  ORIGAMI_CHECK_MSG(!slot.busy, "launch slots are finished in launch order");
+  slot.has_work = false;
+  slot.rows.clear();
+  const Status st = enqueue_step(batch, slot, out);
+  if (!st.is_ok()) {
+    // A step that failed to launch leaves no tokens for the next one to take (its sampling may
+    // have overwritten dev_tokens_ all the same).
+    previous_slot_ = -1;
+    return st;
+  }
+  slot.busy = true;
+  previous_slot_ = next_slot_;
+  next_slot_ = (next_slot_ + 1) % kLaunchSlots;
+  ++num_launched_;
+  return Status::ok();
+}
+
+Status CudaBackend::enqueue_step(const ForwardBatch& batch, LaunchSlot& slot, StepOutput* out) {
   ForwardBatchLimits limits;
   limits.vocab_size = config_.vocab_size;
   limits.block_size = kv_layout_.block_size;
@@ -1007,19 +1098,64 @@ Status CudaBackend::execute(const ForwardBatch& batch, StepOutput* out) {
     ORIGAMI_HOST_TIMER("cuda.validate_forward_batch");
     ORIGAMI_RETURN_IF_ERROR(validate_forward_batch(batch, limits));
   }
+  {
+    // The staging buffers are rewritten from here on (prepare_step, forward), and the previous
+    // step's uploads from them may still be queued behind the step before it (which the engine
+    // has finished by now, so this rarely waits).
+    ORIGAMI_HOST_TIMER("cuda.launch.wait_uploads");
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(inputs_uploaded_));
+  }
+  ORIGAMI_RETURN_IF_ERROR(stage_pending_tokens(batch));
   ORIGAMI_RETURN_IF_ERROR(prepare_step(batch, limits, &shape));
   {
     ORIGAMI_HOST_TIMER("cuda.compressions.start");
     compressions_.start(compressor_.get(), batch, out);
   }
-  Status st;
-  {
+  const Status st = [&] {
     ORIGAMI_HOST_TIMER("cuda.forward");
-    st = forward(batch, shape, out);
+    return forward(batch, shape, slot, out);
+  }();
+  if (!st.is_ok()) {
+    // Nothing to finish: the compressions that finished meanwhile are reported now, as a failed
+    // execute() did.
+    ORIGAMI_HOST_TIMER("cuda.compressions.collect");
+    compressions_.collect(compressor_.get(), out);
   }
+  return st;
+}
+
+Status CudaBackend::finish_launched(StepOutput* out) {
+  if (num_launched_ == 0) return invalid_argument("CUDA backend: finish_launched() with no launched step");
+  LaunchSlot& slot = slots_[(next_slot_ + kLaunchSlots - num_launched_) % kLaunchSlots];
+  // A step without sequences enqueued nothing: only its compressions are left to collect.
+  const Status st = slot.has_work ? read_results(slot, out) : Status::ok();
+  slot.busy = false;
+  --num_launched_;
   ORIGAMI_HOST_TIMER("cuda.compressions.collect");
   compressions_.collect(compressor_.get(), out);
   return st;
+}
+
+Status CudaBackend::stage_pending_tokens(const ForwardBatch& batch) {
+  num_pending_ = 0;
+  if (batch.pending_tokens.empty()) return Status::ok();
+  ORIGAMI_RETURN_IF_ERROR(ensure_pending_capacity(batch.pending_tokens.size()));
+  const std::vector<SampledRow>* previous = previous_slot_ >= 0 ? &slots_[previous_slot_].rows : nullptr;
+  for (size_t i = 0; i < batch.pending_tokens.size(); ++i) {
+    const PendingToken& p = batch.pending_tokens[i];
+    const bool named = previous != nullptr && p.previous_sequence >= 0 &&
+                       p.previous_sequence < static_cast<int>(previous->size());
+    const int row = named ? (*previous)[p.previous_sequence].row : -1;
+    if (row < 0)
+      return invalid_argument("batch: pending token at index " + std::to_string(p.token_index) + " takes the token of " +
+                              "sequence " + std::to_string(p.previous_sequence) + " of the previous launched step, " +
+                              (previous == nullptr ? std::string("and there is none")
+                               : named             ? std::string("which sampled none")
+                                                   : "which has " + std::to_string(previous->size()) + " sequences"));
+    host_pending_[i] = make_int2(p.token_index, row);
+  }
+  num_pending_ = static_cast<int>(batch.pending_tokens.size());
+  return Status::ok();
 }
 
 Status CudaBackend::prepare_step(const ForwardBatch& batch, const ForwardBatchLimits& limits, StepShape* shape) {
@@ -1068,7 +1204,7 @@ Status CudaBackend::prepare_step(const ForwardBatch& batch, const ForwardBatchLi
   return Status::ok();
 }
 
-Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, StepOutput* out) {
+Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, LaunchSlot& slot, StepOutput* out) {
   const ModelConfig& c = config_;
   const int num_seqs = static_cast<int>(batch.sequences.size());
   const int num_tokens = static_cast<int>(batch.token_ids.size());
@@ -1113,6 +1249,7 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, St
   int num_sample_rows = 0;
   bool all_greedy = true;
   hi[in.q_indptr] = 0;
+  slot.rows.assign(num_seqs, SampledRow{});
   for (int i = 0; i < num_seqs; ++i) {
     const SequenceInput& s = batch.sequences[i];
     for (int j = 0; j < s.num_query_tokens; ++j) {
@@ -1150,6 +1287,8 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, St
       }
       all_greedy = all_greedy && rp.greedy != 0;
       hi[in.sample_rows + num_sample_rows] = s.query_start + s.num_query_tokens - 1;
+      if (s.logits_mode != LogitsMode::kNone)  // a graph's row of a kNone sequence yields nothing
+        slot.rows[i] = SampledRow{num_sample_rows, s.logprob_token >= 0, s.num_top_logprobs};
       ++num_sample_rows;
     }
   }
@@ -1178,9 +1317,10 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, St
       {in.sample_rows, in.sample_rows + num_sample_rows},
       {in.page_indices, in.page_indices + page_count},
   };
+  ORIGAMI_RETURN_IF_ERROR(ensure_slot_capacity(slot, num_sample_rows));
   out->prepare_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step.entered).count();
-  ORIGAMI_HOST_TIMER_NAMED(launch_time, "cuda.forward.upload_plan_launch");
-  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_start_, stream_));
+  ORIGAMI_HOST_TIMER("cuda.forward.upload_plan_launch");
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.start, stream_));
   ORIGAMI_CUDA_RETURN_IF_ERROR(
       copy_used_inputs(dev_inputs_, host_inputs_, used, sizeof(used) / sizeof(used[0]), stream_));
   if (num_sample_rows > 0)
@@ -1190,6 +1330,13 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, St
   if (num_adjust > 0)
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_adjust_, host_adjust_, num_adjust * sizeof(LogitAdjustment),
                                                  cudaMemcpyHostToDevice, stream_));
+  if (num_pending_ > 0)
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_pending_, host_pending_, num_pending_ * sizeof(int2),
+                                                 cudaMemcpyHostToDevice, stream_));
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(inputs_uploaded_, stream_));
+  // The tokens the previous step sampled, over the uploaded placeholders, before the embedding
+  // reads them (outside the graph: which tokens are pending changes every step).
+  launch_gather_pending_tokens(dev_pending_, num_pending_, dev_tokens_, dev_inputs_ + in.tokens, stream_);
 
   const AttentionShape shape{run_seqs, run_tokens, c.num_heads, c.num_kv_heads, c.head_dim, bs};
   // Head groups with non-uniform budgets: splits sized by the mean group length
@@ -1223,39 +1370,44 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, St
                 shard_greedy);
   }
   if (num_sample_rows > 0)
-    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_, dev_tokens_, num_sample_rows * sizeof(int32_t),
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.tokens, dev_tokens_, num_sample_rows * sizeof(int32_t),
                                                  cudaMemcpyDeviceToHost, stream_));
   if (num_sample_rows > 0 && any_logprobs)
-    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_logprobs_, dev_logprobs_, num_sample_rows * sizeof(float),
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.logprobs, dev_logprobs_, num_sample_rows * sizeof(float),
                                                  cudaMemcpyDeviceToHost, stream_));
   if (num_sample_rows > 0 && any_top)
-    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_top_, dev_top_,
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.top, dev_top_,
                                                  static_cast<size_t>(num_sample_rows) * kMaxTopLogprobs * sizeof(TopLogprob),
                                                  cudaMemcpyDeviceToHost, stream_));
   ORIGAMI_RETURN_IF_ERROR(compute_all_logits(batch, out));
-  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_end_, stream_));
-  launch_time.stop();
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.end, stream_));
+  slot.has_work = true;
+  return Status::ok();
+}
+
+Status CudaBackend::read_results(const LaunchSlot& slot, StepOutput* out) const {
   {
+    // The step's own end, not the stream's: the next step may be queued behind it already.
     ORIGAMI_HOST_TIMER("cuda.forward.wait");
-    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot.end));
   }
   float device_ms = 0.0f;
-  if (cudaEventElapsedTime(&device_ms, step_start_, step_end_) == cudaSuccess) out->device_seconds = 1e-3 * device_ms;
+  if (cudaEventElapsedTime(&device_ms, slot.start, slot.end) == cudaSuccess) out->device_seconds = 1e-3 * device_ms;
   else cudaGetLastError();  // timing is best effort: no stale error for a later launch check
-  for (int i = 0, row = 0; i < num_seqs; ++i) {
-    const bool sampled = use_graph || batch.sequences[i].logits_mode != LogitsMode::kNone;
-    if (!sampled) continue;
-    if (batch.sequences[i].logits_mode != LogitsMode::kNone) {
-      out->sampled_tokens[i] = host_tokens_[row];
-      if (batch.sequences[i].logprob_token >= 0) out->token_logprobs[i] = host_logprobs_[row];
-      if (const int k = batch.sequences[i].num_top_logprobs; k >= 0) {
-        TokenLogprobs& lp = out->logprobs[i];
-        lp.logprob = host_logprobs_[row];
-        const TopLogprob* top = host_top_ + static_cast<size_t>(row) * kMaxTopLogprobs;
-        lp.top.assign(top, top + std::min(k, config_.vocab_size));
-      }
+  const size_t num_seqs = slot.rows.size();
+  if (out->sampled_tokens.size() != num_seqs || out->token_logprobs.size() != num_seqs || out->logprobs.size() != num_seqs)
+    return invalid_argument("CUDA backend: finish_launched() was not given the StepOutput its launch() filled");
+  for (size_t i = 0; i < num_seqs; ++i) {
+    const SampledRow& r = slot.rows[i];
+    if (r.row < 0) continue;
+    out->sampled_tokens[i] = slot.tokens[r.row];
+    if (r.token_logprob) out->token_logprobs[i] = slot.logprobs[r.row];
+    if (r.num_top_logprobs >= 0) {
+      TokenLogprobs& lp = out->logprobs[i];
+      lp.logprob = slot.logprobs[r.row];
+      const TopLogprob* top = slot.top + static_cast<size_t>(r.row) * kMaxTopLogprobs;
+      lp.top.assign(top, top + std::min(r.num_top_logprobs, config_.vocab_size));
     }
-    ++row;
   }
   return Status::ok();
 }

@@ -1,10 +1,12 @@
 #pragma once
 // The CUDA backend: bf16 weights and paged KV on one GPU, fp32 accumulation, cuBLAS GEMMs, own
 // kernels for the rest, CUDA graphs for decode steps. Step inputs travel through pinned host
-// buffers in one copy; the only synchronisation of a step is the copy of the sampled tokens back.
+// buffers in one copy; the only synchronisation of a step is the copy of the sampled tokens back,
+// which launch() / finish_launched() split so that the next step is enqueued before it.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -64,6 +66,12 @@ class CudaBackend : public Backend {
   size_t available_kv_bytes(size_t requested_bytes) const override;
   Status allocate_kv_cache(const KVLayout& layout) override;
   Status execute(const ForwardBatch& batch, StepOutput* out) override;
+  // Asynchronous scheduling: up to kLaunchSlots steps enqueued on the stream and not yet read
+  // back. A batch's pending tokens are gathered on the device from the sampled tokens of the step
+  // launched before it.
+  bool launches_asynchronously() const override { return true; }
+  Status launch(const ForwardBatch& batch, StepOutput* out) override;
+  Status finish_launched(StepOutput* out) override;
   void copy_block(int group, BlockId src, BlockId dst) override;
 
   // KV compression (cuda_compression.h): query capture in the forward pass (also inside graphs:
@@ -110,20 +118,52 @@ class CudaBackend : public Backend {
 
  private:
   // How a step runs, decided with its page tables flattened into host_inputs_ by prepare_step,
-  // before execute() starts any compression: a batch whose tables are wrong fails with nothing
+  // before launch() starts any compression: a batch whose tables are wrong fails with nothing
   // enqueued.
   struct StepShape {
-    std::chrono::steady_clock::time_point entered;  // execute()'s start (StepOutput::prepare_seconds)
+    std::chrono::steady_clock::time_point entered;  // launch()'s start (StepOutput::prepare_seconds)
     bool use_graph = false;
     int run_seqs = 0;    // sequences (rows) the step runs: a graph's bucket, or the batch's
     int run_tokens = 0;  // tokens it runs (a graph: one per row)
     int max_kv_len = 0;  // the longest (group, sequence) row after the step
     int num_pages = 0;   // page_indices written, padding rows included
   };
+  // What finish_launched() needs of one sequence of a launched step: its row among the step's
+  // sampled rows (-1: LogitsMode::kNone, nothing sampled) and which log-probabilities it asked for.
+  struct SampledRow {
+    int row = -1;
+    bool token_logprob = false;
+    int num_top_logprobs = -1;
+  };
+  // One launched step until finish_launched() reads it. Slots alternate, so the step launched
+  // before the newest is always in the other slot; each has its own pinned result buffers and
+  // events, since the next step's result copies may be queued before this step's are read.
+  struct LaunchSlot {
+    bool busy = false;      // launched, not yet finished
+    bool has_work = false;  // the step had sequences: its events were recorded, its results copied
+    cudaEvent_t start = nullptr, end = nullptr;  // its span on the device (StepOutput::device_seconds)
+    int capacity = 0;       // rows of the pinned buffers below
+    int32_t* tokens = nullptr;       // [capacity] sampled tokens
+    float* logprobs = nullptr;       // [capacity] log p(logprob_token or the sampled token)
+    TopLogprob* top = nullptr;       // [capacity, kMaxTopLogprobs] top log-probabilities
+    std::vector<SampledRow> rows;    // per sequence of the step's batch; kept after finishing
+  };
+  static constexpr int kLaunchSlots = 2;
+  // launch() into `slot`: validates and prepares the batch, starts its compressions and enqueues
+  // its forward pass with the result copies; a failed forward pass reports the compressions that
+  // finished meanwhile (no finish_launched() follows it).
+  Status enqueue_step(const ForwardBatch& batch, LaunchSlot& slot, StepOutput* out);
   Status prepare_step(const ForwardBatch& batch, const ForwardBatchLimits& limits, StepShape* shape);
-  // The model step proper over a prepared step (execute() validates and prepares the batch and
-  // wraps it with its compressions).
-  Status forward(const ForwardBatch& batch, const StepShape& step, StepOutput* out);
+  // Checks the batch's pending tokens against the previous launched step and stages their
+  // (token index, sample row) pairs in host_pending_ (after the previous upload was read).
+  Status stage_pending_tokens(const ForwardBatch& batch);
+  // The model step proper over a prepared step, enqueued with its result copies into `slot`
+  // (launch() validates and prepares the batch and wraps it with its compressions).
+  Status forward(const ForwardBatch& batch, const StepShape& step, LaunchSlot& slot, StepOutput* out);
+  // Waits for the step of a launched slot and fills `out` from its pinned results.
+  Status read_results(const LaunchSlot& slot, StepOutput* out) const;
+  Status ensure_slot_capacity(LaunchSlot& slot, int rows);
+  Status ensure_pending_capacity(size_t pairs);
   using bf16 = __nv_bfloat16;
   struct Layer {
     bf16* input_norm = nullptr;      // [hidden]
@@ -245,9 +285,17 @@ class CudaBackend : public Backend {
   long long kv_page_elems_ = 0;
   RaggedHeadTables ragged_;
   PageTableInputs page_tables_;  // the step's tables flattened into host_inputs_ (prepare_step)
-  // The step's span on the device (StepOutput::device_seconds): events around its work on the
-  // stream, from its input upload to its last result copy.
-  cudaEvent_t step_start_ = nullptr, step_end_ = nullptr;
+  // Launched steps, oldest first from (next_slot_ - num_launched_) mod kLaunchSlots.
+  std::array<LaunchSlot, kLaunchSlots> slots_;
+  int next_slot_ = 0;
+  int num_launched_ = 0;
+  // The slot of the step launched last, whose sampled tokens are in dev_tokens_ for the next
+  // step's pending tokens; -1 when none (before the first launch, after a failed one, after the
+  // KV cache was allocated again).
+  int previous_slot_ = -1;
+  // Recorded after a step's host-to-device copies: the host staging buffers (host_inputs_,
+  // host_params_, host_adjust_, host_pending_) are written again only once it has passed.
+  cudaEvent_t inputs_uploaded_ = nullptr;
 
   // Activations, [capacity.tokens, ...].
   Capacity cap_;
@@ -282,12 +330,17 @@ class CudaBackend : public Backend {
   int32_t* dev_inputs_ = nullptr;
   RowSamplingParams* host_params_ = nullptr;  // [seqs]
   RowSamplingParams* dev_params_ = nullptr;
-  int32_t* host_tokens_ = nullptr;  // [seqs] sampled tokens, pinned
+  // The sampled rows' results ([seqs], [seqs], [seqs, kMaxTopLogprobs]), copied into the step's
+  // LaunchSlot. dev_tokens_ outlives the step: the next one gathers its pending tokens from it.
   int32_t* dev_tokens_ = nullptr;
-  float* host_logprobs_ = nullptr;  // [seqs] log p(logprob_token or the sampled token), pinned
   float* dev_logprobs_ = nullptr;
-  TopLogprob* host_top_ = nullptr;  // [seqs, kMaxTopLogprobs] top log-probabilities, pinned
   TopLogprob* dev_top_ = nullptr;
+  // Pending tokens (ForwardBatch::pending_tokens) as (token index, sample row of the previous
+  // step) pairs, pinned staging and device twin, grown by ensure_pending_capacity().
+  int2* host_pending_ = nullptr;
+  int2* dev_pending_ = nullptr;
+  size_t pending_capacity_ = 0;
+  int num_pending_ = 0;  // pairs staged for the step being launched
   // The step's logit adjustments (penalties, logit_bias, min_tokens), every sampled row's slice
   // back to back (RowSamplingParams::adjust_begin), and the device scratch holding the raw
   // logits they replace while the sampling kernel runs. Grown (never shrunk) by

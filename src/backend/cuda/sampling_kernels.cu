@@ -204,6 +204,14 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* __restrict
   }
 }
 
+__global__ void gather_pending_tokens_kernel(const int2* __restrict__ pairs, int n, const int32_t* __restrict__ sampled,
+                                             int32_t* __restrict__ tokens) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int2 p = pairs[i];
+  tokens[p.x] = sampled[p.y];
+}
+
 }  // namespace
 
 void launch_sample_rows(float* logits, int num_rows, int vocab, int row_stride, const RowSamplingParams* params,
@@ -212,6 +220,14 @@ void launch_sample_rows(float* logits, int num_rows, int vocab, int row_stride, 
   if (num_rows == 0) return;
   sample_rows_kernel<<<num_rows, kThreads, 0, stream>>>(logits, vocab, row_stride, params, tokens, adjustments,
                                                         saved_logits);
+  ORIGAMI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gather_pending_tokens(const int2* pairs, int n, const int32_t* sampled, int32_t* tokens,
+                                  cudaStream_t stream) {
+  if (n == 0) return;
+  constexpr int kBlock = 256;
+  gather_pending_tokens_kernel<<<(n + kBlock - 1) / kBlock, kBlock, 0, stream>>>(pairs, n, sampled, tokens);
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 

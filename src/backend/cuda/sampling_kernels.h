@@ -44,4 +44,11 @@ void launch_sample_rows(float* logits, int num_rows, int vocab, int row_stride, 
                         int32_t* tokens, cudaStream_t stream, const LogitAdjustment* adjustments = nullptr,
                         float* saved_logits = nullptr);
 
+// Asynchronous scheduling (ForwardBatch::pending_tokens): tokens[pairs[i].x] = sampled[pairs[i].y]
+// for i < n, the tokens the previous step sampled (its rows of `sampled`) put into this step's
+// token inputs on the device, where they are. pairs (token index, row), sampled and tokens are
+// device memory. Enqueues one kernel (none for n == 0).
+void launch_gather_pending_tokens(const int2* pairs, int n, const int32_t* sampled, int32_t* tokens,
+                                  cudaStream_t stream);
+
 }  // namespace origami::cuda

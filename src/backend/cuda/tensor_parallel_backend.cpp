@@ -231,70 +231,121 @@ Status TensorParallelBackend::allocate_kv_cache(const KVLayout& layout) {
 }
 
 Status TensorParallelBackend::execute(const ForwardBatch& batch, StepOutput* out) {
-  std::vector<StepOutput> outs(size());
-  const Status st = run([&](int r) { return ranks_[r]->execute(batch, &outs[r]); });
-  // The step's results are rank 0's (every rank sampled the same tokens), except compressions:
-  // one finishes when its last rank does.
-  // A block eviction (PagedEviction) drops the block with the lowest mean score over every rank's
-  // heads: the ranks' per-block sums added (no entry moves, so every rank's pool stays consistent
-  // with the one table whichever block goes; a rank that reported no sums leaves rank 0's choice).
-  std::vector<CompressionResult> finished;
+  // finish_launched() reads the oldest launched step: none may be ahead of this one.
+  if (!launched_.empty()) return invalid_argument("tensor parallelism: execute() while a launched step is unfinished");
+  ORIGAMI_RETURN_IF_ERROR(launch(batch, out));
+  return finish_launched(out);
+}
+
+Status TensorParallelBackend::launch(const ForwardBatch& batch, StepOutput* out) {
+  if (launched_.size() == kMaxLaunched)
+    return invalid_argument("tensor parallelism: a step launched while " + std::to_string(kMaxLaunched) +
+                            " launched steps are unfinished");
+  LaunchedStep& step = launched_.emplace_back();
+  step.outs.resize(size());
+  step.merged.assign(size(), 0);
+  std::vector<char> launched(size(), 0);
+  const Status st = run([&](int r) {
+    Status rank_st = ranks_[r]->launch(batch, &step.outs[r]);
+    launched[r] = rank_st.is_ok() ? 1 : 0;
+    return rank_st;
+  });
+  out->finished_compressions.clear();
+  merge_outputs(step, false, out);
+  if (st.is_ok()) return Status::ok();
+  // The ranks that did launch finish the step now, so that every rank's launched steps stay the
+  // same ones; the step reports what a failed execute() reported.
+  (void)run([&](int r) { return launched[r] != 0 ? ranks_[r]->finish_launched(&step.outs[r]) : Status::ok(); });
+  merge_outputs(step, true, out);
+  launched_.pop_back();
+  return st;
+}
+
+Status TensorParallelBackend::finish_launched(StepOutput* out) {
+  if (launched_.empty()) return invalid_argument("tensor parallelism: finish_launched() with no launched step");
+  LaunchedStep& step = launched_.front();
+  const Status st = run([&](int r) { return ranks_[r]->finish_launched(&step.outs[r]); });
+  merge_outputs(step, true, out);
+  launched_.pop_front();
+  return st;
+}
+
+void TensorParallelBackend::merge_outputs(LaunchedStep& step, bool finished, StepOutput* out) {
+  // Each rank reports a compression once, at the launch or the finish of some step.
   for (int r = 0; r < size(); ++r) {
-    for (CompressionResult& c : outs[r].finished_compressions) {
-      // One job per (request, head group); every rank runs each on its heads of the group.
-      const std::pair<uint64_t, int> key{c.request_id, c.group};
-      PartlyFinished& p = partly_finished_[key];
-      ++p.ranks;
-      if (p.status.is_ok() && !c.status.is_ok()) p.status = c.status;
-      if (r == 0) p.evicted_block = c.evicted_block;
-      // A runtime allocation's count: every rank selected over every rank's heads, so they agree.
-      if (c.status.is_ok()) p.kept.push_back(c.num_kept);
-      if (!c.block_score_sums.empty()) {
-        if (p.block_sums.empty()) p.block_sums.assign(c.block_score_sums.size(), 0.0);
-        if (p.block_sums.size() == c.block_score_sums.size()) {
-          for (size_t b = 0; b < p.block_sums.size(); ++b) p.block_sums[b] += c.block_score_sums[b];
-          ++p.ranks_with_sums;
-        }
-      }
-      if (p.ranks == size()) {
-        CompressionResult done;
-        done.request_id = c.request_id;
-        done.group = c.group;
-        done.status = p.status;
-        done.evicted_block = p.evicted_block;
-        done.num_kept = p.kept.empty() ? -1 : p.kept[0];
-        if (done.status.is_ok() && std::any_of(p.kept.begin(), p.kept.end(), [&](int k) { return k != done.num_kept; }))
-          done.status = Status(ErrorCode::kInternal, "tensor parallelism: the ranks kept different entry counts");
-        if (p.status.is_ok() && p.ranks_with_sums == size() && p.block_sums.size() >= 3) {
-          // Means as the single-GPU choice takes them: over layers x every KV head x block size.
-          const double count = static_cast<double>(kv_layout_.num_layers) * kv_layout_.num_kv_heads *
-                               kv_layout_.block_size;
-          std::vector<double> means(p.block_sums.size());
-          for (size_t b = 0; b < means.size(); ++b) means[b] = p.block_sums[b] / count;
-          done.evicted_block = cpu::pick_evicted_block(means);
-        }
-        finished.push_back(std::move(done));
-        partly_finished_.erase(key);
-      }
-    }
+    const std::vector<CompressionResult>& reported = step.outs[r].finished_compressions;
+    for (size_t i = step.merged[r]; i < reported.size(); ++i)
+      if (std::optional<CompressionResult> done = merge_compression(r, reported[i]))
+        out->finished_compressions.push_back(std::move(*done));
+    step.merged[r] = reported.size();
   }
   double seconds = 0.0, device_seconds = 0.0;
-  for (const StepOutput& o : outs) {
+  for (const StepOutput& o : step.outs) {
     seconds = std::max(seconds, o.compression_seconds);
     device_seconds = std::max(device_seconds, o.compression_device_seconds);
   }
   double prepare = 0.0, device = 0.0;
-  for (const StepOutput& o : outs) {
+  for (const StepOutput& o : step.outs) {
     prepare = std::max(prepare, o.prepare_seconds);
     device = std::max(device, o.device_seconds);
   }
-  *out = std::move(outs[0]);
   out->prepare_seconds = prepare;
   out->device_seconds = device;
-  out->finished_compressions = std::move(finished);
   out->compression_seconds = seconds;
   out->compression_device_seconds = device_seconds;
-  return st;
+  // The step's results are rank 0's (every rank sampled the same tokens): at launch their shape
+  // (nothing sampled yet) and the kAll logits, computed then; once finished, the sampled tokens.
+  StepOutput& first = step.outs[0];
+  if (!finished) {
+    out->sampled_tokens = first.sampled_tokens;
+    out->token_logprobs = first.token_logprobs;
+    out->logprobs = first.logprobs;
+    out->all_logits = std::move(first.all_logits);
+    return;
+  }
+  out->sampled_tokens = std::move(first.sampled_tokens);
+  out->token_logprobs = std::move(first.token_logprobs);
+  out->logprobs = std::move(first.logprobs);
+}
+
+std::optional<CompressionResult> TensorParallelBackend::merge_compression(int rank, const CompressionResult& c) {
+  // One job per (request, head group); every rank runs each on its heads of the group, and it
+  // finishes when its last rank does.
+  // A block eviction (PagedEviction) drops the block with the lowest mean score over every rank's
+  // heads: the ranks' per-block sums added (no entry moves, so every rank's pool stays consistent
+  // with the one table whichever block goes; a rank that reported no sums leaves rank 0's choice).
+  const std::pair<uint64_t, int> key{c.request_id, c.group};
+  PartlyFinished& p = partly_finished_[key];
+  ++p.ranks;
+  if (p.status.is_ok() && !c.status.is_ok()) p.status = c.status;
+  if (rank == 0) p.evicted_block = c.evicted_block;
+  // A runtime allocation's count: every rank selected over every rank's heads, so they agree.
+  if (c.status.is_ok()) p.kept.push_back(c.num_kept);
+  if (!c.block_score_sums.empty()) {
+    if (p.block_sums.empty()) p.block_sums.assign(c.block_score_sums.size(), 0.0);
+    if (p.block_sums.size() == c.block_score_sums.size()) {
+      for (size_t b = 0; b < p.block_sums.size(); ++b) p.block_sums[b] += c.block_score_sums[b];
+      ++p.ranks_with_sums;
+    }
+  }
+  if (p.ranks < size()) return std::nullopt;
+  CompressionResult done;
+  done.request_id = c.request_id;
+  done.group = c.group;
+  done.status = p.status;
+  done.evicted_block = p.evicted_block;
+  done.num_kept = p.kept.empty() ? -1 : p.kept[0];
+  if (done.status.is_ok() && std::any_of(p.kept.begin(), p.kept.end(), [&](int k) { return k != done.num_kept; }))
+    done.status = Status(ErrorCode::kInternal, "tensor parallelism: the ranks kept different entry counts");
+  if (p.status.is_ok() && p.ranks_with_sums == size() && p.block_sums.size() >= 3) {
+    // Means as the single-GPU choice takes them: over layers x every KV head x block size.
+    const double count = static_cast<double>(kv_layout_.num_layers) * kv_layout_.num_kv_heads * kv_layout_.block_size;
+    std::vector<double> means(p.block_sums.size());
+    for (size_t b = 0; b < means.size(); ++b) means[b] = p.block_sums[b] / count;
+    done.evicted_block = cpu::pick_evicted_block(means);
+  }
+  partly_finished_.erase(key);
+  return done;
 }
 
 void TensorParallelBackend::copy_block(int group, BlockId src, BlockId dst) {

@@ -9,13 +9,17 @@
 //
 // Ranks sample identically (the same logits after the all-gather, the same seeds); rank 0's
 // tokens are the step's. A compression is reported finished once every rank has finished it.
+// Asynchronous launches run each rank's launch() / finish_launched() on its thread, the ranks'
+// StepOutputs kept per launched step.
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <utility>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -69,6 +73,9 @@ class TensorParallelBackend : public Backend {
   size_t available_kv_bytes(size_t requested_bytes) const override;
   Status allocate_kv_cache(const KVLayout& layout) override;
   Status execute(const ForwardBatch& batch, StepOutput* out) override;
+  bool launches_asynchronously() const override { return true; }
+  Status launch(const ForwardBatch& batch, StepOutput* out) override;
+  Status finish_launched(StepOutput* out) override;
   void copy_block(int group, BlockId src, BlockId dst) override;
   Status configure_compression(const CompressionConfig& config) override;
   size_t query_slot_bytes(int max_window) const override;
@@ -86,10 +93,24 @@ class TensorParallelBackend : public Backend {
   // Every rank's compressor as one: begin/done/wait fan out to the ranks' threads.
   class Compressor;
 
+  // One launched step: every rank's StepOutput (each rank's launch() and finish_launched() fill
+  // the same one), and how many of each rank's finished compressions are merged already.
+  struct LaunchedStep {
+    std::vector<StepOutput> outs;
+    std::vector<size_t> merged;
+  };
+
   TensorParallelBackend() = default;
   Status run(const std::function<Status(int rank)>& fn) const { return threads_->run(fn); }
   // After the weights load: the ranks' peer all-reduce (peer_all_reduce.h), or NCCL where it fails.
   void set_up_peer_reduce();
+  // The ranks' outputs of `step` as one in `out` (at its launch, then again once `finished`):
+  // the compressions the ranks reported since the last merge, the slowest rank's times, rank 0's
+  // results.
+  void merge_outputs(LaunchedStep& step, bool finished, StepOutput* out);
+  // Folds one rank's report of a compression into partly_finished_; the merged result once every
+  // rank has reported it.
+  std::optional<CompressionResult> merge_compression(int rank, const CompressionResult& c);
 
   NcclCommunicators comms_;
   std::unique_ptr<CompressorPeers> compressor_peers_;
@@ -108,6 +129,8 @@ class TensorParallelBackend : public Backend {
     std::vector<int> kept;  // each rank's kept count (they must agree)
   };
   std::map<std::pair<uint64_t, int>, PartlyFinished> partly_finished_;  // (request, head group)
+  std::deque<LaunchedStep> launched_;  // oldest first, at most kMaxLaunched
+  static constexpr size_t kMaxLaunched = 2;
 };
 
 }  // namespace origami::cuda
