@@ -178,6 +178,7 @@ nlohmann::json bench_json(const BenchFlags& f, const Engine& eng, const BenchTal
   j["kv_blocks_total"] = m.num_kv_blocks_total;
   j["block_size"] = f.engine.config.block_size;
   j["num_steps"] = m.num_steps;
+  j["num_pipelined_steps"] = m.num_pipelined_steps;
   j["num_preemptions"] = m.num_preemptions;
   j["prefix_cached_tokens"] = m.num_prefix_cached_tokens;
   j["execute_seconds"] = m.execute_seconds;
@@ -250,7 +251,8 @@ std::string bench_report(const BenchFlags& f, const nlohmann::json& j) {
   appendf(&out, "peak KV blocks      %lld of %lld (block size %lld)\n", integer("peak_kv_blocks"), integer("kv_blocks_total"),
           integer("block_size"));
   appendf(&out, "preemptions         %lld\n", integer("num_preemptions"));
-  appendf(&out, "steps               %lld (scheduler %.3f ms per step)\n", integer("num_steps"), num("schedule_ms_per_step"));
+  appendf(&out, "steps               %lld (scheduler %.3f ms per step; %lld launched before the last one's tokens)\n",
+          integer("num_steps"), num("schedule_ms_per_step"), integer("num_pipelined_steps"));
   if (num("device_ms_per_step") > 0)
     appendf(&out, "per step            %.3f ms wall: %.3f scheduler, %.3f backend host before the device, %.3f device\n",
             num("wall_ms_per_step"), num("schedule_ms_per_step"), num("backend_prepare_ms_per_step"),

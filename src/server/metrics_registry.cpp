@@ -108,6 +108,9 @@ std::string MetricsRegistry::render() const {
   sample(&out, "origami:prefix_cache_hit_rate", l, queries > 0 ? static_cast<double>(hits) / queries : 0.0);
   header(&out, "origami:num_preemptions_total", "counter", "Requests preempted (KV dropped, recomputed later).");
   sample(&out, "origami:num_preemptions_total", l, static_cast<double>(m.num_preemptions));
+  header(&out, "origami:num_pipelined_steps_total", "counter",
+         "Steps launched before the last one's tokens were known (--async-scheduling).");
+  sample(&out, "origami:num_pipelined_steps_total", l, static_cast<double>(m.num_pipelined_steps));
   header(&out, "origami:num_compressions_total", "counter", "KV compressions completed.");
   sample(&out, "origami:num_compressions_total", l, static_cast<double>(m.num_compressions));
   header(&out, "origami:evicted_tokens_total", "counter", "KV entries evicted by compression, per (layer, KV head).");

@@ -230,6 +230,10 @@ test('/metrics speaks Prometheus with origami: names', async () => {
   assert.ok(metric(m, 'request_success_total', 'finished_reason="length"') > 0);
   assert.ok(metric(m, 'e2e_request_latency_seconds_count') > 0);
   assert.match(m, /origami:e2e_request_latency_seconds_bucket\{model_name="tiny",le="\+Inf"\} \d+/);
+  // Steps launched before the last one's tokens were known: only under --async-scheduling.
+  const pipelined = metric(m, 'num_pipelined_steps_total');
+  if ((process.env.ORIGAMI_SERVE_ARGS ?? '').includes('--async-scheduling')) assert.ok(pipelined > 0, 'steps were pipelined');
+  else assert.equal(pipelined, 0);
 });
 
 test('/health answers 200', async () => {

@@ -13,8 +13,12 @@ export const MODEL = process.env.ORIGAMI_MODEL ?? path.resolve(here, '../../../s
 
 // startTimeoutMs: how long the server may take to listen (CUDA servers load, initialise NCCL and
 // capture their graphs first).
+// ORIGAMI_SERVE_ARGS: flags every server of the run gets (space-separated), e.g. --async-scheduling
+// to run a whole suite under asynchronous scheduling (ctest's server_*_async_scheduling).
+const SERVE_ARGS = (process.env.ORIGAMI_SERVE_ARGS ?? '').split(' ').filter((a) => a.length > 0);
+
 export async function startServer(extraArgs = [], { model = MODEL, startTimeoutMs = 60000 } = {}) {
-  const args = ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1', ...extraArgs];
+  const args = ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1', ...SERVE_ARGS, ...extraArgs];
   const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
