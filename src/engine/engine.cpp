@@ -39,7 +39,9 @@ struct Engine::Tracked {
   // Its next step needs its last token on the host: penalties, min_tokens and logit_bias adjust
   // the logits by the outputs so far, and a forced token replaces the sampled one as the next
   // input. Steps are not pipelined while such a request runs (EngineConfig::async_scheduling).
-  bool needs_known_tokens() const { return !request.logit_adjustments.empty() || !forced_tokens.empty(); }
+  // Decided when it is added (a min_tokens mask alone empties its adjustments later on; the
+  // engine's count of such requests must drop when it finishes all the same).
+  bool needs_known_tokens = false;
 };
 
 namespace {
@@ -397,7 +399,8 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt_token_ids, c
   tracked->decoder = std::make_unique<StreamingDecoder>(tokenizer_, /*skip_special_tokens=*/true);
   const RequestId id = r.id;
   if (tracked->wants_logprobs()) ++num_tracked_wanting_logprobs_;
-  if (tracked->needs_known_tokens()) ++num_tracked_needing_tokens_;
+  tracked->needs_known_tokens = !r.logit_adjustments.empty() || !tracked->forced_tokens.empty();
+  if (tracked->needs_known_tokens) ++num_tracked_needing_tokens_;
   scheduler_->add_request(&tracked->request);
   requests_.emplace(id, std::move(tracked));
   return id;
@@ -454,7 +457,7 @@ void Engine::finish(Tracked& tracked, FinishReason reason, std::vector<RequestOu
   // A token a launched step samples after its end is dropped (asynchronous scheduling).
   r.num_pending_tokens = 0;
   r.pending_sequence = -1;
-  if (tracked.needs_known_tokens()) --num_tracked_needing_tokens_;
+  if (tracked.needs_known_tokens) --num_tracked_needing_tokens_;
   r.status = RequestStatus::kFinished;
   r.finish_reason = reason;
   r.error = error;

@@ -218,6 +218,18 @@ TEST(EngineAsyncScheduling, RequestsNeedingTheirTokensRunStepsOneAtATime) {
   // With neither, every step but the last few is pipelined.
   std::vector<BatchItem> plain = items(17, 6, /*sampled=*/true);
   EXPECT_GT(run(c, true, plain).metrics.num_pipelined_steps, 10);
+  // A min_tokens mask stops adjusting once reached; the engine pipelines again once the request
+  // that had it is done.
+  c.async_scheduling = true;
+  auto engine = make_engine(c);
+  ASSERT_NE(engine, nullptr);
+  std::vector<BatchItem> masked = items(17, 2, /*sampled=*/false);
+  masked[0].sampling.min_tokens = 3;
+  masked[0].sampling.ignore_eos = false;  // EOS masked for its first 3 tokens
+  for (const BatchResult& r : run_batch(*engine, masked)) EXPECT_TRUE(r.ok) << r.error;
+  const int64_t before = engine->metrics().num_pipelined_steps;
+  run_batch(*engine, plain);
+  EXPECT_GT(engine->metrics().num_pipelined_steps, before + 10);
 }
 
 // Aborts while a step is launched: the aborted request ends "aborted" with the tokens it had,
