@@ -98,7 +98,7 @@ if [ "${TP_SKIP_BENCH:-0}" = 1 ]; then
   :
 elif [ "${TP_32B:-0}" != 1 ]; then
   # TP_8B_RUNS: which of tp1, tp2_peer, tp2_nccl (default all); tp1_fp8 / tp2_fp8: FP8 weights +
-  # FP8 KV cache (not in the default)
+  # FP8 KV cache, tp1_async / tp2_peer_async: with --async-scheduling (not in the default)
   for run in ${TP_8B_RUNS:-tp1 tp2_peer tp2_nccl}; do
     case $run in
       # shellcheck disable=SC2086
@@ -111,6 +111,10 @@ elif [ "${TP_32B:-0}" != 1 ]; then
       tp1_fp8) bench 8b_tp1_fp8 $W8 --tensor-parallel-size 1 --quantization fp8 --kv-cache-dtype fp8 ;;
       # shellcheck disable=SC2086
       tp2_fp8) bench 8b_tp2_fp8 $W8 --tensor-parallel-size 2 --quantization fp8 --kv-cache-dtype fp8 ;;
+      # shellcheck disable=SC2086
+      tp1_async) bench 8b_tp1_async $W8 --tensor-parallel-size 1 --async-scheduling ;;
+      # shellcheck disable=SC2086
+      tp2_peer_async) bench 8b_tp2_peer_async $W8 --tensor-parallel-size 2 --async-scheduling ;;
     esac
   done
 else
