@@ -12,6 +12,7 @@
 // with cuda-verify). Run from the repository:
 //   build/engine_host_bench [num_requests=256] [output_tokens=1024] [policy=all] [inputs=cuda] [threads=1]
 // ORIGAMI_HOST_BENCH_COMPRESSION_STEPS=k: compressions report k steps after they start (async).
+// ORIGAMI_HOST_BENCH_ASYNC=1: with --async-scheduling (the outputs digest must not change).
 // ORIGAMI_HOST_BENCH_DIGEST=1: also prints a digest of every step's batch (sequences, every table's
 // length and pages, compression jobs), so that a change to the host code can show it schedules
 // exactly as before (it reads every table every step: not for timing), and of every request's
@@ -72,6 +73,10 @@ const int kBudget = env_int("ORIGAMI_HOST_BENCH_BUDGET", 1024);
 // step; a value that is not a whole number from 1 to 2^20 reads as 0).
 const int kCompressionSteps = env_int("ORIGAMI_HOST_BENCH_COMPRESSION_STEPS", 0);
 const bool kDigest = env_int("ORIGAMI_HOST_BENCH_DIGEST", 0) == 1;
+// ORIGAMI_HOST_BENCH_ASYNC=1: the engine schedules each step before the last one's tokens are
+// known (--async-scheduling; the null backend runs a step when it is launched, so no host time is
+// hidden here): its outputs digest must equal the synchronous engine's.
+const bool kAsyncScheduling = env_int("ORIGAMI_HOST_BENCH_ASYNC", 0) == 1;
 
 // FNV-1a over 64-bit words: the schedule's fingerprint (ORIGAMI_HOST_BENCH_DIGEST).
 struct Digest {
@@ -286,6 +291,7 @@ int run(const Workload& w, int num_requests, int output_tokens, Inputs inputs, i
   config.max_num_batched_tokens = 8192;  // as the max-load runs (scripts/gpu_maxload.sh)
   config.enable_prefix_caching = w.shared_prefix;
   config.retain_contexts = w.second_turn;
+  config.async_scheduling = kAsyncScheduling;
   if (std::strcmp(w.policy, "fastkvzip") == 0) config.kv_gates = kRandomKvGates;
   Expected<std::unique_ptr<Engine>> created = Engine::create(config, std::make_unique<NullBackend>(inputs, threads));
   if (!created) {

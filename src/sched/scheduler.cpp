@@ -169,6 +169,13 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
   // takes the budget before the next), so this order already puts decodes before prefill chunks.
   // A snapshot: preemption removes requests from running_ while we walk.
   const std::vector<Request*> order = running_;
+  // Requests whose last token is on its way (asynchronous scheduling) finish once it is known:
+  // they leave their place among max_num_seqs to a waiting request now, as they would have left
+  // it one step at a time.
+  int num_finishing = 0;
+  for (Request* request : order) {
+    if (request->status == RequestStatus::kRunning && request->sampled_all(config_.max_model_len)) ++num_finishing;
+  }
   for (Request* request : order) {
     if (budget <= 0) break;
     if (request->status != RequestStatus::kRunning) continue;  // preempted earlier in this step
@@ -233,7 +240,7 @@ void Scheduler::schedule_requests(SchedulerOutput* out_ptr) {
     // request's groups, and most steps (everything admitted, or no room) admit nothing.
     int reserved = -1;
     const bool reserving = config_.reserve_bounded_kv || config_.reserve_full_kv;
-    while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) - num_finishing < config_.max_num_seqs) {
       if (reserved < 0) reserved = reserving ? reserved_growth() : 0;
       Request* request = waiting_.front();
       const int num_tokens = request->num_tokens();

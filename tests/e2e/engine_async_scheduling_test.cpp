@@ -80,6 +80,20 @@ TEST(EngineAsyncScheduling, GreedyAndSampledTokensEqualOneStepAtATime) {
   }
 }
 
+// A request whose last token is on its way leaves its place among max_num_seqs to a waiting
+// request at once, as one step at a time: waves of requests take the same number of steps.
+TEST(EngineAsyncScheduling, AFinishingRequestLeavesItsPlaceAtOnce) {
+  EngineConfig c = cpu_config(tiny_qwen3_dir());
+  c.max_num_seqs = 2;
+  std::vector<BatchItem> batch = items(29, 7, /*sampled=*/false);
+  for (size_t i = 0; i < batch.size(); ++i) batch[i].sampling.max_tokens = 8 + 3 * static_cast<int>(i);  // staggered ends
+  const EngineRun sync = run(c, false, batch);
+  const EngineRun async = run(c, true, batch);
+  expect_same_results(async.results, sync.results);
+  EXPECT_EQ(async.metrics.num_steps, sync.metrics.num_steps);
+  EXPECT_GT(async.metrics.num_pipelined_steps, sync.metrics.num_steps / 2);
+}
+
 // EOS, stop tokens and stop strings end requests a step late: the token sampled after the end is
 // dropped, and the text and finish reason are the synchronous engine's.
 TEST(EngineAsyncScheduling, RequestsEndingByEosStopTokensAndStringsEqualOneStepAtATime) {
