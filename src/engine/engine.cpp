@@ -582,18 +582,12 @@ std::vector<RequestOutput> Engine::step() {
   process_aborts(&outputs);
   // A request that needs its last token on the host before its next step: the launched step's
   // tokens are taken first.
-  if (in_flight_ && !pipelining_allowed()) {
-    finish_launched_step(*in_flight_, &outputs);
-    in_flight_.reset();
-  }
+  if (!pipelining_allowed()) finish_in_flight_step(&outputs);
   SchedulerOutput plan = schedule_step(&outputs);
   if (plan.empty()) {
     // Nothing new to run (requests may wait for the tokens in flight): the launched step finishes.
     const bool finished_one = in_flight_.has_value();
-    if (finished_one) {
-      finish_launched_step(*in_flight_, &outputs);
-      in_flight_.reset();
-    }
+    finish_in_flight_step(&outputs);
     if (finished_one || !held_tokens_.empty()) {
       take_held_tokens(&outputs);  // of requests that ended meanwhile: dropped
       process_aborts(&outputs);
@@ -620,10 +614,7 @@ std::vector<RequestOutput> Engine::step() {
   const Status st = launch_step(plan, &launched, &batch);
   take_compressions(&pipeline_->launched_output());
   // The step before this one (asynchronous scheduling): its tokens, taken while this one runs.
-  if (in_flight_) {
-    finish_launched_step(*in_flight_, &outputs);
-    in_flight_.reset();
-  }
+  finish_in_flight_step(&outputs);
   const bool pipelined = st.is_ok() && pipelining_allowed();
   StepOutput result;
   Status finished = Status::ok();
@@ -713,7 +704,10 @@ Status Engine::launch_step(const SchedulerOutput& plan, LaunchedStep* launched, 
   return pipeline_->launch(*batch);
 }
 
-void Engine::finish_launched_step(const LaunchedStep& launched, std::vector<RequestOutput>* outputs) {
+void Engine::finish_in_flight_step(std::vector<RequestOutput>* outputs) {
+  if (!in_flight_) return;
+  const LaunchedStep launched = std::move(*in_flight_);
+  in_flight_.reset();
   StepOutput result;
   const Status st = pipeline_->finish(&result);
   record_step_metrics(result);
@@ -759,7 +753,8 @@ void Engine::take_held_tokens(std::vector<RequestOutput>* outputs) {
     else ready.push_back(std::move(h));
   }
   held_tokens_ = std::move(still);
-  for (HeldToken& h : ready) take_token(h.id, h.token, h.token_logprob, &h.logprobs, outputs);
+  for (HeldToken& h : ready)
+    take_token(h.id, h.token, h.token_logprob, h.logprobs ? &*h.logprobs : nullptr, outputs);
 }
 
 void Engine::take_sampled(RequestId id, StepOutput& result, size_t i, std::vector<RequestOutput>* outputs) {
@@ -785,7 +780,9 @@ void Engine::take_token(RequestId id, int32_t token, float token_logprob, TokenL
   if (r.compression.in_flight) {
     // Sampled before a compression that started after its step: it may end the request, whose
     // pages the compression still reads, so it waits for the compression (take_held_tokens).
-    held_tokens_.push_back({id, token, token_logprob, logprobs != nullptr ? std::move(*logprobs) : TokenLogprobs{}});
+    std::optional<TokenLogprobs> kept;
+    if (logprobs != nullptr) kept = std::move(*logprobs);
+    held_tokens_.push_back({id, token, token_logprob, std::move(kept)});
     return;
   }
   r.num_pending_tokens = 0;

@@ -103,14 +103,14 @@ class Engine {
     RequestId id = 0;
     int32_t token = 0;
     float token_logprob = 0.0f;
-    TokenLogprobs logprobs;
+    std::optional<TokenLogprobs> logprobs;  // none where the step returned none
   };
   // Whether this step may be launched before the last one's tokens are known.
   bool pipelining_allowed() const { return config_.async_scheduling && num_tracked_needing_tokens_ == 0; }
   // Launches the planned step: the batch, its page copies, the pipeline.
   Status launch_step(const SchedulerOutput& plan, LaunchedStep* launched, ForwardBatch* batch);
-  // Waits for the oldest launched step and takes its tokens.
-  void finish_launched_step(const LaunchedStep& launched, std::vector<RequestOutput>* outputs);
+  // Waits for the step in flight (in_flight_; none: nothing to do) and takes its tokens.
+  void finish_in_flight_step(std::vector<RequestOutput>* outputs);
   // The step's compressions reported so far join those the next scheduler update applies.
   void take_compressions(StepOutput* out);
   // Sequence i's sampled token of a finished step's `result`, for request `id` (take_token).
