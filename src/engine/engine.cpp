@@ -611,7 +611,7 @@ std::vector<RequestOutput> Engine::step() {
   LaunchedStep launched;
   ForwardBatch batch;
   const double t1 = now();
-  const Status st = launch_step(plan, &launched, &batch);
+  const Status st = launch_step(plan, &launched, &batch, &outputs);
   take_compressions(&pipeline_->launched_output());
   // The step before this one (asynchronous scheduling): its tokens, taken while this one runs.
   finish_in_flight_step(&outputs);
@@ -674,7 +674,8 @@ std::vector<RequestOutput> Engine::step() {
   return outputs;
 }
 
-Status Engine::launch_step(const SchedulerOutput& plan, LaunchedStep* launched, ForwardBatch* batch) {
+Status Engine::launch_step(const SchedulerOutput& plan, LaunchedStep* launched, ForwardBatch* batch,
+                           std::vector<RequestOutput>* outputs) {
   ForwardBatchOptions batch_options;
   batch_options.block_size = config_.block_size;
   batch_options.synchronous_compression = scheduler_->config().compress_before_forward;
@@ -701,6 +702,11 @@ Status Engine::launch_step(const SchedulerOutput& plan, LaunchedStep* launched, 
   }
   // Continuations of retained contexts write their own copies of shared, partly filled pages.
   for (const BlockCopy& c : plan.block_copies) backend_->copy_block(c.group, c.src, c.dst);
+  // A step with prompt tokens runs long, and its launch can hold the host for most of it (on the
+  // H100, enqueueing a prefill step of 8,192 tokens returned when the step was nearly done): the
+  // step in flight finishes first, so that its tokens (a first token, often) do not wait for this
+  // one. Its host time is a sliver of such a step; decode steps stay pipelined.
+  if (!batch->is_decode_only()) finish_in_flight_step(outputs);
   return pipeline_->launch(*batch);
 }
 

@@ -107,8 +107,10 @@ class Engine {
   };
   // Whether this step may be launched before the last one's tokens are known.
   bool pipelining_allowed() const { return config_.async_scheduling && num_tracked_needing_tokens_ == 0; }
-  // Launches the planned step: the batch, its page copies, the pipeline.
-  Status launch_step(const SchedulerOutput& plan, LaunchedStep* launched, ForwardBatch* batch);
+  // Launches the planned step: the batch, its page copies, the pipeline. A step with prompt tokens
+  // first finishes the one in flight (its tokens go to `outputs`).
+  Status launch_step(const SchedulerOutput& plan, LaunchedStep* launched, ForwardBatch* batch,
+                     std::vector<RequestOutput>* outputs);
   // Waits for the step in flight (in_flight_; none: nothing to do) and takes its tokens.
   void finish_in_flight_step(std::vector<RequestOutput>* outputs);
   // The step's compressions reported so far join those the next scheduler update applies.

@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "async_launch_backend.h"
 #include "deferred_compression_backend.h"
 #include "engine/batch_runner.h"
 #include "engine_test_util.h"
@@ -314,6 +315,36 @@ TEST(EngineAsyncScheduling, AbortOfACompressingRequestWithAHeldToken) {
   EXPECT_EQ(finished[b], FinishReason::kAborted);
   EXPECT_EQ(engine.num_kv_blocks_used(), 0);
   EXPECT_GT(deferred, 0);
+}
+
+// A step with prompt tokens is long, and a GPU backend's launch of it can hold the host for most of
+// it: the step in flight finishes before such a step is launched, so its tokens (often a first
+// token) do not wait for the prefill. Decode steps stay launched ahead.
+TEST(EngineAsyncScheduling, StepsWithPromptTokensLaunchOnceTheStepInFlightIsDone) {
+  EngineConfig c = cpu_config(tiny_qwen3_dir());
+  c.max_num_seqs = 3;               // waves: prompts join while others decode
+  c.max_num_batched_tokens = 48;    // and longer prompts take several chunks
+  const std::vector<BatchItem> batch = items(41, 10, /*sampled=*/true);
+  const EngineRun sync = run(c, false, batch);
+  auto backend = std::make_unique<AsyncLaunchCpuBackend>();
+  const AsyncLaunchCpuBackend* launches = backend.get();
+  c.async_scheduling = true;
+  auto engine = Engine::create(c, std::move(backend));
+  ASSERT_TRUE(engine.has_value()) << engine.status().to_string();
+  expect_same_results(run_batch(**engine, batch), sync.results);
+  int prompt_steps = 0, decode_steps_ahead = 0;
+  for (const AsyncLaunchCpuBackend::LaunchRecord& l : launches->launches()) {
+    if (!l.decode_only) {
+      ++prompt_steps;
+      EXPECT_EQ(l.unfinished, 0) << "a step with prompt tokens was launched behind an unfinished one";
+    } else {
+      decode_steps_ahead += l.unfinished == 1;
+    }
+    EXPECT_LE(l.unfinished, 1);
+  }
+  EXPECT_GE(prompt_steps, 10) << "the workload should mix prompts into decoding";
+  EXPECT_GT(decode_steps_ahead, static_cast<int>(launches->launches().size()) / 2);
+  EXPECT_GT((*engine)->metrics().num_pipelined_steps, 0);
 }
 
 }  // namespace
