@@ -49,6 +49,10 @@ std::unique_ptr<Engine> create_engine(const EngineConfig& config) {
     }
     const Engine& e = **engine;
     if (std::string w = tokenizer_mismatch_warning(config, e.model_config(), *e.tokenizer()); !w.empty()) print_warning(w);
+    // Only a backend that returns before its step is done has anything to overlap.
+    if (config.async_scheduling && !(*engine)->backend().launches_asynchronously())
+      print_warning("--async-scheduling overlaps nothing on the " + (*engine)->backend().name() +
+                    " backend, which runs each step when it is launched: the same tokens, each reported a step later");
     return std::move(*engine);
   } catch (const std::bad_alloc&) {
     // The size checks before loading should prevent this; any allocation that still fails is an
