@@ -32,11 +32,14 @@ struct EngineFlags {
   bool retain_contexts = false;
   bool no_retain_contexts = false;
   std::string retained_kv_memory;  // --retained-kv-memory: "50%", "0.5" (a share of the pool) or a size
+  // --async-scheduling (1) / --no-async-scheduling (0); neither (-1): on where steps launch
+  // asynchronously (--device cuda), off on the CPU backend, where it would overlap nothing.
+  int async_scheduling = -1;
 };
 
 // Registers --model, --tokenizer, --device, --block-size, --max-num-seqs, --max-num-batched-tokens,
 // --kv-cache-memory, --num-kv-blocks, --enable-prefix-caching, and the compression flags
-// --kv-policy, --kv-budget, --kv-policy-opt, --no-async-compression, --async-scheduling, --compression-layer-stride,
+// --kv-policy, --kv-budget, --kv-policy-opt, --no-async-compression, --[no-]async-scheduling, --compression-layer-stride,
 // --query-slots, --query-window, and --retain-contexts / --no-retain-contexts / --retained-kv-memory
 // on `cmd`.
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);

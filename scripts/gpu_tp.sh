@@ -98,7 +98,8 @@ if [ "${TP_SKIP_BENCH:-0}" = 1 ]; then
   :
 elif [ "${TP_32B:-0}" != 1 ]; then
   # TP_8B_RUNS: which of tp1, tp2_peer, tp2_nccl (default all); tp1_fp8 / tp2_fp8: FP8 weights +
-  # FP8 KV cache, tp1_async / tp2_peer_async: with --async-scheduling (not in the default)
+  # FP8 KV cache; each runs with asynchronous scheduling (the CUDA default): tp1_sync / tp2_peer_sync
+  # run one step at a time (--no-async-scheduling)
   for run in ${TP_8B_RUNS:-tp1 tp2_peer tp2_nccl}; do
     case $run in
       # shellcheck disable=SC2086
@@ -112,9 +113,9 @@ elif [ "${TP_32B:-0}" != 1 ]; then
       # shellcheck disable=SC2086
       tp2_fp8) bench 8b_tp2_fp8 $W8 --tensor-parallel-size 2 --quantization fp8 --kv-cache-dtype fp8 ;;
       # shellcheck disable=SC2086
-      tp1_async) bench 8b_tp1_async $W8 --tensor-parallel-size 1 --async-scheduling ;;
+      tp1_sync) bench 8b_tp1_sync $W8 --tensor-parallel-size 1 --no-async-scheduling ;;
       # shellcheck disable=SC2086
-      tp2_peer_async) bench 8b_tp2_peer_async $W8 --tensor-parallel-size 2 --async-scheduling ;;
+      tp2_peer_sync) bench 8b_tp2_peer_sync $W8 --tensor-parallel-size 2 --no-async-scheduling ;;
     esac
   done
 else

@@ -60,6 +60,27 @@ TEST(Cli, BenchPrintsJsonMetrics) {
   EXPECT_GE(j["peak_kv_blocks"].get<int>(), 4);
 }
 
+// Asynchronous scheduling is on by default only where steps launch asynchronously (--device
+// cuda): on the CPU backend it is off unless asked for, and then the same tokens are pipelined
+// (with a warning that it overlaps nothing there); --no-async-scheduling turns it off.
+TEST(Cli, AsyncSchedulingDefaultsOffOnTheCpuAndFollowsItsFlags) {
+  const std::string flags = "--num-prompts 4 --input-len 16 --output-len 8";
+  nlohmann::json by_default = bench_report(flags);
+  nlohmann::json on = bench_report(flags + " --async-scheduling");
+  nlohmann::json off = bench_report(flags + " --async-scheduling --no-async-scheduling");
+  ASSERT_FALSE(by_default.empty() || on.empty() || off.empty());
+  EXPECT_EQ(by_default["async_scheduling"], false);
+  EXPECT_EQ(by_default["num_pipelined_steps"], 0);
+  EXPECT_EQ(on["async_scheduling"], true);
+  EXPECT_GT(on["num_pipelined_steps"].get<int>(), 0);
+  EXPECT_EQ(on["output_tokens"], by_default["output_tokens"]);
+  EXPECT_EQ(off["async_scheduling"], false);
+  EXPECT_EQ(off["num_pipelined_steps"], 0);
+  CommandResult warned = run_command("bench --model " + tiny_qwen3_dir() + " " + flags + " --async-scheduling --quiet",
+                                         /*with_stderr=*/true);
+  EXPECT_NE(warned.out.find("--async-scheduling overlaps nothing on the cpu backend"), std::string::npos) << warned.out;
+}
+
 // Two waves (6 prompts, 4 at a time, 32 tokens each): the rate while full covers the first wave's
 // steps after which all 4 still run (the prefill step and 30 decode steps; the 32nd token's step
 // finishes them), not the second wave of 2.
