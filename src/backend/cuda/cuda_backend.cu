@@ -37,33 +37,6 @@ constexpr size_t kReserveBytes = 512ull << 20;  // kept free for cuBLAS, graphs 
 
 size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
-// A used part [begin, end) of the step inputs, in elements.
-struct InputRange {
-  size_t begin = 0, end = 0;
-};
-
-// Enqueues the host-to-device copies of the step inputs' used parts, in order. The regions are
-// sized for the largest step (a grouped layout's slots are G x the token capacity: 72 x 8192 for
-// the Qwen3-8B shape at 4 heads per group, 2.4 MB), so copying everything up to the last page
-// would move megabytes a decode step never reads. Parts closer than kMergeGap elements are copied
-// together: a copy call costs about as much as moving that many bytes.
-cudaError_t copy_used_inputs(int32_t* dev, const int32_t* host, const InputRange* ranges, size_t num_ranges,
-                             cudaStream_t stream) {
-  constexpr size_t kMergeGap = 16384;  // 64 KiB
-  size_t i = 0;
-  while (i < num_ranges) {
-    const size_t begin = ranges[i].begin;
-    size_t end = ranges[i].end;
-    while (++i < num_ranges && ranges[i].begin <= end + kMergeGap) end = std::max(end, ranges[i].end);
-    if (end > begin) {
-      const cudaError_t err = cudaMemcpyAsync(dev + begin, host + begin, (end - begin) * sizeof(int32_t),
-                                              cudaMemcpyHostToDevice, stream);
-      if (err != cudaSuccess) return err;
-    }
-  }
-  return cudaSuccess;
-}
-
 // Converts a host tensor of any supported dtype to bf16.
 std::vector<uint16_t> to_bf16(const TensorView& t) {
   std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
@@ -137,6 +110,9 @@ CudaBackend::CudaBackend(const BackendOptions& options, TensorParallelRank tp)
   // Test runs check every kept copy of a request's page tables against the tables each step.
   const char* verify = std::getenv("ORIGAMI_VERIFY_PAGE_TABLE_COPIES");
   page_tables_.set_verify(verify != nullptr && verify[0] == '1');
+  // Measurements of what the overlapped upload saves turn it off with ORIGAMI_OVERLAP_INPUT_UPLOAD=0.
+  const char* overlap = std::getenv("ORIGAMI_OVERLAP_INPUT_UPLOAD");
+  overlap_input_upload_ = overlap == nullptr || overlap[0] != '0';
 }
 
 CudaBackend::~CudaBackend() {
@@ -574,6 +550,7 @@ Status CudaBackend::ensure_capacity(int tokens, int seqs, int pages) {
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_top_, next.seqs * kMaxTopLogprobs * sizeof(TopLogprob)));
   }
   const size_t total = input_layout(next).total;
+  ORIGAMI_RETURN_IF_ERROR(input_upload_.wait_idle());  // no copy still reads the buffers about to go
   ORIGAMI_RETURN_IF_ERROR(realloc_dev(&dev_inputs_, total * sizeof(int32_t)));
   ORIGAMI_RETURN_IF_ERROR(realloc_host(&host_inputs_, total * sizeof(int32_t)));
   cap_ = next;
@@ -1104,6 +1081,7 @@ Status CudaBackend::enqueue_step(const ForwardBatch& batch, LaunchSlot& slot, St
     // has finished by now, so this rarely waits).
     ORIGAMI_HOST_TIMER("cuda.launch.wait_uploads");
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(inputs_uploaded_));
+    ORIGAMI_RETURN_IF_ERROR(input_upload_.wait_host_staging_read());
   }
   ORIGAMI_RETURN_IF_ERROR(stage_pending_tokens(batch));
   ORIGAMI_RETURN_IF_ERROR(prepare_step(batch, limits, &shape));
@@ -1321,8 +1299,9 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, La
   out->prepare_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step.entered).count();
   ORIGAMI_HOST_TIMER("cuda.forward.upload_plan_launch");
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.start, stream_));
-  ORIGAMI_CUDA_RETURN_IF_ERROR(
-      copy_used_inputs(dev_inputs_, host_inputs_, used, sizeof(used) / sizeof(used[0]), stream_));
+  // Behind a launched step that still runs, the inputs cross PCIe on the copy stream meanwhile.
+  ORIGAMI_RETURN_IF_ERROR(input_upload_.upload(dev_inputs_, host_inputs_, used, sizeof(used) / sizeof(used[0]),
+                                               overlap_input_upload_ && num_launched_ > 0, stream_));
   if (num_sample_rows > 0)
     ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_params_, host_params_,
                                                  num_sample_rows * sizeof(RowSamplingParams), cudaMemcpyHostToDevice,

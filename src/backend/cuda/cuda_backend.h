@@ -29,6 +29,7 @@
 #include "backend/cuda/ragged_heads.h"
 #include "backend/cuda/sampling_kernels.h"
 #include "backend/cuda/sink_gate.h"
+#include "backend/cuda/step_input_upload.h"
 
 namespace origami::cuda {
 
@@ -295,7 +296,9 @@ class CudaBackend : public Backend {
   int previous_slot_ = -1;
   // Recorded after a step's host-to-device copies: the host staging buffers (host_inputs_,
   // host_params_, host_adjust_, host_pending_) are written again only once it has passed.
-  cudaEvent_t inputs_uploaded_ = nullptr;
+  cudaEvent_t inputs_uploaded_ = nullptr;  // the small uploads (sampling parameters, adjustments, pending tokens)
+  StepInputUpload input_upload_;            // the step inputs: tokens, slots, page tables, lengths
+  bool overlap_input_upload_ = true;
 
   // Activations, [capacity.tokens, ...].
   Capacity cap_;
