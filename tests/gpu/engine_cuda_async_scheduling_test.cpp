@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 
+#include "backend/cuda/cuda_backend.h"
 #include "engine_run_util.h"
 
 namespace origami::testing {
@@ -33,7 +34,8 @@ Workload workload() {
   return w;
 }
 
-std::vector<std::vector<int32_t>> generate(const EngineConfig& c, const Workload& w, int64_t* pipelined) {
+std::vector<std::vector<int32_t>> generate(const EngineConfig& c, const Workload& w, int64_t* pipelined,
+                                           int64_t* staged_uploads = nullptr) {
   auto engine = Engine::create(c);
   EXPECT_TRUE(engine.has_value()) << engine.status().to_string();
   if (!engine) return {};
@@ -57,6 +59,11 @@ std::vector<std::vector<int32_t>> generate(const EngineConfig& c, const Workload
   }
   EXPECT_EQ((*engine)->num_kv_blocks_used(), 0) << "KV blocks leaked";
   *pipelined = (*engine)->metrics().num_pipelined_steps;
+  if (staged_uploads != nullptr) {
+    const auto* cuda = dynamic_cast<const cuda::CudaBackend*>(&(*engine)->backend());
+    EXPECT_NE(cuda, nullptr);
+    *staged_uploads = cuda != nullptr ? cuda->num_staged_uploads() : 0;
+  }
   return tokens;
 }
 
@@ -84,9 +91,11 @@ TEST(EngineCudaAsyncScheduling, TokensAreBitIdenticalToOneStepAtATime) {
     for (bool staged : {false, true}) {
       SCOPED_TRACE(staged ? "inputs staged" : "inputs on the compute stream");
       if (staged) setenv("ORIGAMI_OVERLAP_INPUT_UPLOAD", "1", 1);
-      int64_t async_pipelined = 0;
-      const auto got = generate(c, w, &async_pipelined);
+      int64_t async_pipelined = 0, staged_uploads = 0;
+      const auto got = generate(c, w, &async_pipelined, &staged_uploads);
       unsetenv("ORIGAMI_OVERLAP_INPUT_UPLOAD");
+      if (staged) EXPECT_GT(staged_uploads, 40);
+      else EXPECT_EQ(staged_uploads, 0);
       ASSERT_EQ(got.size(), expected.size());
       for (size_t i = 0; i < got.size(); ++i) {
         EXPECT_EQ(static_cast<int>(got[i].size()), w.max_tokens[i]) << "request " << i;

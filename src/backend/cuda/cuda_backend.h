@@ -104,6 +104,8 @@ class CudaBackend : public Backend {
 
   // Steps that replayed a graph, and graphs captured so far (for tests and metrics).
   int64_t num_graph_steps() const { return num_graph_steps_; }
+  // Steps whose inputs went over the copy stream while the step before ran (StepInputUpload).
+  int64_t num_staged_uploads() const { return input_upload_.num_staged_uploads(); }
   int num_graphs() const { return graphs_.num_graphs(); }
 
   // Tensor parallelism with peer all-reduce: this rank's buffers registered in tp.peer_group (on
