@@ -5,6 +5,7 @@
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/elementwise_math.cuh"
 #include "backend/cuda/kv_cache_write.cuh"
+#include "backend/cuda/programmatic_launch.h"
 #include "core/check.h"
 
 namespace origami::cuda {
@@ -14,6 +15,8 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 __global__ void embedding_gather_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
                                         int hidden, float* __restrict__ residual) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   const int t = blockIdx.x;
   const bf16* row = table + static_cast<size_t>(ids[t]) * hidden;
   float* dst = residual + static_cast<size_t>(t) * hidden;
@@ -22,6 +25,8 @@ __global__ void embedding_gather_kernel(const bf16* __restrict__ table, const in
 
 __global__ void add_rmsnorm_kernel(float* __restrict__ residual, const bf16* __restrict__ delta,
                                    const bf16* __restrict__ weight, float eps, int hidden, bf16* __restrict__ out) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   __shared__ float scratch[32];
   const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
   const float inv_rms = add_rmsnorm_row(residual, delta, eps, hidden, base, scratch);
@@ -38,6 +43,8 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_vec_kernel(float* __
                                                                       const bf16* __restrict__ delta,
                                                                       const bf16* __restrict__ weight, float eps,
                                                                       int hidden, bf16* __restrict__ out) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   __shared__ float scratch[32];
   const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
   const int num_chunks = hidden / 8;
@@ -59,6 +66,8 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_vec_kernel(float* __
 
 // One block per token; one warp per head (q heads first, then k heads, then v heads copied).
 __global__ void qk_norm_rope_kernel(RopeArgs a) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   extern __shared__ float head_buf[];  // [num_warps, head_dim]
   const int t = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
@@ -120,6 +129,8 @@ __global__ void qk_norm_rope_kernel(RopeArgs a) {
 // layout kv_fp8_store_row_warp takes.
 template <int D>
 __global__ void qk_norm_rope_warp_kernel(RopeArgs a) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   constexpr int kPer = D / 32, kHalfPer = kPer / 2;
   const int t = blockIdx.x;
   const int lane = threadIdx.x & 31;
@@ -186,6 +197,8 @@ __global__ void qk_norm_rope_warp_kernel(RopeArgs a) {
 }
 
 __global__ void silu_and_mul_kernel(const bf16* __restrict__ gate_up, int inter, bf16* __restrict__ out) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   const size_t t = blockIdx.y;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= inter) return;
@@ -196,6 +209,8 @@ __global__ void silu_and_mul_kernel(const bf16* __restrict__ gate_up, int inter,
 
 // 8 outputs per thread with 16-byte loads and stores (inter % 8 == 0, aligned rows).
 __global__ void silu_and_mul_vec_kernel(const bf16* __restrict__ gate_up, int inter, bf16* __restrict__ out) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   const size_t t = blockIdx.y;
   const int c = blockIdx.x * blockDim.x + threadIdx.x;  // 8-element chunk
   if (c >= inter / 8) return;
@@ -214,6 +229,8 @@ __global__ void silu_and_mul_vec_kernel(const bf16* __restrict__ gate_up, int in
 }
 
 __global__ void bias_add_kernel(bf16* __restrict__ x, const bf16* __restrict__ bias, int cols) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   const size_t t = blockIdx.y;
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= cols) return;
@@ -222,6 +239,8 @@ __global__ void bias_add_kernel(bf16* __restrict__ x, const bf16* __restrict__ b
 
 __global__ void gather_rows_kernel(const bf16* __restrict__ in, const int32_t* __restrict__ rows, int cols,
                                    bf16* __restrict__ out) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   const size_t r = blockIdx.x;
   const bf16* src = in + static_cast<size_t>(rows[r]) * cols;
   for (int c = threadIdx.x; c < cols; c += blockDim.x) out[r * cols + c] = src[c];
@@ -254,7 +273,7 @@ __global__ void fill_random_kernel(bf16* out, size_t n, float std, float constan
 void launch_embedding_gather(const bf16* table, const int32_t* ids, int n, int hidden, float* residual,
                              cudaStream_t stream) {
   if (n == 0) return;
-  embedding_gather_kernel<<<n, kNormThreads, 0, stream>>>(table, ids, hidden, residual);
+  ORIGAMI_CUDA_CHECK(launch_programmatic(embedding_gather_kernel, n, kNormThreads, 0, stream, table, ids, hidden, residual));
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 
@@ -264,13 +283,13 @@ void launch_add_rmsnorm(float* residual, const bf16* delta, const bf16* weight, 
   const bool aligned = aligned16(residual) && aligned16(delta) && aligned16(weight) && aligned16(out);
   const int vec_chunks = add_rmsnorm_vec_chunks(hidden, aligned);
   if (vec_chunks == 1) {
-    add_rmsnorm_vec_kernel<1><<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);
+    ORIGAMI_CUDA_CHECK(launch_programmatic(add_rmsnorm_vec_kernel<1>, n, kNormThreads, 0, stream, residual, delta, weight, eps, hidden, out));
   } else if (vec_chunks == 2) {
-    add_rmsnorm_vec_kernel<2><<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);
+    ORIGAMI_CUDA_CHECK(launch_programmatic(add_rmsnorm_vec_kernel<2>, n, kNormThreads, 0, stream, residual, delta, weight, eps, hidden, out));
   } else if (vec_chunks == 4) {
-    add_rmsnorm_vec_kernel<4><<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);
+    ORIGAMI_CUDA_CHECK(launch_programmatic(add_rmsnorm_vec_kernel<4>, n, kNormThreads, 0, stream, residual, delta, weight, eps, hidden, out));
   } else {
-    add_rmsnorm_kernel<<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, out);
+    ORIGAMI_CUDA_CHECK(launch_programmatic(add_rmsnorm_kernel, n, kNormThreads, 0, stream, residual, delta, weight, eps, hidden, out));
   }
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
@@ -292,14 +311,14 @@ void launch_qk_norm_rope(const RopeArgs& args, cudaStream_t stream) {
   if (qk_norm_rope_writes_kv(args.head_dim)) {
     constexpr int kWarps = 8;
     const dim3 grid(args.num_tokens, (total_heads + kWarps - 1) / kWarps);
-    if (args.head_dim == 64) qk_norm_rope_warp_kernel<64><<<grid, kWarps * 32, 0, stream>>>(args);
-    else qk_norm_rope_warp_kernel<128><<<grid, kWarps * 32, 0, stream>>>(args);
+    if (args.head_dim == 64) ORIGAMI_CUDA_CHECK(launch_programmatic(qk_norm_rope_warp_kernel<64>, grid, kWarps * 32, 0, stream, args));
+    else ORIGAMI_CUDA_CHECK(launch_programmatic(qk_norm_rope_warp_kernel<128>, grid, kWarps * 32, 0, stream, args));
     ORIGAMI_CUDA_CHECK_LAUNCH();
     return;
   }
   const int num_warps = total_heads < 16 ? total_heads : 16;
   const size_t smem = static_cast<size_t>(num_warps) * args.head_dim * sizeof(float);
-  qk_norm_rope_kernel<<<args.num_tokens, num_warps * 32, smem, stream>>>(args);
+  ORIGAMI_CUDA_CHECK(launch_programmatic(qk_norm_rope_kernel, args.num_tokens, num_warps * 32, smem, stream, args));
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 
@@ -307,26 +326,26 @@ void launch_silu_and_mul(const bf16* gate_up, int n, int inter, bf16* out, cudaS
   if (n == 0) return;
   if (inter % 8 == 0 && aligned16(gate_up) && aligned16(out)) {
     dim3 grid((inter / 8 + 127) / 128, n);
-    silu_and_mul_vec_kernel<<<grid, 128, 0, stream>>>(gate_up, inter, out);
+    ORIGAMI_CUDA_CHECK(launch_programmatic(silu_and_mul_vec_kernel, grid, 128, 0, stream, gate_up, inter, out));
     ORIGAMI_CUDA_CHECK_LAUNCH();
     return;
   }
   dim3 grid((inter + 255) / 256, n);
-  silu_and_mul_kernel<<<grid, 256, 0, stream>>>(gate_up, inter, out);
+  ORIGAMI_CUDA_CHECK(launch_programmatic(silu_and_mul_kernel, grid, 256, 0, stream, gate_up, inter, out));
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 
 void launch_bias_add(bf16* x, const bf16* bias, int n, int cols, cudaStream_t stream) {
   if (n == 0) return;
   dim3 grid((cols + 255) / 256, n);
-  bias_add_kernel<<<grid, 256, 0, stream>>>(x, bias, cols);
+  ORIGAMI_CUDA_CHECK(launch_programmatic(bias_add_kernel, grid, 256, 0, stream, x, bias, cols));
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 
 void launch_gather_rows(const bf16* in, const int32_t* rows, int num_rows, int cols, bf16* out,
                         cudaStream_t stream) {
   if (num_rows == 0) return;
-  gather_rows_kernel<<<num_rows, 256, 0, stream>>>(in, rows, cols, out);
+  ORIGAMI_CUDA_CHECK(launch_programmatic(gather_rows_kernel, num_rows, 256, 0, stream, in, rows, cols, out));
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 

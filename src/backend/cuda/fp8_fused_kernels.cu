@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise_math.cuh"
 #include "backend/cuda/fp8_quantize.cuh"
+#include "backend/cuda/programmatic_launch.h"
 #include "core/check.h"
 
 namespace origami::cuda {
@@ -42,6 +43,8 @@ __global__ void __launch_bounds__(kNormThreads)
     add_rmsnorm_quantize_vec_kernel(float* __restrict__ residual, const bf16* __restrict__ delta,
                                     const bf16* __restrict__ weight, float eps, int hidden, Fp8RowsOut q,
                                     bf16* __restrict__ out) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   __shared__ float scratch[32];
   const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
   const int num_chunks = hidden / 8;
@@ -75,6 +78,8 @@ __global__ void __launch_bounds__(kNormThreads)
 __global__ void add_rmsnorm_quantize_kernel(float* __restrict__ residual, const bf16* __restrict__ delta,
                                             const bf16* __restrict__ weight, float eps, int hidden, Fp8RowsOut q,
                                             bf16* __restrict__ out) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   __shared__ float scratch[32];
   const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
   const float inv_rms = add_rmsnorm_row(residual, delta, eps, hidden, base, scratch);
@@ -99,6 +104,8 @@ constexpr int kSiluMaxThreads = 1024;
 
 __global__ void __launch_bounds__(kSiluMaxThreads)
     silu_and_mul_quantize_vec_kernel(const bf16* __restrict__ gate_up, int inter, Fp8RowsOut q) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   __shared__ float scratch[32];
   const size_t t = blockIdx.x;
   const int num_chunks = inter / 8;
@@ -130,6 +137,8 @@ __global__ void __launch_bounds__(kSiluMaxThreads)
 
 // Any inter or alignment: each value computed for the amax and again for its code.
 __global__ void silu_and_mul_quantize_kernel(const bf16* __restrict__ gate_up, int inter, Fp8RowsOut q) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   __shared__ float scratch[32];
   const size_t t = blockIdx.x;
   const bf16* gate = gate_up + t * 2 * inter;
@@ -158,13 +167,13 @@ void launch_add_rmsnorm_quantize_fp8(float* residual, const bf16* delta, const b
   const int vec_chunks = add_rmsnorm_vec_chunks(hidden, aligned);
   ORIGAMI_CHECK_MSG(vec_chunks == 0 || aligned_to(q.codes, 8), "launch_add_rmsnorm_quantize_fp8: codes not 8-byte aligned");
   if (vec_chunks == 1) {
-    add_rmsnorm_quantize_vec_kernel<1><<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, q, out);
+    ORIGAMI_CUDA_CHECK(launch_programmatic(add_rmsnorm_quantize_vec_kernel<1>, n, kNormThreads, 0, stream, residual, delta, weight, eps, hidden, q, out));
   } else if (vec_chunks == 2) {
-    add_rmsnorm_quantize_vec_kernel<2><<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, q, out);
+    ORIGAMI_CUDA_CHECK(launch_programmatic(add_rmsnorm_quantize_vec_kernel<2>, n, kNormThreads, 0, stream, residual, delta, weight, eps, hidden, q, out));
   } else if (vec_chunks == 4) {
-    add_rmsnorm_quantize_vec_kernel<4><<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, q, out);
+    ORIGAMI_CUDA_CHECK(launch_programmatic(add_rmsnorm_quantize_vec_kernel<4>, n, kNormThreads, 0, stream, residual, delta, weight, eps, hidden, q, out));
   } else {
-    add_rmsnorm_quantize_kernel<<<n, kNormThreads, 0, stream>>>(residual, delta, weight, eps, hidden, q, out);
+    ORIGAMI_CUDA_CHECK(launch_programmatic(add_rmsnorm_quantize_kernel, n, kNormThreads, 0, stream, residual, delta, weight, eps, hidden, q, out));
   }
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
@@ -177,9 +186,9 @@ void launch_silu_and_mul_quantize_fp8(const bf16* gate_up, int n, int inter, con
   // Enough warps for kSiluChunks chunks per thread.
   const int threads = ((num_chunks + kSiluChunks - 1) / kSiluChunks + 31) / 32 * 32;
   if (inter % 8 == 0 && aligned_to(gate_up, 16) && aligned_to(q.codes, 8) && threads <= kSiluMaxThreads) {
-    silu_and_mul_quantize_vec_kernel<<<n, threads > 0 ? threads : 32, 0, stream>>>(gate_up, inter, q);
+    ORIGAMI_CUDA_CHECK(launch_programmatic(silu_and_mul_quantize_vec_kernel, n, threads > 0 ? threads : 32, 0, stream, gate_up, inter, q));
   } else {
-    silu_and_mul_quantize_kernel<<<n, 256, 0, stream>>>(gate_up, inter, q);
+    ORIGAMI_CUDA_CHECK(launch_programmatic(silu_and_mul_quantize_kernel, n, 256, 0, stream, gate_up, inter, q));
   }
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }

@@ -4,6 +4,7 @@
 #include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/programmatic_launch.h"
 #include "core/check.h"
 
 namespace origami::cuda {
@@ -52,6 +53,8 @@ __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const uint8_t* __res
                                                             int k, const uint8_t* __restrict__ w,
                                                             const float* __restrict__ w_scales, int n,
                                                             __nv_bfloat16* __restrict__ y) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   const int lane = threadIdx.x & 31;
   const int row0 = (blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5)) * kRowsPerWarp;
   if (row0 >= n) return;
@@ -114,10 +117,10 @@ void launch_fp8_gemv(const uint8_t* x, const float* x_scales, int m, int k, cons
   const int warps = (n + kRowsPerWarp - 1) / kRowsPerWarp;
   const int blocks = (warps + kThreads / 32 - 1) / (kThreads / 32);
   switch (m) {
-    case 1: fp8_gemv_kernel<1><<<blocks, kThreads, 0, stream>>>(x, x_scales, k, w, w_scales, n, y); break;
-    case 2: fp8_gemv_kernel<2><<<blocks, kThreads, 0, stream>>>(x, x_scales, k, w, w_scales, n, y); break;
-    case 3: fp8_gemv_kernel<3><<<blocks, kThreads, 0, stream>>>(x, x_scales, k, w, w_scales, n, y); break;
-    default: fp8_gemv_kernel<4><<<blocks, kThreads, 0, stream>>>(x, x_scales, k, w, w_scales, n, y); break;
+    case 1: ORIGAMI_CUDA_CHECK(launch_programmatic(fp8_gemv_kernel<1>, blocks, kThreads, 0, stream, x, x_scales, k, w, w_scales, n, y)); break;
+    case 2: ORIGAMI_CUDA_CHECK(launch_programmatic(fp8_gemv_kernel<2>, blocks, kThreads, 0, stream, x, x_scales, k, w, w_scales, n, y)); break;
+    case 3: ORIGAMI_CUDA_CHECK(launch_programmatic(fp8_gemv_kernel<3>, blocks, kThreads, 0, stream, x, x_scales, k, w, w_scales, n, y)); break;
+    default: ORIGAMI_CUDA_CHECK(launch_programmatic(fp8_gemv_kernel<4>, blocks, kThreads, 0, stream, x, x_scales, k, w, w_scales, n, y)); break;
   }
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }

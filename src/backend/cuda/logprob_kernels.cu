@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/logprob_kernels.h"
+#include "backend/cuda/programmatic_launch.h"
 
 namespace origami::cuda {
 namespace {
@@ -22,6 +23,8 @@ __global__ void __launch_bounds__(kThreads) row_logprobs_kernel(const float* __r
                                                                 int row_stride, const RowSamplingParams* params,
                                                                 const int32_t* sampled, float* logprobs,
                                                                 TopLogprob* top_all) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   __shared__ float red_max[kWarps];
   __shared__ double red_sum[kWarps];
   __shared__ float red_v[kWarps];
@@ -111,7 +114,8 @@ __global__ void __launch_bounds__(kThreads) row_logprobs_kernel(const float* __r
 void launch_row_logprobs(const float* logits, int num_rows, int vocab, int row_stride, const RowSamplingParams* params,
                          const int32_t* sampled, float* logprobs, TopLogprob* top, cudaStream_t stream) {
   if (num_rows == 0) return;
-  row_logprobs_kernel<<<num_rows, kThreads, 0, stream>>>(logits, vocab, row_stride, params, sampled, logprobs, top);
+  ORIGAMI_CUDA_CHECK(launch_programmatic(row_logprobs_kernel, num_rows, kThreads, 0, stream, logits, vocab, row_stride,
+                                         params, sampled, logprobs, top));
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 

@@ -21,6 +21,7 @@
 #include "backend/cuda/dynamic_smem_limit.h"
 #include "backend/cuda/paged_attention.h"
 #include "backend/cuda/paged_attention_mma.cuh"
+#include "backend/cuda/programmatic_launch.h"
 
 namespace origami::cuda {
 namespace {
@@ -241,6 +242,8 @@ __device__ __forceinline__ void fp8_narrow_tile(const KernelParams& p, const uin
 
 template <int D, bool kFp8, bool kNarrow>
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelParams p) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   using G = TileGeom<D, kFp8, kNarrow>;
   constexpr int kRows = G::kRows;
   constexpr int kChunksPerRow = D / 8;  // 16-byte pieces of a row
@@ -735,6 +738,8 @@ __device__ __forceinline__ StreamItem resolve_stream_item(const KernelParams& p,
 template <int D>
 __global__ void __launch_bounds__(kThreads) paged_decode_fp8_stream_kernel(const KernelParams p, int items_per_cta,
                                                                             int num_items) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   using G = StreamGeom<D>;
   const AttentionArgs& a = p.a;
   const int group = p.group;
@@ -920,6 +925,8 @@ template <int D>
 __global__ void __launch_bounds__(256) merge_splits_kernel(const float* part_o, const float* part_lse, int num_splits,
                                                            long long num_rows, __nv_bfloat16* out,
                                                            const int32_t* head_splits, int num_heads, int group) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   const long long row = static_cast<long long>(blockIdx.x) * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= num_rows) return;
@@ -990,10 +997,9 @@ cudaError_t merge_after(const KernelParams& p, const AttentionArgs& args, const 
   const AttentionShape& s = args.shape;
   const long long num_rows = static_cast<long long>(s.num_tokens) * s.num_heads;
   const unsigned merge_blocks = static_cast<unsigned>((num_rows + 7) / 8);
-  merge_splits_kernel<D><<<merge_blocks, 256, 0, stream>>>(p.part_o, p.part_lse, plan.num_splits, num_rows, args.out,
-                                                            args.ragged.num_tables > 0 ? args.ragged.head_splits : nullptr,
-                                                            s.num_heads, p.group);
-  return cudaGetLastError();
+  return launch_programmatic(merge_splits_kernel<D>, merge_blocks, 256, 0, stream, p.part_o, p.part_lse,
+                             plan.num_splits, num_rows, args.out,
+                             args.ragged.num_tables > 0 ? args.ragged.head_splits : nullptr, s.num_heads, p.group);
 }
 
 template <int D>
@@ -1010,8 +1016,9 @@ cudaError_t launch_fp8_stream(const AttentionArgs& args, const AttentionPlan& pl
   const int per_cta = plan.items_per_cta;
   const long long ctas = (items + per_cta - 1) / per_cta;
   if (items > INT_MAX || ctas > INT_MAX) return cudaErrorInvalidValue;
-  paged_decode_fp8_stream_kernel<D><<<static_cast<unsigned>(ctas), kThreads, StreamGeom<D>::kSmemBytes, stream>>>(
-      p, per_cta, static_cast<int>(items));
+  const cudaError_t err = launch_programmatic(paged_decode_fp8_stream_kernel<D>, static_cast<unsigned>(ctas), kThreads,
+                                              StreamGeom<D>::kSmemBytes, stream, p, per_cta, static_cast<int>(items));
+  if (err != cudaSuccess) return err;
   return merge_after<D>(p, args, plan, stream);
 }
 
@@ -1022,7 +1029,9 @@ cudaError_t launch(const AttentionArgs& args, const AttentionPlan& plan, void* w
   const KernelParams p = kernel_params<D>(args, plan, workspace);
   const bool ragged = args.ragged.num_tables > 0;
   const dim3 grid(plan.num_tile_slots, ragged ? args.ragged.num_work : s.num_kv_heads, ragged ? 1 : plan.num_splits);
-  paged_attention_kernel<D, kFp8, kNarrow><<<grid, kThreads, TileGeom<D, kFp8, kNarrow>::kSmemBytes, stream>>>(p);
+  const cudaError_t err = launch_programmatic(paged_attention_kernel<D, kFp8, kNarrow>, grid, kThreads,
+                                              TileGeom<D, kFp8, kNarrow>::kSmemBytes, stream, p);
+  if (err != cudaSuccess) return err;
   return merge_after<D>(p, args, plan, stream);
 }
 

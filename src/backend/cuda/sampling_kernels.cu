@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/programmatic_launch.h"
 #include "backend/cuda/row_argmax.cuh"
 #include "backend/cuda/sampling_kernels.h"
 #include "sampling/sampler.h"
@@ -178,6 +179,8 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* __restrict
                                                                int row_stride, const RowSamplingParams* params,
                                                                int32_t* tokens, const LogitAdjustment* adjustments,
                                                                float* saved_logits) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   __shared__ SelectSmem s;
   __shared__ float red_val[kThreads / 32];
   __shared__ int red_idx[kThreads / 32];
@@ -218,8 +221,8 @@ void launch_sample_rows(float* logits, int num_rows, int vocab, int row_stride, 
                         int32_t* tokens, cudaStream_t stream, const LogitAdjustment* adjustments,
                         float* saved_logits) {
   if (num_rows == 0) return;
-  sample_rows_kernel<<<num_rows, kThreads, 0, stream>>>(logits, vocab, row_stride, params, tokens, adjustments,
-                                                        saved_logits);
+  ORIGAMI_CUDA_CHECK(launch_programmatic(sample_rows_kernel, num_rows, kThreads, 0, stream, logits, vocab, row_stride,
+                                         params, tokens, adjustments, saved_logits));
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,54 @@
+#pragma once
+// Programmatic dependent launch (Hopper): a kernel launched as a programmatic dependent of the one
+// before it on the stream may be scheduled while that one's last blocks still run, instead of
+// after it has completed and the launch has gone through. A decode step is ~10 small kernels a
+// layer (300+ at batch 1), each boundary a few microseconds of idle SMs; overlapping the next
+// kernel's launch with the previous one's tail is how engines keep batch-1 decode near the
+// bandwidth floor.
+//
+// The rule that keeps it exact: every kernel launched with launch_programmatic() calls
+// wait_for_previous_grid() before it reads or writes any memory another kernel of the step touches
+// (that wait returns once the previous grid has completed and its writes are visible), so the
+// results are those of ordinary stream order; allow_next_grid() lets the kernel after it be
+// scheduled early. Kernels launched the ordinary way (cuBLAS, or any kernel while this is off)
+// keep full stream order, and both calls are no-ops for them.
+//
+// Off by default until measured on the GPU; ORIGAMI_PDL=1 in the environment turns it on
+// (set_programmatic_launch() for tests).
+#include <cuda_runtime.h>
+
+namespace origami::cuda {
+
+bool programmatic_launch_enabled();
+void set_programmatic_launch(bool on);
+
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launches `kernel` on `stream`, as a programmatic dependent of the previous kernel when enabled.
+template <typename... Params, typename... Args>
+cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                Args&&... args) {
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = programmatic_launch_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
+}  // namespace origami::cuda
