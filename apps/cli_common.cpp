@@ -176,11 +176,12 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
       ->check(CLI::Range(0, kMaxKvBudget));
   cmd->add_option("--kv-policy-opt", flags->kv_policy_opts, "Policy option key=value, e.g. window=16 (repeatable)");
   cmd->add_flag("!--no-async-compression", c.async_compression, "Wait for each compression instead of overlapping it with decoding");
-  cmd->add_flag("--async-scheduling{1},--no-async-scheduling{0}", flags->async_scheduling,
-                "Schedule and launch each step before the last one's tokens reach the host, so that detokenizing and "
-                "scheduling overlap the device (default: on with --device cuda, off on the CPU, where it overlaps "
-                "nothing; a request's end is seen one step late and the extra token dropped; steps run one at a time "
-                "while a request uses penalties, logit_bias, min_tokens or forced tokens)");
+  flags->async_scheduling_flag = cmd->add_flag(
+      "--async-scheduling,!--no-async-scheduling", flags->async_scheduling,
+      "Schedule and launch each step before the last one's tokens reach the host, so that detokenizing and "
+      "scheduling overlap the device (default: on with --device cuda, off on the CPU, where it overlaps "
+      "nothing; a request's end is seen one step late and the extra token dropped; steps run one at a time "
+      "while a request uses penalties, logit_bias, min_tokens or forced tokens)");
   cmd->add_flag("!--no-kv-reservation", c.reserve_bounded_kv,
                 "Admit compressed requests without reserving the blocks they will grow into (they may be preempted)");
   cmd->add_flag("--reserve-full-kv", c.reserve_full_kv,
@@ -198,8 +199,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
 bool finalize_engine_flags(EngineFlags* flags, bool build_default_policy) {
   // The CUDA backend (one GPU or tensor-parallel) returns from a launch before its step is done;
   // the CPU backend runs the step in the launch, so pipelining would only report tokens later.
-  flags->config.async_scheduling =
-      flags->async_scheduling >= 0 ? flags->async_scheduling == 1 : flags->config.device == "cuda";
+  const bool async_given = flags->async_scheduling_flag != nullptr && flags->async_scheduling_flag->count() > 0;
+  flags->config.async_scheduling = async_given ? flags->async_scheduling : flags->config.device == "cuda";
   for (const std::string& opt : flags->kv_policy_opts) {
     PolicyOptionMap one;
     Status st = parse_policy_option(opt, &one);

@@ -32,9 +32,11 @@ struct EngineFlags {
   bool retain_contexts = false;
   bool no_retain_contexts = false;
   std::string retained_kv_memory;  // --retained-kv-memory: "50%", "0.5" (a share of the pool) or a size
-  // --async-scheduling (1) / --no-async-scheduling (0); neither (-1): on where steps launch
-  // asynchronously (--device cuda), off on the CPU backend, where it would overlap nothing.
-  int async_scheduling = -1;
+  // --async-scheduling / --no-async-scheduling (the last given wins, as for any boolean flag);
+  // neither: on where steps launch asynchronously (--device cuda), off on the CPU backend, where
+  // it would overlap nothing.
+  bool async_scheduling = false;
+  CLI::Option* async_scheduling_flag = nullptr;  // whether either was given (count() > 0)
 };
 
 // Registers --model, --tokenizer, --device, --block-size, --max-num-seqs, --max-num-batched-tokens,
