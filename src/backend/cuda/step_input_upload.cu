@@ -90,28 +90,26 @@ Status StepInputUpload::upload(int32_t* dev, const int32_t* host, const InputRan
     merged[count++] = m;
   }
   if (count == 0) return Status::ok();
-  if (!overlap) {
-    for (int k = 0; k < count; ++k)
-      ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev + merged[k].begin, host + merged[k].begin,
-                                                   (merged[k].end - merged[k].begin) * sizeof(int32_t),
-                                                   cudaMemcpyHostToDevice, compute));
-    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(host_read_, compute));
-    return Status::ok();
+  if (overlap) {
+    ORIGAMI_RETURN_IF_ERROR(ensure_stage(merged[count - 1].end));
+    // The step staged before this one must have been moved out of the stage first.
+    if (stage_pending_read_) ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, stage_read_, 0));
   }
-  ORIGAMI_RETURN_IF_ERROR(ensure_stage(merged[count - 1].end));
-  // The step staged before this one must have been moved out of the stage first.
-  if (stage_pending_read_) ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, stage_read_, 0));
+  // Directly into place on the compute stream, or into the stage (same offsets) on the copy stream.
+  int32_t* target = overlap ? stage_ : dev;
+  cudaStream_t stream = overlap ? copy_stream_ : compute;
   StagedRanges r{};
   r.count = count;
   r.offset[0] = 0;
   for (int k = 0; k < count; ++k) {
     const size_t n = merged[k].end - merged[k].begin;
-    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage_ + merged[k].begin, host + merged[k].begin, n * sizeof(int32_t),
-                                                 cudaMemcpyHostToDevice, copy_stream_));
+    ORIGAMI_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(target + merged[k].begin, host + merged[k].begin, n * sizeof(int32_t),
+                                                 cudaMemcpyHostToDevice, stream));
     r.begin[k] = static_cast<int64_t>(merged[k].begin);
     r.offset[k + 1] = r.offset[k] + static_cast<int64_t>(n);
   }
-  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(host_read_, copy_stream_));
+  ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(host_read_, stream));
+  if (!overlap) return Status::ok();
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaEventRecord(staged_, copy_stream_));
   // The compute stream moves the stage into place once the step before is done with `dev`.
   ORIGAMI_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute, staged_, 0));
