@@ -41,11 +41,12 @@ struct Buffers {
   }
   // Holds the compute stream for `ms` milliseconds (the step before).
   void hold_compute(int ms) {
-    static int hold_ms = 0;
     hold_ms = ms;
     ORIGAMI_CUDA_CHECK(cudaLaunchHostFunc(
-        compute, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms)); }, nullptr));
+        compute, [](void* held) { std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(held))); },
+        &hold_ms));
   }
+  int hold_ms = 0;  // read by the host function when the stream reaches it
   void snapshot(int which) {
     ORIGAMI_CUDA_CHECK(cudaMemcpyAsync(seen + which * kElems, dev, kElems * sizeof(int32_t), cudaMemcpyDeviceToDevice,
                                        compute));
