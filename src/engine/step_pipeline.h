@@ -15,6 +15,11 @@
 
 namespace origami {
 
+// `batch` with its pending tokens filled in from `last_sampled` (the tokens the step launched
+// before it sampled, per sequence; -1 where it sampled none) and its list of them emptied, for a
+// backend that runs the step when it is launched; an error naming a token nobody sampled.
+Expected<ForwardBatch> resolve_pending_tokens(const ForwardBatch& batch, const std::vector<int32_t>& last_sampled);
+
 class StepPipeline {
  public:
   explicit StepPipeline(Backend* backend) : backend_(backend) {}

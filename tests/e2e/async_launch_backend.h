@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu_backend_wrapper.h"
+#include "engine/step_pipeline.h"
 
 namespace origami::testing {
 
@@ -22,16 +23,9 @@ class AsyncLaunchCpuBackend : public CpuBackendWrapper {
 
   Status launch(const ForwardBatch& batch, StepOutput* out) override {
     launches_.push_back(LaunchRecord{batch.is_decode_only(), unfinished_});
-    ForwardBatch resolved = batch;
-    for (const PendingToken& p : batch.pending_tokens) {
-      const size_t s = static_cast<size_t>(p.previous_sequence);
-      if (s >= last_sampled_.size() || last_sampled_[s] < 0)
-        return invalid_argument("pending token names sequence " + std::to_string(p.previous_sequence) +
-                                ", which the previous step did not sample");
-      resolved.token_ids[static_cast<size_t>(p.token_index)] = last_sampled_[s];
-    }
-    resolved.pending_tokens.clear();
-    ORIGAMI_RETURN_IF_ERROR(inner_->execute(resolved, out));
+    Expected<ForwardBatch> resolved = resolve_pending_tokens(batch, last_sampled_);
+    if (!resolved) return resolved.status();
+    ORIGAMI_RETURN_IF_ERROR(inner_->execute(*resolved, out));
     last_sampled_ = out->sampled_tokens;
     ++unfinished_;
     return Status::ok();
