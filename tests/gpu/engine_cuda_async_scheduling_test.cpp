@@ -90,7 +90,7 @@ TEST(EngineCudaAsyncScheduling, TokensAreBitIdenticalToOneStepAtATime) {
     // (StepInputUpload, read from the environment when the backend is made).
     for (bool staged : {false, true}) {
       SCOPED_TRACE(staged ? "inputs staged" : "inputs on the compute stream");
-      if (staged) setenv("ORIGAMI_OVERLAP_INPUT_UPLOAD", "1", 1);
+      setenv("ORIGAMI_OVERLAP_INPUT_UPLOAD", staged ? "1" : "0", 1);
       int64_t async_pipelined = 0, staged_uploads = 0;
       const auto got = generate(c, w, &async_pipelined, &staged_uploads);
       unsetenv("ORIGAMI_OVERLAP_INPUT_UPLOAD");

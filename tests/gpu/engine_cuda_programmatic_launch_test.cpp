@@ -30,13 +30,14 @@ TEST(EngineCudaProgrammaticLaunch, OutputsAreBitIdenticalToStreamOrder) {
       c.quantization = "fp8";
       c.kv_cache_dtype = KVCacheDType::kFP8;
     }
+    const bool default_setting = cuda::programmatic_launch_enabled();
     cuda::set_programmatic_launch(false);
     const RunResult ordered = run(c, prompts, 24);
     const RunResult forced_ordered = run(c, prompts, 24, &ordered.tokens);
     cuda::set_programmatic_launch(true);
     const RunResult programmatic = run(c, prompts, 24);
     const RunResult forced_programmatic = run(c, prompts, 24, &ordered.tokens);
-    cuda::set_programmatic_launch(false);
+    cuda::set_programmatic_launch(default_setting);
     ASSERT_EQ(programmatic.tokens.size(), ordered.tokens.size());
     for (size_t i = 0; i < ordered.tokens.size(); ++i) {
       EXPECT_EQ(static_cast<int>(ordered.tokens[i].size()), 24) << "prompt " << i;

@@ -300,7 +300,7 @@ class CudaBackend : public Backend {
   // host_params_, host_adjust_, host_pending_) are written again only once it has passed.
   cudaEvent_t inputs_uploaded_ = nullptr;  // the small uploads (sampling parameters, adjustments, pending tokens)
   StepInputUpload input_upload_;            // the step inputs: tokens, slots, page tables, lengths
-  bool overlap_input_upload_ = false;  // ORIGAMI_OVERLAP_INPUT_UPLOAD=1
+  bool overlap_input_upload_ = true;  // ORIGAMI_OVERLAP_INPUT_UPLOAD=0 turns it off
 
   // Activations, [capacity.tokens, ...].
   Capacity cap_;

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/block_reduce.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/programmatic_launch.h"
 #include "core/check.h"
 
 namespace origami::cuda {
@@ -113,6 +114,10 @@ __device__ __forceinline__ void reduce_rows(const ReduceRows& a, Partial partial
 __global__ void __launch_bounds__(kThreads) peer_reduce_add_rmsnorm_kernel(ReduceArgs a) {
   __shared__ float scratch[kRowsPerCta][kRowThreads / 32];
   __shared__ uint32_t generation;
+  // Launched as a programmatic dependent (programmatic_launch.h): nothing is read or written before
+  // the kernel before it (the GEMM writing the partials) is done; the one after may be scheduled now.
+  wait_for_previous_grid();
+  allow_next_grid();
   // The barrier with this CTA's twin on every rank: the twins run the same number of launches
   // of each grid size, so their counters agree. A rank may already have signalled the next
   // generation when a slow rank looks, hence ">=" (wrap-safe), never "==".
@@ -178,6 +183,8 @@ struct PushArgs {
 __global__ void __launch_bounds__(kThreads) peer_push_reduce_add_rmsnorm_kernel(PushArgs a) {
   __shared__ float scratch[kRowsPerCta][kRowThreads / 32];
   __shared__ uint32_t launch;
+  wait_for_previous_grid();  // as in peer_reduce_add_rmsnorm_kernel
+  allow_next_grid();
   // The previous launch's last CTA advanced the count (stream order makes it visible here).
   if (threadIdx.x == 0) launch = *reinterpret_cast<volatile uint32_t*>(a.state);
   __syncthreads();
@@ -331,7 +338,7 @@ void PeerAllReduce::reduce_add_rmsnorm(float* residual, const bf16* weight, floa
     a.plane = static_cast<size_t>(kPushMaxTokens) * hidden_;
     a.rank = rank_;
     a.rows = rows;
-    peer_push_reduce_add_rmsnorm_kernel<<<blocks, kThreads, 0, stream>>>(a);
+    ORIGAMI_CUDA_CHECK(launch_programmatic(peer_push_reduce_add_rmsnorm_kernel, blocks, kThreads, 0, stream, a));
     ORIGAMI_CUDA_CHECK_LAUNCH();
   } else if (num_tokens > 0) {
     ReduceArgs a;
@@ -342,7 +349,7 @@ void PeerAllReduce::reduce_add_rmsnorm(float* residual, const bf16* weight, floa
     a.counters = counters_;
     a.rank = rank_;
     a.rows = rows;
-    peer_reduce_add_rmsnorm_kernel<<<blocks, kThreads, 0, stream>>>(a);
+    ORIGAMI_CUDA_CHECK(launch_programmatic(peer_reduce_add_rmsnorm_kernel, blocks, kThreads, 0, stream, a));
     ORIGAMI_CUDA_CHECK_LAUNCH();
   }
   parity_ ^= 1;
