@@ -57,6 +57,15 @@ def main():
     p.add_argument("--entry-bytes", type=float, default=67.6e3, help="FP8 KV bytes per entry, all layers")
     p.add_argument("--bandwidth", type=float, default=2.6e12, help="bytes/s attention reads at")
     a = p.parse_args()
+    for name in ("requests", "prompt", "output", "pool_tokens"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    for name in ("fixed_ms", "per_seq_ms", "entry_bytes", "bandwidth"):
+        if not getattr(a, name) >= 0 or (name == "bandwidth" and a.bandwidth == 0):
+            p.error(f"--{name.replace('_', '-')} must be {'positive' if name == 'bandwidth' else 'non-negative'}")
+    # A request that the pool cannot hold whole is never admitted: the model would wait forever.
+    if a.prompt + a.output > a.pool_tokens:
+        p.error(f"a request's {a.prompt} + {a.output} entries exceed the pool's {a.pool_tokens}")
     base, base_steps = simulate(a)
     print(f"waves (reserve full KV): {base:,.0f} tok/s, {base_steps} steps")
     steady = a.pool_tokens / (a.output * (a.prompt + a.output / 2))  # admissions a step that fill the pool
