@@ -23,7 +23,9 @@
 // kernel over the same bytes, each a CUDA graph of the 36 launches, next to the bandwidth floor.
 // Build: cmake target ragged_attention_bench (links origami_cuda).
 // Run: build/ragged_attention_bench (head groups H_p 2, 4), --long (H_p 2, batch 1-2, N 64K-128K)
-// or --per-head (--fp8-only: its FP8 rows alone).
+// or --per-head (--fp8-only: its FP8 rows alone). Decode launches of kFusedMergeMinSplits or more
+// splits merge them in the last CTA of each unit, as the backend's do; ORIGAMI_BENCH_FUSED_MERGE=0
+// runs the merge kernel instead, to compare.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -80,6 +82,23 @@ LayerInputs make_inputs(const std::vector<int>& lens, int batch, int pool_pages,
 
 // One decode step's attention arguments over `batch` sequences (one query token each) at the
 // Qwen3-8B attention shape; q_indptr uploaded (the caller frees base.q_indptr).
+// Split arrival counters for the fused merge (AttentionArgs::split_counters): one zeroed buffer for the largest shape so far (launches leave it zero), or null
+// with ORIGAMI_BENCH_FUSED_MERGE=0 (the merge kernel, to compare).
+int32_t* split_counters_for(const AttentionShape& shape) {
+  static int32_t* counters = nullptr;
+  static long long capacity = 0;
+  const char* env = std::getenv("ORIGAMI_BENCH_FUSED_MERGE");
+  if (env != nullptr && env[0] == '0') return nullptr;
+  const long long need = split_counter_count(shape);
+  if (need > capacity) {
+    CK(cudaFree(counters));
+    CK(cudaMalloc(&counters, need * sizeof(int32_t)));
+    CK(cudaMemset(counters, 0, need * sizeof(int32_t)));
+    capacity = need;
+  }
+  return counters;
+}
+
 AttentionArgs decode_args(int batch, int block, __nv_bfloat16* q, __nv_bfloat16* out) {
   std::vector<int32_t> q_indptr(batch + 1);
   std::iota(q_indptr.begin(), q_indptr.end(), 0);
@@ -89,6 +108,7 @@ AttentionArgs decode_args(int batch, int block, __nv_bfloat16* q, __nv_bfloat16*
   base.q = q;
   base.out = out;
   base.q_indptr = upload(q_indptr);
+  base.split_counters = split_counters_for(base.shape);
   return base;
 }
 

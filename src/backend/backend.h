@@ -54,6 +54,11 @@ struct BackendOptions {
   // products, closer to the CPU's emulation than cuBLASLt. 2 by default: the H100 measured it
   // faster at 1 and 2 rows only (kFp8GemvFasterRows, docs/kernels.md).
   int fp8_gemv_rows = 2;
+  // CUDA: decode attention with many KV splits (kFusedMergeMinSplits: batch 1-4 at long contexts
+  // and under the graph plan) merges them in the last CTA of each (sequence, KV head)
+  // (AttentionArgs::split_counters) instead of a second kernel a layer; the outputs are bit for
+  // bit the same. Off only to measure what it gains.
+  bool fused_attention_merge = true;
   // CUDA, FP8 projections: products of up to this many rows (at most 16; 0 = never) that the GEMV
   // does not take run on a tensor-core GEMM for few rows (cuda/fp8_small_gemm.h: CTAs of 16 output
   // channels with K split over their warps) instead of cuBLASLt, whose 128-wide tiles leave most

@@ -39,6 +39,9 @@ struct EngineConfig {
   int fp8_gemv_rows = 2;
   // --no-fp8-split-k: FP8 products never split K (BackendOptions::fp8_split_k).
   bool fp8_split_k = true;
+  // Decode attention's many KV splits merged in the last CTA of each unit instead of a merge kernel
+  // (BackendOptions::fused_attention_merge; CUDA). Bit for bit the same; off only to compare.
+  bool fused_attention_merge = true;
 
   int block_size = 16;
   // --kv-cache-dtype: the KV cache's element type (auto = the model's: bf16 on CUDA, fp32 on the

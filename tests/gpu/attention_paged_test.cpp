@@ -190,8 +190,10 @@ std::vector<double> reference(const Case& c) {
 
 // Runs the kernel under `plan` (output poisoned first) and returns the relative L2 error;
 // a NaN output (an unwritten element) returns infinity. `bits`: the output as computed.
+// fused_merge: with split arrival counters (AttentionArgs::split_counters), launched twice on the
+// same counters (the first launch must leave them zero for the second); they must be zero after.
 double run_and_compare(const Case& c, const AttentionPlan& plan, const std::vector<double>& ref,
-                       std::vector<uint16_t>* bits = nullptr) {
+                       std::vector<uint16_t>* bits = nullptr, bool fused_merge = false) {
   DeviceBuffer<uint16_t> q(c.q), k(c.k_cache), v(c.v_cache);
   DeviceBuffer<uint8_t> k8(c.k_codes), v8(c.v_codes);
   DeviceBuffer<float> ks(c.k_scales), vs(c.v_scales);
@@ -219,11 +221,23 @@ double run_and_compare(const Case& c, const AttentionPlan& plan, const std::vect
   args.page_indptr = page_indptr.ptr;
   args.page_indices = page_indices.ptr;
   args.kv_len = kv_len.ptr;
-  const cudaError_t launch = paged_attention(args, plan, ws.ptr, ws_bytes, nullptr);
+  const long long num_counters = split_counter_count(c.shape);
+  DeviceBuffer<int32_t> counters(std::vector<int32_t>(fused_merge ? num_counters : 1, 0));
+  if (fused_merge) args.split_counters = counters.ptr;
+  cudaError_t launch = paged_attention(args, plan, ws.ptr, ws_bytes, nullptr);
+  if (fused_merge && launch == cudaSuccess) {
+    if (cudaMemset(out.ptr, 0xff, ref.size() * 2) != cudaSuccess) return INFINITY;
+    launch = paged_attention(args, plan, ws.ptr, ws_bytes, nullptr);
+  }
   EXPECT_EQ(launch, cudaSuccess) << cudaGetErrorString(launch);
   const cudaError_t sync = cudaDeviceSynchronize();
   EXPECT_EQ(sync, cudaSuccess) << cudaGetErrorString(sync);
   if (launch != cudaSuccess || sync != cudaSuccess) return INFINITY;
+  if (fused_merge) {
+    const std::vector<int32_t> left = counters.get();
+    EXPECT_EQ(std::count(left.begin(), left.end(), 0), static_cast<long>(left.size()))
+        << "a fused-merge launch left an arrival counter nonzero";
+  }
   const auto got = out.get();
   if (bits) *bits = got;
   double num = 0, den = 0;
@@ -266,12 +280,21 @@ void check_case(const std::vector<SeqSpec>& seqs, int num_kv_heads, int group, i
   const Case c = make_case(seqs, num_kv_heads, group, head_dim, block_size, rng, fp8);
   const auto ref = reference(c);
   for (const auto& [name, plan] : plans_for(c)) {
-    const double err = run_and_compare(c, plan, ref);
+    std::vector<uint16_t> unfused;
+    const double err = run_and_compare(c, plan, ref, &unfused);
     std::printf("  %s D=%3d group=%d block=%3d plan=%-18s rows=%2d splits=%3d items=%d  rel_err=%.2e\n",
                 fp8 ? "fp8 " : "bf16", head_dim, group, block_size, name.c_str(), plan.query_rows, plan.num_splits,
                 plan.items_per_cta, err);
     EXPECT_LT(err, 1e-2) << (fp8 ? "fp8" : "bf16") << " D=" << head_dim << " group=" << group
                          << " block=" << block_size << " plan=" << name;
+    // The merge in the last CTA of each unit (the decode kernels; the wide kernel ignores the
+    // counters) computes what the merge kernel does, bit for bit: the same sums in the same order.
+    std::vector<uint16_t> fused;
+    const double fused_err = run_and_compare(c, plan, ref, &fused, true);
+    EXPECT_LT(fused_err, 1e-2) << "fused merge, plan " << name;
+    EXPECT_TRUE(fused == unfused) << "the fused merge differs from the merge kernel: " << (fp8 ? "fp8" : "bf16")
+                                  << " D=" << head_dim << " group=" << group << " block=" << block_size
+                                  << " plan=" << name << " rows=" << plan.query_rows << " splits=" << plan.num_splits;
   }
   // FP8 decode batches: the streamed kernel (1 and 3 work items per CTA: a CTA's items then span
   // sequences, KV heads and splits) computes what the one-CTA-per-tile kernel (0) does, bit for
@@ -286,8 +309,11 @@ void check_case(const std::vector<SeqSpec>& seqs, int num_kv_heads, int group, i
     for (int items : {1, 3}) {
       AttentionPlan plan = base;
       plan.items_per_cta = items;
-      std::vector<uint16_t> got;
+      std::vector<uint16_t> got, fused;
       const double err = run_and_compare(c, plan, ref, &got);
+      EXPECT_LT(run_and_compare(c, plan, ref, &fused, true), 1e-2) << "fused merge, items " << items;
+      EXPECT_TRUE(fused == got) << "the streamed kernel's fused merge differs from the merge kernel: plan " << name
+                                << " items=" << items;
       std::printf("  fp8  D=%3d group=%d block=%3d plan=%-12s rows=16 splits=%3d items=%d rel_err=%.2e %s\n", head_dim,
                   group, block_size, name.c_str(), plan.num_splits, items, err,
                   got == expected ? "(= items 0)" : "(DIFFERS from items 0)");

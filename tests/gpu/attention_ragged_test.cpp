@@ -201,6 +201,21 @@ double run_ragged(const RaggedCase& c, const RaggedHeadTables& tables, int unifo
   EXPECT_EQ(paged_attention(a, plan, ws.get(), ws_bytes, nullptr), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<uint16_t> got = out.download();
+  // The decode kernels' merge in the last CTA of each (sequence, head) (AttentionArgs::split_counters,
+  // each head with its own split count here): the same bits as the merge kernel's, and the
+  // counters zero again after each of two launches.
+  DeviceBuffer<int32_t> counters(std::vector<int32_t>(static_cast<size_t>(split_counter_count(a.shape)), 0));
+  a.split_counters = counters.get();
+  for (int launch = 0; launch < 2; ++launch) {
+    EXPECT_EQ(cudaMemset(out.get(), 0xff, ref.size() * 2), cudaSuccess);
+    if (ws_bytes) EXPECT_EQ(cudaMemset(ws.get(), 0xff, ws_bytes), cudaSuccess);
+    EXPECT_EQ(paged_attention(a, plan, ws.get(), ws_bytes, nullptr), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE(out.download() == got) << "fused merge differs from the merge kernel: splits " << plan.num_splits
+                                       << " items " << plan.items_per_cta << " launch " << launch;
+    const std::vector<int32_t> left = counters.download();
+    EXPECT_EQ(std::count(left.begin(), left.end(), 0), static_cast<long>(left.size())) << "a counter left nonzero";
+  }
   double num = 0, den = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     const double g = bf16_value(got[i]);

@@ -27,6 +27,10 @@ struct Buffers {
     ORIGAMI_CUDA_CHECK(cudaMalloc(&dev, kElems * sizeof(int32_t)));
     ORIGAMI_CUDA_CHECK(cudaMalloc(&seen, 2 * kElems * sizeof(int32_t)));
     ORIGAMI_CUDA_CHECK(cudaMemset(dev, 0xff, kElems * sizeof(int32_t)));  // -1 everywhere
+    // cudaMemset of device memory may still run when it returns, on the legacy default stream,
+    // which the non-blocking streams below do not wait for: without this an upload could land
+    // first and be overwritten (seen once on the H100: element 0 read -1).
+    ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
     ORIGAMI_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   }
   ~Buffers() {

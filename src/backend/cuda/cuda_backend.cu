@@ -130,7 +130,7 @@ CudaBackend::~CudaBackend() {
                   static_cast<void*>(fp8_acc_), static_cast<void*>(logit_hidden_), static_cast<void*>(logits_),
                   static_cast<void*>(logits_shard_), static_cast<void*>(logits_gathered_),
                   static_cast<void*>(shard_best_), static_cast<void*>(shard_best_gathered_),
-                  attn_workspace_, static_cast<void*>(dev_inputs_), static_cast<void*>(dev_params_),
+                  attn_workspace_, static_cast<void*>(split_counters_), static_cast<void*>(dev_inputs_), static_cast<void*>(dev_params_),
                   static_cast<void*>(dev_tokens_), static_cast<void*>(dev_logprobs_), static_cast<void*>(dev_top_), kv_pool_,
                   static_cast<void*>(dev_adjust_), static_cast<void*>(dev_adjust_saved_), static_cast<void*>(dev_pending_)})
     if (p != nullptr) cudaFree(p);
@@ -530,6 +530,15 @@ Status CudaBackend::ensure_capacity(int tokens, int seqs, int pages) {
     }
     if (gates_.loaded()) ORIGAMI_RETURN_IF_ERROR(gates_.reserve(next.tokens));
   }
+  if (next.tokens > cap_.tokens || next.seqs > cap_.seqs) {
+    // As many counters as the largest decode step these buffers allow (the count grows with
+    // tokens and sequences), zeroed once: launches leave them zero.
+    const long long counters = split_counter_count(
+        AttentionShape{next.seqs, std::max(next.tokens, next.seqs), c.num_heads, c.num_kv_heads, c.head_dim, 1});
+    ORIGAMI_RETURN_IF_ERROR(realloc_dev(&split_counters_, static_cast<size_t>(counters) * sizeof(int32_t)));
+    ORIGAMI_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(split_counters_, 0, static_cast<size_t>(counters) * sizeof(int32_t), stream_));
+  }
   if (logits_ == nullptr) {
     const size_t shard = static_cast<size_t>(kLogitRows) * vocab_shard_ * sizeof(float);
     ORIGAMI_RETURN_IF_ERROR(realloc_dev(&logit_hidden_, static_cast<size_t>(kLogitRows) * c.hidden_size * 2));
@@ -881,6 +890,7 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
       aa.kv_len += first_table * num_seqs;
       aa.ragged = ragged_.layer(li, uniform_splits, kv_page_elems_, split_map);
     }
+    if (options_.fused_attention_merge) aa.split_counters = split_counters_;  // used from kFusedMergeMinSplits
     ORIGAMI_CUDA_CHECK(paged_attention(aa, plan, attn_workspace_, attn_workspace_bytes_, stream_));
     bf16* attn_partial = projection_out(num_tokens);
     linear(attn_out_, num_tokens, c.q_size(), l.o, h, attn_partial);

@@ -329,6 +329,9 @@ class CudaBackend : public Backend {
   ShardArgmax* shard_best_gathered_ = nullptr;  // [size, kLogitRows]
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
+  // Decode attention's split arrival counters (AttentionArgs::split_counters), zero between
+  // launches: the last CTA of each unit merges its splits, so no merge kernel runs.
+  int32_t* split_counters_ = nullptr;
 
   // Step inputs: pinned host staging and its device twin, one copy per step.
   int32_t* host_inputs_ = nullptr;

@@ -106,6 +106,10 @@ struct KernelParams {
   float scale_log2;   // softmax_scale * log2(e): the softmax runs on exp2
   float* part_o;      // [num_splits, num_tokens * num_heads, D] (split mode)
   float* part_lse;    // [num_splits, num_tokens * num_heads], log2 domain
+  // The decode kernels' merge in the last CTA of a unit (AttentionArgs::split_counters): one
+  // arrival counter per (query tile or sequence, KV head), zero before and after each launch;
+  // null: the merge pass merges.
+  int* split_counters;
 };
 
 __device__ __forceinline__ int tile_start(const int32_t* q_indptr, int seq, int group, int rows) {
@@ -133,6 +137,67 @@ __device__ __forceinline__ void store_row_element(const KernelParams& p, long lo
 // stays clear of f16's subnormals), hence their outputs carry 2^8 and are scaled back by this
 // exact power of two where the warps merge: bit for bit what the integer conversion gave.
 constexpr float kNarrowOScale = 1.f / kE4M3ToF16Scale;
+
+// The fused merge (KernelParams::split_counters). Each CTA of a unit (the splits of one query
+// tile's rows of one KV head) has stored its partials; it makes them visible device-wide, then
+// counts itself in. The CTA that arrives last finds every other split's partials written and
+// merges the unit's rows itself, so no merge pass is launched: one launch a layer instead of two,
+// which at batch 1 and in short decode steps is a few microseconds of a ~50-100 us layer. It also
+// resets the counter, which leaves the counters zero for the next launch (stream order, and the
+// programmatic wait, keep launches apart). Every CTA of a unit must call this (all threads).
+__device__ __forceinline__ bool arrive_last_of_unit(int* counter, int num_splits) {
+  __shared__ int last;
+  __threadfence();  // this thread's partials, before the count that publishes them
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int before = atomicAdd(counter, 1);
+    last = before == num_splits - 1;
+    if (last) *counter = 0;  // every split has arrived: nobody else touches it in this launch
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();  // the other CTAs' partials, read after their arrivals
+  return true;
+}
+
+// Merges the unit's rows (row_of(r) for r < num_unit_rows) as merge_splits_kernel does, a warp a
+// row and kPer = D / 32 elements a lane: out = sum_s w_s o_s / sum_s w_s, w_s = 2^(lse_s - max
+// lse), empty splits (lse -inf) skipped, the sum taken in split order, so the bits are the merge
+// kernel's. The lanes share out the max over splits (order-free), and the sum's loads do not
+// depend on each other, so a unit's merge costs about one round trip to L2, not one per split.
+// The partials are read through L2 (__ldcg): other CTAs wrote them.
+template <int D, typename RowOf>
+__device__ __forceinline__ void merge_unit_rows(const KernelParams& p, int num_unit_rows, int num_splits, RowOf row_of) {
+  constexpr int kPer = D / 32;
+  const long long num_rows = static_cast<long long>(p.a.shape.num_tokens) * p.a.shape.num_heads;
+  const int lane = threadIdx.x & 31;
+  for (int r = threadIdx.x >> 5; r < num_unit_rows; r += kWarps) {
+    const long long row = row_of(r);
+    float max_lse = -INFINITY;
+    for (int s = lane; s < num_splits; s += 32) max_lse = fmaxf(max_lse, __ldcg(p.part_lse + s * num_rows + row));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
+    float acc[kPer] = {};
+    float wsum = 0.f;
+    if (max_lse != -INFINITY) {
+#pragma unroll 4
+      for (int s = 0; s < num_splits; ++s) {
+        const float lse = __ldcg(p.part_lse + s * num_rows + row);
+        if (lse == -INFINITY) continue;
+        const float w = exp2f(lse - max_lse);
+        wsum += w;
+        const float* src = p.part_o + (s * num_rows + row) * D + lane * kPer;
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) acc[i] += w * __ldcg(src + i);
+      }
+    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    __nv_bfloat16* dst = p.a.out + row * D + lane * kPer;
+#pragma unroll
+    for (int i = 0; i < kPer; i += 2)
+      *reinterpret_cast<__nv_bfloat162*>(dst + i) = __floats2bfloat162_rn(acc[i] * inv, acc[i + 1] * inv);
+  }
+}
 
 // One 64-entry KV tile of the narrow FP8 kernel for one warp: its 16 entries (warp_kv0 on) of
 // the stage's codes and scales against the 16 query rows in `qf`, folded into the warp's online
@@ -291,6 +356,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
     chunk = min(chunk, max(kMinChunk, (share + kTileKV - 1) / kTileKV * kTileKV));
   }
   const int kv_begin = split * chunk;
+  // Splits that start at or past kv_len hold nothing (a plan made for a longer context). With the
+  // fused merge they neither store nor count in: the unit's last CTA merges the splits that start
+  // before kv_len, whose count every CTA of the unit computes alike; the merge kernel skips the
+  // others' (-inf) partials anyway, so the bits are the same.
+  const int active_splits = num_splits == 1 ? 1 : min(num_splits, (kv_len + chunk - 1) / chunk);
+  if (kNarrow && p.split_counters != nullptr && split >= active_splits) return;
   // The last split also takes anything beyond the planned length, so an under-estimated
   // max_kv_len costs speed, not correctness.
   const int split_end = (split == num_splits - 1) ? kv_len : min(kv_len, kv_begin + chunk);
@@ -629,6 +700,13 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
       const long long row = (q_begin + prow / group) * static_cast<long long>(num_heads) + kv_head * group + prow % group;
       store_row_element<D>(p, row, split, d, mx, wsum, acc);
     }
+    if (p.num_splits > 1 && p.split_counters != nullptr &&
+        arrive_last_of_unit(p.split_counters + static_cast<long long>(slot) * num_kv_heads + kv_head, active_splits)) {
+      merge_unit_rows<D>(p, rows, active_splits, [&](int r) {
+        const int prow = row0 + r;
+        return (q_begin + prow / group) * static_cast<long long>(num_heads) + kv_head * group + prow % group;
+      });
+    }
     return;
   }
 
@@ -691,6 +769,7 @@ struct StreamGeom {
 // One work item's range and where its entries live.
 struct StreamItem {
   int seq = 0, kv_head = 0, split = 0;
+  int active_splits = 1;  // splits of its (sequence, KV head) that start before kv_len
   int kv_begin = 0, kv_end = 0, num_tiles = 0;  // entries [kv_begin, kv_end) of this split
   const int32_t* pages = nullptr;
   long long head_base = 0;  // elements from a page's start to this head's first entry
@@ -728,6 +807,7 @@ __device__ __forceinline__ StreamItem resolve_stream_item(const KernelParams& p,
     chunk = min(chunk, max(kMinChunk, (share + kTileKV - 1) / kTileKV * kTileKV));
   }
   s.kv_begin = s.split * chunk;
+  s.active_splits = num_splits == 1 ? 1 : min(num_splits, (kv_len + chunk - 1) / chunk);
   s.kv_end = (s.split == num_splits - 1) ? kv_len : min(kv_len, s.kv_begin + chunk);
   s.num_tiles = s.kv_end > s.kv_begin ? (s.kv_end - s.kv_begin + kTileKV - 1) / kTileKV : 0;
   s.pages = a.page_indices + a.page_indptr[table * num_seqs + s.seq];
@@ -820,6 +900,9 @@ __global__ void __launch_bounds__(kThreads) paged_decode_fp8_stream_kernel(const
   int c_stage = 0, c_qbuf = 0;
   for (int item = item_begin; item < item_end; ++item) {
     const StreamItem ci = resolve_stream_item<D>(p, item);
+    // A split past kv_len under the fused merge: nothing to store or count (paged_attention_kernel).
+    // It has no tiles, so the load cursor skipped it too.
+    if (p.split_counters != nullptr && ci.split >= ci.active_splits) continue;
     float o[D / 8][4];
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
@@ -915,6 +998,14 @@ __global__ void __launch_bounds__(kThreads) paged_decode_fp8_stream_kernel(const
       }
       if (w < kWarps - 1) __syncthreads();
     }
+    if (p.num_splits > 1 && p.split_counters != nullptr) {
+      if (arrive_last_of_unit(p.split_counters + static_cast<long long>(ci.seq) * a.shape.num_kv_heads + ci.kv_head,
+                              ci.active_splits)) {
+        merge_unit_rows<D>(p, group, ci.active_splits, [&](int r) {
+          return static_cast<long long>(ci.seq) * num_heads + ci.kv_head * group + r;
+        });
+      }
+    }
   }
   cp_async_wait<0>();
 }
@@ -985,6 +1076,7 @@ KernelParams kernel_params(const AttentionArgs& args, const AttentionPlan& plan,
   const long long num_rows = static_cast<long long>(s.num_tokens) * s.num_heads;
   p.part_o = static_cast<float*>(workspace);
   p.part_lse = p.part_o ? p.part_o + plan.num_splits * num_rows * D : nullptr;
+  p.split_counters = nullptr;  // the decode launches set it (fused merge)
   return p;
 }
 
@@ -993,7 +1085,7 @@ template <int D>
 cudaError_t merge_after(const KernelParams& p, const AttentionArgs& args, const AttentionPlan& plan,
                         cudaStream_t stream) {
   cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess || plan.num_splits == 1) return err;
+  if (err != cudaSuccess || plan.num_splits == 1 || p.split_counters != nullptr) return err;  // merged in the kernel
   const AttentionShape& s = args.shape;
   const long long num_rows = static_cast<long long>(s.num_tokens) * s.num_heads;
   const unsigned merge_blocks = static_cast<unsigned>((num_rows + 7) / 8);
@@ -1009,7 +1101,8 @@ cudaError_t launch_fp8_stream(const AttentionArgs& args, const AttentionPlan& pl
   if (cudaError_t err = limit.ensure(paged_decode_fp8_stream_kernel<D>, StreamGeom<D>::kSmemBytes); err != cudaSuccess)
     return err;
   const AttentionShape& s = args.shape;
-  const KernelParams p = kernel_params<D>(args, plan, workspace);
+  KernelParams p = kernel_params<D>(args, plan, workspace);
+  p.split_counters = plan.num_splits >= kFusedMergeMinSplits ? args.split_counters : nullptr;
   const bool ragged = args.ragged.num_tables > 0;
   const long long items =
       static_cast<long long>(s.num_seqs) * (ragged ? args.ragged.num_work : s.num_kv_heads * plan.num_splits);
@@ -1026,7 +1119,9 @@ template <int D, bool kFp8, bool kNarrow>
 cudaError_t launch(const AttentionArgs& args, const AttentionPlan& plan, void* workspace, cudaStream_t stream) {
   if (cudaError_t attr_status = ensure_smem_limit<D, kFp8, kNarrow>(); attr_status != cudaSuccess) return attr_status;
   const AttentionShape& s = args.shape;
-  const KernelParams p = kernel_params<D>(args, plan, workspace);
+  KernelParams p = kernel_params<D>(args, plan, workspace);
+  // The wide kernel keeps the merge pass.
+  if constexpr (kNarrow) p.split_counters = plan.num_splits >= kFusedMergeMinSplits ? args.split_counters : nullptr;
   const bool ragged = args.ragged.num_tables > 0;
   const dim3 grid(plan.num_tile_slots, ragged ? args.ragged.num_work : s.num_kv_heads, ragged ? 1 : plan.num_splits);
   const cudaError_t err = launch_programmatic(paged_attention_kernel<D, kFp8, kNarrow>, grid, kThreads,
@@ -1135,6 +1230,11 @@ AttentionPlan ragged_plan(const AttentionPlan& uniform, const RaggedHeads& ragge
   AttentionPlan plan = uniform;
   plan.num_splits = std::max(ragged.max_splits, 1);
   return plan;
+}
+
+long long split_counter_count(const AttentionShape& shape) {
+  if (shape.num_kv_heads <= 0 || shape.num_heads <= 0) return 0;
+  return static_cast<long long>(num_tile_slots(shape, kNarrowRows)) * shape.num_kv_heads;
 }
 
 size_t paged_attention_workspace_bytes(const AttentionPlan& plan, const AttentionShape& shape) {

@@ -81,6 +81,13 @@ struct AttentionArgs {
   const int32_t* page_indptr = nullptr;   // [num_seqs + 1]
   const int32_t* page_indices = nullptr;  // [page_indptr[num_seqs]]
   const int32_t* kv_len = nullptr;        // [num_seqs]
+  // Decode launches with many KV splits (at least kFusedMergeMinSplits; the narrow kernel and the
+  // FP8 streamed one) merge the splits in the CTA of each (query tile or sequence, KV head) that
+  // finishes last, instead of in a second kernel, when given these arrival counters: at least
+  // split_counter_count(shape) ints, zero before the first launch (cudaMemset once after
+  // allocating); every launch leaves them zero. One set per stream: two launches in flight at
+  // once must not share them. Null, fewer splits, prefill and mixed batches: the merge kernel.
+  int* split_counters = nullptr;
   // Ragged paging (ragged.num_tables > 0): table t of sequence i is page_indptr / kv_len index
   // t * num_seqs + i (page_indptr [num_tables * num_seqs + 1], kv_len [num_tables * num_seqs]);
   // every table of a sequence ends with the same q_len new entries.
@@ -131,6 +138,18 @@ AttentionPlan with_kv_splits(const AttentionPlan& plan, int max_kv_len, int spli
 // The plan of a ragged launch: `uniform` (plan_paged_attention's, whose num_splits chose the
 // split map) with the map's grid rows and largest split count.
 AttentionPlan ragged_plan(const AttentionPlan& uniform, const RaggedHeads& ragged);
+
+// The fewest KV splits a decode launch merges in its last CTAs (AttentionArgs::split_counters). Measured on the H100 (docs/kernels.md, "Split merge in the last
+// CTA"): with 32-64 splits (batch 1, contexts 4K and the graph plan's 64) the fused merge makes a
+// step's attention 5-15% faster; with 2-9 (batch 8-64) every CTA's fence and atomic cost 1.5-4% of
+// it, more than the merge kernel it saves (with programmatic launch that kernel's CTAs are already
+// resident when the attention ends); 8 splits tie. 16 lies between the measured wins and losses.
+constexpr int kFusedMergeMinSplits = 16;
+
+// The arrival counters AttentionArgs::split_counters must hold for `shape`: one per (query tile
+// slot of the narrow decode kernel, KV head), which also covers the streamed kernel's
+// (sequence, KV head).
+long long split_counter_count(const AttentionShape& shape);
 
 // Workspace for the split-K partials: num_splits * num_tokens * num_heads * (head_dim + 1) floats
 // (0 when num_splits == 1).
