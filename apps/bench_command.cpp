@@ -149,6 +149,7 @@ nlohmann::json bench_json(const BenchFlags& f, const Engine& eng, const BenchTal
   j["fp8_fused_quantize"] = f.engine.config.fp8_fused_quantize;
   j["fp8_gemv_rows"] = f.engine.config.fp8_gemv_rows;
   j["fp8_split_k"] = f.engine.config.fp8_split_k;
+  j["fused_attention_merge"] = f.engine.config.fused_attention_merge;
   j["num_prompts"] = num_prompts;
   j["completed"] = t.reported - t.failed - t.aborted;
   j["failed"] = t.failed;

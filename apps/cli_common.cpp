@@ -124,6 +124,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_flag("--fp8-split-k,!--no-fp8-split-k", c.fp8_split_k,
                 "CUDA, FP8 projections: at decode's batch sizes, narrow products with a long K (o, down) split K "
                 "in two where that measured faster on the H100 (docs/kernels.md; on by default)");
+  cmd->add_flag("--fused-attention-merge,!--no-fused-attention-merge", c.fused_attention_merge,
+                "CUDA: decode attention with 16 or more KV splits (batch 1-4, long contexts, graph steps) merges "
+                "them in the last CTA of each sequence and head instead of a second kernel (the same results bit "
+                "for bit; on by default)");
   cmd->add_flag("--fp8-fused-quantize,!--no-fp8-fused-quantize", c.fp8_fused_quantize,
                 "CUDA, FP8 projections: the norms and the MLP activation quantize their output themselves (no "
                 "separate quantize kernel; the same results bit for bit; on by default)");

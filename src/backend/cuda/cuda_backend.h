@@ -319,7 +319,11 @@ class CudaBackend : public Backend {
   uint8_t* fp8_x_ = nullptr;   // FP8: [tokens, widest projection input] E4M3 activations
   float* fp8_x_scales_ = nullptr;  // FP8: [tokens] their per-token scales
   float* fp8_acc_ = nullptr;   // FP8 epilogue path: [rows, widest projection output] fp32
-  static constexpr int kLogitRows = 256;  // rows of logits computed per lm_head GEMM
+  // Rows of logits computed per lm_head GEMM: each GEMM reads the whole lm_head (1 GB in bf16 at a
+  // 128k vocabulary), so at max load fewer, larger chunks are faster (H100, Llama-3.1-8B, FP8: decode
+  // step at batch 472 1.007x and at 1024 1.009x with 512 against 256); the fp32 logits then take
+  // 263 MB instead of 131 MB.
+  static constexpr int kLogitRows = 512;
   bf16* logit_hidden_ = nullptr;  // [kLogitRows, hidden]
   float* logits_ = nullptr;       // [kLogitRows, logits_stride()]
   float* logits_shard_ = nullptr;     // tensor parallel: [kLogitRows, vocab_shard] of this rank
