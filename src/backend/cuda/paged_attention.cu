@@ -750,6 +750,14 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
 // (docs/kernels.md, "Decode: the streamed FP8 kernel"); the tests run 1 and 3.
 constexpr int kStreamRows = 8;  // query heads per KV head (group) this kernel serves
 constexpr int kStreamQBufs = 3; // Q rows of the items in flight: at most 3 (issue_next_tile)
+// KV tiles of codes in shared memory (kStreamStages - 1 in flight), and the resident CTAs a
+// multiprocessor must fit (a register cap). ncu at the max-load step (Llama-3.1-8B, batch 472 x
+// 1088): 3 CTAs an SM (163 registers and 67 KB each), 12 warps, DRAM at 65% of its peak, so more
+// CTAs looked like the lever; measured (decode step, batch 472 / 256 / 64): 3 stages, 3 CTAs 23.75 /
+// 14.00 / 7.55 ms; 2 and 4 (128 registers) 25.46 / 14.31 / 7.72; 2 and 3 23.78 / 13.96 / 7.49; 4
+// and 2 26.62 / 15.14 / 7.71. The register cap costs more than the fourth CTA gains.
+constexpr int kStreamStages = 3;
+constexpr int kStreamMinBlocks = 3;
 
 template <int D>
 struct StreamGeom {
@@ -757,7 +765,7 @@ struct StreamGeom {
   static constexpr int kCodeStride = N::kCodeStride;
   static constexpr int kCodeTileBytes = N::kCodeTileBytes;
   static constexpr int kStageBytes = N::kStageBytes;
-  static constexpr int kStages = N::kCodeStages;
+  static constexpr int kStages = kStreamStages;
   static constexpr int kQBytes = kStreamRows * D * static_cast<int>(sizeof(__nv_bfloat16));
   static constexpr int kQOffset = kStages * kStageBytes;
   static constexpr int kMergeOffset = kQOffset + kStreamQBufs * kQBytes;
@@ -816,7 +824,7 @@ __device__ __forceinline__ StreamItem resolve_stream_item(const KernelParams& p,
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads) paged_decode_fp8_stream_kernel(const KernelParams p, int items_per_cta,
+__global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_stream_kernel(const KernelParams p, int items_per_cta,
                                                                             int num_items) {
   wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
   allow_next_grid();
