@@ -23,7 +23,8 @@
 // kernel over the same bytes, each a CUDA graph of the 36 launches, next to the bandwidth floor.
 // Build: cmake target ragged_attention_bench (links origami_cuda).
 // Run: build/ragged_attention_bench (head groups H_p 2, 4), --long (H_p 2, batch 1-2, N 64K-128K)
-// or --per-head (--fp8-only: its FP8 rows alone). Decode launches of kFusedMergeMinSplits or more
+// or --per-head (--fp8-only: its FP8 rows alone; ORIGAMI_BENCH_BATCHES / ORIGAMI_BENCH_CONTEXTS
+// replace its batches and lengths). Decode launches of kFusedMergeMinSplits or more
 // splits merge them in the last CTA of each unit, as the backend's do; ORIGAMI_BENCH_FUSED_MERGE=0
 // runs the merge kernel instead, to compare.
 #include <cuda_bf16.h>
@@ -370,11 +371,16 @@ int per_head_table(int sms, double copy_gbs, bool fp8_only) {
   // ORIGAMI_BENCH_SPLITS=1,2,4: each row again at these KV split counts.
   std::vector<int> split_sweep;
   if (const char* env = std::getenv("ORIGAMI_BENCH_SPLITS")) split_sweep = parse_list("ORIGAMI_BENCH_SPLITS", env);
+  // ORIGAMI_BENCH_BATCHES / ORIGAMI_BENCH_CONTEXTS: other batches and per-head lengths N (e.g. a
+  // max-load run's 301 x 1024 / 1280, to set the attention's share of a per-head step apart).
+  std::vector<int> ph_batches = {1, 64, 256}, ph_lengths = {1024, 4096};
+  if (const char* env = std::getenv("ORIGAMI_BENCH_BATCHES")) ph_batches = parse_list("ORIGAMI_BENCH_BATCHES", env);
+  if (const char* env = std::getenv("ORIGAMI_BENCH_CONTEXTS")) ph_lengths = parse_list("ORIGAMI_BENCH_CONTEXTS", env);
   for (bool fp8 : {false, true})
     for (bool spread : {false, true})
       if (fp8 || !fp8_only)
-      for (int batch : {1, 64, 256})
-        for (int N : {1024, 4096}) {
+      for (int batch : ph_batches)
+        for (int N : ph_lengths) {
           if (spread && N < 2 * kHeadBlock) continue;
           // Per-head layout: pages [2, 1, block, D]; the same buffer seen as the one-group layout
           // (pages [8, block, D] of K in the first half, of V in the second) for the comparison.
