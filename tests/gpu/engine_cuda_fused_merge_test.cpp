@@ -8,7 +8,6 @@
 
 #include <random>
 
-#include "backend/cuda/paged_attention.h"
 #include "engine_run_util.h"
 
 namespace origami::testing {
@@ -49,15 +48,7 @@ TEST(EngineCudaFusedMerge, OutputsAreBitIdenticalToTheMergeKernel) {
     c.fused_attention_merge = true;
     const RunResult fused = run(c, prompts, 24);
     const RunResult forced_fused = run(c, prompts, 24, &kernel.tokens);
-    ASSERT_EQ(fused.tokens.size(), kernel.tokens.size());
-    for (size_t i = 0; i < kernel.tokens.size(); ++i) {
-      EXPECT_EQ(static_cast<int>(kernel.tokens[i].size()), 24) << "prompt " << i;
-      EXPECT_EQ(fused.tokens[i], kernel.tokens[i]) << "prompt " << i;
-      ASSERT_EQ(forced_fused.forced_logprobs[i].size(), forced_kernel.forced_logprobs[i].size());
-      for (size_t t = 0; t < forced_kernel.forced_logprobs[i].size(); ++t)
-        EXPECT_EQ(forced_fused.forced_logprobs[i][t], forced_kernel.forced_logprobs[i][t])
-            << "prompt " << i << ", token " << t;
-    }
+    expect_bit_identical_runs(kernel, forced_kernel, fused, forced_fused, 24);
   }
 }
 

@@ -38,15 +38,7 @@ TEST(EngineCudaProgrammaticLaunch, OutputsAreBitIdenticalToStreamOrder) {
     const RunResult programmatic = run(c, prompts, 24);
     const RunResult forced_programmatic = run(c, prompts, 24, &ordered.tokens);
     cuda::set_programmatic_launch(default_setting);
-    ASSERT_EQ(programmatic.tokens.size(), ordered.tokens.size());
-    for (size_t i = 0; i < ordered.tokens.size(); ++i) {
-      EXPECT_EQ(static_cast<int>(ordered.tokens[i].size()), 24) << "prompt " << i;
-      EXPECT_EQ(programmatic.tokens[i], ordered.tokens[i]) << "prompt " << i;
-      ASSERT_EQ(forced_programmatic.forced_logprobs[i].size(), forced_ordered.forced_logprobs[i].size());
-      for (size_t t = 0; t < forced_ordered.forced_logprobs[i].size(); ++t)
-        EXPECT_EQ(forced_programmatic.forced_logprobs[i][t], forced_ordered.forced_logprobs[i][t])
-            << "prompt " << i << ", token " << t;
-    }
+    expect_bit_identical_runs(ordered, forced_ordered, programmatic, forced_programmatic, 24);
   }
 }
 

@@ -107,4 +107,20 @@ inline double mean_abs_diff(const RunResult& a, const RunResult& b) {
   return n ? sum / n : INFINITY;
 }
 
+// Two ways of running the same engine that must agree bit for bit: `other`'s greedy tokens
+// (max_tokens a prompt) are `base`'s, and the log-probabilities of `base`'s tokens forced through
+// each (forced_base, forced_other) are the same floats.
+inline void expect_bit_identical_runs(const RunResult& base, const RunResult& forced_base, const RunResult& other,
+                                      const RunResult& forced_other, int max_tokens) {
+  ASSERT_EQ(other.tokens.size(), base.tokens.size());
+  for (size_t i = 0; i < base.tokens.size(); ++i) {
+    EXPECT_EQ(static_cast<int>(base.tokens[i].size()), max_tokens) << "prompt " << i;
+    EXPECT_EQ(other.tokens[i], base.tokens[i]) << "prompt " << i;
+    ASSERT_EQ(forced_other.forced_logprobs[i].size(), forced_base.forced_logprobs[i].size());
+    for (size_t t = 0; t < forced_base.forced_logprobs[i].size(); ++t)
+      EXPECT_EQ(forced_other.forced_logprobs[i][t], forced_base.forced_logprobs[i][t])
+          << "prompt " << i << ", token " << t;
+  }
+}
+
 }  // namespace origami::testing
