@@ -349,7 +349,13 @@ int per_head_table(int sms, double copy_gbs, bool fp8_only) {
   const size_t buf_bytes = std::min<size_t>(free_b - (size_t(3) << 30), size_t(64) << 30) / (2 << 20) * (2 << 20);
   uint8_t* buf = nullptr;
   CK(cudaMalloc(&buf, buf_bytes));
-  const int max_batch = 256;
+  // ORIGAMI_BENCH_BATCHES / ORIGAMI_BENCH_CONTEXTS: other batches and per-head lengths N (e.g. a
+  // max-load run's 301 x 1024 / 1280, to set the attention's share of a per-head step apart).
+  std::vector<int> ph_batches = {1, 64, 256}, ph_lengths = {1024, 4096};
+  if (const char* env = std::getenv("ORIGAMI_BENCH_BATCHES")) ph_batches = parse_list("ORIGAMI_BENCH_BATCHES", env);
+  if (const char* env = std::getenv("ORIGAMI_BENCH_CONTEXTS")) ph_lengths = parse_list("ORIGAMI_BENCH_CONTEXTS", env);
+  // q and out for the largest batch asked (a fixed 256 let batch 301 write past out).
+  const int max_batch = *std::max_element(ph_batches.begin(), ph_batches.end());
   __nv_bfloat16 *q, *out;
   CK(cudaMalloc(&q, size_t(max_batch) * kQHeads * kD * 2));
   CK(cudaMalloc(&out, size_t(max_batch) * kQHeads * kD * 2));
@@ -371,11 +377,6 @@ int per_head_table(int sms, double copy_gbs, bool fp8_only) {
   // ORIGAMI_BENCH_SPLITS=1,2,4: each row again at these KV split counts.
   std::vector<int> split_sweep;
   if (const char* env = std::getenv("ORIGAMI_BENCH_SPLITS")) split_sweep = parse_list("ORIGAMI_BENCH_SPLITS", env);
-  // ORIGAMI_BENCH_BATCHES / ORIGAMI_BENCH_CONTEXTS: other batches and per-head lengths N (e.g. a
-  // max-load run's 301 x 1024 / 1280, to set the attention's share of a per-head step apart).
-  std::vector<int> ph_batches = {1, 64, 256}, ph_lengths = {1024, 4096};
-  if (const char* env = std::getenv("ORIGAMI_BENCH_BATCHES")) ph_batches = parse_list("ORIGAMI_BENCH_BATCHES", env);
-  if (const char* env = std::getenv("ORIGAMI_BENCH_CONTEXTS")) ph_lengths = parse_list("ORIGAMI_BENCH_CONTEXTS", env);
   for (bool fp8 : {false, true})
     for (bool spread : {false, true})
       if (fp8 || !fp8_only)

@@ -29,6 +29,7 @@ namespace {
 using attn::cp_async_16;
 using attn::cp_async_4;
 using attn::e4m3x2_to_f16x2;
+using attn::exp2_ftz;
 using attn::e4m3x4_to_f16x4;
 using attn::kE4M3ToF16Scale;
 using attn::mma_f16_16816;
@@ -212,25 +213,46 @@ __device__ __forceinline__ void merge_unit_rows(const KernelParams& p, int num_u
 // instructions per two codes) the narrow kernel was issue-bound (ncu: issue slots 55-58% busy,
 // DRAM 68% at batch 1024 x 640 entries) and read FP8 at 74-85% of the copy bandwidth against
 // 82-94% now.
-// One tile's step of the online softmax, for the two rows (g, g + 8) a lane holds: the tile's row
-// maxima (over the 4 lanes of a quad) join the running maxima m, the running sums l are rescaled,
-// and corr / m_use give each row's rescale of its output and the maximum its probabilities
-// subtract.
+// One tile's step of the online softmax, for the two rows (g, g + 8) a lane holds (kHalves 1:
+// row g alone, the rows 8..15 of the fragments holding no query): the tile's row maxima (over the
+// 4 lanes of a quad) join the running maxima m, the running sums l are rescaled, and corr / m_use
+// give each row's rescale of its output and the maximum its probabilities subtract.
+template <int kHalves = 2>
 __device__ __forceinline__ void online_softmax_rescale(float (&row_max)[2], float (&m)[2], float (&l)[2],
                                                        float (&corr)[2], float (&m_use)[2]) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < kHalves; ++h) {
     row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 1));
     row_max[h] = fmaxf(row_max[h], __shfl_xor_sync(0xffffffffu, row_max[h], 2));
     const float m_new = fmaxf(m[h], row_max[h]);
     m_use[h] = m_new == -INFINITY ? 0.f : m_new;  // a fully masked row stays at zero, not NaN
-    corr[h] = exp2f(m[h] - m_use[h]);
+    corr[h] = exp2_ftz(m[h] - m_use[h]);
     m[h] = m_new;
     l[h] *= corr[h];
   }
 }
 
-template <int D, int kCodeStride>
+// The output rows a lane holds (o[j][0..1]: row g, o[j][2..3]: row g + 8; the first kHalves of
+// them) times their rescale. A row whose running maximum did not move has corr exactly 1 (2^0):
+// it is skipped, which leaves o bit for bit as the multiply would. After a sequence's first
+// tiles that is most tiles, and the multiplies were a quarter of the decode tile's FP32 work.
+template <int kHalves = 2, int N>
+__device__ __forceinline__ void rescale_output(float (&o)[N][4], const float (&corr)[2]) {
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+    if (corr[h] == 1.f) continue;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      o[j][2 * h] *= corr[h];
+      o[j][2 * h + 1] *= corr[h];
+    }
+  }
+}
+
+// kUpperRows false (the streamed kernel: a group of at most 8 heads, so the fragments' rows 8..15
+// hold no query): the softmax, rescale and V scaling of those rows are skipped and their P rows
+// are zero (their output rows stay zero and are never stored); rows 0..7 get the same bits.
+template <int D, int kCodeStride, bool kUpperRows = true>
 __device__ __forceinline__ void fp8_narrow_tile(const KernelParams& p, const uint32_t (&qf)[D / 16][4],
                                                 const unsigned char* k_codes, const float* k_scale,
                                                 const float* v_scale, int warp_kv0, int first_entry,
@@ -250,11 +272,14 @@ __device__ __forceinline__ void fp8_narrow_tile(const KernelParams& p, const uin
       mma_f16_16816(s[j], qf[kk], e4m3x2_to_f16x2(w), e4m3x2_to_f16x2(w >> 16));
     }
   // Scale (q.k = scale (q.codes)), mask, online softmax (rows are shared by the 4 lanes of a quad).
+  // Element i of a lane's accumulator is row g (i < 2) or g + 8; kRowElems: the elements in use.
+  constexpr int kHalves = kUpperRows ? 2 : 1;
+  constexpr int kRowElems = 2 * kHalves;
   float row_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int n = 0; n < 2; ++n)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kRowElems; ++i) {
       const int c = n * 8 + 2 * t4 + (i & 1);
       const float x = s[n][i] * k_scale[warp_kv0 + c];
       const float v = first_entry + c < row_limit[i >> 1] ? x * p.scale_log2 : -INFINITY;
@@ -262,26 +287,23 @@ __device__ __forceinline__ void fp8_narrow_tile(const KernelParams& p, const uin
       row_max[i >> 1] = fmaxf(row_max[i >> 1], v);
     }
   float corr[2], m_use[2];
-  online_softmax_rescale(row_max, m, l, corr, m_use);
+  online_softmax_rescale<kHalves>(row_max, m, l, corr, m_use);
 #pragma unroll
   for (int n = 0; n < 2; ++n)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float pv = exp2f(s[n][i] - m_use[i >> 1]);
+    for (int i = 0; i < kRowElems; ++i) {
+      const float pv = exp2_ftz(s[n][i] - m_use[i >> 1]);
       s[n][i] = pv;
       l[i >> 1] += pv;
     }
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j) {
-    o[j][0] *= corr[0]; o[j][1] *= corr[0];
-    o[j][2] *= corr[1]; o[j][3] *= corr[1];
-  }
+  rescale_output<kHalves>(o, corr);
   // P scaled by each entry's V scale (sum_e p_e v_e = sum_e (p_e scale_e) codes_e); the row
   // sums l above took the unscaled p.
 #pragma unroll
   for (int n = 0; n < 2; ++n)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) s[n][i] *= v_scale[warp_kv0 + n * 8 + 2 * t4 + (i & 1)] * kE4M3ToF16Scale;
+    for (int i = 0; i < 4; ++i)
+      s[n][i] = i < kRowElems ? s[n][i] * (v_scale[warp_kv0 + n * 8 + 2 * t4 + (i & 1)] * kE4M3ToF16Scale) : 0.f;
   // O += P V: the two S accumulator tiles (16 entries) form one A fragment.
   uint32_t pa[4];
   pa[0] = pack_f16x2(s[0][0], s[0][1]);
@@ -601,16 +623,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
       for (int n = 0; n < kWarpKV / 8; ++n) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const float pv = exp2f(s[n][i] - m_use[i >> 1]);
+          const float pv = exp2_ftz(s[n][i] - m_use[i >> 1]);
           s[n][i] = pv;
           l[i >> 1] += pv;
         }
       }
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        o[j][0] *= corr[0]; o[j][1] *= corr[0];
-        o[j][2] *= corr[1]; o[j][3] *= corr[1];
-      }
+      rescale_output(o, corr);
       // FP8: P scaled by each entry's V scale (sum_e p_e v_e = sum_e (p_e scale_e) codes_e); the
       // row sums l above took the unscaled p.
       if constexpr (kFp8) {
@@ -780,7 +798,7 @@ struct StreamItem {
   int active_splits = 1;  // splits of its (sequence, KV head) that start before kv_len
   int kv_begin = 0, kv_end = 0, num_tiles = 0;  // entries [kv_begin, kv_end) of this split
   const int32_t* pages = nullptr;
-  long long head_base = 0;  // elements from a page's start to this head's first entry
+  unsigned head_row = 0;  // D-code rows from a page's start to this head's first entry
 };
 
 template <int D>
@@ -819,7 +837,7 @@ __device__ __forceinline__ StreamItem resolve_stream_item(const KernelParams& p,
   s.kv_end = (s.split == num_splits - 1) ? kv_len : min(kv_len, s.kv_begin + chunk);
   s.num_tiles = s.kv_end > s.kv_begin ? (s.kv_end - s.kv_begin + kTileKV - 1) / kTileKV : 0;
   s.pages = a.page_indices + a.page_indptr[table * num_seqs + s.seq];
-  s.head_base = head_off * a.shape.block_size * D;
+  s.head_row = static_cast<unsigned>(head_off * a.shape.block_size);
   return s;
 }
 
@@ -833,9 +851,12 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
   const int group = p.group;
   const int num_heads = a.shape.num_heads;
   const int block_size = a.shape.block_size;
-  const long long page_stride = a.ragged.num_tables > 0
-                                    ? a.ragged.page_stride
-                                    : static_cast<long long>(a.shape.num_kv_heads) * block_size * D;
+  // Entries are addressed by their row of D codes in the pool (row * D: the codes' offset; row:
+  // the scale's index), a page being page_rows rows. 32 bits hold it: 2^32 rows are at least
+  // 256 GiB of K codes (D >= 64), more than any one GPU's memory. (64-bit element offsets took
+  // ~45 instructions an entry, a fifth of the kernel's issue slots at max load.)
+  const unsigned page_rows = static_cast<unsigned>(
+      (a.ragged.num_tables > 0 ? a.ragged.page_stride : static_cast<long long>(a.shape.num_kv_heads) * block_size * D) / D);
   const bool pow2_pages = (block_size & (block_size - 1)) == 0;
   const int page_shift = __ffs(block_size) - 1;
 
@@ -879,20 +900,22 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
       float* scales = stage_scales(l_stage);
       const int col = (tid % kPieces) * 16;
       const int base = li.kv_begin + l_tile * kTileKV;
+#pragma unroll
       for (int r = tid / kPieces; r < kTileKV; r += kThreads / kPieces) {
         const int e = base + r;
         const bool valid = e < li.kv_end;
-        long long off = 0;
+        unsigned row = 0;
         if (valid) {
           const int page = pow2_pages ? e >> page_shift : e / block_size;
           const int in_page = pow2_pages ? e & (block_size - 1) : e - page * block_size;
-          off = li.pages[page] * page_stride + li.head_base + static_cast<long long>(in_page) * D;
+          row = static_cast<unsigned>(li.pages[page]) * page_rows + li.head_row + static_cast<unsigned>(in_page);
         }
-        cp_async_16(codes + r * G::kCodeStride + col, a.k_codes + off + col, valid);
-        cp_async_16(codes + G::kCodeTileBytes + r * G::kCodeStride + col, a.v_codes + off + col, valid);
+        const size_t off = static_cast<size_t>(row) * D + col;
+        cp_async_16(codes + r * G::kCodeStride + col, a.k_codes + off, valid);
+        cp_async_16(codes + G::kCodeTileBytes + r * G::kCodeStride + col, a.v_codes + off, valid);
         if (col == 0) {
-          cp_async_4(scales + r, a.k_scales + off / D, valid);
-          cp_async_4(scales + kTileKV + r, a.v_scales + off / D, valid);
+          cp_async_4(scales + r, a.k_scales + row, valid);
+          cp_async_4(scales + kTileKV + r, a.v_scales + row, valid);
         }
       }
       l_stage = l_stage == G::kStages - 1 ? 0 : l_stage + 1;
@@ -943,7 +966,7 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
       const float* v_scale = k_scale + kTileKV;
       c_stage = c_stage == G::kStages - 1 ? 0 : c_stage + 1;
       const int row_limit[2] = {ci.kv_end, ci.kv_end};
-      fp8_narrow_tile<D, G::kCodeStride>(p, qf, k_codes, k_scale, v_scale, warp_kv0, ci.kv_begin + t * kTileKV + warp_kv0,
+      fp8_narrow_tile<D, G::kCodeStride, false>(p, qf, k_codes, k_scale, v_scale, warp_kv0, ci.kv_begin + t * kTileKV + warp_kv0,
                                          row_limit, o, m, l);
       __syncthreads();  // the next iteration refills the stage just read
     }

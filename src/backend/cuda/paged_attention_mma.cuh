@@ -104,4 +104,15 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
   return out;
 }
 
+// 2^x on the special-function unit with subnormals flushed (ex2.approx.ftz). exp2f compiles to
+// the same instruction wrapped in a subnormal fix-up (a compare, two predicated multiplies: four
+// instructions a call), identical for x >= -126; below that this gives 0 instead of a value under
+// 2^-126. In the online softmax those are probabilities and rescale factors at least 2^126 below
+// the row's largest term (which contributes 1), so no output moves.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 }  // namespace origami::cuda::attn
