@@ -28,6 +28,7 @@ namespace {
 
 using attn::cp_async_16;
 using attn::cp_async_4;
+using attn::cp_async_16_bytes;
 using attn::e4m3x2_to_f16x2;
 using attn::exp2_ftz;
 using attn::e4m3x4_to_f16x4;
@@ -859,6 +860,12 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
       (a.ragged.num_tables > 0 ? a.ragged.page_stride : static_cast<long long>(a.shape.num_kv_heads) * block_size * D) / D);
   const bool pow2_pages = (block_size & (block_size - 1)) == 0;
   const int page_shift = __ffs(block_size) - 1;
+  // Scales four entries at a time (one 16-byte copy of four consecutive rows' scales) where four
+  // entries never straddle a page and every such run starts 16-byte aligned: pages of a multiple
+  // of 4 entries, rows of a page and of each head's slot counts multiples of 4, aligned bases.
+  // Otherwise one 4-byte copy per entry, as the codes' rows are copied.
+  const bool scale_runs = block_size % 4 == 0 && page_rows % 4 == 0 &&
+                          ((reinterpret_cast<uintptr_t>(a.k_scales) | reinterpret_cast<uintptr_t>(a.v_scales)) & 15) == 0;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto stage_codes = [&](int st) { return smem_raw + st * G::kStageBytes; };
@@ -913,10 +920,25 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
         const size_t off = static_cast<size_t>(row) * D + col;
         cp_async_16(codes + r * G::kCodeStride + col, a.k_codes + off, valid);
         cp_async_16(codes + G::kCodeTileBytes + r * G::kCodeStride + col, a.v_codes + off, valid);
-        if (col == 0) {
+        if (col == 0 && !scale_runs) {
           cp_async_4(scales + r, a.k_scales + row, valid);
           cp_async_4(scales + kTileKV + r, a.v_scales + row, valid);
         }
+      }
+      if (scale_runs && tid < 2 * (kTileKV / 4)) {
+        // Thread i copies the scales of entries 4 (i % 16) .. + 3, of K (i < 16) or V; past
+        // kv_end the copy reads fewer bytes and zero-fills the rest.
+        const int r = 4 * (tid % (kTileKV / 4));
+        const int e = base + r;
+        const int live = min(4, max(0, li.kv_end - e));
+        unsigned row = 0;
+        if (live > 0) {
+          const int page = pow2_pages ? e >> page_shift : e / block_size;
+          const int in_page = pow2_pages ? e & (block_size - 1) : e - page * block_size;
+          row = static_cast<unsigned>(li.pages[page]) * page_rows + li.head_row + static_cast<unsigned>(in_page);
+        }
+        const bool is_v = tid >= kTileKV / 4;
+        cp_async_16_bytes(scales + (is_v ? kTileKV : 0) + r, (is_v ? a.v_scales : a.k_scales) + row, 4 * live);
       }
       l_stage = l_stage == G::kStages - 1 ? 0 : l_stage + 1;
       ++l_tile;

@@ -24,6 +24,10 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                "r"(src_bytes));
 }
+// Copies the first src_bytes (0..16) of 16 bytes global -> shared and zero-fills the rest.
+__device__ __forceinline__ void cp_async_16_bytes(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(src_bytes));
+}
 // 4-byte variant (.ca: the only size below 16 .cg lacks), zero-filled when !valid: per-entry
 // FP8 scales, whose runs are as short as a page.
 __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {
