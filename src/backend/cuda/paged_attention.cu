@@ -855,7 +855,7 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
   // Entries are addressed by their row of D codes in the pool (row * D: the codes' offset; row:
   // the scale's index), a page being page_rows rows. 32 bits hold it: 2^32 rows are at least
   // 256 GiB of K codes (D >= 64), more than any one GPU's memory. (64-bit element offsets took
-  // ~45 instructions an entry, a fifth of the kernel's issue slots at max load.)
+  // ~45 instructions a row a thread, a fifth of the kernel's issue slots at max load.)
   const unsigned page_rows = static_cast<unsigned>(
       (a.ragged.num_tables > 0 ? a.ragged.page_stride : static_cast<long long>(a.shape.num_kv_heads) * block_size * D) / D);
   const bool pow2_pages = (block_size & (block_size - 1)) == 0;

@@ -17,16 +17,15 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Copies 16 bytes global -> shared without passing through registers; when !valid the
-// destination is zero-filled (keeps padding rows finite: 0 * NaN would poison P·V).
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-               "r"(src_bytes));
-}
-// Copies the first src_bytes (0..16) of 16 bytes global -> shared and zero-fills the rest.
+// Copies the first src_bytes (0..16) of 16 bytes global -> shared without passing through
+// registers, and zero-fills the rest of the 16.
 __device__ __forceinline__ void cp_async_16_bytes(void* smem, const void* gmem, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(src_bytes));
+}
+// All 16 bytes, or (!valid) none: the destination zero-filled (keeps padding rows finite: 0 * NaN
+// would poison P·V).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  cp_async_16_bytes(smem, gmem, valid ? 16 : 0);
 }
 // 4-byte variant (.ca: the only size below 16 .cg lacks), zero-filled when !valid: per-entry
 // FP8 scales, whose runs are as short as a page.
