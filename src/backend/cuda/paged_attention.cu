@@ -1133,6 +1133,12 @@ KernelParams kernel_params(const AttentionArgs& args, const AttentionPlan& plan,
   return p;
 }
 
+// The arrival counters a decode launch merges its splits with (fused merge), or null: the merge
+// kernel merges them (fewer than kFusedMergeMinSplits splits, or no counters given).
+int* fused_merge_counters(const AttentionArgs& args, const AttentionPlan& plan) {
+  return plan.num_splits >= kFusedMergeMinSplits ? args.split_counters : nullptr;
+}
+
 // After an attention launch: its error, or with several splits the merge of their partials.
 template <int D>
 cudaError_t merge_after(const KernelParams& p, const AttentionArgs& args, const AttentionPlan& plan,
@@ -1155,7 +1161,7 @@ cudaError_t launch_fp8_stream(const AttentionArgs& args, const AttentionPlan& pl
     return err;
   const AttentionShape& s = args.shape;
   KernelParams p = kernel_params<D>(args, plan, workspace);
-  p.split_counters = plan.num_splits >= kFusedMergeMinSplits ? args.split_counters : nullptr;
+  p.split_counters = fused_merge_counters(args, plan);
   const bool ragged = args.ragged.num_tables > 0;
   const long long items =
       static_cast<long long>(s.num_seqs) * (ragged ? args.ragged.num_work : s.num_kv_heads * plan.num_splits);
@@ -1174,7 +1180,7 @@ cudaError_t launch(const AttentionArgs& args, const AttentionPlan& plan, void* w
   const AttentionShape& s = args.shape;
   KernelParams p = kernel_params<D>(args, plan, workspace);
   // The wide kernel keeps the merge pass.
-  if constexpr (kNarrow) p.split_counters = plan.num_splits >= kFusedMergeMinSplits ? args.split_counters : nullptr;
+  if constexpr (kNarrow) p.split_counters = fused_merge_counters(args, plan);
   const bool ragged = args.ragged.num_tables > 0;
   const dim3 grid(plan.num_tile_slots, ragged ? args.ragged.num_work : s.num_kv_heads, ragged ? 1 : plan.num_splits);
   const cudaError_t err = launch_programmatic(paged_attention_kernel<D, kFp8, kNarrow>, grid, kThreads,
