@@ -885,6 +885,12 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
   int l_item = item_begin, l_tile = 0, l_stage = 0, l_qbuf = 0;
   StreamItem li;
   if (l_item < item_end) li = resolve_stream_item<D>(p, l_item);
+  // Entry e of the item being loaded: its row of D codes in the pool.
+  auto entry_row = [&](int e) {
+    const int page = pow2_pages ? e >> page_shift : e / block_size;
+    const int in_page = pow2_pages ? e & (block_size - 1) : e - page * block_size;
+    return static_cast<unsigned>(li.pages[page]) * page_rows + li.head_row + static_cast<unsigned>(in_page);
+  };
   auto issue_next_tile = [&]() {
     while (l_item < item_end && l_tile >= li.num_tiles) {
       ++l_item;
@@ -912,11 +918,7 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
         const int e = base + r;
         const bool valid = e < li.kv_end;
         unsigned row = 0;
-        if (valid) {
-          const int page = pow2_pages ? e >> page_shift : e / block_size;
-          const int in_page = pow2_pages ? e & (block_size - 1) : e - page * block_size;
-          row = static_cast<unsigned>(li.pages[page]) * page_rows + li.head_row + static_cast<unsigned>(in_page);
-        }
+        if (valid) row = entry_row(e);
         const size_t off = static_cast<size_t>(row) * D + col;
         cp_async_16(codes + r * G::kCodeStride + col, a.k_codes + off, valid);
         cp_async_16(codes + G::kCodeTileBytes + r * G::kCodeStride + col, a.v_codes + off, valid);
@@ -932,11 +934,7 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
         const int e = base + r;
         const int live = min(4, max(0, li.kv_end - e));
         unsigned row = 0;
-        if (live > 0) {
-          const int page = pow2_pages ? e >> page_shift : e / block_size;
-          const int in_page = pow2_pages ? e & (block_size - 1) : e - page * block_size;
-          row = static_cast<unsigned>(li.pages[page]) * page_rows + li.head_row + static_cast<unsigned>(in_page);
-        }
+        if (live > 0) row = entry_row(e);
         const bool is_v = tid >= kTileKV / 4;
         cp_async_16_bytes(scales + (is_v ? kTileKV : 0) + r, (is_v ? a.v_scales : a.k_scales) + row, 4 * live);
       }
