@@ -27,6 +27,8 @@ gpu_script_init /tmp/origami-gpu-ab
 [ -n "${AB_VARIANTS:-}" ] || { echo "gpu_ab: set AB_VARIANTS (folders under .ab, see scripts/ab_snapshot.sh)" >&2; exit 2; }
 read -r -a variants <<< "$AB_VARIANTS"
 for v in "${variants[@]}"; do
+  # Plain folder names, as ab_snapshot.sh makes them: no path reaching outside .ab.
+  case "$v" in .*|*/*) echo "gpu_ab: a variant is a folder name under .ab, not '$v'" >&2; exit 2 ;; esac
   [ -d "$ROOT/.ab/$v" ] || { echo "gpu_ab: no variant folder .ab/$v (carry .ab to the device)" >&2; exit 2; }
 done
 read -r -a targets <<< "${AB_TARGETS:-cuda_decode_bench_test}"
