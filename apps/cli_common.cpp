@@ -131,7 +131,11 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_flag("--fp8-fused-quantize,!--no-fp8-fused-quantize", c.fp8_fused_quantize,
                 "CUDA, FP8 projections: the norms and the MLP activation quantize their output themselves (no "
                 "separate quantize kernel; the same results bit for bit; on by default)");
-  cmd->add_option("--block-size", c.block_size, "Tokens per KV block")->check(CLI::Range(1, 1024))->capture_default_str();
+  flags->block_size_flag =
+      cmd->add_option("--block-size", c.block_size,
+                      "Tokens per KV page (default: 32 on CUDA with full KV on one page table per layer, 16 on "
+                      "the CPU, under compression and with head groups)")
+          ->check(CLI::Range(1, 1024));
   cmd->add_option("--max-num-seqs", c.max_num_seqs, "Most requests running at once")->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "Most new tokens per step (chunked prefill budget)")
@@ -230,6 +234,10 @@ bool finalize_engine_flags(EngineFlags* flags, bool build_default_policy) {
       print_error("--kv-policy / --kv-policy-opt: " + policy.status().message());
       return false;
     }
+    const bool block_size_given = flags->block_size_flag != nullptr && flags->block_size_flag->count() > 0;
+    if (!block_size_given)
+      flags->config.block_size = default_block_size(flags->config.device, (*policy)->compresses(),
+                                                     flags->config.heads_per_group);
     if (flags->config.kv_budget > 0 && !(*policy)->compresses()) {
       print_error("--kv-budget " + std::to_string(flags->config.kv_budget) + " is given, but KV policy '" +
                   flags->config.kv_policy + "' does not compress (it keeps every token); name a compressing --kv-policy");

@@ -37,6 +37,8 @@ struct EngineFlags {
   // it would overlap nothing.
   bool async_scheduling = false;
   CLI::Option* async_scheduling_flag = nullptr;  // whether either was given (count() > 0)
+  // --block-size, where given (count() > 0); else finalize_engine_flags picks default_block_size().
+  CLI::Option* block_size_flag = nullptr;
 };
 
 // Registers --model, --tokenizer, --device, --block-size, --max-num-seqs, --max-num-batched-tokens,

@@ -8,7 +8,7 @@
 #                  fastkvzip-uniform its uniform budgets on one group); extra: more bench flags joined
 #                  by '+', e.g. --fp8-fast-accumulation or --fp8-fast-accumulation+--fp8-fused-quantize
 #   MAXLOAD_SEQS   --max-num-seqs (default 2048), MAXLOAD_TOKENS --max-num-batched-tokens (8192)
-#   MAXLOAD_BLOCK  --block-size (default 256 under compression, 16 for full KV)
+#   MAXLOAD_BLOCK  --block-size (default 256 under compression; full KV: the engine's default, 32 on CUDA)
 #   MAXLOAD_GPU_MEM  --gpu-memory-utilization (default 0.9; TensorRT-LLM's table used 0.95 where it fit)
 # TensorRT-LLM's published table ran 3000 requests at 128/2048 and 1000/1000 and 1500 at 128/4096
 # (its perf-overview's dataset table): use the same prompt counts when comparing with it.
@@ -34,7 +34,8 @@ for run in $RUNS; do
   flags=(--quantization "$quant" --kv-cache-dtype "$kv")
   [ -n "${extra:-}" ] && { IFS=+ read -r -a more <<< "$extra"; flags+=("${more[@]}"); }
   if [ "$pol" = full ] || [ "$pol" = full-reserved ]; then
-    flags+=(--query-slots -1 --block-size "${MAXLOAD_BLOCK:-16}")
+    flags+=(--query-slots -1)
+    [ -n "${MAXLOAD_BLOCK:-}" ] && flags+=(--block-size "$MAXLOAD_BLOCK")
     [ "$pol" = full-reserved ] && flags+=(--reserve-full-kv)
   else
     flags+=(--kv-policy "${pol%-uniform}" --kv-budget "$budget" --block-size "${MAXLOAD_BLOCK:-256}")

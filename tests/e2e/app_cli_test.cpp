@@ -81,6 +81,17 @@ TEST(Cli, AsyncSchedulingDefaultsOffOnTheCpuAndFollowsItsFlags) {
   EXPECT_NE(warned.out.find("--async-scheduling overlaps nothing on the cpu backend"), std::string::npos) << warned.out;
 }
 
+// The CPU backend's KV pages hold 16 tokens unless --block-size says otherwise (the CUDA default of
+// 32 for full KV is tests/gpu/app_cuda_block_size_test.cpp's).
+TEST(Cli, BlockSizeDefaultsTo16OnTheCpuAndFollowsItsFlag) {
+  const std::string flags = "--num-prompts 2 --input-len 16 --output-len 4";
+  nlohmann::json by_default = bench_report(flags);
+  nlohmann::json given = bench_report(flags + " --block-size 32");
+  ASSERT_FALSE(by_default.empty() || given.empty());
+  EXPECT_EQ(by_default["block_size"], 16);
+  EXPECT_EQ(given["block_size"], 32);
+}
+
 // Two waves (6 prompts, 4 at a time, 32 tokens each): the rate while full covers the first wave's
 // steps after which all 4 still run (the prefill step and 30 decode steps; the 32nd token's step
 // finishes them), not the second wave of 2.
