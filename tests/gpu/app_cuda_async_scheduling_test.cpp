@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 
 std::vector<nlohmann::json> generate_batch(const fs::path& dir, const std::string& name, const std::string& flags) {
   const fs::path out = dir / (name + ".jsonl");
-  CommandResult r = run_command("generate --model " + tiny_qwen3_dir() + " --device cuda --max-num-seqs 4 " +
+  CommandResult r = run_command("generate --model " + tiny_qwen3_dir() + " --device cuda --kv-cache-memory 1GiB --max-num-seqs 4 " +
                                     "--max-num-batched-tokens 64 --input " + (dir / "in.jsonl").string() + " --output " +
                                     out.string() + " " + flags,
                                 /*with_stderr=*/true);
@@ -49,7 +49,8 @@ TEST(AppCudaAsyncScheduling, DefaultOnCudaGivesTheOutputsOfOneStepAtATime) {
   }
 
   CommandResult bench = run_command("bench --model " + tiny_qwen3_dir() +
-                                    " --device cuda --num-prompts 8 --input-len 32 --output-len 24 --max-num-seqs 4 --json --quiet");
+                                    " --device cuda --kv-cache-memory 1GiB --num-prompts 8 --input-len 32 --output-len 24 --max-num-seqs 4 "
+                                    "--json --quiet");
   ASSERT_EQ(bench.exit_code, 0) << bench.out;
   const nlohmann::json j = nlohmann::json::parse(bench.out);
   EXPECT_EQ(j["async_scheduling"], true);
