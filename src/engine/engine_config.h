@@ -125,11 +125,11 @@ struct EngineConfig {
 // The page size the command line uses where --block-size is not given. 32 on CUDA when the
 // engine's policy keeps every token on one page table per layer: the decode attention then reads
 // each page's codes (and an FP8 cache's scales) in runs twice as long as at 16, which measured
-// 1.03x faster a decode step with an FP8 KV cache at 256-472 sequences on an H100 and no slower in
-// bf16 (docs/benchmarks.md, "Page size"), while a request wastes at most 31 entries of its last
-// page (64 gained no more and wastes twice that). 16 on the CPU backend, under a compressing policy
-// (a page is what page-level policies evict and what budgets are checked against) and with head
-// groups.
+// 1.02-1.03x faster a decode step with an FP8 KV cache at 256-472 sequences on an H100 (bf16
+// within 1% either way; docs/benchmarks.md, "Page size"), while a request wastes at most 31
+// entries of its last page (64 gained no more at the max-load shape and wastes twice that). 16 on
+// the CPU backend, under a compressing policy (a page is what page-level policies evict and what
+// budgets are checked against) and with head groups.
 inline int default_block_size(const std::string& device, bool policy_compresses, int heads_per_group) {
   return device == "cuda" && !policy_compresses && heads_per_group == 0 ? 32 : 16;
 }
