@@ -133,8 +133,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
                 "separate quantize kernel; the same results bit for bit; on by default)");
   flags->block_size_flag =
       cmd->add_option("--block-size", c.block_size,
-                      "Tokens per KV page (default: 32 on CUDA with full KV on one page table per layer, 16 on "
-                      "the CPU, under compression and with head groups)")
+                      "Tokens per KV page (default: 32 on CUDA for full KV on one page table per layer; 16 on "
+                      "the CPU, under compression, with head groups and in eval, whose policies share the engine)")
           ->check(CLI::Range(1, 1024));
   cmd->add_option("--max-num-seqs", c.max_num_seqs, "Most requests running at once")->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

@@ -129,7 +129,8 @@ struct EngineConfig {
 // within 1% either way; docs/benchmarks.md, "Page size"), while a request wastes at most 31
 // entries of its last page (64 gained no more at the max-load shape and wastes twice that). 16 on
 // the CPU backend, under a compressing policy (a page is what page-level policies evict and what
-// budgets are checked against) and with head groups.
+// budgets are checked against), with head groups, and in `origami eval` (its sweep's policies,
+// compressing ones among them, share one engine).
 inline int default_block_size(const std::string& device, bool policy_compresses, int heads_per_group) {
   return device == "cuda" && !policy_compresses && heads_per_group == 0 ? 32 : 16;
 }
