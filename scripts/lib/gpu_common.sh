@@ -71,6 +71,9 @@ gpu_build() {
   # builds at once in one folder would race.
   if [ -n "${GPU_SKIP_BUILD:-}" ]; then GPU_BUILD_RC=0; GPU_BUILD_SECONDS=0; return 0; fi
   gpu_cmake_args
+  # A log in a folder not made yet (a path outside $OUT) failed the configure's redirection, which
+  # read as "CONFIGURE FAILED" and left the build folder's old binaries to run.
+  mkdir -p "$(dirname "$log")"
   local t0; t0=$(date +%s)
   cmake -S "$ROOT" -B "$build" "${GPU_CMAKE_GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DORIGAMI_CUDA=ON -DORIGAMI_CUDA_ARCH=90 \
     -DORIGAMI_SHARED_DIR="$SH" "${GPU_CMAKE_EXTRA[@]}" >> "$log" 2>&1 \
