@@ -51,6 +51,26 @@ constexpr int kMinChunk = 128;  // shortest KV split worth a CTA
 constexpr int kMinOneWaveSplits = 4;  // plan_ragged_attention: fewer, and two waves win
 constexpr float kLog2e = 1.4426950408889634f;
 
+// A (sequence, KV head)'s split length over num_splits splits of its kv_len entries: the planned
+// chunk, or an even share of kv_len (whole 64-entry tiles, at least kMinChunk) when that is
+// shorter. A graph captured with a plan for the model's longest context then still spreads a short
+// sequence over its splits instead of leaving all of it to the first one. Any chunk >=
+// ceil(kv_len / num_splits) covers every entry. Ragged heads plan no batch-wide chunk (INT_MAX):
+// each (sequence, group) shares its own length out.
+__device__ __forceinline__ int split_chunk(int planned, int kv_len, int num_splits) {
+  int chunk = planned;
+  if (num_splits > 1) {
+    const int share = (kv_len + num_splits - 1) / num_splits;
+    chunk = min(chunk, max(kMinChunk, (share + kTileKV - 1) / kTileKV * kTileKV));
+  }
+  return chunk;
+}
+
+// Splits that start before kv_len (the rest hold nothing: a plan made for a longer context).
+__device__ __forceinline__ int splits_started(int kv_len, int chunk, int num_splits) {
+  return num_splits == 1 ? 1 : min(num_splits, (kv_len + chunk - 1) / chunk);
+}
+
 // Two kernels share this code (`kNarrow`):
 // - wide (64 query rows a CTA, prefill and mixed batches): each warp owns 16 rows and reads
 //   every entry of each KV tile;
@@ -368,22 +388,13 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   if (row0 >= rows_total) return;  // a spare slot
 
   const int kv_len = a.kv_len[table * a.shape.num_seqs + seq];
-  // This sequence's split length: the planned chunk, or an even share of kv_len (whole 64-entry
-  // tiles, at least kMinChunk) when that is shorter. A graph captured with a plan for the model's
-  // longest context then still spreads a short sequence over its splits instead of leaving all
-  // of it to the first one. Any chunk >= ceil(kv_len / num_splits) covers every entry.
-  // Ragged heads have no batch-wide chunk: each (sequence, group) shares its own length out.
-  int chunk = ragged ? INT_MAX : p.kv_chunk;
-  if (num_splits > 1) {
-    const int share = (kv_len + num_splits - 1) / num_splits;
-    chunk = min(chunk, max(kMinChunk, (share + kTileKV - 1) / kTileKV * kTileKV));
-  }
+  const int chunk = split_chunk(ragged ? INT_MAX : p.kv_chunk, kv_len, num_splits);
   const int kv_begin = split * chunk;
-  // Splits that start at or past kv_len hold nothing (a plan made for a longer context). With the
-  // fused merge they neither store nor count in: the unit's last CTA merges the splits that start
-  // before kv_len, whose count every CTA of the unit computes alike; the merge kernel skips the
-  // others' (-inf) partials anyway, so the bits are the same.
-  const int active_splits = num_splits == 1 ? 1 : min(num_splits, (kv_len + chunk - 1) / chunk);
+  // Splits that start at or past kv_len hold nothing. With the fused merge they neither store nor
+  // count in: the unit's last CTA merges the splits that start before kv_len, whose count every
+  // CTA of the unit computes alike; the merge kernel skips the others' (-inf) partials anyway, so
+  // the bits are the same.
+  const int active_splits = splits_started(kv_len, chunk, num_splits);
   if (kNarrow && p.split_counters != nullptr && split >= active_splits) return;
   // The last split also takes anything beyond the planned length, so an under-estimated
   // max_kv_len costs speed, not correctness.
@@ -828,13 +839,9 @@ __device__ __forceinline__ StreamItem resolve_stream_item(const KernelParams& p,
   }
   const int kv_len = a.kv_len[table * num_seqs + s.seq];
   // The split's share as in paged_attention_kernel (one query row: no causal cut inside it).
-  int chunk = rg.num_tables > 0 ? INT_MAX : p.kv_chunk;
-  if (num_splits > 1) {
-    const int share = (kv_len + num_splits - 1) / num_splits;
-    chunk = min(chunk, max(kMinChunk, (share + kTileKV - 1) / kTileKV * kTileKV));
-  }
+  const int chunk = split_chunk(rg.num_tables > 0 ? INT_MAX : p.kv_chunk, kv_len, num_splits);
   s.kv_begin = s.split * chunk;
-  s.active_splits = num_splits == 1 ? 1 : min(num_splits, (kv_len + chunk - 1) / chunk);
+  s.active_splits = splits_started(kv_len, chunk, num_splits);
   s.kv_end = (s.split == num_splits - 1) ? kv_len : min(kv_len, s.kv_begin + chunk);
   s.num_tiles = s.kv_end > s.kv_begin ? (s.kv_end - s.kv_begin + kTileKV - 1) / kTileKV : 0;
   s.pages = a.page_indices + a.page_indptr[table * num_seqs + s.seq];
