@@ -235,6 +235,45 @@ std::string model_name(const std::string& dir) {
   return p.filename().string();
 }
 
+// The layout the sweep's engine lays its KV out in. The engine runs full KV by default and each
+// point's policy per request, so its layout would be one group even for a policy that, served as
+// the engine's own (`--kv-policy fastkvzip`), runs on per-head pages. On one group such a policy's
+// heads all hold the request's largest count: its KV exceeds the budget it is reported at (Fast
+// KVzip at 25% of a document evicted almost nothing there). So when no layout is given
+// (--heads-per-group, --kv-head-budgets, --group-budget-ratios) and every compressing point's
+// policy prefers per-head pages, the engine takes them, as serving that policy would; a sweep that
+// mixes it with policies of one group keeps one group and says which points exceed their budget.
+// False (after printing why) when a point's policy cannot be built.
+bool choose_sweep_layout(const std::vector<PlannedPoint>& planned, EngineConfig* config) {
+  if (config->heads_per_group != 0 || !config->group_budget_ratios.empty() || !config->kv_head_budgets.empty() ||
+      config->tensor_parallel_size > 1)
+    return true;
+  std::vector<std::string> per_head, one_group;
+  for (const PlannedPoint& p : planned) {
+    if (p.point.policy == eval::kFullPolicy) continue;
+    Expected<std::shared_ptr<const KVPolicy>> policy = PolicyRegistry::builtin().create(p.point.policy, p.options);
+    if (!policy) {
+      print_error(eval::point_label(p.point) + ": " + policy.status().message());
+      return false;
+    }
+    std::vector<std::string>& names = (*policy)->prefers_per_head_pages() ? per_head : one_group;
+    if (std::find(names.begin(), names.end(), p.point.policy) == names.end()) names.push_back(p.point.policy);
+  }
+  if (per_head.empty()) return true;
+  if (one_group.empty()) {
+    config->heads_per_group = 1;
+    return true;
+  }
+  std::string list;
+  for (const std::string& n : per_head) list += (list.empty() ? "" : ", ") + n;
+  print_warning("--kv-policy " + list + " runs on per-head pages when served, but this sweep also holds policies of one " +
+                "page table (" + one_group.front() + (one_group.size() > 1 ? ", ..." : "") +
+                "), so every point runs on one group, where each head of a " + list +
+                " request holds the request's largest count: its KV exceeds its budget. Evaluate " + list +
+                " on its own, or give --heads-per-group 1 (every point on per-head pages)");
+  return true;
+}
+
 int run_eval(EvalFlags& f, EvalTask task) {
   const bool retrieval = task == EvalTask::kRetrieval;
   if (!finalize_engine_flags(&f.engine, /*build_default_policy=*/false)) return kExitUsage;
@@ -260,6 +299,7 @@ int run_eval(EvalFlags& f, EvalTask task) {
       }
     }
   }
+  if (!choose_sweep_layout(planned, &config)) return kExitUsage;
   // Policies are chosen per request, so the engine's query window must fit the widest one.
   if (config.query_window == 0 && widest_window > kEngineDefaultQueryWindow) config.query_window = widest_window;
 

@@ -30,6 +30,7 @@ nlohmann::json engine_config_json(const EngineConfig& c) {
           {"dummy_weights", c.dummy_weights},
           {"quantization", c.quantization},
           {"block_size", c.block_size},
+          {"heads_per_group", c.heads_per_group},  // 0: one group (the model's KV heads share a table)
           {"kv_cache_dtype", kv_cache_dtype_name(c.kv_cache_dtype)},
           {"max_num_seqs", c.max_num_seqs},
           {"max_num_batched_tokens", c.max_num_batched_tokens},

@@ -138,6 +138,34 @@ TEST_F(EvalCli, RetrievalRunsBothModesWithAReferenceEach) {
   EXPECT_EQ(lines[3]["accuracy"], lines[2]["accuracy"]);
 }
 
+// Fast KVzip's global threshold runs on per-head pages when served (`--kv-policy fastkvzip`), and
+// so in a sweep of its own: on one group every head would hold the request's largest count and
+// keep far more than the budget (one group evicts a small fraction of what per-head pages evict at
+// the same budget). A sweep that mixes it with a policy of one group stays on one group and says
+// that its fastkvzip points exceed their budget.
+TEST_F(EvalCli, FastKvzipRunsOnPerHeadPagesAsServedAndAMixedSweepSaysItExceedsItsBudget) {
+  const std::string base = "eval retrieval " + model() + "--data " + path("docs.jsonl") +
+                           " --mode prefill --kv-gates " + tiny_qwen3_gates() +
+                           " --kv-budget 32 --kv-policy-opt window=8 --limit 3 --json --quiet ";
+  const CommandResult own = run_command(base + "--kv-policy fastkvzip");
+  const CommandResult one_group = run_command(base + "--kv-policy fastkvzip --heads-per-group 4");
+  ASSERT_EQ(own.exit_code, 0) << own.out;
+  ASSERT_EQ(one_group.exit_code, 0) << one_group.out;
+  const std::vector<nlohmann::json> a = parse_json_lines(own.out), b = parse_json_lines(one_group.out);
+  ASSERT_EQ(a.size(), 2u) << own.out;
+  ASSERT_EQ(b.size(), 2u) << one_group.out;
+  EXPECT_EQ(a[1]["policy"], "fastkvzip");
+  EXPECT_EQ(a[0]["heads_per_group"], 1);
+  EXPECT_EQ(a[1]["heads_per_group"], 1);
+  EXPECT_EQ(b[1]["heads_per_group"], 4);
+  EXPECT_GT(a[1]["evicted_tokens"].get<int64_t>(), 4 * b[1]["evicted_tokens"].get<int64_t>()) << own.out << one_group.out;
+
+  const CommandResult mixed = run_command(base + "--kv-policy fastkvzip,keydiff", /*with_stderr=*/true);
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.out;
+  EXPECT_NE(mixed.out.find("its KV exceeds its budget"), std::string::npos) << mixed.out;
+  EXPECT_NE(mixed.out.find("\"heads_per_group\":0"), std::string::npos) << mixed.out;
+}
+
 TEST_F(EvalCli, ContextModeMatchesPrefillWithFullKvAndPolicyThatNeverActsIsNotApplicable) {
   const CommandResult r = run_command("eval retrieval " + model() + "--data " + path("docs.jsonl") +
                                       " --mode prefill,context,stream --kv-policy full,snapkv --kv-budget 64 --json "
