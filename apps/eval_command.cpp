@@ -71,6 +71,7 @@ struct EvalFlags {
 struct PlannedPoint {
   SweepPoint point;
   PolicyOptionMap options;
+  std::shared_ptr<const KVPolicy> policy;  // as plan_sweep built it from point.policy and options; null for the reference
 };
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -156,7 +157,8 @@ bool plan_sweep(const EvalFlags& f, const PolicyOptionMap& user_options, std::ve
     PlannedPoint pp;
     if (!p.reference) {
       pp.options = options_of[p.policy];
-      const KVPolicy& policy = *policy_of[p.policy];
+      pp.policy = policy_of[p.policy];
+      const KVPolicy& policy = *pp.policy;
       // A policy without a budget (kvllm: a ratio of its sliding window) runs at budget 0.
       const bool budgeted = policy.compresses() && policy.takes_budget();
       if (budgeted) p.budget = resolve_kv_budget(p.budget, 0, policy.default_budget());
@@ -243,26 +245,20 @@ std::string model_name(const std::string& dir) {
 // (--heads-per-group, --kv-head-budgets, --group-budget-ratios) and every compressing point's
 // policy prefers per-head pages, the engine takes them, as serving that policy would; a sweep that
 // mixes it with policies of one group keeps one group and says which points exceed their budget.
-// False (after printing why) when a point's policy cannot be built.
-bool choose_sweep_layout(const std::vector<PlannedPoint>& planned, EngineConfig* config) {
+void choose_sweep_layout(const std::vector<PlannedPoint>& planned, EngineConfig* config) {
   if (config->heads_per_group != 0 || !config->group_budget_ratios.empty() || !config->kv_head_budgets.empty() ||
       config->tensor_parallel_size > 1)
-    return true;
+    return;
   std::vector<std::string> per_head, one_group;
   for (const PlannedPoint& p : planned) {
-    if (p.point.policy == eval::kFullPolicy) continue;
-    Expected<std::shared_ptr<const KVPolicy>> policy = PolicyRegistry::builtin().create(p.point.policy, p.options);
-    if (!policy) {
-      print_error(eval::point_label(p.point) + ": " + policy.status().message());
-      return false;
-    }
-    std::vector<std::string>& names = (*policy)->prefers_per_head_pages() ? per_head : one_group;
+    if (p.point.policy == eval::kFullPolicy || p.policy == nullptr) continue;
+    std::vector<std::string>& names = p.policy->prefers_per_head_pages() ? per_head : one_group;
     if (std::find(names.begin(), names.end(), p.point.policy) == names.end()) names.push_back(p.point.policy);
   }
-  if (per_head.empty()) return true;
+  if (per_head.empty()) return;
   if (one_group.empty()) {
     config->heads_per_group = 1;
-    return true;
+    return;
   }
   std::string list;
   for (const std::string& n : per_head) list += (list.empty() ? "" : ", ") + n;
@@ -271,7 +267,6 @@ bool choose_sweep_layout(const std::vector<PlannedPoint>& planned, EngineConfig*
                 "), so every point runs on one group, where each head of a " + list +
                 " request holds the request's largest count: its KV exceeds its budget. Evaluate " + list +
                 " on its own, or give --heads-per-group 1 (every point on per-head pages)");
-  return true;
 }
 
 int run_eval(EvalFlags& f, EvalTask task) {
@@ -299,7 +294,7 @@ int run_eval(EvalFlags& f, EvalTask task) {
       }
     }
   }
-  if (!choose_sweep_layout(planned, &config)) return kExitUsage;
+  choose_sweep_layout(planned, &config);
   // Policies are chosen per request, so the engine's query window must fit the widest one.
   if (config.query_window == 0 && widest_window > kEngineDefaultQueryWindow) config.query_window = widest_window;
 
