@@ -39,8 +39,10 @@ DEFAULT_CMD='for bc in $AB_SHAPES; do ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_FUSED_Q
 CMD=${AB_CMD:-$DEFAULT_CMD}
 KEY=${AB_KEY:-'^ROOFLINE .*(batch=\d+ context=\d+): ([0-9.]+) ms/step'}
 
+# The files variant $1 replaces, as repository paths.
+variant_files() { (cd "$ROOT/.ab/$1" && find . -type f | sed 's|^\./||'); }
 # Every file some variant replaces, and the tree's own copy of each, put back on exit.
-mapfile -t files < <(for v in "${variants[@]}"; do (cd "$ROOT/.ab/$v" && find . -type f | sed 's|^\./||'); done | sort -u)
+mapfile -t files < <(for v in "${variants[@]}"; do variant_files "$v"; done | sort -u)
 saved=$(mktemp -d)
 for f in "${files[@]}"; do
   if [ -f "$ROOT/$f" ]; then mkdir -p "$saved/$(dirname "$f")" && cp "$ROOT/$f" "$saved/$f"; fi
@@ -58,7 +60,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for v in "${variants[@]}"; do
     # Each variant starts from the tree's files, then takes its own.
     for f in "${files[@]}"; do [ -f "$saved/$f" ] && cp "$saved/$f" "$ROOT/$f"; done
-    (cd "$ROOT/.ab/$v" && find . -type f | sed 's|^\./||') | while read -r f; do cp "$ROOT/.ab/$v/$f" "$ROOT/$f"; done
+    variant_files "$v" | while read -r f; do cp "$ROOT/.ab/$v/$f" "$ROOT/$f"; done
     gpu_build "$BUILD" "$OUT/build_$v.log" "${targets[@]}" || exit 1
     if [ "$GPU_BUILD_RC" != 0 ]; then echo "gpu_ab: variant $v does not build (build_$v.log):"; grep -E "error" "$OUT/build_$v.log" | head -5; exit 1; fi
     bash -c "$CMD" 2>&1 | python3 -c '

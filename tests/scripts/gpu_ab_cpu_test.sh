@@ -36,10 +36,11 @@ GPU_SKIP_BUILD=1 OUT=$WORK/out AB_VARIANTS="old new" AB_ROUNDS=2 AB_CMD=$CMD scr
 grep -qF '| batch=1 context=1024 | 2 / 2 | 1.5 / 1.5 | 0.7500 |' "$WORK/out/ab_table.md" || fail "table row"
 grep -v '^$' "$WORK/stdout.txt" | tail -1 | grep -qF '| batch=64 context=1024 | 2 / 2 | 1.5 / 1.5 | 0.7500 |' \
   || fail "the table is not printed last"
-# A run that fails still puts the tree's file back.
+# Variants that are not folders under .ab are refused.
 GPU_SKIP_BUILD=1 OUT=$WORK/out2 AB_VARIANTS="old nosuch" AB_CMD=true scripts/gpu_ab.sh > /dev/null 2>&1 && fail "an unknown variant was accepted"
 GPU_SKIP_BUILD=1 OUT=$WORK/out2 AB_VARIANTS="../.ab/old" AB_CMD=true scripts/gpu_ab.sh > /dev/null 2>&1 \
   && fail "a variant path reaching outside .ab was accepted"
+# A run that fails still puts the tree's file back.
 GPU_SKIP_BUILD=1 OUT=$WORK/out3 AB_VARIANTS="new" AB_CMD='exit 3' scripts/gpu_ab.sh > /dev/null 2>&1 || true
 [ "$(cat src/kernel.txt)" = 9.9 ] || fail "the tree's file was not put back after a failing command"
 echo "gpu_ab.sh on the CPU: OK"
