@@ -92,6 +92,10 @@ double kv_bytes_per_token(const ModelConfig& c) {
 double time_decode_steps(Backend& backend, const ModelConfig& c, int batch, int context, bool profile = false) {
   // ORIGAMI_BENCH_BLOCK: the KV page size (--block-size), 16 unless set.
   const int block_size = env_int("ORIGAMI_BENCH_BLOCK", 16), steps = 20;
+  if (block_size < 1) {
+    ADD_FAILURE() << "ORIGAMI_BENCH_BLOCK must be a page size of at least 1, got " << block_size;
+    return -1.0;
+  }
   const int pages_per_seq = (context + 32) / block_size + 1;
   const int num_blocks = 1 + batch * pages_per_seq;
   const size_t need = static_cast<size_t>(num_blocks) * block_size * static_cast<size_t>(kv_bytes_per_token(c));
