@@ -246,9 +246,7 @@ std::string model_name(const std::string& dir) {
 // policy prefers per-head pages, the engine takes them, as serving that policy would; a sweep that
 // mixes it with policies of one group keeps one group and says which points exceed their budget.
 void choose_sweep_layout(const std::vector<PlannedPoint>& planned, EngineConfig* config) {
-  if (config->heads_per_group != 0 || !config->group_budget_ratios.empty() || !config->kv_head_budgets.empty() ||
-      config->tensor_parallel_size > 1)
-    return;
+  if (head_layout_given(*config) || config->tensor_parallel_size > 1) return;
   std::vector<std::string> per_head, one_group;
   for (const PlannedPoint& p : planned) {
     if (p.point.policy == eval::kFullPolicy || p.policy == nullptr) continue;

@@ -180,7 +180,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   if (!config.kv_head_budgets.empty()) {
     ORIGAMI_ASSIGN_OR_RETURN(calibrated, calibrated_head_groups(config, mc));
     grouped_config.heads_per_group = calibrated->grouping.heads_per_group;
-  } else if (config.heads_per_group == 0 && config.group_budget_ratios.empty() && memory.default_policy != nullptr &&
+  } else if (!head_layout_given(config) && memory.default_policy != nullptr &&
              memory.default_policy->prefers_per_head_pages()) {
     // The default policy's method keeps a different count per head in whole pages (Fast KVzip's
     // global threshold): per-head pages make the memory follow the counts. --heads-per-group N

@@ -122,6 +122,13 @@ struct EngineConfig {
   int query_window = 0;
 };
 
+// Whether the configuration names its head layout (--heads-per-group, --group-budget-ratios or
+// --kv-head-budgets). Where it does not, an engine whose default policy prefers per-head pages lays
+// them out (engine.cpp), and `origami eval` follows its sweep's policies (eval_command.cpp).
+inline bool head_layout_given(const EngineConfig& c) {
+  return c.heads_per_group != 0 || !c.group_budget_ratios.empty() || !c.kv_head_budgets.empty();
+}
+
 // The page size the command line uses where --block-size is not given. 32 on CUDA when the
 // engine's policy keeps every token on one page table per layer: the decode attention then reads
 // each page's codes (and an FP8 cache's scales) in runs twice as long as at 16, which measured
