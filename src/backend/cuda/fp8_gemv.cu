@@ -13,6 +13,15 @@ namespace {
 constexpr int kThreads = 256;     // 8 warps a block
 constexpr int kRowsPerWarp = 2;   // output channels a warp computes (their rows read side by side)
 constexpr int kChunk = 16;        // codes a lane reads at once (16 bytes)
+// Bytes at the start of each of a warp's weight rows pulled into L2 before the previous kernel is
+// done (see fp8_gemv_kernel).
+constexpr int kPrefetchRowBytes = 1024;
+
+// Asks L2 for the first kPrefetchRowBytes of a weight row, one 128-byte line a lane per 4 KB.
+__device__ __forceinline__ void prefetch_row_start(const uint8_t* row, int k, int lane) {
+  const int end = min(k, kPrefetchRowBytes);
+  for (int off = lane * 128; off < end; off += 32 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
+}
 
 // 16 E4M3 codes to floats: one hardware conversion per pair (E4M3 -> f16 is exact), then f16 -> f32.
 __device__ __forceinline__ void codes_to_float(const uint4& v, float out[kChunk]) {
@@ -48,22 +57,32 @@ __device__ __forceinline__ void accumulate_chunk(const uint4* __restrict__ x, in
 // 16-byte chunks 32 apart (a warp reads 512 contiguous bytes of each row per step), two steps'
 // loads issued before either is used. The weights are read once (streamed past L1: __ldcs); x, a
 // few KB read by every warp, stays in cache (__ldg).
+// At 1-2 rows the step's other kernels (norms, RoPE, attention, quantization) leave the memory
+// idle, and a GEMV's first bytes wait for the kernel before it. The weights are written when the
+// model loads and by no kernel of the step, so, outside programmatic_launch.h's rule (which covers
+// memory other kernels of the step touch), each warp asks L2 for the start of its rows before
+// wait_for_previous_grid(): those reads overlap the previous kernel's tail.
 template <int M>
 __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const uint8_t* __restrict__ x, const float* __restrict__ x_scales,
                                                             int k, const uint8_t* __restrict__ w,
                                                             const float* __restrict__ w_scales, int n,
                                                             __nv_bfloat16* __restrict__ y) {
-  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
-  allow_next_grid();
   const int lane = threadIdx.x & 31;
   const int row0 = (blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5)) * kRowsPerWarp;
+  const uint4* wv[kRowsPerWarp];
+  if (row0 < n) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const uint8_t* row = w + static_cast<size_t>(min(row0 + r, n - 1)) * k;  // a missing row re-reads the last
+      wv[r] = reinterpret_cast<const uint4*>(row);
+      prefetch_row_start(row, k, lane);
+    }
+  }
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step (the weights aside)
+  allow_next_grid();
   if (row0 >= n) return;
   const int chunks = k / kChunk;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
-  const uint4* wv[kRowsPerWarp];
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
-    wv[r] = reinterpret_cast<const uint4*>(w + static_cast<size_t>(min(row0 + r, n - 1)) * k);  // a missing row re-reads the last
   float acc[kRowsPerWarp][M];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r)

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_quantize.cuh"
+#include "backend/cuda/programmatic_launch.h"
 #include "core/check.h"
 
 namespace origami::cuda {
@@ -16,6 +17,8 @@ constexpr int kThreads = 256;
 // One block per row; 8 bf16 per thread per step (16-byte loads), codes stored 8 at a time.
 __global__ void quantize_rows_kernel(const __nv_bfloat16* __restrict__ x, int cols, const float* static_scale,
                                      uint8_t* __restrict__ codes, float* __restrict__ scales) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   const size_t row = blockIdx.x;
   const __nv_bfloat16* in = x + row * cols;
   uint8_t* out = codes + row * cols;
@@ -54,9 +57,12 @@ __global__ void quantize_rows_kernel(const __nv_bfloat16* __restrict__ x, int co
   }
 }
 
+// Any shape: one element a thread step.
 __global__ void scale_product_kernel(const float* __restrict__ acc, int rows, int cols,
                                      const float* __restrict__ row_scale_v, const float* __restrict__ col_scale_v,
                                      __nv_bfloat16* __restrict__ y) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
   const size_t n = static_cast<size_t>(rows) * cols;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -65,30 +71,50 @@ __global__ void scale_product_kernel(const float* __restrict__ acc, int rows, in
   }
 }
 
-// Four columns a thread (cols % 4 == 0: 16-byte loads of each partial, 8-byte stores).
+// Four columns a thread (cols % 4 == 0, 16-byte aligned partials and column scales: 16-byte loads
+// of each partial, 8-byte stores), row blockIdx.y: the partials added in split order, then scaled
+// as scale_product_kernel scales (sum * row scale * column scale, rounded once to bf16), so one
+// split gives its bits. No division per element: the decode-sized products (3-320 rows) this
+// serves are a few microseconds each, where an index division per element was a visible share.
 __global__ void sum_scale_partials_kernel(const float* __restrict__ acc, int splits, int rows, int cols,
                                           const float* __restrict__ row_scale_v, const float* __restrict__ col_scale_v,
                                           __nv_bfloat16* __restrict__ y) {
+  wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
+  allow_next_grid();
+  const int c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+  if (c >= cols) return;
   const size_t plane = static_cast<size_t>(rows) * cols;
-  const size_t n4 = plane / 4;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n4;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    float4 sum = reinterpret_cast<const float4*>(acc)[i];
-    for (int s = 1; s < splits; ++s) {
-      const float4 v = reinterpret_cast<const float4*>(acc + s * plane)[i];
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
-    }
-    const size_t e = i * 4, r = e / cols, c = e % cols;
-    const float rs = row_scale_v[r];
-    const float4 cs = *reinterpret_cast<const float4*>(col_scale_v + c);
-    __nv_bfloat162 out[2];
-    out[0] = __floats2bfloat162_rn(sum.x * rs * cs.x, sum.y * rs * cs.y);
-    out[1] = __floats2bfloat162_rn(sum.z * rs * cs.z, sum.w * rs * cs.w);
-    *reinterpret_cast<uint2*>(y + e) = *reinterpret_cast<const uint2*>(out);
+  const size_t e = static_cast<size_t>(blockIdx.y) * cols + c;
+  float4 sum = *reinterpret_cast<const float4*>(acc + e);
+  for (int s = 1; s < splits; ++s) {
+    const float4 v = *reinterpret_cast<const float4*>(acc + s * plane + e);
+    sum.x += v.x;
+    sum.y += v.y;
+    sum.z += v.z;
+    sum.w += v.w;
   }
+  const float rs = row_scale_v[blockIdx.y];
+  const float4 cs = *reinterpret_cast<const float4*>(col_scale_v + c);
+  __nv_bfloat162 out[2];
+  out[0] = __floats2bfloat162_rn(sum.x * rs * cs.x, sum.y * rs * cs.y);
+  out[1] = __floats2bfloat162_rn(sum.z * rs * cs.z, sum.w * rs * cs.w);
+  *reinterpret_cast<uint2*>(y + e) = *reinterpret_cast<const uint2*>(out);
+}
+
+bool aligned_to(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
+
+// Whether sum_scale_partials_kernel serves the shape and buffers.
+bool four_columns_a_thread(const float* acc, int rows, int cols, const float* col_scale_v, const __nv_bfloat16* y) {
+  return cols % 4 == 0 && rows <= 65535 && aligned_to(acc, 16) && aligned_to(col_scale_v, 16) && aligned_to(y, 8);
+}
+
+void launch_four_columns_a_thread(const float* acc, int splits, int rows, int cols, const float* row_scale_v,
+                                  const float* col_scale_v, __nv_bfloat16* y, cudaStream_t stream) {
+  constexpr int kColThreads = 128;
+  const dim3 grid((cols / 4 + kColThreads - 1) / kColThreads, rows);
+  ORIGAMI_CUDA_CHECK(launch_programmatic(sum_scale_partials_kernel, grid, kColThreads, 0, stream, acc, splits, rows,
+                                         cols, row_scale_v, col_scale_v, y));
+  ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -97,31 +123,35 @@ void launch_quantize_rows_fp8(const __nv_bfloat16* x, int rows, int cols, const 
                               float* scales, cudaStream_t stream) {
   if (rows == 0) return;
   const int threads = cols >= 8 * kThreads ? kThreads : ((cols / 8 + 31) / 32) * 32;
-  quantize_rows_kernel<<<rows, threads > 0 ? threads : 32, 0, stream>>>(x, cols, static_scale, codes, scales);
+  ORIGAMI_CUDA_CHECK(launch_programmatic(quantize_rows_kernel, rows, threads > 0 ? threads : 32, 0, stream, x, cols,
+                                        static_scale, codes, scales));
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 
 void launch_scale_fp8_product(const float* acc, int rows, int cols, const float* row_scale_v, const float* col_scale_v,
                               __nv_bfloat16* y, cudaStream_t stream) {
   if (rows == 0) return;
+  if (four_columns_a_thread(acc, rows, cols, col_scale_v, y)) {
+    launch_four_columns_a_thread(acc, 1, rows, cols, row_scale_v, col_scale_v, y, stream);
+    return;
+  }
   const size_t n = static_cast<size_t>(rows) * cols;
   const int blocks = static_cast<int>(std::min<size_t>((n + 255) / 256, 4096));
-  scale_product_kernel<<<blocks, 256, 0, stream>>>(acc, rows, cols, row_scale_v, col_scale_v, y);
+  ORIGAMI_CUDA_CHECK(launch_programmatic(scale_product_kernel, blocks, 256, 0, stream, acc, rows, cols, row_scale_v,
+                                         col_scale_v, y));
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 
 void launch_sum_scale_fp8_partials(const float* acc, int splits, int rows, int cols, const float* row_scale_v,
                                    const float* col_scale_v, __nv_bfloat16* y, cudaStream_t stream) {
   if (rows == 0) return;
-  if (splits == 1 || cols % 4 != 0) {
-    ORIGAMI_CHECK_MSG(splits == 1, "split-K partials need a column count that is a multiple of 4");
+  if (splits == 1) {
     launch_scale_fp8_product(acc, rows, cols, row_scale_v, col_scale_v, y, stream);
     return;
   }
-  const size_t n4 = static_cast<size_t>(rows) * cols / 4;
-  const int blocks = static_cast<int>(std::min<size_t>((n4 + 255) / 256, 4096));
-  sum_scale_partials_kernel<<<blocks, 256, 0, stream>>>(acc, splits, rows, cols, row_scale_v, col_scale_v, y);
-  ORIGAMI_CUDA_CHECK_LAUNCH();
+  ORIGAMI_CHECK_MSG(four_columns_a_thread(acc, rows, cols, col_scale_v, y),
+                    "split-K partials need a column count that is a multiple of 4 and aligned buffers");
+  launch_four_columns_a_thread(acc, splits, rows, cols, row_scale_v, col_scale_v, y, stream);
 }
 
 }  // namespace origami::cuda

@@ -182,43 +182,48 @@ __device__ __forceinline__ bool arrive_last_of_unit(int* counter, int num_splits
   return true;
 }
 
-// Merges the unit's rows (row_of(r) for r < num_unit_rows) as merge_splits_kernel does, a warp a
-// row and kPer = D / 32 elements a lane: out = sum_s w_s o_s / sum_s w_s, w_s = 2^(lse_s - max
-// lse), empty splits (lse -inf) skipped, the sum taken in split order, so the bits are the merge
-// kernel's. The lanes share out the max over splits (order-free), and the sum's loads do not
-// depend on each other, so a unit's merge costs about one round trip to L2, not one per split.
-// The partials are read through L2 (__ldcg): other CTAs wrote them.
+// Merges one row's splits, a warp per row and kPer = D / 32 elements a lane: out = sum_s w_s o_s /
+// sum_s w_s, w_s = 2^(lse_s - max lse), empty splits (lse -inf) skipped, the sum taken in split
+// order. The lanes share out the max over splits (order-free), and the sum's loads do not depend
+// on each other, so a row's merge costs about one round trip to L2, not one per split. The
+// partials are read through L2 (__ldcg): other CTAs wrote them. Both the merge kernel and the
+// fused merge (the last CTA of a unit) call it, so their bits are the same.
+template <int D>
+__device__ __forceinline__ void merge_split_row(const float* part_o, const float* part_lse, long long num_rows,
+                                                int num_splits, long long row, __nv_bfloat16* out) {
+  constexpr int kPer = D / 32;
+  const int lane = threadIdx.x & 31;
+  float max_lse = -INFINITY;
+  for (int s = lane; s < num_splits; s += 32) max_lse = fmaxf(max_lse, __ldcg(part_lse + s * num_rows + row));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
+  float acc[kPer] = {};
+  float wsum = 0.f;
+  if (max_lse != -INFINITY) {
+#pragma unroll 4
+    for (int s = 0; s < num_splits; ++s) {
+      const float lse = __ldcg(part_lse + s * num_rows + row);
+      if (lse == -INFINITY) continue;
+      const float w = exp2f(lse - max_lse);
+      wsum += w;
+      const float* src = part_o + (s * num_rows + row) * D + lane * kPer;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) acc[i] += w * __ldcg(src + i);
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  __nv_bfloat16* dst = out + row * D + lane * kPer;
+#pragma unroll
+  for (int i = 0; i < kPer; i += 2)
+    *reinterpret_cast<__nv_bfloat162*>(dst + i) = __floats2bfloat162_rn(acc[i] * inv, acc[i + 1] * inv);
+}
+
+// Merges the unit's rows (row_of(r) for r < num_unit_rows), a warp a row.
 template <int D, typename RowOf>
 __device__ __forceinline__ void merge_unit_rows(const KernelParams& p, int num_unit_rows, int num_splits, RowOf row_of) {
-  constexpr int kPer = D / 32;
   const long long num_rows = static_cast<long long>(p.a.shape.num_tokens) * p.a.shape.num_heads;
-  const int lane = threadIdx.x & 31;
-  for (int r = threadIdx.x >> 5; r < num_unit_rows; r += kWarps) {
-    const long long row = row_of(r);
-    float max_lse = -INFINITY;
-    for (int s = lane; s < num_splits; s += 32) max_lse = fmaxf(max_lse, __ldcg(p.part_lse + s * num_rows + row));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
-    float acc[kPer] = {};
-    float wsum = 0.f;
-    if (max_lse != -INFINITY) {
-#pragma unroll 4
-      for (int s = 0; s < num_splits; ++s) {
-        const float lse = __ldcg(p.part_lse + s * num_rows + row);
-        if (lse == -INFINITY) continue;
-        const float w = exp2f(lse - max_lse);
-        wsum += w;
-        const float* src = p.part_o + (s * num_rows + row) * D + lane * kPer;
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) acc[i] += w * __ldcg(src + i);
-      }
-    }
-    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-    __nv_bfloat16* dst = p.a.out + row * D + lane * kPer;
-#pragma unroll
-    for (int i = 0; i < kPer; i += 2)
-      *reinterpret_cast<__nv_bfloat162*>(dst + i) = __floats2bfloat162_rn(acc[i] * inv, acc[i + 1] * inv);
-  }
+  for (int r = threadIdx.x >> 5; r < num_unit_rows; r += kWarps)
+    merge_split_row<D>(p.part_o, p.part_lse, num_rows, num_splits, row_of(r), p.a.out);
 }
 
 // One 64-entry KV tile of the narrow FP8 kernel for one warp: its 16 entries (warp_kv0 on) of
@@ -1067,6 +1072,7 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
   }
   cp_async_wait<0>();
 }
+
 // One warp per (token, head) row: out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max lse).
 // head_splits (ragged paging): the splits of each KV head, which its query heads (num_heads per
 // token, `group` per KV head) merge; null: num_splits for every row.
@@ -1077,30 +1083,9 @@ __global__ void __launch_bounds__(256) merge_splits_kernel(const float* part_o, 
   wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
   allow_next_grid();
   const long long row = static_cast<long long>(blockIdx.x) * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
   if (row >= num_rows) return;
   if (head_splits != nullptr) num_splits = head_splits[static_cast<int>(row % num_heads) / group];
-  float max_lse = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) max_lse = fmaxf(max_lse, part_lse[s * num_rows + row]);
-  constexpr int kPer = D / 32;  // 2 or 4 floats per lane
-  float acc[kPer] = {};
-  float wsum = 0.f;
-  if (max_lse != -INFINITY) {
-    for (int s = 0; s < num_splits; ++s) {
-      const float lse = part_lse[s * num_rows + row];
-      if (lse == -INFINITY) continue;
-      const float w = exp2f(lse - max_lse);
-      wsum += w;
-      const float* src = part_o + (s * num_rows + row) * D + lane * kPer;
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) acc[i] += w * src[i];
-    }
-  }
-  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  __nv_bfloat16* dst = out + row * D + lane * kPer;
-#pragma unroll
-  for (int i = 0; i < kPer; i += 2)
-    *reinterpret_cast<__nv_bfloat162*>(dst + i) = __floats2bfloat162_rn(acc[i] * inv, acc[i + 1] * inv);
+  merge_split_row<D>(part_o, part_lse, num_rows, num_splits, row, out);
 }
 
 int num_tile_slots(const AttentionShape& s, int query_rows) {
