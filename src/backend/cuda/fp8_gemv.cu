@@ -14,7 +14,9 @@ constexpr int kThreads = 256;     // 8 warps a block
 constexpr int kRowsPerWarp = 2;   // output channels a warp computes (their rows read side by side)
 constexpr int kChunk = 16;        // codes a lane reads at once (16 bytes)
 // Bytes at the start of each of a warp's weight rows pulled into L2 before the previous kernel is
-// done (see fp8_gemv_kernel).
+// done (see fp8_gemv_kernel): the loop's first step. Measured on the H100 (docs/kernels.md): 2 KB
+// the same, 3-8 KB slower at batch 1 (prefetches past what the previous kernel's time can fetch
+// only compete with the GEMV's own loads).
 constexpr int kPrefetchRowBytes = 1024;
 
 // Asks L2 for the first kPrefetchRowBytes of a weight row, one 128-byte line a lane per 4 KB.
@@ -61,7 +63,8 @@ __device__ __forceinline__ void accumulate_chunk(const uint4* __restrict__ x, in
 // idle, and a GEMV's first bytes wait for the kernel before it. The weights are written when the
 // model loads and by no kernel of the step, so, outside programmatic_launch.h's rule (which covers
 // memory other kernels of the step touch), each warp asks L2 for the start of its rows before
-// wait_for_previous_grid(): those reads overlap the previous kernel's tail.
+// wait_for_previous_grid(): those reads overlap the previous kernel's tail. (A kernel that ever
+// writes weights within a step, e.g. an online adapter merge, would have to end that.)
 template <int M>
 __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const uint8_t* __restrict__ x, const float* __restrict__ x_scales,
                                                             int k, const uint8_t* __restrict__ w,
