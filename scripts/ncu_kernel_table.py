@@ -37,7 +37,10 @@ def kernel_times(path):
             rec = dict(zip(header, row))
             if rec.get("Metric Name") != "gpu__time_duration.sum":
                 continue
-            value = float(rec["Metric Value"].replace(",", ""))
+            try:
+                value = float(rec["Metric Value"].replace(",", ""))
+            except ValueError:
+                sys.exit(f"ncu_kernel_table: kernel {rec['ID']} of {path} has no time ('{rec['Metric Value']}')")
             unit = rec.get("Metric Unit", "ns")
             scale = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6}.get(unit)
             if scale is None:
@@ -62,6 +65,8 @@ def main():
         count, total = agg.get(name, (0, 0.0))
         agg[name] = (count + 1, total + ns)
     grand = sum(total for _, total in agg.values())
+    if grand <= 0:
+        sys.exit(f"ncu_kernel_table: the kernels of {args.csv} add up to no time")
     rows = sorted(agg.items(), key=lambda kv: -kv[1][1])
     if args.top > 0:
         rows = rows[: args.top]

@@ -48,4 +48,8 @@ grep -q "no ncu CSV header" "$WORK/err" || fail "the no-header message"
 sed 's/"ns","/"furlongs","/' "$CSV" > "$WORK/unit.csv"
 python3 "$TOOL" "$WORK/unit.csv" > /dev/null 2> "$WORK/err" && fail "an unknown unit was accepted"
 grep -q "unknown time unit 'furlongs'" "$WORK/err" || fail "the unit message"
+# A value ncu could not measure: named, not a traceback.
+sed '0,/"ns","[0-9,]*"$/s//"ns","n\/a"/' "$CSV" > "$WORK/na.csv"
+python3 "$TOOL" "$WORK/na.csv" > /dev/null 2> "$WORK/err" && fail "a kernel without a time was accepted"
+grep -q "has no time ('n/a')" "$WORK/err" || fail "the missing-time message"
 echo "ncu_kernel_table_test: OK"

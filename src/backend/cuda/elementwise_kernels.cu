@@ -5,13 +5,12 @@
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/elementwise_math.cuh"
 #include "backend/cuda/kv_cache_write.cuh"
+#include "backend/cuda/pointer_alignment.h"
 #include "backend/cuda/programmatic_launch.h"
 #include "core/check.h"
 
 namespace origami::cuda {
 namespace {
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 __global__ void embedding_gather_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
                                         int hidden, float* __restrict__ residual) {
@@ -280,7 +279,7 @@ void launch_embedding_gather(const bf16* table, const int32_t* ids, int n, int h
 void launch_add_rmsnorm(float* residual, const bf16* delta, const bf16* weight, float eps, int n, int hidden,
                         bf16* out, cudaStream_t stream) {
   if (n == 0) return;
-  const bool aligned = aligned16(residual) && aligned16(delta) && aligned16(weight) && aligned16(out);
+  const bool aligned = aligned_to(residual, 16) && aligned_to(delta, 16) && aligned_to(weight, 16) && aligned_to(out, 16);
   const int vec_chunks = add_rmsnorm_vec_chunks(hidden, aligned);
   if (vec_chunks == 1) {
     ORIGAMI_CUDA_CHECK(launch_programmatic(add_rmsnorm_vec_kernel<1>, n, kNormThreads, 0, stream, residual, delta, weight, eps, hidden, out));
@@ -324,7 +323,7 @@ void launch_qk_norm_rope(const RopeArgs& args, cudaStream_t stream) {
 
 void launch_silu_and_mul(const bf16* gate_up, int n, int inter, bf16* out, cudaStream_t stream) {
   if (n == 0) return;
-  if (inter % 8 == 0 && aligned16(gate_up) && aligned16(out)) {
+  if (inter % 8 == 0 && aligned_to(gate_up, 16) && aligned_to(out, 16)) {
     dim3 grid((inter / 8 + 127) / 128, n);
     ORIGAMI_CUDA_CHECK(launch_programmatic(silu_and_mul_vec_kernel, grid, 128, 0, stream, gate_up, inter, out));
     ORIGAMI_CUDA_CHECK_LAUNCH();

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise_math.cuh"
 #include "backend/cuda/fp8_quantize.cuh"
+#include "backend/cuda/pointer_alignment.h"
 #include "backend/cuda/programmatic_launch.h"
 #include "core/check.h"
 
@@ -11,8 +12,6 @@ namespace origami::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-bool aligned_to(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
 
 // The row's scale: the static one, or fp8_row_scale of the block's largest |value| (amax: this
 // thread's). Every thread of the block calls it (a block reduction).

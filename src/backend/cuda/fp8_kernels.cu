@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_quantize.cuh"
+#include "backend/cuda/pointer_alignment.h"
 #include "backend/cuda/programmatic_launch.h"
 #include "core/check.h"
 
@@ -100,8 +101,6 @@ __global__ void sum_scale_partials_kernel(const float* __restrict__ acc, int spl
   out[1] = __floats2bfloat162_rn(sum.z * rs * cs.z, sum.w * rs * cs.w);
   *reinterpret_cast<uint2*>(y + e) = *reinterpret_cast<const uint2*>(out);
 }
-
-bool aligned_to(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
 
 // Whether sum_scale_partials_kernel serves the shape and buffers.
 bool four_columns_a_thread(const float* acc, int rows, int cols, const float* col_scale_v, const __nv_bfloat16* y) {
