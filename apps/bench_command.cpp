@@ -150,6 +150,7 @@ nlohmann::json bench_json(const BenchFlags& f, const Engine& eng, const BenchTal
   j["fp8_gemv_rows"] = f.engine.config.fp8_gemv_rows;
   j["fp8_split_k"] = f.engine.config.fp8_split_k;
   j["fused_attention_merge"] = f.engine.config.fused_attention_merge;
+  j["balanced_attention"] = f.engine.config.balanced_attention;
   j["num_prompts"] = num_prompts;
   j["completed"] = t.reported - t.failed - t.aborted;
   j["failed"] = t.failed;

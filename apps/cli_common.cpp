@@ -128,6 +128,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
                 "CUDA: decode attention with 16 or more KV splits (batch 1-4, long contexts, graph steps) merges "
                 "them in the last CTA of each sequence and head instead of a second kernel (the same results bit "
                 "for bit; on by default)");
+  cmd->add_flag("--balanced-attention,!--no-balanced-attention", c.balanced_attention,
+                "CUDA, FP8 KV cache: decode attention shares the batch's KV tiles evenly over one wave of CTAs "
+                "instead of fixed splits per sequence and head (on by default; off only to compare)");
   cmd->add_flag("--fp8-fused-quantize,!--no-fp8-fused-quantize", c.fp8_fused_quantize,
                 "CUDA, FP8 projections: the norms and the MLP activation quantize their output themselves (no "
                 "separate quantize kernel; the same results bit for bit; on by default)");

@@ -5,9 +5,13 @@
 // several page-table copies rotated between iterations so small cases do not sit in L2.
 // Build: nvcc -std=c++20 -O3 -arch=sm_90 -Isrc bench/attention_bench.cu src/backend/cuda/paged_attention.cu
 // Run: attention_bench [--cache bf16|fp8] [--rows 16|64] [--blocks 16,256] [--batches 1,64,256]
-//                      [--contexts 1024,4096] [--items 0,4] [--no-prefill]
+//                      [--contexts 1024,4096] [--items 0,4] [--balanced 0,1] [--no-prefill]
 // (defaults in brackets' second form: both caches, both kernels, the lists shown). The max-load
 // decode shape of an 8B model with a compressed cache is --batches 1024 --contexts 640.
+// Launches pass split counters, as the engine's do (the fused merge from 16 splits, and the
+// balanced FP8 kernel, AttentionPlan::stream_ctas); --balanced 0 turns that kernel off, 1 keeps the
+// planner's grid (the default), N > 1 runs it on N CTAs; --unit-costs sets its fixed cost of a unit
+// (AttentionPlan::stream_unit_cost). --sequential-pages: each sequence's pages in pool order.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -28,6 +32,9 @@ int main(int argc, char** argv) {
   std::vector<bool> caches = {false, true};
   std::vector<int> rows_list = {64, 16}, blocks = {16, 256}, batches = {1, 64, 256}, contexts = {1024, 4096};
   std::vector<int> items_list = {-1};  // -1: the planner's choice
+  std::vector<int> balanced_list = {1};
+  std::vector<int> unit_costs = {-1};  // --unit-costs: the balanced kernel's fixed cost of a unit (-1: the plan's)
+  bool sequential_pages = false;  // --sequential-pages: each sequence's pages in pool order, as a fresh engine allocates them
   bool prefill = true;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -54,12 +61,18 @@ int main(int argc, char** argv) {
       contexts = parse_list("--contexts", argv[++i]);
     } else if (arg == "--items" && has_value) {
       items_list = parse_list("--items", argv[++i], 0);
+    } else if (arg == "--balanced" && has_value) {
+      balanced_list = parse_list("--balanced", argv[++i], 0);
+    } else if (arg == "--unit-costs" && has_value) {
+      unit_costs = parse_list("--unit-costs", argv[++i], 0);
+    } else if (arg == "--sequential-pages") {
+      sequential_pages = true;
     } else if (arg == "--no-prefill") {
       prefill = false;
     } else {
       std::fprintf(stderr,
                    "usage: attention_bench [--cache bf16|fp8] [--rows 16,64] [--blocks 16,256] [--batches 1,64,256] "
-                   "[--contexts 1024,4096] [--items 0,4] [--no-prefill]  (bad argument '%.100s')\n",
+                   "[--contexts 1024,4096] [--items 0,4] [--balanced 0,1] [--no-prefill]  (bad argument '%.100s')\n",
                    argv[i]);
       return 2;
     }
@@ -96,15 +109,23 @@ int main(int argc, char** argv) {
   fill_value<<<1024, 256>>>(v_scales, head_vectors, 0.02f);
   CK(cudaGetLastError());
 
-  std::printf("%5s %4s %6s %6s %6s %7s %5s %10s %10s %8s %10s\n", "cache", "rows", "block", "batch", "ctx", "splits",
-              "items", "time_us", "GB/s", "of_copy", "single_us");
+  // Split counters for the largest batch (zero; every launch leaves them zero).
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  const long long num_counters = split_counter_count({max_batch, max_batch, num_heads, num_kv_heads, D, 1});
+  int* counters = nullptr;
+  CK(cudaMalloc(&counters, sizeof(int) * num_counters));
+  CK(cudaMemset(counters, 0, sizeof(int) * num_counters));
+  std::printf("%5s %4s %6s %6s %6s %7s %5s %5s %4s %10s %10s %8s %10s\n", "cache", "rows", "block", "batch", "ctx",
+              "splits", "items", "ctas", "unit", "time_us", "GB/s", "of_copy", "single_us");
   std::mt19937 rng(42);
   for (bool fp8 : caches)
   for (int rows : rows_list)
   for (int block_size : blocks)
     for (int batch : batches)
       for (int ctx : contexts)
-      for (int items : items_list) {
+      for (int items : items_list)
+      for (int balanced : balanced_list)
+      for (int unit_cost : unit_costs) {
         const int pages_per_seq = (ctx + block_size - 1) / block_size;
         const int pool_pages = static_cast<int>(pool_entries / block_size) - 1;
         const size_t kv_bytes =
@@ -114,7 +135,7 @@ int main(int argc, char** argv) {
         rotations = std::max(1, std::min(rotations, pool_pages / (batch * pages_per_seq)));
         std::vector<int32_t> ids(pool_pages);
         std::iota(ids.begin(), ids.end(), 1);
-        std::shuffle(ids.begin(), ids.end(), rng);
+        if (!sequential_pages) std::shuffle(ids.begin(), ids.end(), rng);
         std::vector<int32_t*> d_indices(rotations);
         for (int r = 0; r < rotations; ++r) {
           CK(cudaMalloc(&d_indices[r], sizeof(int32_t) * batch * pages_per_seq));
@@ -137,6 +158,7 @@ int main(int argc, char** argv) {
         args.q_indptr = decode_rows.q_indptr;
         args.page_indptr = decode_rows.page_indptr;
         args.kv_len = decode_rows.kv_len;
+        args.split_counters = counters;
         if (fp8) {
           args.k_cache = args.v_cache = nullptr;
           args.k_codes = k_codes;
@@ -146,7 +168,9 @@ int main(int argc, char** argv) {
         }
         AttentionPlan plan = with_query_rows(plan_paged_attention(args.shape, ctx, sms), args.shape, rows);
         if (items >= 0) plan.items_per_cta = items;  // --items: the FP8 decode kernel's items per CTA
-        const size_t ws_bytes = paged_attention_workspace_bytes(plan, args.shape);
+        if (balanced != 1) plan.stream_ctas = balanced;  // --balanced
+        if (unit_cost >= 0) plan.stream_unit_cost = unit_cost;
+        const int ctas = fp8 && rows == 16 && plan.items_per_cta > 0 ? plan.stream_ctas : 0;        const size_t ws_bytes = paged_attention_workspace_bytes(plan, args.shape);
         void* ws = nullptr;
         if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
         auto body = [&](int i) {
@@ -163,8 +187,9 @@ int main(int argc, char** argv) {
         const float single_ms = median_ms(body, 30);
         const double bytes = double(kv_bytes) + 2.0 * batch * num_heads * D * 2;
         const double gbs = bytes / ms / 1e6;
-        std::printf("%5s %4d %6d %6d %6d %7d %5d %10.1f %10.0f %7.0f%% %10.1f\n", fp8 ? "fp8" : "bf16", rows, block_size,
-                    batch, ctx, plan.num_splits, plan.items_per_cta, ms * 1e3, gbs, 100.0 * gbs / copy_gbs, single_ms * 1e3);
+        std::printf("%5s %4d %6d %6d %6d %7d %5d %5d %4d %10.1f %10.0f %7.0f%% %10.1f\n", fp8 ? "fp8" : "bf16", rows,
+                    block_size, batch, ctx, plan.num_splits, plan.items_per_cta, ctas, plan.stream_unit_cost, ms * 1e3,
+                    gbs, 100.0 * gbs / copy_gbs, single_ms * 1e3);
         for (auto p : d_indices) CK(cudaFree(p));
         free_decode_rows(decode_rows);
         CK(cudaFree(q));
@@ -207,6 +232,7 @@ int main(int argc, char** argv) {
     std::printf("prefill 1 x %d tokens causal: %.3f ms, %.1f TFLOP/s (splits %d)\n", n, ms, flops / ms / 1e9,
                 plan.num_splits);
   }
+  CK(cudaFree(counters));
   CK(cudaDeviceSynchronize());
   return 0;
 }

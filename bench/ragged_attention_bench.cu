@@ -26,7 +26,8 @@
 // or --per-head (--fp8-only: its FP8 rows alone; ORIGAMI_BENCH_BATCHES / ORIGAMI_BENCH_CONTEXTS
 // replace its batches and lengths). Decode launches of kFusedMergeMinSplits or more
 // splits merge them in the last CTA of each unit, as the backend's do; ORIGAMI_BENCH_FUSED_MERGE=0
-// runs the merge kernel instead, to compare.
+// runs the merge kernel instead, to compare. FP8 decode runs the balanced kernel
+// (AttentionPlan::stream_ctas) where the launch has counters; ORIGAMI_BENCH_BALANCED=0 turns it off.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -83,6 +84,17 @@ LayerInputs make_inputs(const std::vector<int>& lens, int batch, int pool_pages,
 
 // One decode step's attention arguments over `batch` sequences (one query token each) at the
 // Qwen3-8B attention shape; q_indptr uploaded (the caller frees base.q_indptr).
+// The planner's plan, without the balanced FP8 decode kernel under ORIGAMI_BENCH_BALANCED=0 (the
+// streamed kernel's splits, to compare; the launches pass split counters, which it needs).
+bool balanced_off() {
+  const char* v = std::getenv("ORIGAMI_BENCH_BALANCED");
+  return v != nullptr && std::string(v) == "0";
+}
+AttentionPlan with_balanced(AttentionPlan plan) {
+  if (balanced_off()) plan.stream_ctas = 0;
+  return plan;
+}
+
 // Split arrival counters for the fused merge (AttentionArgs::split_counters): one zeroed buffer for the largest shape so far (launches leave it zero), or null
 // with ORIGAMI_BENCH_FUSED_MERGE=0 (the merge kernel, to compare).
 int32_t* split_counters_for(const AttentionShape& shape) {
@@ -190,7 +202,7 @@ int grouped_table(int sms, double copy_gbs, bool long_groups) {
         AttentionArgs base = decode_args(batch, kBlock, q, out);
         // The backend's plan: the uniform split count of the mean group length (planning_length).
         // The backend's plan for non-uniform budgets: one resident wave over the mean group length.
-        AttentionPlan uniform_plan = plan_ragged_attention(base.shape, with_map.planning_length(max_len), sms);
+        AttentionPlan uniform_plan = with_balanced(plan_ragged_attention(base.shape, with_map.planning_length(max_len), sms));
         auto ragged_step = [&](const RaggedHeadTables& tables) {
           for (int l = 0; l < kLayers; ++l) {
             AttentionArgs a = base;
@@ -207,7 +219,7 @@ int grouped_table(int sms, double copy_gbs, bool long_groups) {
           }
         };
         const int max_uniform = *std::max_element(uniform_len.begin(), uniform_len.end());
-        const AttentionPlan full_plan = plan_paged_attention(base.shape, max_uniform, sms);
+        const AttentionPlan full_plan = with_balanced(plan_paged_attention(base.shape, max_uniform, sms));
         auto uniform_step = [&] {
           for (int l = 0; l < kLayers; ++l) {
             AttentionArgs a = base;
@@ -226,7 +238,7 @@ int grouped_table(int sms, double copy_gbs, bool long_groups) {
         const float nomap_ms = median_ms([&](int) { ragged_step(without_map); }, 15);
         // For reference: the one-group planner's two waves of splits (4 CTAs per SM, 2 resident).
         const AttentionPlan one_wave = uniform_plan;
-        uniform_plan = plan_paged_attention(base.shape, with_map.planning_length(max_len), sms);
+        uniform_plan = with_balanced(plan_paged_attention(base.shape, with_map.planning_length(max_len), sms));
         const int s_wave = uniform_plan.num_splits;
         const float map1_ms = median_ms([&](int) { ragged_step(with_map); }, 15);
         const float nomap1_ms = median_ms([&](int) { ragged_step(without_map); }, 15);
@@ -442,6 +454,11 @@ int per_head_table(int sms, double copy_gbs, bool fp8_only) {
           auto ragged_graph = [&](int plan_len, AttentionPlan* used, int forced_splits = 0) {
             AttentionPlan uniform = plan_paged_attention(base.shape, plan_len, sms);
             if (forced_splits > 0) uniform = with_kv_splits(uniform, plan_len, forced_splits);
+            // The balanced kernel as the backend decides it for per-head tables: at the step's
+            // longest head (max_len), whatever length the graph was planned for.
+            const bool balanced = !balanced_off() && forced_splits == 0 &&
+                                  balanced_decode_pays(plan_paged_attention(base.shape, max_len, sms), base.shape, sms, true);
+            uniform.stream_ctas = balanced ? balanced_decode_ctas(kD, sms) : 0;
             const bool map = !tables.uniform_budgets() && tables.use_split_map(uniform.num_splits, plan_len);
             const AttentionPlan plan = ragged_plan(uniform, tables.layer(0, uniform.num_splits, page_elems, map));
             *used = plan;
@@ -476,7 +493,7 @@ int per_head_table(int sms, double copy_gbs, bool fp8_only) {
             }
            });
           };
-          const AttentionPlan full_plan = plan_paged_attention(base.shape, N, sms);
+          const AttentionPlan full_plan = with_balanced(plan_paged_attention(base.shape, N, sms));
           cudaGraphExec_t g_full = full_graph(full_plan);
           for (int w = 0; w < 3; ++w)
             for (cudaGraphExec_t g : {g_ph, g_cap, g_full}) CK(cudaGraphLaunch(g, 0));

@@ -59,6 +59,11 @@ struct BackendOptions {
   // (AttentionArgs::split_counters) instead of a second kernel a layer; the outputs are bit for
   // bit the same. Off only to measure what it gains.
   bool fused_attention_merge = true;
+  // CUDA, FP8 KV cache: decode attention runs one resident wave of CTAs that share the batch's KV
+  // tiles out evenly, each unit (sequence, KV head) cut where a CTA's share ends and merged by its
+  // last CTA (AttentionPlan::stream_ctas), instead of fixed splits per unit in several waves. Needs
+  // fused_attention_merge (its merge is the fused one). Off only to measure what it gains.
+  bool balanced_attention = true;
   // CUDA, FP8 projections: products of up to this many rows (at most 16; 0 = never) that the GEMV
   // does not take run on a tensor-core GEMM for few rows (cuda/fp8_small_gemm.h: CTAs of 16 output
   // channels with K split over their warps) instead of cuBLASLt, whose 128-wide tiles leave most

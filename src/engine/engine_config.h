@@ -42,6 +42,9 @@ struct EngineConfig {
   // Decode attention's many KV splits merged in the last CTA of each unit instead of a merge kernel
   // (BackendOptions::fused_attention_merge; CUDA). Bit for bit the same; off only to compare.
   bool fused_attention_merge = true;
+  // FP8 decode attention over one resident wave of CTAs sharing the batch's KV tiles evenly
+  // (BackendOptions::balanced_attention; CUDA). Off only to compare.
+  bool balanced_attention = true;
 
   // Tokens per KV page. The command line's default is default_block_size() below; 16 here.
   int block_size = 16;

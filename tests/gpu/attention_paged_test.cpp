@@ -266,6 +266,8 @@ std::vector<std::pair<std::string, AttentionPlan>> plans_for(const Case& c) {
   many.num_splits = (max_kv(c) + 127) / 128;
   plans.push_back({"many", many});
   plans.push_back({"graph8192", plan_paged_attention(c.shape, 8192, num_sms())});
+  // These exercise the splits: the balanced FP8 kernel (stream_ctas) is checked on its own below.
+  for (auto& [name, plan] : plans) plan.stream_ctas = 0;
   // Each plan again on the other kernel (16 or 64 query rows a CTA): both are exact for any batch.
   const size_t n = plans.size();
   for (size_t i = 0; i < n; ++i) {
@@ -324,6 +326,77 @@ void check_case(const std::vector<SeqSpec>& seqs, int num_kv_heads, int group, i
                                    << " items=" << items;
     }
   }
+}
+
+// FP8 decode batches under the balanced kernel (AttentionPlan::stream_ctas: a grid of that many
+// CTAs shares the batch's tiles out, cutting units anywhere; it merges with the split counters,
+// run_and_compare's fused_merge, and must leave them zero): against the reference for grids that
+// cut units at many places (2, 7, 64, the planner's), and with one CTA, where every unit is whole
+// and written out directly, bit for bit the streamed kernel's single-split plan.
+void check_balanced(const std::vector<SeqSpec>& seqs, int num_kv_heads, int group, int head_dim, int block_size,
+                    std::mt19937& rng) {
+  const Case c = make_case(seqs, num_kv_heads, group, head_dim, block_size, rng, true);
+  const auto ref = reference(c);
+  const AttentionPlan planned = plan_paged_attention(c.shape, max_kv(c), num_sms());
+  ASSERT_EQ(planned.query_rows, 16);
+  const int device_ctas = balanced_decode_ctas(head_dim, num_sms());
+  ASSERT_GT(device_ctas, 0);
+  AttentionPlan single = planned;
+  single.num_splits = 1;
+  single.kv_chunk_size = 1 << 30;
+  single.stream_ctas = 0;
+  std::vector<uint16_t> whole;
+  EXPECT_LT(run_and_compare(c, single, ref, &whole), 1e-2);
+  // Unit costs 0, 1 and 3 move every cut (a range may then end inside a unit's fixed cost).
+  for (int unit_cost : {0, 1, 3})
+    for (int ctas : {1, 2, 7, 64, device_ctas}) {
+      AttentionPlan plan = planned;
+      plan.stream_ctas = ctas;
+      plan.stream_unit_cost = unit_cost;
+      std::vector<uint16_t> got;
+      const double err = run_and_compare(c, plan, ref, &got, true);
+      std::printf("  fp8  D=%3d group=%d block=%3d balanced ctas=%3d unit cost %d rel_err=%.2e %s\n", head_dim, group,
+                  block_size, ctas, unit_cost, err, got == whole ? "(= single split)" : "");
+      EXPECT_LT(err, 1e-2) << "balanced, D=" << head_dim << " group=" << group << " block=" << block_size
+                           << " ctas=" << ctas << " unit cost " << unit_cost;
+      if (ctas == 1) EXPECT_TRUE(got == whole) << "one balanced CTA differs from the single-split plan";
+    }
+}
+
+TEST(PagedAttention, BalancedFp8DecodeMatchesCpuTwin) {
+  std::mt19937 rng(4321);
+  // Lengths from one entry to several thousand: units of 1 to 65 tiles, so the grids above cut
+  // long units into many segments and leave CTAs with a few short units each (or none).
+  const std::vector<SeqSpec> seqs = {{1, 1}, {7, 1}, {97, 1}, {1000, 1}, {4097, 1}, {64, 1}, {65, 1}, {2500, 1}};
+  for (int head_dim : {64, 128})
+    for (int group : {1, 4, 8})
+      for (int block_size : {1, 16, 256}) check_balanced(seqs, 2, group, head_dim, block_size, rng);
+}
+
+// Where the planner (and the backend, per step) takes the balanced kernel: the shapes measured on
+// the H100 (Llama-3.1-8B attention, 32 / 8 heads, D 128, pages of 32; docs/kernels.md "Balanced
+// decode attention"). Batch x context -> balanced?
+TEST(PagedAttention, BalancedKernelWhereItMeasuredFaster) {
+  if (num_sms() != 132) GTEST_SKIP() << "the rule's shapes were measured on 132 SMs";
+  struct Shape {
+    int batch, context;
+    bool per_head, balanced;
+  };
+  for (const Shape& t : {Shape{1, 1024, false, false}, Shape{4, 1024, false, false}, Shape{2, 4096, false, true},
+                         Shape{4, 4096, false, true}, Shape{8, 1024, false, true}, Shape{16, 1024, false, true},
+                         Shape{64, 1024, false, true}, Shape{64, 4096, false, false}, Shape{96, 1024, false, false},
+                         Shape{256, 1024, false, false}, Shape{472, 1088, false, false}, Shape{64, 4096, true, true},
+                         Shape{256, 4096, true, false}}) {
+    const AttentionShape shape{t.batch, t.batch, 32, 8, 128, 32};
+    const AttentionPlan plan = plan_paged_attention(shape, t.context, num_sms());
+    EXPECT_EQ(balanced_decode_pays(plan, shape, num_sms(), t.per_head), t.balanced)
+        << "batch " << t.batch << " x " << t.context << (t.per_head ? " per head" : "") << ": splits "
+        << plan.num_splits << " of " << plan.kv_chunk_size;
+    if (!t.per_head) EXPECT_EQ(plan.stream_ctas > 0, t.balanced) << "the planner applies the rule";
+  }
+  // Prefill and mixed batches never: the streamed kernels serve decode only.
+  const AttentionShape prefill{4, 512, 32, 8, 128, 32};
+  EXPECT_FALSE(balanced_decode_pays(plan_paged_attention(prefill, 1024, num_sms()), prefill, num_sms(), true));
 }
 
 TEST(PagedAttention, DecodeMatchesCpuTwin) {

@@ -17,7 +17,8 @@
 // With FP8 weights, each setting is timed with the activation quantization separate and fused
 // into its producers (BackendOptions::fuse_fp8_quantize, "fused-q" in the lines);
 // ORIGAMI_BENCH_FUSED_QUANTIZE=0 or 1 times only that one; ORIGAMI_BENCH_FUSED_MERGE=0 merges decode
-// attention's splits in the merge kernel instead of the last CTA of each unit.
+// attention's splits in the merge kernel instead of the last CTA of each unit;
+// ORIGAMI_BENCH_BALANCED=0 turns the balanced FP8 decode attention off (BackendOptions::balanced_attention).
 #include <cuda_profiler_api.h>
 #include <gtest/gtest.h>
 
@@ -246,6 +247,8 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
       opt.fp8_fast_accumulation = bench_fast_accumulation();
       // ORIGAMI_BENCH_FUSED_MERGE=0: decode attention's splits merged by the merge kernel.
       opt.fused_attention_merge = !env_is("ORIGAMI_BENCH_FUSED_MERGE", "0");
+      // ORIGAMI_BENCH_BALANCED=0: FP8 decode attention in fixed splits (the streamed kernel).
+      opt.balanced_attention = !env_is("ORIGAMI_BENCH_BALANCED", "0");
       opt.fp8_gemv_rows = bench_fp8_gemv_rows();
       opt.fp8_small_gemm_rows = bench_fp8_small_gemm_rows();
       opt.fp8_split_k = bench_fp8_split_k();

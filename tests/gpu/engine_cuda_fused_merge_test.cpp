@@ -3,7 +3,7 @@
 // engine: greedy tokens and forced log-probabilities of tiny-qwen3 must be bit for bit the same.
 // Graph steps plan their splits for the capture length (many splits at these batch sizes); the
 // eager case decodes one 2,100-token prompt, whose plan has 17 splits of its own. bf16 and FP8
-// weights + FP8 KV (the streamed FP8 kernel), one group and per-head pages.
+// weights + FP8 KV (the streamed FP8 kernel, its balanced variant off), one group and per-head pages.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -42,6 +42,9 @@ TEST(EngineCudaFusedMerge, OutputsAreBitIdenticalToTheMergeKernel) {
       c.quantization = "fp8";
       c.kv_cache_dtype = KVCacheDType::kFP8;
     }
+    // The balanced FP8 kernel shares tiles out instead of splitting (it always merges in the
+    // kernel): off, so that both runs split alike.
+    c.balanced_attention = false;
     c.fused_attention_merge = false;
     const RunResult kernel = run(c, prompts, 24);
     const RunResult forced_kernel = run(c, prompts, 24, &kernel.tokens);

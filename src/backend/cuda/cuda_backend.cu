@@ -1340,9 +1340,16 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, La
   // wins (decided per split count when the budgets loaded: RaggedHeadTables::use_split_map), else
   // plain splits. A graph bucket plans with graph_max_kv_len_, so its choice is fixed at capture.
   const bool split_map = budgets && ragged_.use_split_map(uniform.num_splits, ragged_len);
-  const AttentionPlan plan =
+  AttentionPlan plan =
       ragged_.empty() ? uniform
                       : ragged_plan(uniform, ragged_.layer(0, uniform.num_splits, kv_page_elems_, split_map));
+  // The balanced FP8 decode kernel where it beats the splits at this step's own lengths (a graph's
+  // plan is made for its capture length; the choice is recorded as a graph variant). It merges
+  // through the split counters: it needs both options.
+  const bool balanced = kv_fp8_ && options_.balanced_attention && options_.fused_attention_merge &&
+                        balanced_decode_pays(plan_paged_attention(shape, max_kv_len, num_sms_), shape, num_sms_,
+                                             !ragged_.empty());
+  plan.stream_ctas = balanced ? balanced_decode_ctas(c.head_dim, num_sms_) : 0;
   ORIGAMI_RETURN_IF_ERROR(ensure_attention_workspace(paged_attention_workspace_bytes(plan, shape)));
   const int uniform_splits = uniform.num_splits;
   // Tensor parallelism: a step whose rows all decode greedily, with no logit adjustments or
@@ -1350,7 +1357,9 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, La
   // rows of a 152k vocabulary the logits all-gather moves 78 MB a rank: 4-5% of the step).
   const bool shard_greedy = tp_.size > 1 && all_greedy && num_adjust == 0 && !any_logprobs;
   if (use_graph) {
-    graphs_.run(run_seqs, shard_greedy ? 1 : 0, stream_, [&] {
+    // A graph per (bucket, variant): greedy-only sampling across ranks, the balanced attention.
+    const int variant = (shard_greedy ? 1 : 0) | (balanced ? 2 : 0);
+    graphs_.run(run_seqs, variant, stream_, [&] {
       record_step(run_tokens, run_seqs, num_sample_rows, plan, uniform_splits, split_map, capture_queries,
                   shard_greedy);
     });

@@ -27,7 +27,8 @@ class CudaGraphRunner {
 
   // Replays the graph of (`bucket`, `variant`) on `stream`, capturing `record` (which must only
   // enqueue work on `stream`) the first time. A variant is a different recording of the same
-  // bucket (tensor parallelism's greedy-only sampling: graph_variant in cuda_backend.cu).
+  // bucket (tensor parallelism's greedy-only sampling, the balanced FP8 decode attention:
+  // CudaBackend::forward's variant).
   void run(int bucket, int variant, cudaStream_t stream, const std::function<void()>& record);
   // Drops every graph (their buffers moved, or the KV cache was reallocated).
   void clear();

@@ -132,6 +132,7 @@ struct KernelParams {
   // arrival counter per (query tile or sequence, KV head), zero before and after each launch;
   // null: the merge pass merges.
   int* split_counters;
+  int unit_cost;      // the balanced kernel's fixed cost of a unit, in tiles (AttentionPlan::stream_unit_cost)
 };
 
 __device__ __forceinline__ int tile_start(const int32_t* q_indptr, int seq, int group, int rows) {
@@ -141,16 +142,29 @@ __device__ __forceinline__ int tile_start(const int32_t* q_indptr, int seq, int 
 // Stores one element of a finished row: bf16 to `out`, or the normalised partial and the row's
 // log-sum-exp (log2 domain, written with head dim 0) to the split workspace.
 template <int D>
+__device__ __forceinline__ void store_out_element(const KernelParams& p, long long row, int d, float l,
+                                                  float unnormalised) {
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  p.a.out[row * D + d] = __float2bfloat16_rn(unnormalised * inv);
+}
+
+// One element of a partial: row prow_idx of the workspace's [rows, D] outputs and its lse.
+template <int D>
+__device__ __forceinline__ void store_partial_element(const KernelParams& p, long long prow_idx, int d, float m,
+                                                      float l, float unnormalised) {
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  if (d == 0) p.part_lse[prow_idx] = l > 0.f ? m + log2f(l) : -INFINITY;
+  if (l > 0.f) p.part_o[prow_idx * D + d] = unnormalised * inv;  // the merge skips empty splits
+}
+
+template <int D>
 __device__ __forceinline__ void store_row_element(const KernelParams& p, long long row, int split, int d, float m,
                                                   float l, float unnormalised) {
-  const float inv = l > 0.f ? 1.f / l : 0.f;
   if (p.num_splits == 1) {
-    p.a.out[row * D + d] = __float2bfloat16_rn(unnormalised * inv);
+    store_out_element<D>(p, row, d, l, unnormalised);
   } else {
     const long long num_rows = static_cast<long long>(p.a.shape.num_tokens) * p.a.shape.num_heads;
-    const long long prow_idx = split * num_rows + row;
-    if (d == 0) p.part_lse[prow_idx] = l > 0.f ? m + log2f(l) : -INFINITY;
-    if (l > 0.f) p.part_o[prow_idx * D + d] = unnormalised * inv;  // the merge skips empty splits
+    store_partial_element<D>(p, split * num_rows + row, d, m, l, unnormalised);
   }
 }
 
@@ -783,6 +797,19 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
 // conversion pass (Q is staged with the item's first tile and converted into registers). More
 // than one item per CTA measured slower at every shape tried, so the planner asks for one
 // (docs/kernels.md, "Decode: the streamed FP8 kernel"); the tests run 1 and 3.
+//
+// Balanced (kBalanced, AttentionPlan::stream_ctas): a fixed grid of G CTAs (one resident wave)
+// shares the batch's KV tiles out evenly, stream-K style. The units (sequence, KV head), sequence
+// major, each ceil(kv_len / 64) tiles plus a fixed cost long (next_segment), are laid end to end: T
+// positions; CTA c runs positions [c L, (c + 1) L) with L = max(ceil(T / G), kMinBalancedTiles +
+// the fixed cost), as segments of one unit each. A
+// unit inside one CTA is written out directly; a unit cut by CTA boundaries leaves one partial per
+// segment, in workspace slot unit + c (unique: along the tiles both numbers only grow), so a
+// unit's partials are consecutive slots, and the CTA that arrives last merges them. Every CTA then
+// ends together: no tail of a last partial wave, and lengths that differ between sequences or
+// heads (ragged per-head pages) are shared out by tiles rather than by splits.
+constexpr int kMinBalancedTiles = 2;  // a CTA's share is at least this many tiles (bounds the segments)
+constexpr int kBalancedMaxChunk = 512;  // balanced_decode_pays: split plans of chunks up to this
 constexpr int kStreamRows = 8;  // query heads per KV head (group) this kernel serves
 constexpr int kStreamQBufs = 3; // Q rows of the items in flight: at most 3 (issue_next_tile)
 // KV tiles of codes in shared memory (kStreamStages - 1 in flight), and the resident CTAs a
@@ -816,7 +843,162 @@ struct StreamItem {
   int kv_begin = 0, kv_end = 0, num_tiles = 0;  // entries [kv_begin, kv_end) of this split
   const int32_t* pages = nullptr;
   unsigned head_row = 0;  // D-code rows from a page's start to this head's first entry
+  // Balanced: the unit (seq * num_kv_heads + kv_head), whether this segment is all of it (written
+  // out directly), its own partial slot, and the unit's first slot and segment count.
+  int unit = 0;
+  bool whole = true;
+  int slot = 0, first_slot = 0, num_segments = 1;
 };
+
+// A unit's table (ragged: its head's group), entries and the D-code row of its head in a page.
+struct UnitSource {
+  int table = 0, kv_len = 0;
+  long long head_off = 0;
+};
+
+__device__ __forceinline__ UnitSource unit_source(const AttentionArgs& a, int seq, int kv_head) {
+  UnitSource u;
+  if (a.ragged.num_tables > 0) {
+    u.table = a.ragged.head_table[kv_head];
+    u.head_off = a.ragged.head_slot[kv_head];
+  } else {
+    u.head_off = kv_head;
+  }
+  u.kv_len = a.kv_len[u.table * a.shape.num_seqs + seq];
+  return u;
+}
+
+__device__ __forceinline__ int tiles_of(int kv_len) { return kv_len > 0 ? (kv_len + kTileKV - 1) / kTileKV : 0; }
+
+// The share-out runs over a cost order rather than bare tiles: each unit (sequence, KV head) with
+// entries costs `unit_cost` (AttentionPlan::stream_unit_cost) plus its tiles, the unit's fixed work
+// (its Q rows, page lookups, the warps' merge and its store) counted as tiles before its first
+// one. Without it a CTA whose share holds many one-tile units (a graph bucket's padding rows,
+// short sequences) runs far longer than its neighbours.
+__device__ __forceinline__ int unit_cost_of(int tiles, int unit_cost) { return tiles > 0 ? tiles + unit_cost : 0; }
+
+// Where a balanced CTA stands: the unit its next segment comes from, that unit's first position in
+// the cost order, and the CTA's next position and end (positions: cost units).
+struct SegmentCursor {
+  int unit = 0, unit_start = 0, pos = 0, end = 0;
+};
+
+// The next segment of a balanced CTA's range (false when the range is done): the tiles of the
+// current unit whose positions lie in [pos, end), skipping units whose tiles lie outside it (the
+// range may end inside a unit's fixed cost). `share`: L; `unit_cost` as above.
+__device__ __forceinline__ bool next_segment(const AttentionArgs& a, SegmentCursor& c, int share, int unit_cost,
+                                             StreamItem& s) {
+  const int num_kv_heads = a.shape.num_kv_heads;
+  const int num_units = a.shape.num_seqs * num_kv_heads;
+  while (c.pos < c.end && c.unit < num_units) {
+    const int seq = c.unit / num_kv_heads, kv_head = c.unit - seq * num_kv_heads;
+    const UnitSource u = unit_source(a, seq, kv_head);
+    const int tiles = tiles_of(u.kv_len);
+    const int first_tile_pos = c.unit_start + unit_cost;  // position of tile 0 (if the unit has tiles)
+    const int lo = max(c.pos, first_tile_pos), hi = min(c.end, first_tile_pos + tiles);
+    const int unit_end = c.unit_start + unit_cost_of(tiles, unit_cost);
+    // Step past this unit when the range goes beyond it; else the range ends inside it.
+    if (unit_end <= c.end) {
+      ++c.unit;
+      c.unit_start = unit_end;
+      c.pos = unit_end;
+    } else {
+      c.pos = c.end;
+    }
+    if (tiles == 0 || lo >= hi) continue;  // no entries, or none of its tiles in this range
+    s.seq = seq;
+    s.kv_head = kv_head;
+    s.split = 0;
+    s.kv_begin = (lo - first_tile_pos) * kTileKV;
+    s.kv_end = min(u.kv_len, (hi - first_tile_pos) * kTileKV);
+    s.num_tiles = hi - lo;
+    s.pages = a.page_indices + a.page_indptr[u.table * a.shape.num_seqs + seq];
+    s.head_row = static_cast<unsigned>(u.head_off * a.shape.block_size);
+    s.unit = seq * num_kv_heads + kv_head;
+    s.whole = s.num_tiles == tiles;
+    // The CTAs holding the unit's tiles: those whose ranges meet [first_tile_pos, + tiles).
+    const int first_cta = first_tile_pos / share, last_cta = (first_tile_pos + tiles - 1) / share;
+    s.slot = s.unit + static_cast<int>(blockIdx.x);
+    s.first_slot = s.unit + first_cta;
+    s.num_segments = last_cta - first_cta + 1;
+    s.active_splits = s.num_segments;
+    return true;
+  }
+  return false;
+}
+
+// A balanced CTA's range: every thread sums the costs of a run of sequences, a block scan gives the
+// total, L and each run's first position, and the run holding position c L finds its unit and that
+// unit's first position. Returns false when the CTA's range is empty. All threads must call it (it
+// synchronises the block).
+__device__ __forceinline__ bool balanced_range(const AttentionArgs& a, int num_ctas, int unit_cost,
+                                               SegmentCursor& cursor, int& share) {
+  __shared__ int warp_sums[kWarps];
+  __shared__ int found[2];
+  const int num_seqs = a.shape.num_seqs, num_kv_heads = a.shape.num_kv_heads;
+  const bool ragged = a.ragged.num_tables > 0;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int per_thread = (num_seqs + kThreads - 1) / kThreads;
+  const int s_lo = min(num_seqs, tid * per_thread), s_hi = min(num_seqs, s_lo + per_thread);
+  auto head_cost = [&](int seq, int h) { return unit_cost_of(tiles_of(unit_source(a, seq, h).kv_len), unit_cost); };
+  auto seq_cost = [&](int seq) {
+    if (!ragged) return num_kv_heads * unit_cost_of(tiles_of(a.kv_len[seq]), unit_cost);
+    int t = 0;
+    for (int h = 0; h < num_kv_heads; ++h) t += head_cost(seq, h);
+    return t;
+  };
+  int mine = 0;
+  for (int seq = s_lo; seq < s_hi; ++seq) mine += seq_cost(seq);
+  // Block-wide exclusive scan of `mine` (threads in order = runs of sequences in order).
+  int incl = mine;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  if (tid == 0) found[0] = found[1] = 0;
+  __syncthreads();
+  int before = 0, total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    before += w < warp ? warp_sums[w] : 0;
+    total += warp_sums[w];
+  }
+  const int excl = before + incl - mine;
+  share = max((total + num_ctas - 1) / num_ctas, kMinBalancedTiles + unit_cost);
+  const long long begin = static_cast<long long>(blockIdx.x) * share;
+  if (begin >= total) return false;  // the same for every thread
+  if (begin >= excl && begin < excl + mine) {
+    int acc = excl;
+    for (int seq = s_lo; seq < s_hi; ++seq) {
+      const int sc = seq_cost(seq);
+      if (begin < acc + sc) {
+        int h = 0;
+        if (!ragged) {
+          h = (static_cast<int>(begin) - acc) / (sc / num_kv_heads);
+          acc += h * (sc / num_kv_heads);
+        } else {
+          for (;; ++h) {
+            const int hc = head_cost(seq, h);
+            if (begin < acc + hc) break;
+            acc += hc;
+          }
+        }
+        found[0] = seq * num_kv_heads + h;
+        found[1] = acc;
+        break;
+      }
+      acc += sc;
+    }
+  }
+  __syncthreads();
+  cursor.unit = found[0];
+  cursor.unit_start = found[1];
+  cursor.pos = static_cast<int>(begin);
+  cursor.end = static_cast<int>(min(begin + share, static_cast<long long>(total)));
+  return true;
+}
 
 template <int D>
 __device__ __forceinline__ StreamItem resolve_stream_item(const KernelParams& p, int item) {
@@ -854,11 +1036,17 @@ __device__ __forceinline__ StreamItem resolve_stream_item(const KernelParams& p,
   return s;
 }
 
-template <int D>
+template <int D, bool kBalanced>
 __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_stream_kernel(const KernelParams p, int items_per_cta,
                                                                             int num_items) {
   wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
   allow_next_grid();
+  // Balanced: this CTA's tiles (num_items is the grid's CTA count); none, nothing to do.
+  SegmentCursor range;
+  int share = 0;
+  if constexpr (kBalanced) {
+    if (!balanced_range(p.a, num_items, p.unit_cost, range, share)) return;
+  }
   using G = StreamGeom<D>;
   const AttentionArgs& a = p.a;
   const int group = p.group;
@@ -896,7 +1084,14 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
   // skipped (they need no Q and no tiles).
   int l_item = item_begin, l_tile = 0, l_stage = 0, l_qbuf = 0;
   StreamItem li;
-  if (l_item < item_end) li = resolve_stream_item<D>(p, l_item);
+  SegmentCursor l_range = range;
+  bool l_live;
+  if constexpr (kBalanced) {
+    l_live = next_segment(a, l_range, share, p.unit_cost, li);
+  } else {
+    l_live = l_item < item_end;
+    if (l_live) li = resolve_stream_item<D>(p, l_item);
+  }
   // Entry e of the item being loaded: its row of D codes in the pool.
   auto entry_row = [&](int e) {
     const int page = pow2_pages ? e >> page_shift : e / block_size;
@@ -904,12 +1099,17 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
     return static_cast<unsigned>(li.pages[page]) * page_rows + li.head_row + static_cast<unsigned>(in_page);
   };
   auto issue_next_tile = [&]() {
-    while (l_item < item_end && l_tile >= li.num_tiles) {
-      ++l_item;
+    while (l_live && l_tile >= li.num_tiles) {
       l_tile = 0;
-      if (l_item < item_end) li = resolve_stream_item<D>(p, l_item);
+      if constexpr (kBalanced) {
+        l_live = next_segment(a, l_range, share, p.unit_cost, li);
+      } else {
+        ++l_item;
+        l_live = l_item < item_end;
+        if (l_live) li = resolve_stream_item<D>(p, l_item);
+      }
     }
-    if (l_item < item_end) {
+    if (l_live) {
       if (l_tile == 0) {
         // The item's query rows (head kv_head * group + r of token seq), 16 bytes a thread.
         constexpr int kPieces = D / 8;
@@ -961,11 +1161,18 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
   constexpr int kWarpKV = kTileKV / kWarps;  // entries of each tile this warp owns
   const int warp_kv0 = warp * kWarpKV;
   int c_stage = 0, c_qbuf = 0;
-  for (int item = item_begin; item < item_end; ++item) {
-    const StreamItem ci = resolve_stream_item<D>(p, item);
-    // A split past kv_len under the fused merge: nothing to store or count (paged_attention_kernel).
-    // It has no tiles, so the load cursor skipped it too.
-    if (p.split_counters != nullptr && ci.split >= ci.active_splits) continue;
+  SegmentCursor c_range = range;
+  for (int item = item_begin;; ++item) {
+    StreamItem ci;
+    if constexpr (kBalanced) {
+      if (!next_segment(a, c_range, share, p.unit_cost, ci)) break;
+    } else {
+      if (item >= item_end) break;
+      ci = resolve_stream_item<D>(p, item);
+      // A split past kv_len under the fused merge: nothing to store or count (paged_attention_kernel).
+      // It has no tiles, so the load cursor skipped it too.
+      if (p.split_counters != nullptr && ci.split >= ci.active_splits) continue;
+    }
     float o[D / 8][4];
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
@@ -1055,13 +1262,26 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
             for (int i = 0; i < 2; ++i) {
               float acc = acc_row[dim_of(j, i)];
               if (contributes) acc = fmaf(o[j][i] * kNarrowOScale, f, acc);  // paged_attention_kernel's fma
-              store_row_element<D>(p, row, ci.split, dim_of(j, i), mx, wsum, acc);
+              if constexpr (kBalanced) {
+                if (ci.whole) store_out_element<D>(p, row, dim_of(j, i), wsum, acc);
+                else store_partial_element<D>(p, static_cast<long long>(ci.slot) * group + g, dim_of(j, i), mx, wsum, acc);
+              } else {
+                store_row_element<D>(p, row, ci.split, dim_of(j, i), mx, wsum, acc);
+              }
             }
         }
       }
       if (w < kWarps - 1) __syncthreads();
     }
-    if (p.num_splits > 1 && p.split_counters != nullptr) {
+    if constexpr (kBalanced) {
+      // A cut unit: the last of its segments to arrive merges its slots (consecutive, first_slot on).
+      if (!ci.whole && arrive_last_of_unit(p.split_counters + ci.unit, ci.num_segments)) {
+        const long long first = static_cast<long long>(ci.first_slot) * group;
+        const long long row0 = static_cast<long long>(ci.seq) * num_heads + ci.kv_head * group;
+        for (int r = warp; r < group; r += kWarps)
+          merge_split_row<D>(p.part_o + first * D, p.part_lse + first, group, ci.num_segments, r, a.out + row0 * D);
+      }
+    } else if (p.num_splits > 1 && p.split_counters != nullptr) {
       if (arrive_last_of_unit(p.split_counters + static_cast<long long>(ci.seq) * a.shape.num_kv_heads + ci.kv_head,
                               ci.active_splits)) {
         merge_unit_rows<D>(p, group, ci.active_splits, [&](int r) {
@@ -1120,6 +1340,7 @@ KernelParams kernel_params(const AttentionArgs& args, const AttentionPlan& plan,
   p.part_o = static_cast<float*>(workspace);
   p.part_lse = p.part_o ? p.part_o + plan.num_splits * num_rows * D : nullptr;
   p.split_counters = nullptr;  // the decode launches set it (fused merge)
+  p.unit_cost = plan.stream_unit_cost;
   return p;
 }
 
@@ -1143,12 +1364,17 @@ cudaError_t merge_after(const KernelParams& p, const AttentionArgs& args, const 
                              args.ragged.num_tables > 0 ? args.ragged.head_splits : nullptr, s.num_heads, p.group);
 }
 
+// The streamed kernel's shared-memory limit, raised once per device (per variant).
+template <int D, bool kBalanced>
+cudaError_t ensure_stream_smem_limit() {
+  static DynamicSmemLimit limit;
+  return limit.ensure(paged_decode_fp8_stream_kernel<D, kBalanced>, StreamGeom<D>::kSmemBytes);
+}
+
 template <int D>
 cudaError_t launch_fp8_stream(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
                               cudaStream_t stream) {
-  static DynamicSmemLimit limit;
-  if (cudaError_t err = limit.ensure(paged_decode_fp8_stream_kernel<D>, StreamGeom<D>::kSmemBytes); err != cudaSuccess)
-    return err;
+  if (cudaError_t err = ensure_stream_smem_limit<D, false>(); err != cudaSuccess) return err;
   const AttentionShape& s = args.shape;
   KernelParams p = kernel_params<D>(args, plan, workspace);
   p.split_counters = fused_merge_counters(args, plan);
@@ -1158,10 +1384,48 @@ cudaError_t launch_fp8_stream(const AttentionArgs& args, const AttentionPlan& pl
   const int per_cta = plan.items_per_cta;
   const long long ctas = (items + per_cta - 1) / per_cta;
   if (items > INT_MAX || ctas > INT_MAX) return cudaErrorInvalidValue;
-  const cudaError_t err = launch_programmatic(paged_decode_fp8_stream_kernel<D>, static_cast<unsigned>(ctas), kThreads,
+  const cudaError_t err = launch_programmatic(paged_decode_fp8_stream_kernel<D, false>, static_cast<unsigned>(ctas), kThreads,
                                               StreamGeom<D>::kSmemBytes, stream, p, per_cta, static_cast<int>(items));
   if (err != cudaSuccess) return err;
   return merge_after<D>(p, args, plan, stream);
+}
+
+// Partial rows a balanced launch may write: one a query head of every unit, plus one a query
+// head per CTA (slot unit + c < units + CTAs).
+long long balanced_partial_rows(const AttentionPlan& plan, const AttentionShape& s) {
+  const long long group = s.num_heads / s.num_kv_heads;
+  return (static_cast<long long>(s.num_seqs) * s.num_kv_heads + plan.stream_ctas) * group;
+}
+
+// The balanced FP8 decode kernel: plan.stream_ctas CTAs; it merges cut units itself (split
+// counters required), so no merge pass follows.
+template <int D>
+cudaError_t launch_fp8_balanced(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
+                                cudaStream_t stream) {
+  if (cudaError_t err = ensure_stream_smem_limit<D, true>(); err != cudaSuccess) return err;
+  KernelParams p = kernel_params<D>(args, plan, nullptr);
+  p.part_o = static_cast<float*>(workspace);
+  p.part_lse = p.part_o + balanced_partial_rows(plan, args.shape) * D;
+  p.split_counters = args.split_counters;
+  return launch_programmatic(paged_decode_fp8_stream_kernel<D, true>, static_cast<unsigned>(plan.stream_ctas), kThreads,
+                             StreamGeom<D>::kSmemBytes, stream, p, 0, plan.stream_ctas);
+}
+
+// Resident CTAs per SM of the balanced kernel (its grid is one wave of them), once per head_dim.
+template <int D>
+int balanced_ctas_per_sm() {
+  static std::atomic<int> cached{0};
+  if (const int v = cached.load(std::memory_order_acquire); v > 0) return v;
+  int n = 0;
+  if (ensure_stream_smem_limit<D, true>() != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_decode_fp8_stream_kernel<D, true>, kThreads,
+                                                    StreamGeom<D>::kSmemBytes) != cudaSuccess ||
+      n < 1) {
+    cudaGetLastError();
+    return kStreamMinBlocks;  // what its launch bounds ask for
+  }
+  cached.store(n, std::memory_order_release);
+  return n;
 }
 
 template <int D, bool kFp8, bool kNarrow>
@@ -1205,9 +1469,33 @@ AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, 
   // items 0-6% slower than 1 at batch 1024 and up to 25% at batch 64, 4 and 8 slower still): the
   // hardware already overlaps one CTA's pipeline fill with its neighbours' streaming, while
   // longer CTAs leave a longer tail and each item change stalls the loads on its page lookups.
-  if (plan.query_rows == kNarrowRows && shape.num_tokens == shape.num_seqs && group <= kStreamRows)
+  if (plan.query_rows == kNarrowRows && shape.num_tokens == shape.num_seqs && group <= kStreamRows) {
     plan.items_per_cta = 1;
+    if (balanced_decode_pays(plan, shape, num_sms, false)) plan.stream_ctas = balanced_decode_ctas(shape.head_dim, num_sms);
+  }
   return plan;
+}
+
+int balanced_decode_ctas(int head_dim, int num_sms) {
+  if (!paged_attention_supported(head_dim)) return 0;
+  return std::max(num_sms, 1) * (head_dim == 64 ? balanced_ctas_per_sm<64>() : balanced_ctas_per_sm<128>());
+}
+
+bool balanced_decode_pays(const AttentionPlan& split_plan, const AttentionShape& shape, int num_sms, bool per_head) {
+  if (split_plan.items_per_cta != 1 || split_plan.num_splits < 2) return false;
+  // Measured on the H100 (bench/attention_bench.cu --balanced 0,1 and ragged_attention_bench
+  // --per-head, docs/kernels.md "Balanced decode attention"): the balanced kernel wins where the
+  // split plan fills at least one resident wave with splits of at most kBalancedMaxChunk entries
+  // (batch 8-64 at 1K, 2-4 at 4K: 1.08-1.25x), whose CTAs' fixed cost (Q, page lookups, partials,
+  // merge) is a large share of their work; and on per-head tables whenever the plan splits (their
+  // heads' lengths differ, the split count does not follow them: per-head 64 x 4K, spread lengths,
+  // 75% -> 85% of the floor). Where every CTA has a long split or the batch fills several waves
+  // with whole sequences (batch >= 96) it loses 2-5%: an item change inside a CTA stalls it on the
+  // next unit's lookups, which the hardware's CTA switch hides; with less than a wave (batch 1-4 at
+  // 1K) it loses to the plain splits' fewer, shorter launches.
+  const long long units = static_cast<long long>(shape.num_seqs) * shape.num_kv_heads;
+  if (units * split_plan.num_splits < balanced_decode_ctas(shape.head_dim, num_sms)) return false;
+  return per_head || split_plan.kv_chunk_size <= kBalancedMaxChunk;
 }
 
 namespace {
@@ -1287,9 +1575,12 @@ long long split_counter_count(const AttentionShape& shape) {
 }
 
 size_t paged_attention_workspace_bytes(const AttentionPlan& plan, const AttentionShape& shape) {
-  if (plan.num_splits <= 1) return 0;
-  return static_cast<size_t>(plan.num_splits) * shape.num_tokens * shape.num_heads * (shape.head_dim + 1) *
-         sizeof(float);
+  size_t bytes = 0;
+  if (plan.num_splits > 1)
+    bytes = static_cast<size_t>(plan.num_splits) * shape.num_tokens * shape.num_heads * (shape.head_dim + 1) * sizeof(float);
+  if (plan.stream_ctas > 0 && shape.num_kv_heads > 0 && shape.num_heads > 0)
+    bytes = std::max(bytes, static_cast<size_t>(balanced_partial_rows(plan, shape)) * (shape.head_dim + 1) * sizeof(float));
+  return bytes;
 }
 
 cudaError_t paged_attention(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
@@ -1301,7 +1592,8 @@ cudaError_t paged_attention(const AttentionArgs& args, const AttentionPlan& plan
     return cudaErrorInvalidValue;
   if (plan.num_splits > 1 && (workspace == nullptr || workspace_bytes < paged_attention_workspace_bytes(plan, s)))
     return cudaErrorInvalidValue;
-  if (plan.num_splits > 65535) return cudaErrorInvalidValue;
+  if (plan.num_splits > 65535 || plan.stream_ctas < 0 || plan.stream_unit_cost < 0 || plan.stream_unit_cost > 64)
+    return cudaErrorInvalidValue;
   const RaggedHeads& rg = args.ragged;
   if (rg.num_tables > 0 && (rg.head_table == nullptr || rg.head_slot == nullptr || rg.head_splits == nullptr ||
                             rg.head_split0 == nullptr || rg.page_stride <= 0 || rg.num_work < s.num_kv_heads ||
@@ -1312,6 +1604,14 @@ cudaError_t paged_attention(const AttentionArgs& args, const AttentionPlan& plan
     return cudaErrorInvalidValue;
   void* ws = plan.num_splits > 1 ? workspace : nullptr;
   const bool narrow = plan.query_rows == kNarrowRows;
+  // FP8 decode with split counters and a balanced plan: the balanced kernel, which merges with
+  // them (without counters the streamed kernel below runs the plan's splits).
+  if (fp8 && narrow && plan.stream_ctas > 0 && args.split_counters != nullptr && s.num_tokens == s.num_seqs &&
+      s.num_heads / s.num_kv_heads <= kStreamRows) {
+    if (workspace == nullptr || workspace_bytes < paged_attention_workspace_bytes(plan, s)) return cudaErrorInvalidValue;
+    return s.head_dim == 64 ? launch_fp8_balanced<64>(args, plan, workspace, stream)
+                            : launch_fp8_balanced<128>(args, plan, workspace, stream);
+  }
   // FP8 decode batches with a GQA group of at most kStreamRows: the streamed kernel.
   if (fp8 && narrow && plan.items_per_cta > 0 && s.num_tokens == s.num_seqs &&
       s.num_heads / s.num_kv_heads <= kStreamRows)

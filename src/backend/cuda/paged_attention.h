@@ -18,7 +18,10 @@
 // its end do no work), so a CUDA graph captured with the model's longest length replays at any
 // length without leaving a short sequence's attention to one split.
 // FP8 decode batches run a variant (paged_attention.cu, paged_decode_fp8_stream_kernel) with a CTA
-// per (sequence, KV head, split) work item instead of per query tile (AttentionPlan::items_per_cta).
+// per (sequence, KV head, split) work item instead of per query tile (AttentionPlan::items_per_cta),
+// or, where balanced_decode_pays, its balanced form: one resident wave of CTAs sharing the batch's
+// KV tiles out evenly, each (sequence, KV head) cut where a CTA's share ends and merged by the
+// last CTA to finish it (AttentionPlan::stream_ctas; it needs AttentionArgs::split_counters).
 // Launchers only enqueue work on `stream`: no allocation, no synchronisation.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -105,6 +108,12 @@ struct AttentionPlan {
                             // work items (sequence, KV head, split) per CTA of the streamed
                             // kernel (the planner: 1); 0 = the one-CTA-per-query-tile kernel,
                             // which the bf16 cache always takes. Both are exact for any value.
+  int stream_ctas = 0;      // FP8 decode as above: > 0 = the balanced variant, this many CTAs (one
+                            // resident wave) sharing the batch's KV tiles out evenly, cut units
+                            // merged by their last CTA; used when the launch has split counters
+                            // (else the streamed kernel runs num_splits). 0 = off.
+  int stream_unit_cost = 1; // the balanced kernel's fixed cost of a unit (sequence, KV head) in
+                            // tiles, added to its tiles when sharing them out (0-64)
 };
 
 // True when the kernels are built for this head_dim (64 and 128). Others (e.g. 8) are not: the
@@ -116,6 +125,15 @@ bool paged_attention_supported(int head_dim);
 // upper bound of it, e.g. the model's context length when capturing a graph). num_sms: the
 // device's multiprocessor count.
 AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, int num_sms);
+
+// The balanced FP8 decode kernel (AttentionPlan::stream_ctas): its CTA count on this device (one
+// resident wave), and whether it beats `split_plan` (plan_paged_attention's plan for this shape
+// and the step's longest KV length) as measured: where the plan fills a wave with short splits,
+// and on per-head tables (`per_head`: KV lengths that differ by head) wherever the plan splits.
+// plan_paged_attention applies it with per_head false; a CUDA graph captured for a longer length
+// must decide with the step's own (the backend records one graph per choice).
+int balanced_decode_ctas(int head_dim, int num_sms);
+bool balanced_decode_pays(const AttentionPlan& split_plan, const AttentionShape& shape, int num_sms, bool per_head);
 
 // Splits for a ragged launch whose split map balances the groups (non-uniform budgets): as many
 // as keep the grid within ONE wave of resident CTAs (floor(resident CTAs / (tiles x KV heads)),
@@ -152,7 +170,8 @@ constexpr int kFusedMergeMinSplits = 16;
 long long split_counter_count(const AttentionShape& shape);
 
 // Workspace for the split-K partials: num_splits * num_tokens * num_heads * (head_dim + 1) floats
-// (0 when num_splits == 1).
+// (0 when num_splits == 1); with a balanced plan (stream_ctas > 0) at least
+// (num_seqs * num_kv_heads + stream_ctas) * group rows of head_dim + 1 floats.
 size_t paged_attention_workspace_bytes(const AttentionPlan& plan, const AttentionShape& shape);
 
 // Enqueues the attention (and the merge pass when plan.num_splits > 1). Returns
