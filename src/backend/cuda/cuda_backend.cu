@@ -1350,6 +1350,7 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, La
                         balanced_decode_pays(plan_paged_attention(shape, max_kv_len, num_sms_), shape, num_sms_,
                                              !ragged_.empty());
   plan.stream_ctas = balanced ? balanced_decode_ctas(c.head_dim, num_sms_) : 0;
+  if (balanced) ++num_balanced_attention_steps_;
   ORIGAMI_RETURN_IF_ERROR(ensure_attention_workspace(paged_attention_workspace_bytes(plan, shape)));
   const int uniform_splits = uniform.num_splits;
   // Tensor parallelism: a step whose rows all decode greedily, with no logit adjustments or

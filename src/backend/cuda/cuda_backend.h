@@ -104,6 +104,8 @@ class CudaBackend : public Backend {
 
   // Steps that replayed a graph, and graphs captured so far (for tests and metrics).
   int64_t num_graph_steps() const { return num_graph_steps_; }
+  // Steps whose decode attention ran the balanced FP8 kernel (BackendOptions::balanced_attention).
+  int64_t num_balanced_attention_steps() const { return num_balanced_attention_steps_; }
   // Steps whose inputs went over the copy stream while the step before ran (StepInputUpload).
   int64_t num_staged_uploads() const { return input_upload_.num_staged_uploads(); }
   int num_graphs() const { return graphs_.num_graphs(); }
@@ -369,6 +371,7 @@ class CudaBackend : public Backend {
   CudaGraphRunner graphs_;
   int graph_max_kv_len_ = 0;
   int64_t num_graph_steps_ = 0;
+  int64_t num_balanced_attention_steps_ = 0;
 };
 
 }  // namespace origami::cuda
