@@ -13,7 +13,6 @@
 #include <random>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_backend_factory.h"
 #include "cuda_test_util.h"
 
 namespace origami::cuda {
@@ -26,19 +25,11 @@ std::unique_ptr<Backend> make(const testing::Model& m, bool kv_fp8, bool balance
   opt.device = "cuda";
   opt.enable_cuda_graphs = graphs;
   opt.balanced_attention = balanced;
-  auto r = create_cuda_backend(opt);
-  EXPECT_TRUE(r.has_value()) << r.status().to_string();
-  if (!r.has_value()) return nullptr;
-  std::unique_ptr<Backend> b = std::move(r).value();
-  Status st = b->load(m.config, m.weights);
-  EXPECT_TRUE(st.is_ok()) << st.to_string();
   const int blocks = 1 + kSeqs * ((kPromptLen + kSteps) / kBlockSize + 1);
   KVLayout layout = KVLayout::full(m.config.num_layers, m.config.num_kv_heads, m.config.head_dim, kBlockSize, blocks,
                                    DType::kBF16);
   layout.fp8 = kv_fp8;
-  st = b->allocate_kv_cache(layout);
-  EXPECT_TRUE(st.is_ok()) << st.to_string();
-  return b;
+  return testing::make_cuda_backend(m, opt, layout);
 }
 
 std::vector<std::vector<int32_t>> random_prompts() {

@@ -174,16 +174,8 @@ std::unique_ptr<Backend> make(const testing::Model& m, bool fp8, bool fused, boo
   opt.enable_cuda_graphs = graphs;
   if (fp8) opt.quantization = WeightQuantization::kFp8;
   opt.fuse_fp8_quantize = fused;
-  auto r = create_cuda_backend(opt);
-  EXPECT_TRUE(r.has_value()) << r.status().to_string();
-  if (!r.has_value()) return nullptr;
-  std::unique_ptr<Backend> b = std::move(r).value();
-  Status st = b->load(m.config, m.weights);
-  EXPECT_TRUE(st.is_ok()) << st.to_string();
-  st = b->allocate_kv_cache(KVLayout::full(m.config.num_layers, m.config.num_kv_heads, m.config.head_dim, kBlockSize,
-                                           kNumBlocks, DType::kBF16));
-  EXPECT_TRUE(st.is_ok()) << st.to_string();
-  return b;
+  return testing::make_cuda_backend(m, opt, KVLayout::full(m.config.num_layers, m.config.num_kv_heads,
+                                                           m.config.head_dim, kBlockSize, kNumBlocks, DType::kBF16));
 }
 
 std::vector<int32_t> token_ids(size_t count, int vocab, int salt) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend_factory.h"
 #include "backend/cuda/cuda_check.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -41,6 +42,20 @@ inline Model load_model(const std::string& dir) {
   EXPECT_TRUE(weights.has_value()) << weights.status().to_string();
   if (weights.has_value()) m.weights = std::move(weights).value();
   return m;
+}
+
+// A CUDA backend made with `opt`, the model loaded and `layout`'s KV cache allocated; a failure
+// fails the test (null when the backend cannot be made).
+inline std::unique_ptr<Backend> make_cuda_backend(const Model& m, const BackendOptions& opt, const KVLayout& layout) {
+  auto r = create_cuda_backend(opt);
+  EXPECT_TRUE(r.has_value()) << r.status().to_string();
+  if (!r.has_value()) return nullptr;
+  std::unique_ptr<Backend> b = std::move(r).value();
+  Status st = b->load(m.config, m.weights);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  st = b->allocate_kv_cache(layout);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  return b;
 }
 
 // Sizes a test sweeps: `full` normally, `small` when ORIGAMI_GPU_TEST_SIZES=small. The
