@@ -4,6 +4,7 @@
 #include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/pointer_alignment.h"
 #include "backend/cuda/programmatic_launch.h"
 #include "core/check.h"
 
@@ -128,8 +129,7 @@ __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const uint8_t* __res
 }  // namespace
 
 bool fp8_gemv_supported(int m, int k, const void* x, const void* w) {
-  return m >= 1 && m <= kFp8GemvMaxRows && k > 0 && k % kChunk == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  return m >= 1 && m <= kFp8GemvMaxRows && k > 0 && k % kChunk == 0 && aligned_to(x, 16) && aligned_to(w, 16);
 }
 
 void launch_fp8_gemv(const uint8_t* x, const float* x_scales, int m, int k, const uint8_t* w, const float* w_scales,

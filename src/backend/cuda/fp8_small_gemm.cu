@@ -1,6 +1,7 @@
 #include "backend/cuda/fp8_small_gemm.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/pointer_alignment.h"
 #include "core/check.h"
 
 namespace origami::cuda {
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(kThreads) fp8_small_gemm_kernel(const uint8_t*
 
 bool fp8_small_gemm_supported(int m, int k, const void* x, const void* w) {
   return m >= 1 && m <= kFp8SmallGemmMaxRows && k > 0 && k % kChunkBytes == 0 &&
-         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+         aligned_to(x, 16) && aligned_to(w, 16);
 }
 
 void launch_fp8_small_gemm(const uint8_t* x, const float* x_scales, int m, int k, const uint8_t* w,

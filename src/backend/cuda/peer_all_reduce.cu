@@ -5,6 +5,7 @@
 
 #include "backend/cuda/block_reduce.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/pointer_alignment.h"
 #include "backend/cuda/programmatic_launch.h"
 #include "core/check.h"
 
@@ -317,8 +318,7 @@ Status PeerAllReduce::connect() {
 void PeerAllReduce::reduce_add_rmsnorm(float* residual, const bf16* weight, float eps, int num_tokens, bf16* out,
                                        cudaStream_t stream) {
   ORIGAMI_CHECK(covers(num_tokens));
-  ORIGAMI_CHECK((reinterpret_cast<uintptr_t>(weight) & 15u) == 0 && (reinterpret_cast<uintptr_t>(out) & 15u) == 0 &&
-                (reinterpret_cast<uintptr_t>(residual) & 15u) == 0);
+  ORIGAMI_CHECK(aligned_to(weight, 16) && aligned_to(out, 16) && aligned_to(residual, 16));
   ReduceRows rows;
   rows.size = group_->size;
   rows.residual = residual;
