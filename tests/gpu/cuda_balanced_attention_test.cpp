@@ -94,7 +94,11 @@ Decoded decode(Backend& backend, const std::vector<std::vector<int32_t>>& prompt
   return d;
 }
 
-int64_t balanced_steps(Backend& b) { return static_cast<CudaBackend&>(b).num_balanced_attention_steps(); }
+int64_t balanced_steps(Backend& b) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&b);
+  EXPECT_NE(cuda, nullptr) << "not the CUDA backend";
+  return cuda != nullptr ? cuda->num_balanced_attention_steps() : -1;
+}
 
 TEST(BalancedAttention, DecodeFollowsTheSplitKernel) {
   const testing::Model m = testing::load_model(testing::shared_dir() + "/models/origami-tiny-qwen3");
