@@ -66,18 +66,12 @@ Decoded decode(Backend& backend, const std::vector<std::vector<int32_t>>& prompt
     for (size_t s = 0; s < prompts.size(); ++s) {
       SequenceInput in;
       in.request_id = s;
-      in.query_start = static_cast<int>(batch.token_ids.size());
-      in.num_query_tokens = static_cast<int>(feed[s].size());
       in.start_position = cached[s];
       in.num_cached_entries = cached[s];
       in.block_table = &tables[s];
       in.logits_mode = step > 0 && forced != nullptr ? LogitsMode::kAll : LogitsMode::kLast;
       in.sampling = &greedy;
-      for (size_t j = 0; j < feed[s].size(); ++j) {
-        batch.token_ids.push_back(feed[s][j]);
-        batch.positions.push_back(cached[s] + static_cast<int32_t>(j));
-      }
-      batch.sequences.push_back(in);
+      testing::append_sequence(batch, in, feed[s].data(), static_cast<int>(feed[s].size()));
     }
     StepOutput o;
     const Status st = backend.execute(batch, &o);

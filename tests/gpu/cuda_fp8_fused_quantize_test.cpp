@@ -213,24 +213,16 @@ DecodeRecord forced_decode(Backend& backend, const std::vector<std::vector<int32
       const int cached = step == 0 ? 0 : static_cast<int>(prompts[s].size()) + step - 1;
       SequenceInput in;
       in.request_id = s;
-      in.query_start = static_cast<int>(batch.token_ids.size());
-      in.num_query_tokens = step == 0 ? static_cast<int>(prompts[s].size()) : 1;
       in.start_position = cached;
       in.num_cached_entries = cached;
       in.block_table = &tables[s];
       in.sampling = &greedy;
       in.logprob_token = forced[s][step];
       in.num_top_logprobs = 5;
-      if (step == 0) {
-        for (size_t j = 0; j < prompts[s].size(); ++j) {
-          batch.token_ids.push_back(prompts[s][j]);
-          batch.positions.push_back(static_cast<int32_t>(j));
-        }
-      } else {
-        batch.token_ids.push_back(forced[s][step - 1]);
-        batch.positions.push_back(cached);
-      }
-      batch.sequences.push_back(in);
+      if (step == 0)
+        testing::append_sequence(batch, in, prompts[s].data(), static_cast<int>(prompts[s].size()));
+      else
+        testing::append_sequence(batch, in, &forced[s][step - 1], 1);
     }
     StepOutput out;
     const Status st = backend.execute(batch, &out);

@@ -251,18 +251,13 @@ std::vector<std::vector<int32_t>> greedy(Backend& backend, const std::vector<std
     for (size_t s = 0; s < prompts.size(); ++s) {
       SequenceInput in;
       in.request_id = s;
-      in.query_start = static_cast<int>(batch.token_ids.size());
-      in.num_query_tokens = static_cast<int>(tokens[s].size()) - computed[s];
       in.start_position = computed[s];
       in.num_cached_entries = computed[s];
       in.block_table = &tables[s];
       in.logits_mode = LogitsMode::kLast;
       in.sampling = &sp;
-      for (int j = computed[s]; j < static_cast<int>(tokens[s].size()); ++j) {
-        batch.token_ids.push_back(tokens[s][j]);
-        batch.positions.push_back(j);
-      }
-      batch.sequences.push_back(in);
+      testing::append_sequence(batch, in, tokens[s].data() + computed[s],
+                               static_cast<int>(tokens[s].size()) - computed[s]);
     }
     StepOutput o;
     const Status st = backend.execute(batch, &o);

@@ -58,6 +58,18 @@ inline std::unique_ptr<Backend> make_cuda_backend(const Model& m, const BackendO
   return b;
 }
 
+// Adds one sequence to a step's `batch`: `in`, with its query start and new-token count set here,
+// and its `count` new tokens at positions in.start_position on.
+inline void append_sequence(ForwardBatch& batch, SequenceInput in, const int32_t* tokens, int count) {
+  in.query_start = static_cast<int>(batch.token_ids.size());
+  in.num_query_tokens = count;
+  for (int j = 0; j < count; ++j) {
+    batch.token_ids.push_back(tokens[j]);
+    batch.positions.push_back(in.start_position + j);
+  }
+  batch.sequences.push_back(in);
+}
+
 // Sizes a test sweeps: `full` normally, `small` when ORIGAMI_GPU_TEST_SIZES=small. The
 // compute-sanitizer tools (racecheck above all) run kernels 100-1000x slower; the small set keeps
 // every code path (one block and several, one tile and several) at sizes they finish.

@@ -921,7 +921,6 @@ __device__ __forceinline__ bool next_segment(const AttentionArgs& a, SegmentCurs
     s.slot = s.unit + static_cast<int>(blockIdx.x);
     s.first_slot = s.unit + first_cta;
     s.num_segments = last_cta - first_cta + 1;
-    s.active_splits = s.num_segments;
     return true;
   }
   return false;
