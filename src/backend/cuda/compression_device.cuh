@@ -179,6 +179,46 @@ __device__ __forceinline__ float halfwarp_sum(float v) {
   return v;
 }
 
+// One tile_dots tile folded into the running softmax statistics of the thread's four query rows
+// (rows ty + 16 i; m: max logit, s: sum of exp(logit - m)): entry e0 + tx + 16 j counts for row i
+// where sees(i, e) holds, its logit acc[i][j] * scale. Every lane of the warp must call it.
+template <typename Sees>
+__device__ __forceinline__ void fold_softmax_tile(const float (&acc)[4][4], int e0, float scale, Sees sees,
+                                                  float (&m)[4], float (&s)[4]) {
+  const int tx = threadIdx.x & 15;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float lg[4], mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int e = e0 + tx + 16 * j;
+      lg[j] = sees(i, e) ? acc[i][j] * scale : -INFINITY;
+      mx = fmaxf(mx, lg[j]);
+    }
+    mx = halfwarp_max(mx);
+    const float new_m = fmaxf(m[i], mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sum += lg[j] == -INFINITY ? 0.0f : expf(lg[j] - new_m);
+    sum = halfwarp_sum(sum);
+    const float keep_old = m[i] == -INFINITY ? 0.0f : expf(m[i] - new_m);
+    s[i] = s[i] * keep_old + sum;
+    m[i] = new_m;
+  }
+}
+
+// The statistics of the thread's rows q0 + ty + 16 i below q1 into lse (one lane of each 16).
+__device__ __forceinline__ void store_softmax_stats(float2* lse, int q0, int q1, const float (&m)[4],
+                                                    const float (&s)[4]) {
+  const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+  if (tx != 0) return;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int qr = q0 + ty + 16 * i;
+    if (qr < q1) lse[qr] = make_float2(m[i], s[i]);
+  }
+}
+
 struct RowInfo {
   int job, lh, layer, head;  // layer: index inside the group
 };

@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kThreads) attn_lse_kernel(const GroupArgs a) {
   const int q0 = blockIdx.y * qpt;
   if (q0 >= wg) return;
   const int q1 = min(q0 + qpt, wg);
-  const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
+  const int t = threadIdx.x, lr = t >> 2, ty = t >> 4;
   const bf16* q_layer = a.q + ri.layer * a.q_layer_pitch;
   const KvLayer k_layer = key_layer(a, ri.layer);
   const int32_t* table = a.pages + jd.src_page0;
@@ -60,34 +60,9 @@ __global__ void __launch_bounds__(kThreads) attn_lse_kernel(const GroupArgs a) {
     const KvRow b_row = e0 + lr < jd.n ? key_row(a, k_layer, table, e0 + lr, ri.head) : KvRow{};
     float acc[4][4];
     tile_dots(a_row, b_row, a.head_dim, sm, acc);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float lg[4], mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int e = e0 + tx + 16 * j;
-        lg[j] = e <= limit[i] ? acc[i][j] * a.scale : -INFINITY;
-        mx = fmaxf(mx, lg[j]);
-      }
-      mx = halfwarp_max(mx);
-      const float new_m = fmaxf(m[i], mx);
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) sum += lg[j] == -INFINITY ? 0.0f : expf(lg[j] - new_m);
-      sum = halfwarp_sum(sum);
-      const float keep_old = m[i] == -INFINITY ? 0.0f : expf(m[i] - new_m);
-      s[i] = s[i] * keep_old + sum;
-      m[i] = new_m;
-    }
+    fold_softmax_tile(acc, e0, a.scale, [&](int i, int e) { return e <= limit[i]; }, m, s);  // causal
   }
-  if (tx == 0) {
-    float2* lse = a.lse + jd.lse0 + static_cast<size_t>(ri.lh) * wg;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int qr = q0 + ty + 16 * i;
-      if (qr < q1) lse[qr] = make_float2(m[i], s[i]);
-    }
-  }
+  store_softmax_stats(a.lse + jd.lse0 + static_cast<size_t>(ri.lh) * wg, q0, q1, m, s);
 }
 
 // Pass 2. Grid (64-entry chunk, layer/head of the group). p = softmax probability of every

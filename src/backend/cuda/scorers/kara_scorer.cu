@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kThreads) kara_lse_kernel(const GroupArgs a) {
   const int q0 = blockIdx.y * qpt;
   if (q0 >= wg) return;
   const int q1 = min(q0 + qpt, wg);
-  const int t = threadIdx.x, lr = t >> 2, ty = t >> 4, tx = t & 15;
+  const int lr = threadIdx.x >> 2;
   const int start = jd.n - jd.window, m = jd.kara_region;
   const bf16* q_layer = a.q + ri.layer * a.q_layer_pitch;
   const KvLayer k_layer = key_layer(a, ri.layer);
@@ -51,34 +51,9 @@ __global__ void __launch_bounds__(kThreads) kara_lse_kernel(const GroupArgs a) {
     const KvRow b_row = e0 + lr < m ? key_row(a, k_layer, table, start + e0 + lr, ri.head) : KvRow{};
     float acc[4][4];
     tile_dots(a_row, b_row, a.head_dim, sm, acc);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float lg[4], mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int e = e0 + tx + 16 * j;
-        lg[j] = e < m ? acc[i][j] * a.scale : -INFINITY;
-        mx = fmaxf(mx, lg[j]);
-      }
-      mx = halfwarp_max(mx);
-      const float new_m = fmaxf(mx_run[i], mx);
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) sum += lg[j] == -INFINITY ? 0.0f : expf(lg[j] - new_m);
-      sum = halfwarp_sum(sum);
-      const float keep_old = mx_run[i] == -INFINITY ? 0.0f : expf(mx_run[i] - new_m);
-      s[i] = s[i] * keep_old + sum;
-      mx_run[i] = new_m;
-    }
+    fold_softmax_tile(acc, e0, a.scale, [&](int, int e) { return e < m; }, mx_run, s);  // no causal mask
   }
-  if (tx == 0) {
-    float2* lse = a.lse + jd.lse0 + static_cast<size_t>(ri.lh) * wg;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int qr = q0 + ty + 16 * i;
-      if (qr < q1) lse[qr] = make_float2(mx_run[i], s[i]);
-    }
-  }
+  store_softmax_stats(a.lse + jd.lse0 + static_cast<size_t>(ri.lh) * wg, q0, q1, mx_run, s);
 }
 
 // Pass 2. Grid (64-entry chunk of the job's entries, layer/head of the group): A of the chunk's
