@@ -170,7 +170,8 @@ int main(int argc, char** argv) {
         if (items >= 0) plan.items_per_cta = items;  // --items: the FP8 decode kernel's items per CTA
         if (balanced != 1) plan.stream_ctas = balanced;  // --balanced
         if (unit_cost >= 0) plan.stream_unit_cost = unit_cost;
-        const int ctas = fp8 && rows == 16 && plan.items_per_cta > 0 ? plan.stream_ctas : 0;        const size_t ws_bytes = paged_attention_workspace_bytes(plan, args.shape);
+        const int ctas = fp8 && rows == 16 && plan.items_per_cta > 0 ? plan.stream_ctas : 0;
+        const size_t ws_bytes = paged_attention_workspace_bytes(plan, args.shape);
         void* ws = nullptr;
         if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
         auto body = [&](int i) {

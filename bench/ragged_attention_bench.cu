@@ -82,8 +82,6 @@ LayerInputs make_inputs(const std::vector<int>& lens, int batch, int pool_pages,
   return {upload(indptr), upload(pages), upload(kv_len)};
 }
 
-// One decode step's attention arguments over `batch` sequences (one query token each) at the
-// Qwen3-8B attention shape; q_indptr uploaded (the caller frees base.q_indptr).
 // The planner's plan, without the balanced FP8 decode kernel under ORIGAMI_BENCH_BALANCED=0 (the
 // streamed kernel's splits, to compare; the launches pass split counters, which it needs).
 bool balanced_off() {
@@ -95,8 +93,9 @@ AttentionPlan with_balanced(AttentionPlan plan) {
   return plan;
 }
 
-// Split arrival counters for the fused merge (AttentionArgs::split_counters): one zeroed buffer for the largest shape so far (launches leave it zero), or null
-// with ORIGAMI_BENCH_FUSED_MERGE=0 (the merge kernel, to compare).
+// Split arrival counters for the fused merge (AttentionArgs::split_counters): one zeroed buffer for
+// the largest shape so far (launches leave it zero), or null with ORIGAMI_BENCH_FUSED_MERGE=0 (the
+// merge kernel, to compare).
 int32_t* split_counters_for(const AttentionShape& shape) {
   static int32_t* counters = nullptr;
   static long long capacity = 0;
@@ -112,6 +111,8 @@ int32_t* split_counters_for(const AttentionShape& shape) {
   return counters;
 }
 
+// One decode step's attention arguments over `batch` sequences (one query token each) at the
+// Qwen3-8B attention shape; q_indptr uploaded (the caller frees base.q_indptr).
 AttentionArgs decode_args(int batch, int block, __nv_bfloat16* q, __nv_bfloat16* out) {
   std::vector<int32_t> q_indptr(batch + 1);
   std::iota(q_indptr.begin(), q_indptr.end(), 0);
