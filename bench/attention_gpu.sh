@@ -7,7 +7,7 @@ OUT=${OUT:-/tmp}
 B=/tmp/cuattn && mkdir -p $B
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv
 nvcc --version | tail -1; ls /usr/include/CLI/CLI.hpp 2>&1; cmake --version | head -1
-SRC="src/backend/cuda/paged_attention.cu src/backend/cuda/kv_cache_write.cu"
+SRC="src/backend/cuda/paged_attention.cu src/backend/cuda/kv_cache_write.cu src/backend/cuda/programmatic_launch.cpp"
 nvcc -std=c++20 -O2 -arch=sm_90 -lineinfo -Isrc -x cu tests/gpu/attention_paged_test.cpp $SRC \
   -lgtest -lgtest_main -Xcompiler -fopenmp -o $B/attention_paged_test 2>&1 | tee $OUT/build.log &
 nvcc -std=c++20 -O3 -arch=sm_90 -lineinfo -Isrc bench/attention_bench.cu $SRC -o $B/attention_bench 2>&1 | tee -a $OUT/build.log

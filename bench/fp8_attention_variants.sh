@@ -24,24 +24,26 @@ if [ -n "${CMAKE_TESTS:-}" ]; then
   CMAKE_PID=$!
 fi
 SHAPES="--rows 16 --blocks 16,256 --batches 64,256,1024 --contexts 640,1024,4096 --no-prefill"
+# What paged_attention.cu links against beside itself (its programmatic launches).
+KERNEL_DEPS="src/backend/cuda/programmatic_launch.cpp"
 for v in "$@"; do
   IFS='|' read -r name flags _ <<< "$v"
   src=src/backend/cuda/paged_attention.cu
   [[ "$flags" == *-Iorig* ]] && src=orig/paged_attention.cu
-  ( nvcc -std=c++20 -O3 -arch=sm_90 -lineinfo -Isrc $flags bench/attention_bench.cu $src \
+  ( nvcc -std=c++20 -O3 -arch=sm_90 -lineinfo -Isrc $flags bench/attention_bench.cu $src $KERNEL_DEPS \
       -Xptxas -v -o $B/$name > $B/build_$name.log 2>&1 || echo "BUILD FAILED $name" ) &
   if [[ " ${RAGGED:-} " == *" $name "* ]]; then
-    ( nvcc -std=c++20 -O3 -arch=sm_90 -Isrc $flags bench/ragged_attention_bench.cu $src src/backend/cuda/ragged_heads.cpp \
+    ( nvcc -std=c++20 -O3 -arch=sm_90 -Isrc $flags bench/ragged_attention_bench.cu $src $KERNEL_DEPS src/backend/cuda/ragged_heads.cpp \
         src/kv/kv_layout.cpp src/kv/head_grouping.cpp src/kv/head_budgets.cpp src/kv/split_map.cpp src/core/dtype.cpp \
         src/core/status.cpp src/core/file_io.cpp src/core/json_parse.cpp -o $B/ragged_$name > $B/build_ragged_$name.log 2>&1 || { echo "RAGGED BUILD FAILED $name"; tail -5 $B/build_ragged_$name.log; } ) &
   fi
 done
 if [ -n "${TEST:-}" ]; then
   ( nvcc -std=c++20 -O2 -arch=sm_90 -lineinfo -Isrc $GT -x cu tests/gpu/attention_paged_test.cpp \
-      src/backend/cuda/paged_attention.cu src/backend/cuda/kv_cache_write.cu -lgtest -lgtest_main -Xcompiler -fopenmp \
+      src/backend/cuda/paged_attention.cu src/backend/cuda/kv_cache_write.cu $KERNEL_DEPS -lgtest -lgtest_main -Xcompiler -fopenmp \
       -o $B/attention_paged_test > $B/build_test.log 2>&1 || { echo "TEST BUILD FAILED"; tail -20 $B/build_test.log; } ) &
   ( nvcc -std=c++20 -O2 -arch=sm_90 -Isrc $GT -DORIGAMI_SHARED_DIR='"/tmp"' tests/gpu/attention_ragged_test.cpp \
-      src/backend/cuda/paged_attention.cu src/backend/cuda/kv_cache_write.cu src/backend/cuda/ragged_heads.cpp \
+      src/backend/cuda/paged_attention.cu src/backend/cuda/kv_cache_write.cu $KERNEL_DEPS src/backend/cuda/ragged_heads.cpp \
       src/kv/kv_layout.cpp src/kv/head_grouping.cpp src/kv/split_map.cpp src/core/dtype.cpp src/core/status.cpp \
       -lgtest -lgtest_main -o $B/attention_ragged_test > $B/build_rtest.log 2>&1 || { echo "RAGGED TEST BUILD FAILED"; tail -20 $B/build_rtest.log; } ) &
 fi
