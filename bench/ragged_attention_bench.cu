@@ -457,9 +457,8 @@ int per_head_table(int sms, double copy_gbs, bool fp8_only) {
             if (forced_splits > 0) uniform = with_kv_splits(uniform, plan_len, forced_splits);
             // The balanced kernel as the backend decides it for per-head tables: at the step's
             // longest head (max_len), whatever length the graph was planned for.
-            const bool balanced = !balanced_off() && forced_splits == 0 &&
-                                  balanced_decode_pays(plan_paged_attention(base.shape, max_len, sms), base.shape, sms, true);
-            uniform.stream_ctas = balanced ? balanced_decode_ctas(kD, sms) : 0;
+            uniform.stream_ctas =
+                !balanced_off() && forced_splits == 0 ? balanced_step_ctas(base.shape, max_len, sms, true) : 0;
             const bool map = !tables.uniform_budgets() && tables.use_split_map(uniform.num_splits, plan_len);
             const AttentionPlan plan = ragged_plan(uniform, tables.layer(0, uniform.num_splits, page_elems, map));
             *used = plan;

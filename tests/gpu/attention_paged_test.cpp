@@ -359,7 +359,9 @@ void check_balanced(const std::vector<SeqSpec>& seqs, int num_kv_heads, int grou
                   block_size, ctas, unit_cost, err, got == whole ? "(= single split)" : "");
       EXPECT_LT(err, 1e-2) << "balanced, D=" << head_dim << " group=" << group << " block=" << block_size
                            << " ctas=" << ctas << " unit cost " << unit_cost;
-      if (ctas == 1) EXPECT_TRUE(got == whole) << "one balanced CTA differs from the single-split plan";
+      if (ctas == 1) {
+        EXPECT_TRUE(got == whole) << "one balanced CTA differs from the single-split plan";
+      }
     }
 }
 
@@ -392,7 +394,9 @@ TEST(PagedAttention, BalancedKernelWhereItMeasuredFaster) {
     EXPECT_EQ(balanced_decode_pays(plan, shape, num_sms(), t.per_head), t.balanced)
         << "batch " << t.batch << " x " << t.context << (t.per_head ? " per head" : "") << ": splits "
         << plan.num_splits << " of " << plan.kv_chunk_size;
-    if (!t.per_head) EXPECT_EQ(plan.stream_ctas > 0, t.balanced) << "the planner applies the rule";
+    if (!t.per_head) {
+      EXPECT_EQ(plan.stream_ctas > 0, t.balanced) << "the planner applies the rule";
+    }
   }
   // Prefill and mixed batches never: the streamed kernels serve decode only.
   const AttentionShape prefill{4, 512, 32, 8, 128, 32};

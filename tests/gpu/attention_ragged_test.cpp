@@ -163,10 +163,7 @@ std::vector<double> reference(const RaggedCase& c) {
   return out;
 }
 
-// items_per_cta >= 0 overrides the plan's (the FP8 decode kernel's work items per CTA).
-// stream_ctas > 0: the launches with split counters run the balanced FP8 decode kernel on that many
-// CTAs (AttentionPlan::stream_ctas; FP8 decode batches), checked against the reference rather than
-// bit for bit against the split launch; 0: off, as every other plan here.
+// Relative L2 error of a bf16 output against the fp64 reference; infinity for a non-finite element.
 double rel_error(const std::vector<uint16_t>& got, const std::vector<double>& ref) {
   double num = 0, den = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -178,6 +175,10 @@ double rel_error(const std::vector<uint16_t>& got, const std::vector<double>& re
   return std::sqrt(num / den);
 }
 
+// items_per_cta >= 0 overrides the plan's (the FP8 decode kernel's work items per CTA).
+// stream_ctas > 0: the launches with split counters run the balanced FP8 decode kernel on that many
+// CTAs (AttentionPlan::stream_ctas; FP8 decode batches), checked against the reference rather than
+// bit for bit against the split launch; 0: off, as every other plan here.
 double run_ragged(const RaggedCase& c, const RaggedHeadTables& tables, int uniform_splits,
                   const std::vector<double>& ref, bool split_map = true, int items_per_cta = -1, int stream_ctas = 0) {
   const int S = static_cast<int>(c.q_len.size());
@@ -212,7 +213,9 @@ double run_ragged(const RaggedCase& c, const RaggedHeadTables& tables, int unifo
   const size_t ws_bytes = paged_attention_workspace_bytes(plan, a.shape);
   DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 1));
   EXPECT_EQ(cudaMemset(out.get(), 0xff, ref.size() * 2), cudaSuccess);  // NaN poison
-  if (ws_bytes) EXPECT_EQ(cudaMemset(ws.get(), 0xff, ws_bytes), cudaSuccess);
+  if (ws_bytes) {
+    EXPECT_EQ(cudaMemset(ws.get(), 0xff, ws_bytes), cudaSuccess);
+  }
   EXPECT_EQ(paged_attention(a, plan, ws.get(), ws_bytes, nullptr), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<uint16_t> got = out.download();
@@ -224,7 +227,9 @@ double run_ragged(const RaggedCase& c, const RaggedHeadTables& tables, int unifo
   double worst = rel_error(got, ref);
   for (int launch = 0; launch < 2; ++launch) {
     EXPECT_EQ(cudaMemset(out.get(), 0xff, ref.size() * 2), cudaSuccess);
-    if (ws_bytes) EXPECT_EQ(cudaMemset(ws.get(), 0xff, ws_bytes), cudaSuccess);
+    if (ws_bytes) {
+      EXPECT_EQ(cudaMemset(ws.get(), 0xff, ws_bytes), cudaSuccess);
+    }
     EXPECT_EQ(paged_attention(a, plan, ws.get(), ws_bytes, nullptr), cudaSuccess);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<uint16_t> merged = out.download();

@@ -1346,10 +1346,10 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, La
   // The balanced FP8 decode kernel where it beats the splits at this step's own lengths (a graph's
   // plan is made for its capture length; the choice is recorded as a graph variant). It merges
   // through the split counters: it needs both options.
-  const bool balanced = kv_fp8_ && options_.balanced_attention && options_.fused_attention_merge &&
-                        balanced_decode_pays(plan_paged_attention(shape, max_kv_len, num_sms_), shape, num_sms_,
-                                             !ragged_.empty());
-  plan.stream_ctas = balanced ? balanced_decode_ctas(c.head_dim, num_sms_) : 0;
+  plan.stream_ctas = kv_fp8_ && options_.balanced_attention && options_.fused_attention_merge
+                         ? balanced_step_ctas(shape, max_kv_len, num_sms_, !ragged_.empty())
+                         : 0;
+  const bool balanced = plan.stream_ctas > 0;
   if (balanced) ++num_balanced_attention_steps_;
   ORIGAMI_RETURN_IF_ERROR(ensure_attention_workspace(paged_attention_workspace_bytes(plan, shape)));
   const int uniform_splits = uniform.num_splits;

@@ -1410,21 +1410,28 @@ cudaError_t launch_fp8_balanced(const AttentionArgs& args, const AttentionPlan& 
                              StreamGeom<D>::kSmemBytes, stream, p, 0, plan.stream_ctas);
 }
 
-// Resident CTAs per SM of the balanced kernel (its grid is one wave of them), once per head_dim.
+// Resident CTAs per SM of `kernel` (kThreads threads, `smem` bytes of dynamic shared memory, its
+// limit raised by `raise_limit` first), queried once into `cache`; `fallback` where the query fails.
+template <typename Kernel>
+int resident_ctas_once(std::atomic<int>& cache, cudaError_t (*raise_limit)(), Kernel kernel, int smem, int fallback) {
+  if (const int v = cache.load(std::memory_order_acquire); v > 0) return v;
+  int n = 0;
+  if (raise_limit() != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem) != cudaSuccess || n < 1) {
+    cudaGetLastError();
+    return fallback;
+  }
+  cache.store(n, std::memory_order_release);
+  return n;
+}
+
+// Resident CTAs per SM of the balanced kernel (its grid is one wave of them), once per head_dim;
+// where the query fails, what its launch bounds ask for.
 template <int D>
 int balanced_ctas_per_sm() {
   static std::atomic<int> cached{0};
-  if (const int v = cached.load(std::memory_order_acquire); v > 0) return v;
-  int n = 0;
-  if (ensure_stream_smem_limit<D, true>() != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_decode_fp8_stream_kernel<D, true>, kThreads,
-                                                    StreamGeom<D>::kSmemBytes) != cudaSuccess ||
-      n < 1) {
-    cudaGetLastError();
-    return kStreamMinBlocks;  // what its launch bounds ask for
-  }
-  cached.store(n, std::memory_order_release);
-  return n;
+  return resident_ctas_once(cached, ensure_stream_smem_limit<D, true>, paged_decode_fp8_stream_kernel<D, true>,
+                            StreamGeom<D>::kSmemBytes, kStreamMinBlocks);
 }
 
 template <int D, bool kFp8, bool kNarrow>
@@ -1497,31 +1504,23 @@ bool balanced_decode_pays(const AttentionPlan& split_plan, const AttentionShape&
   return per_head || split_plan.kv_chunk_size <= kBalancedMaxChunk;
 }
 
+int balanced_step_ctas(const AttentionShape& shape, int max_kv_len, int num_sms, bool per_head) {
+  return balanced_decode_pays(plan_paged_attention(shape, max_kv_len, num_sms), shape, num_sms, per_head)
+             ? balanced_decode_ctas(shape.head_dim, num_sms)
+             : 0;
+}
+
 namespace {
 
-// Resident CTAs per SM of the attention kernel (shared memory bounds it), once per head_dim.
-int resident_ctas_per_sm(int head_dim) {
-  static std::atomic<int> cached[2] = {0, 0};
-  std::atomic<int>& slot = cached[head_dim == 64 ? 0 : 1];
-  if (const int v = slot.load(std::memory_order_acquire); v > 0) return v;
-  int n = 0;
-  const cudaError_t err =
-      head_dim == 64
-          ? (ensure_smem_limit<64, false, false>() == cudaSuccess
-                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<64, false, false>, kThreads,
-                                                                 TileGeom<64, false, false>::kSmemBytes)
-                 : cudaErrorInvalidValue)
-          : (ensure_smem_limit<128, false, false>() == cudaSuccess
-                 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_kernel<128, false, false>, kThreads,
-                                                                 TileGeom<128, false, false>::kSmemBytes)
-                 : cudaErrorInvalidValue);
-  if (err != cudaSuccess || n < 1) {
-    cudaGetLastError();
-    return 2;  // what 87 KB (D 128) per CTA allows on an H100
-  }
-  slot.store(n, std::memory_order_release);
-  return n;
+// Resident CTAs per SM of the attention kernel (shared memory bounds it), once per head_dim; where
+// the query fails, what 87 KB (D 128) per CTA allows on an H100.
+template <int D>
+int resident_ctas_per_sm() {
+  static std::atomic<int> cached{0};
+  return resident_ctas_once(cached, ensure_smem_limit<D, false, false>, paged_attention_kernel<D, false, false>,
+                            TileGeom<D, false, false>::kSmemBytes, 2);
 }
+int resident_ctas_per_sm(int head_dim) { return head_dim == 64 ? resident_ctas_per_sm<64>() : resident_ctas_per_sm<128>(); }
 
 }  // namespace
 

@@ -134,6 +134,9 @@ AttentionPlan plan_paged_attention(const AttentionShape& shape, int max_kv_len, 
 // must decide with the step's own (the backend records one graph per choice).
 int balanced_decode_ctas(int head_dim, int num_sms);
 bool balanced_decode_pays(const AttentionPlan& split_plan, const AttentionShape& shape, int num_sms, bool per_head);
+// A decode step's AttentionPlan::stream_ctas at its own longest KV length: balanced_decode_ctas where
+// balanced_decode_pays for plan_paged_attention's plan at that length, else 0.
+int balanced_step_ctas(const AttentionShape& shape, int max_kv_len, int num_sms, bool per_head);
 
 // Splits for a ragged launch whose split map balances the groups (non-uniform budgets): as many
 // as keep the grid within ONE wave of resident CTAs (floor(resident CTAs / (tiles x KV heads)),
