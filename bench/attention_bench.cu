@@ -3,15 +3,19 @@
 // cache and both kernels (64 query rows a CTA, and the decode planner's 16). Bytes counted: K and
 // V of every cached entry read once (the floor; FP8: codes and scales), plus q and out. Random data, shuffled page ids, and
 // several page-table copies rotated between iterations so small cases do not sit in L2.
-// Build: nvcc -std=c++20 -O3 -arch=sm_90 -Isrc bench/attention_bench.cu src/backend/cuda/paged_attention.cu
+// Build: nvcc -std=c++20 -O3 -arch=sm_90 -Isrc bench/attention_bench.cu src/backend/cuda/paged_attention.cu \
+//        src/backend/cuda/programmatic_launch.cpp
 // Run: attention_bench [--cache bf16|fp8] [--rows 16|64] [--blocks 16,256] [--batches 1,64,256]
 //                      [--contexts 1024,4096] [--items 0,4] [--balanced 0,1] [--no-prefill]
+//                      [--sequential-pages | --interleaved-pages] [--pool-entries N]
 // (defaults in brackets' second form: both caches, both kernels, the lists shown). The max-load
 // decode shape of an 8B model with a compressed cache is --batches 1024 --contexts 640.
 // Launches pass split counters, as the engine's do (the fused merge from 16 splits, and the
 // balanced FP8 kernel, AttentionPlan::stream_ctas); --balanced 0 turns that kernel off, 1 keeps the
 // planner's grid (the default), N > 1 runs it on N CTAs; --unit-costs sets its fixed cost of a unit
-// (AttentionPlan::stream_unit_cost). --sequential-pages: each sequence's pages in pool order.
+// (AttentionPlan::stream_unit_cost). --sequential-pages: each sequence's pages in pool order;
+// --interleaved-pages: page k of sequence i at k x batch + i (max-load waves); --pool-entries N:
+// a pool of at least N entries, so the pages spread over as many bytes as the engine's pool.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -35,6 +39,10 @@ int main(int argc, char** argv) {
   std::vector<int> balanced_list = {1};
   std::vector<int> unit_costs = {-1};  // --unit-costs: the balanced kernel's fixed cost of a unit (-1: the plan's)
   bool sequential_pages = false;  // --sequential-pages: each sequence's pages in pool order, as a fresh engine allocates them
+  // --interleaved-pages: page k of sequence i at pool page k * batch + i, as an engine allocates
+  // them when equal-length sequences cross each page boundary in the same step (max-load waves).
+  bool interleaved_pages = false;
+  size_t min_pool_entries = 0;  // --pool-entries N: a pool of at least N entries (the engine's is GBs a layer)
   bool prefill = true;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -67,12 +75,17 @@ int main(int argc, char** argv) {
       unit_costs = parse_list("--unit-costs", argv[++i], 0);
     } else if (arg == "--sequential-pages") {
       sequential_pages = true;
+    } else if (arg == "--interleaved-pages") {
+      interleaved_pages = true;
+    } else if (arg == "--pool-entries" && has_value) {
+      min_pool_entries = std::stoull(argv[++i]);
     } else if (arg == "--no-prefill") {
       prefill = false;
     } else {
       std::fprintf(stderr,
                    "usage: attention_bench [--cache bf16|fp8] [--rows 16,64] [--blocks 16,256] [--batches 1,64,256] "
-                   "[--contexts 1024,4096] [--items 0,4] [--balanced 0,1] [--no-prefill]  (bad argument '%.100s')\n",
+                   "[--contexts 1024,4096] [--items 0,4] [--balanced 0,1] [--sequential-pages | --interleaved-pages] "
+                   "[--pool-entries N] [--no-prefill]  (bad argument '%.100s')\n",
                    argv[i]);
       return 2;
     }
@@ -87,7 +100,7 @@ int main(int argc, char** argv) {
   // spare page of the largest page size.
   const size_t max_entries = size_t(*std::max_element(batches.begin(), batches.end())) *
                              *std::max_element(contexts.begin(), contexts.end());
-  const size_t pool_entries = std::max<size_t>(max_entries, size_t(256) * 4096) +
+  const size_t pool_entries = std::max({max_entries, size_t(256) * 4096, min_pool_entries}) +
                               size_t(*std::max_element(blocks.begin(), blocks.end())) + 4096;
   const size_t entry_bytes = size_t(num_kv_heads) * D * 2;  // one entry of K (or V), all heads
   __nv_bfloat16 *k_cache, *v_cache;
@@ -135,7 +148,16 @@ int main(int argc, char** argv) {
         rotations = std::max(1, std::min(rotations, pool_pages / (batch * pages_per_seq)));
         std::vector<int32_t> ids(pool_pages);
         std::iota(ids.begin(), ids.end(), 1);
-        if (!sequential_pages) std::shuffle(ids.begin(), ids.end(), rng);
+        if (interleaved_pages) {
+          // Each rotation's batch x pages_per_seq ids: sequence i's page k at k * batch + i.
+          const std::vector<int32_t> pool_order(ids);
+          for (size_t base = 0; base + size_t(batch) * pages_per_seq <= ids.size(); base += size_t(batch) * pages_per_seq)
+            for (int i = 0; i < batch; ++i)
+              for (int k = 0; k < pages_per_seq; ++k)
+                ids[base + size_t(i) * pages_per_seq + k] = pool_order[base + size_t(k) * batch + i];
+        } else if (!sequential_pages) {
+          std::shuffle(ids.begin(), ids.end(), rng);
+        }
         std::vector<int32_t*> d_indices(rotations);
         for (int r = 0; r < rotations; ++r) {
           CK(cudaMalloc(&d_indices[r], sizeof(int32_t) * batch * pages_per_seq));

@@ -16,7 +16,8 @@
 # lengths is waves; its last wave may run thin for a whole output length).
 # Logs and JSON per run go to $OUT (default /tmp/origami-gpu); each run's row is printed when it
 # ends (MAXLOAD_ROW) and appended to $OUT/maxload_table.md; the whole table is printed last, with
-# TensorRT-LLM's published FP8 numbers (one H100, Llama-3.1-8B) beside the shapes they cover.
+# TensorRT-LLM's published FP8 numbers (Llama-3.1-8B, TP 1, on the GPU this runs on: H100 SXM or
+# H200 SXM; none for others) beside the shapes they cover.
 set -uo pipefail
 source "$(dirname "$0")/lib/gpu_common.sh"
 gpu_script_init /tmp/origami-gpu
@@ -27,7 +28,13 @@ echo "build rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s) on $GPU_DEVICE"
 # tokenizer (any will do: gpu_common.sh's BENCH_TOKENIZER).
 TOK=${MAXLOAD_TOKENIZER:-$BENCH_TOKENIZER}
 RUNS=${MAXLOAD_RUNS:-"full:llama-3.1-8b:1024:128:4096:fp8:fp8:full:0"}
-declare -A TRT=([128:2048]=22714 [128:4096]=14325 [1000:1000]=15220)
+# Its perf-overview's Llama 3.1 8B table, one column per GPU: the comparison is only like for like
+# on the GPU it was measured on (the H200 has the H100's compute and 1.4x its memory bandwidth).
+declare -A TRT=()
+case "$GPU_DEVICE" in
+  *H100*) TRT=([128:2048]=22714 [128:4096]=14325 [1000:1000]=15220) ;;
+  *H200*) TRT=([128:2048]=26221 [128:4096]=18027 [1000:1000]=17744) ;;
+esac
 rows=()
 for run in $RUNS; do
   IFS=: read -r name cfg n in out quant kv pol budget extra <<< "$run"
