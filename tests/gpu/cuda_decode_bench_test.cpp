@@ -19,12 +19,19 @@
 // ORIGAMI_BENCH_FUSED_QUANTIZE=0 or 1 times only that one; ORIGAMI_BENCH_FUSED_MERGE=0 merges decode
 // attention's splits in the merge kernel instead of the last CTA of each unit;
 // ORIGAMI_BENCH_BALANCED=0 turns the balanced FP8 decode attention off (BackendOptions::balanced_attention).
+// ORIGAMI_BENCH_RANDOM_KV=1 fills the cache with random values (zeros otherwise) and
+// ORIGAMI_BENCH_STEPS=N times N steps a shape (20 otherwise): both bear on the clocks a GPU at its
+// power cap holds (docs/benchmarks.md, "Full KV on one H200").
+#include <cuda_bf16.h>
 #include <cuda_profiler_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_factory.h"
@@ -81,6 +88,55 @@ bool bench_fp8_skip_buckets() {
 // ORIGAMI_BENCH_FP8_SPLIT_K=0: FP8 products never split K (--no-fp8-split-k); unset: the default.
 bool bench_fp8_split_k() { return env_int("ORIGAMI_BENCH_FP8_SPLIT_K", BackendOptions{}.fp8_split_k ? 1 : 0) != 0; }
 
+// ORIGAMI_BENCH_RANDOM_KV=1: the pool's K and V hold random values instead of zeros (FP8: random
+// codes, the two NaN codes excluded, and scales in [2^-8, 2^-7)). What the cache holds changes the
+// power a step draws (HBM transfers and tensor-core products of zeros toggle few bits), and a GPU
+// at its power cap lowers its clocks: serving reads caches the model wrote.
+bool bench_random_kv() { return env_is("ORIGAMI_BENCH_RANDOM_KV", "1"); }
+
+// ORIGAMI_BENCH_STEPS=N: decode steps timed at each shape (default 20). Long runs reach the clocks
+// a GPU holds under its power cap, as max-load serving does.
+int bench_steps() { return std::max(1, env_int("ORIGAMI_BENCH_STEPS", 20)); }
+
+// Fills every layer's K and V of a full (one-group) pool with random values: a host pattern of 64
+// MiB uploaded once, then repeated by device copies that double the filled run.
+void fill_kv_random(const CudaBackend& backend, const KVLayout& layout) {
+  const size_t layer_elems = static_cast<size_t>(layout.groups[0].num_blocks) * layout.num_kv_heads *
+                             layout.block_size * layout.head_dim;
+  // K then V of each layer, layers in order: one run of 2 L layer_elems elements from layer 0's K
+  // (cuda_backend.cu, allocate_kv_cache), and of 2 L layer_elems / head_dim scales.
+  const size_t elems = 2 * static_cast<size_t>(layout.num_layers) * layer_elems;
+  // The backend exposes its pool read-only, for tests; the bench writes the values a served cache
+  // would hold (the backend does not read them between steps other than through attention).
+  auto fill = [](void* dst, size_t bytes, auto value_of) {
+    using T = decltype(value_of(uint64_t{0}));
+    const size_t pattern = std::min(bytes / sizeof(T), (size_t(64) << 20) / sizeof(T));
+    std::vector<T> host(pattern);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (T& v : host) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+      v = value_of(x);
+    }
+    auto* d = static_cast<unsigned char*>(dst);
+    ORIGAMI_CUDA_CHECK(cudaMemcpy(d, host.data(), pattern * sizeof(T), cudaMemcpyHostToDevice));
+    for (size_t done = pattern * sizeof(T); done < bytes; done *= 2)
+      ORIGAMI_CUDA_CHECK(cudaMemcpy(d + done, d, std::min(done, bytes - done), cudaMemcpyDeviceToDevice));
+  };
+  ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
+  if (layout.fp8) {
+    fill(const_cast<uint8_t*>(backend.k_codes(0)), elems, [](uint64_t x) {
+      const auto code = static_cast<uint8_t>(x >> 24);
+      return (code & 0x7F) == 0x7F ? static_cast<uint8_t>(code ^ 1) : code;  // E4M3 NaN: S.1111.111
+    });
+    fill(const_cast<float*>(backend.k_scales(0)), elems / layout.head_dim * sizeof(float),
+         [](uint64_t x) { return std::ldexp(1.0f + static_cast<float>(x >> 40) / 16777216.0f, -8); });
+  } else {
+    fill(const_cast<__nv_bfloat16*>(backend.k_cache(0)), elems * sizeof(__nv_bfloat16),
+         [](uint64_t x) { return __float2bfloat16(static_cast<float>(static_cast<int64_t>(x) >> 40) / 8388608.0f); });
+  }
+  ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 // K and V of one token, all layers: bf16, or FP8 codes plus one fp32 scale per head row.
 double kv_bytes_per_token(const ModelConfig& c) {
   const double row = bench_kv_fp8() ? c.head_dim + 4.0 : 2.0 * c.head_dim;
@@ -92,7 +148,7 @@ double kv_bytes_per_token(const ModelConfig& c) {
 // cudaProfilerStart and cudaProfilerStop.
 double time_decode_steps(Backend& backend, const ModelConfig& c, int batch, int context, bool profile = false) {
   // ORIGAMI_BENCH_BLOCK: the KV page size (--block-size), 16 unless set.
-  const int block_size = env_int("ORIGAMI_BENCH_BLOCK", 16), steps = 20;
+  const int block_size = env_int("ORIGAMI_BENCH_BLOCK", 16), steps = bench_steps();
   if (block_size < 1) {
     ADD_FAILURE() << "ORIGAMI_BENCH_BLOCK must be a page size of at least 1, got " << block_size;
     return -1.0;
@@ -106,6 +162,12 @@ double time_decode_steps(Backend& backend, const ModelConfig& c, int batch, int 
   const Status alloc = backend.allocate_kv_cache(layout);
   EXPECT_TRUE(alloc.is_ok()) << alloc.to_string();
   if (!alloc.is_ok()) return -1.0;
+  if (bench_random_kv()) {
+    const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+    EXPECT_NE(cuda, nullptr) << "ORIGAMI_BENCH_RANDOM_KV needs the CUDA backend";
+    if (cuda == nullptr) return -1.0;
+    fill_kv_random(*cuda, layout);
+  }
   std::vector<std::vector<BlockId>> tables(batch);
   for (int s = 0; s < batch; ++s)
     for (int p = 0; p < pages_per_seq; ++p) tables[s].push_back(1 + s * pages_per_seq + p);
@@ -117,8 +179,8 @@ double time_decode_steps(Backend& backend, const ModelConfig& c, int batch, int 
     const Status st = backend.execute(fb, &out);
     EXPECT_TRUE(st.is_ok()) << st.to_string();
   };
-  // The KV entries before `context` are never written: their contents (zeros) do not change the
-  // bytes moved, and the dummy model's outputs are not checked here.
+  // The KV entries before `context` are never written by the steps: their contents (zeros, or
+  // random values) do not change the bytes moved, and the dummy model's outputs are not checked.
   for (int i = 0; i < 3; ++i) step(context - 3 + i);  // capture + warm up
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step(context + i % 16);
@@ -262,7 +324,7 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
                               (small_rows > 0 ? " small" + std::to_string(small_rows) : "") +
                               (fp8 && !opt.fp8_split_k ? " no-split-k" : "") +
                               (fp8 && !opt.fp8_skip_slow_graph_buckets ? " all-buckets" : "") +
-                              (bench_kv_fp8() ? " kv-fp8" : "");
+                              (bench_kv_fp8() ? " kv-fp8" : "") + (bench_random_kv() ? " random-kv" : "");
       for (int context : contexts)
         for (int batch : batches) {
           const double ms = time_decode_steps(*backend, c, batch, context);

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# What separates the decode bench's step from the max-load run's step at the same batch and mean
+# context (docs/benchmarks.md, "Full KV on one H200"): the cache's contents and the run's length,
+# both of which bear on the clocks a GPU at its power cap holds. One call: the decode step
+# (cuda_decode_bench_test Roofline, CUDA graphs) over a zero cache for 20 steps, over a random cache
+# for 20 steps, then over a random cache for POWER_STEPS steps, then, optionally, `origami bench`
+# at the same batch (the max-load path, one wave), with nvidia-smi sampling clocks, power and the
+# throttle reasons every 500 ms. The table last: each phase's step time and the clocks and power
+# it ran at.
+#   POWER_BATCH (default 896), POWER_CONTEXT (default 1152), POWER_STEPS (default 1000),
+#   POWER_MAXLOAD 1: also the max-load wave, POWER_BATCH prompts of 128 -> 2 x (POWER_CONTEXT - 128)
+#                 tokens (mean context POWER_CONTEXT; default 0),
+#   ORIGAMI_BENCH_CONFIG (default llama-3.1-8b), FP8 weights + FP8 KV, pages of 32, fast
+#   accumulation (as the max-load runs compared with TensorRT-LLM).
+# Logs go to $OUT (default /tmp/origami-gpu-power).
+set -uo pipefail
+source "$(dirname "$0")/lib/gpu_common.sh"
+gpu_script_init /tmp/origami-gpu-power
+gpu_device_info "$OUT/device.txt"
+declare -A RESULT
+targets=(cuda_decode_bench_test)
+[ "${POWER_MAXLOAD:-0}" = 1 ] && targets+=(origami_cli)
+gpu_build "$BUILD" "$OUT/build.log" "${targets[@]}" || exit 1
+RESULT[build]="rc $GPU_BUILD_RC, ${GPU_BUILD_SECONDS} s"
+
+B=${POWER_BATCH:-896} C=${POWER_CONTEXT:-1152}
+export ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=${ORIGAMI_BENCH_CONFIG:-llama-3.1-8b} ORIGAMI_BENCH_QUANTIZATION=fp8
+export ORIGAMI_BENCH_KV_DTYPE=fp8 ORIGAMI_BENCH_BLOCK=32 ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FAST_ACCUMULATION=1
+export ORIGAMI_BENCH_BATCHES=$B ORIGAMI_BENCH_CONTEXTS=$C
+
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+  --format=csv,noheader,nounits -lms 500 > "$OUT/smi.csv" &
+SMI=$!
+phase() {  # name, then the command; records its start and end times for the clocks table
+  local name=$1; shift
+  echo "$name $(date +%s.%N)" >> "$OUT/phases.txt"
+  "$@" > "$OUT/$name.log" 2>&1
+  RESULT[$name]="rc $? $(grep -h ROOFLINE "$OUT/$name.log" | sed 's/.*context=[0-9]*: //; s/ (weights.*//')"
+  echo "end $(date +%s.%N)" >> "$OUT/phases.txt"
+}
+sleep 2  # an idle sample first
+phase zero_kv_20 env ORIGAMI_BENCH_STEPS=20 timeout 200 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*'
+phase random_kv_20 env ORIGAMI_BENCH_RANDOM_KV=1 ORIGAMI_BENCH_STEPS=20 timeout 200 \
+  "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*'
+phase random_kv_long env ORIGAMI_BENCH_RANDOM_KV=1 ORIGAMI_BENCH_STEPS=${POWER_STEPS:-1000} timeout 300 \
+  "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*'
+if [ "${POWER_MAXLOAD:-0}" = 1 ]; then
+  phase maxload bash -c "timeout 300 '$BUILD/origami' bench --model '$SH/configs/$ORIGAMI_BENCH_CONFIG' --dummy-weights \
+    --tokenizer '$BENCH_TOKENIZER' --device cuda --num-prompts $B --input-len 128 --output-len $((2 * (C - 128))) \
+    --max-num-seqs 2048 --max-num-batched-tokens 8192 --gpu-memory-utilization 0.95 --quantization fp8 \
+    --kv-cache-dtype fp8 --query-slots -1 --reserve-full-kv --fp8-fast-accumulation --quiet --json > '$OUT/maxload.json'"
+  RESULT[maxload]+=" $(python3 -c "import json, sys; j = json.load(open(sys.argv[1])); print('device %.3f ms/step, while full %.0f tok/s, %d at once' % (j['device_ms_per_step'], j['full_batch_tokens_per_second'], j['peak_running_requests']))" "$OUT/maxload.json" 2>/dev/null)"
+fi
+kill $SMI 2>/dev/null
+
+gpu_print_summary "power and the decode step (batch $B, context $C)" "$OUT/summary.txt"
+echo; echo "clocks and power per phase (nvidia-smi every 500 ms; the phase's samples after its first 2 s):"
+python3 - "$OUT/phases.txt" "$OUT/smi.csv" <<'PY'
+import sys, datetime
+marks = [l.split() for l in open(sys.argv[1])]
+phases = [(marks[i][0], float(marks[i][1]), float(marks[i + 1][1])) for i in range(0, len(marks) - 1, 2)]
+samples = []
+for line in open(sys.argv[2]):
+    f = [x.strip() for x in line.split(",")]
+    try:
+        t = datetime.datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+        samples.append((t, float(f[1]), float(f[3]), f[5]))
+    except (ValueError, IndexError):
+        pass
+print("%-16s %8s %14s %14s %s" % ("phase", "samples", "SM MHz (min)", "power W", "throttle reasons seen"))
+for name, t0, t1 in phases:
+    s = [x for x in samples if t0 + 2 <= x[0] <= t1]
+    if not s:
+        print("%-16s %8d" % (name, 0)); continue
+    clk = [x[1] for x in s]; pw = [x[2] for x in s]
+    print("%-16s %8d %8.0f (%4.0f) %14.0f %s" % (name, len(s), sum(clk) / len(clk), min(clk), sum(pw) / len(pw),
+                                               " ".join(sorted(set(x[3] for x in s)))))
+PY
