@@ -10,6 +10,7 @@
 // length). Lines start with ROOFLINE / BREAKDOWN so scripts can pick them up.
 // CudaDecodeBench.ProfileOneStep (ORIGAMI_CUDA_PROFILE=1) runs one eager decode step between
 // cudaProfilerStart/Stop for `ncu --profile-from-start off` (scripts/gpu_run.sh profile).
+// CudaDecodeBench.PrefillStep (ORIGAMI_BENCH_PREFILL=1) times a max-load prefill step (below).
 // Environment: ORIGAMI_BENCH_CONFIG (configs/ folder name, default qwen3-8b), ORIGAMI_BENCH_BATCHES
 // (default 1,64,256), ORIGAMI_BENCH_CONTEXTS (default 1024,4096), ORIGAMI_BENCH_EAGER=1 to also
 // time steps without graphs, ORIGAMI_BENCH_QUANTIZATION=fp8 for FP8 weights,
@@ -428,6 +429,109 @@ TEST(CudaDecodeBench, TensorParallelStep) {
 // ORIGAMI_BENCH_FUSED_QUANTIZE=0 (fused is the default), ORIGAMI_BENCH_FAST_ACCUMULATION=1,
 // ORIGAMI_BENCH_FP8_GEMV=N and ORIGAMI_BENCH_FP8_SMALL_GEMM=N (rows), so the max-load step's kernels (e.g. Llama-3.1-8B, FP8, batch 1024 x
 // 640) can be timed one by one.
+// A prefill step as max-load serving runs them when a wave of requests is admitted
+// (ORIGAMI_BENCH_PREFILL=1): ORIGAMI_BENCH_PREFILL_TOKENS new prompt tokens (default 8192, the
+// --max-num-batched-tokens default) as prompts of ORIGAMI_BENCH_PREFILL_PROMPT tokens from position
+// 0 (default 1000; the last prompt takes what is left), beside ORIGAMI_BENCH_PREFILL_DECODES decode
+// rows at ORIGAMI_BENCH_CONTEXTS' first context (default 0 rows). Eager, as the engine runs steps
+// with prompt tokens. Prints PREFILL lines: ms a step and the step's FLOPs (projections of every
+// new token, causal attention inside each prompt, the LM head of the rows that sample) against
+// it. With ORIGAMI_CUDA_PROFILE=1 one more step runs between cudaProfilerStart / Stop for
+// `ncu --profile-from-start off`.
+TEST(CudaDecodeBench, PrefillStep) {
+  if (!env_is("ORIGAMI_BENCH_PREFILL", "1")) GTEST_SKIP() << "set ORIGAMI_BENCH_PREFILL=1";
+  auto config = load_model_config(testing::shared_dir() + "/configs/" + testing::bench_config_name());
+  ASSERT_TRUE(config.has_value()) << config.status().to_string();
+  const ModelConfig& c = *config;
+  const int tokens = env_int("ORIGAMI_BENCH_PREFILL_TOKENS", 8192);
+  const int prompt = env_int("ORIGAMI_BENCH_PREFILL_PROMPT", 1000);
+  const int decodes = env_int("ORIGAMI_BENCH_PREFILL_DECODES", 0);
+  const int context = env_list("ORIGAMI_BENCH_CONTEXTS", {1024})[0];
+  const int block_size = env_int("ORIGAMI_BENCH_BLOCK", 16);
+  ASSERT_GT(tokens, 0);
+  ASSERT_GT(prompt, 0);
+  ASSERT_GE(decodes, 0);
+  ASSERT_GT(block_size, 0);
+  BackendOptions opt;
+  opt.enable_cuda_graphs = false;
+  const bool fp8 = env_is("ORIGAMI_BENCH_QUANTIZATION", "fp8");
+  if (fp8) opt.quantization = WeightQuantization::kFp8;
+  opt.fuse_fp8_quantize = !env_is("ORIGAMI_BENCH_FUSED_QUANTIZE", "0");
+  opt.fp8_fast_accumulation = bench_fast_accumulation();
+  auto backend = std::move(create_cuda_backend(opt)).value();
+  ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
+
+  // The prompts' lengths, then each sequence's pages: prompts from page 1 on, decode rows after.
+  std::vector<int> lengths;
+  for (int left = tokens; left > 0; left -= prompt) lengths.push_back(std::min(prompt, left));
+  std::vector<std::vector<BlockId>> tables;
+  BlockId next = 1;
+  auto table_of = [&](int entries) {
+    std::vector<BlockId> t;
+    for (int p = 0; p < (entries + block_size - 1) / block_size; ++p) t.push_back(next++);
+    return t;
+  };
+  for (int n : lengths) tables.push_back(table_of(n));
+  for (int d = 0; d < decodes; ++d) tables.push_back(table_of(context + 1));
+  KVLayout layout = KVLayout::full(c.num_layers, c.num_kv_heads, c.head_dim, block_size, static_cast<int>(next),
+                                   DType::kBF16);
+  layout.fp8 = bench_kv_fp8();
+  ASSERT_TRUE(backend->allocate_kv_cache(layout).is_ok());
+
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::vector<int32_t> ids(static_cast<size_t>(std::max(prompt, 1)));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7919 + 11) % c.vocab_size);
+  ForwardBatch fb;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    SequenceInput in;
+    in.start_position = 0;
+    in.num_cached_entries = 0;
+    in.block_table = &tables[s];
+    in.sampling = &greedy;  // each prompt ends in this step: its last row samples
+    testing::append_sequence(fb, in, ids.data(), lengths[s]);
+  }
+  for (int d = 0; d < decodes; ++d) {
+    SequenceInput in;
+    in.start_position = context;
+    in.num_cached_entries = context;
+    in.block_table = &tables[lengths.size() + static_cast<size_t>(d)];
+    in.sampling = &greedy;
+    testing::append_sequence(fb, in, ids.data(), 1);
+  }
+  auto step = [&] {
+    StepOutput out;
+    const Status st = backend->execute(fb, &out);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+  };
+  for (int i = 0; i < 2; ++i) step();  // warm up
+  const int steps = env_int("ORIGAMI_BENCH_STEPS", 10);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) step();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+                    std::max(steps, 1);
+
+  const double h = c.hidden_size, rows = tokens + decodes;
+  const double proj = (c.q_size() + 2.0 * c.kv_size()) * h + h * c.q_size() + 3.0 * c.intermediate_size * h;
+  double attention = 0;  // QK^T and PV: 4 head_dim FLOPs a (query head, key) pair, causal
+  for (int n : lengths) attention += 4.0 * c.num_heads * c.head_dim * (static_cast<double>(n) * (n + 1) / 2);
+  attention += 4.0 * c.num_heads * c.head_dim * static_cast<double>(decodes) * (context + 1);
+  const double sampled = static_cast<double>(lengths.size()) + decodes;
+  const double flops = c.num_layers * (2.0 * proj * rows + attention) + 2.0 * c.vocab_size * h * sampled;
+  std::printf("PREFILL %s%s%s%s tokens=%d prompt=%d prompts=%zu decodes=%d context=%d: %.3f ms/step, %.1f TFLOP "
+              "-> %.0f TFLOP/s (projections %.1f TFLOP, attention %.2f TFLOP)\n",
+              testing::bench_config_name().c_str(), fp8 ? " fp8" : "", bench_fast_accumulation() ? " fast-acc" : "",
+              bench_kv_fp8() ? " kv-fp8" : "", tokens, prompt, lengths.size(), decodes, context, ms, flops / 1e12,
+              flops / ms / 1e9, c.num_layers * 2.0 * proj * rows / 1e12, c.num_layers * attention / 1e12);
+  if (env_is("ORIGAMI_CUDA_PROFILE", "1")) {
+    ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
+    ORIGAMI_CUDA_CHECK(cudaProfilerStart());
+    step();
+    ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
+    ORIGAMI_CUDA_CHECK(cudaProfilerStop());
+  }
+}
+
 TEST(CudaDecodeBench, ProfileOneStep) {
   if (!env_is("ORIGAMI_CUDA_PROFILE", "1")) GTEST_SKIP() << "set ORIGAMI_CUDA_PROFILE=1 (and run under ncu)";
   auto config = load_model_config(testing::shared_dir() + "/configs/" + testing::bench_config_name());
