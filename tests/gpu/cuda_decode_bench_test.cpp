@@ -424,12 +424,7 @@ TEST(CudaDecodeBench, TensorParallelStep) {
   }
 }
 
-// One eager decode step (batch/context from ORIGAMI_BENCH_BATCHES/CONTEXTS, first entries) for ncu,
-// with the roofline's settings: ORIGAMI_BENCH_QUANTIZATION=fp8, ORIGAMI_BENCH_KV_DTYPE=fp8,
-// ORIGAMI_BENCH_FUSED_QUANTIZE=0 (fused is the default), ORIGAMI_BENCH_FAST_ACCUMULATION=1,
-// ORIGAMI_BENCH_FP8_GEMV=N and ORIGAMI_BENCH_FP8_SMALL_GEMM=N (rows), so the max-load step's kernels (e.g. Llama-3.1-8B, FP8, batch 1024 x
-// 640) can be timed one by one.
-// A prefill step as max-load serving runs them when a wave of requests is admitted
+// A step with prompt tokens as max-load serving runs them when requests are admitted
 // (ORIGAMI_BENCH_PREFILL=1): ORIGAMI_BENCH_PREFILL_TOKENS new prompt tokens (default 8192, the
 // --max-num-batched-tokens default) as prompts of ORIGAMI_BENCH_PREFILL_PROMPT tokens from position
 // 0 (default 1000; the last prompt takes what is left), beside ORIGAMI_BENCH_PREFILL_DECODES decode
@@ -532,6 +527,11 @@ TEST(CudaDecodeBench, PrefillStep) {
   }
 }
 
+// One eager decode step (batch/context from ORIGAMI_BENCH_BATCHES/CONTEXTS, first entries) for ncu,
+// with the roofline's settings: ORIGAMI_BENCH_QUANTIZATION=fp8, ORIGAMI_BENCH_KV_DTYPE=fp8,
+// ORIGAMI_BENCH_FUSED_QUANTIZE=0 (fused is the default), ORIGAMI_BENCH_FAST_ACCUMULATION=1,
+// ORIGAMI_BENCH_FP8_GEMV=N and ORIGAMI_BENCH_FP8_SMALL_GEMM=N (rows), so the max-load step's kernels (e.g. Llama-3.1-8B, FP8, batch 1024 x
+// 640) can be timed one by one.
 TEST(CudaDecodeBench, ProfileOneStep) {
   if (!env_is("ORIGAMI_CUDA_PROFILE", "1")) GTEST_SKIP() << "set ORIGAMI_CUDA_PROFILE=1 (and run under ncu)";
   auto config = load_model_config(testing::shared_dir() + "/configs/" + testing::bench_config_name());
