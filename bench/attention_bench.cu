@@ -7,7 +7,7 @@
 //        src/backend/cuda/programmatic_launch.cpp
 // Run: attention_bench [--cache bf16|fp8] [--rows 16|64] [--blocks 16,256] [--batches 1,64,256]
 //                      [--contexts 1024,4096] [--items 0,4] [--balanced 0,1] [--no-prefill]
-//                      [--sequential-pages | --interleaved-pages] [--pool-entries N]
+//                      [--splits 0,2] [--sequential-pages | --interleaved-pages] [--pool-entries N]
 // (defaults in brackets' second form: both caches, both kernels, the lists shown). The max-load
 // decode shape of an 8B model with a compressed cache is --batches 1024 --contexts 640.
 // Launches pass split counters, as the engine's do (the fused merge from 16 splits, and the
@@ -38,6 +38,10 @@ int main(int argc, char** argv) {
   std::vector<int> items_list = {-1};  // -1: the planner's choice
   std::vector<int> balanced_list = {1};
   std::vector<int> unit_costs = {-1};  // --unit-costs: the balanced kernel's fixed cost of a unit (-1: the plan's)
+  // --splits: KV splits of every (sequence, KV head), laid out as the planner would (0: the plan's).
+  // A batch's units fill whole waves of resident CTAs or leave the last one part empty; splitting
+  // them trades that tail for partials and their merge.
+  std::vector<int> splits_list = {0};
   bool sequential_pages = false;  // --sequential-pages: each sequence's pages in pool order, as a fresh engine allocates them
   // --interleaved-pages: page k of sequence i at pool page k * batch + i, as an engine allocates
   // them when equal-length sequences cross each page boundary in the same step (max-load waves).
@@ -73,6 +77,8 @@ int main(int argc, char** argv) {
       balanced_list = parse_list("--balanced", argv[++i], 0);
     } else if (arg == "--unit-costs" && has_value) {
       unit_costs = parse_list("--unit-costs", argv[++i], 0);
+    } else if (arg == "--splits" && has_value) {
+      splits_list = parse_list("--splits", argv[++i], 0);
     } else if (arg == "--sequential-pages") {
       sequential_pages = true;
     } else if (arg == "--interleaved-pages") {
@@ -84,7 +90,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: attention_bench [--cache bf16|fp8] [--rows 16,64] [--blocks 16,256] [--batches 1,64,256] "
-                   "[--contexts 1024,4096] [--items 0,4] [--balanced 0,1] [--sequential-pages | --interleaved-pages] "
+                   "[--contexts 1024,4096] [--items 0,4] [--balanced 0,1] [--splits 0,2] "
+                   "[--sequential-pages | --interleaved-pages] "
                    "[--pool-entries N] [--no-prefill]  (bad argument '%.100s')\n",
                    argv[i]);
       return 2;
@@ -138,7 +145,8 @@ int main(int argc, char** argv) {
       for (int ctx : contexts)
       for (int items : items_list)
       for (int balanced : balanced_list)
-      for (int unit_cost : unit_costs) {
+      for (int unit_cost : unit_costs)
+      for (int forced_splits : splits_list) {
         const int pages_per_seq = (ctx + block_size - 1) / block_size;
         const int pool_pages = static_cast<int>(pool_entries / block_size) - 1;
         const size_t kv_bytes =
@@ -189,6 +197,10 @@ int main(int argc, char** argv) {
           args.v_scales = v_scales;
         }
         AttentionPlan plan = with_query_rows(plan_paged_attention(args.shape, ctx, sms), args.shape, rows);
+        if (forced_splits > 0) {  // --splits (no balanced grid: it shares tiles out instead)
+          plan = with_kv_splits(plan, ctx, forced_splits);
+          plan.stream_ctas = 0;
+        }
         if (items >= 0) plan.items_per_cta = items;  // --items: the FP8 decode kernel's items per CTA
         if (balanced != 1) plan.stream_ctas = balanced;  // --balanced
         if (unit_cost >= 0) plan.stream_unit_cost = unit_cost;
