@@ -29,7 +29,8 @@ echo "build rc=$GPU_BUILD_RC (${GPU_BUILD_SECONDS}s) on $GPU_DEVICE"
 TOK=${MAXLOAD_TOKENIZER:-$BENCH_TOKENIZER}
 RUNS=${MAXLOAD_RUNS:-"full:llama-3.1-8b:1024:128:4096:fp8:fp8:full:0"}
 # Its perf-overview's Llama 3.1 8B table, one column per GPU: the comparison is only like for like
-# on the GPU it was measured on (the H200 has the H100's compute and 1.4x its memory bandwidth).
+# on the GPU it was measured on (the H200 has the H100's compute and 1.4x its memory bandwidth),
+# and for the llama-3.1-8b config only (other models' rows get none).
 declare -A TRT=()
 case "$GPU_DEVICE" in
   *H100*) TRT=([128:2048]=22714 [128:4096]=14325 [1000:1000]=15220) ;;
@@ -60,7 +61,7 @@ for run in $RUNS; do
   rc=$?
   tail -3 "$OUT/maxload_$name.err"
   rows+=("$(python3 - "$OUT/maxload_$name.json" "$name" "$cfg" "$n" "$in" "$out" "$quant" "$kv" "$pol" "$budget" \
-    "${TRT[$in:$out]:-}" "$rc" "$(( $(date +%s) - t0 ))" <<'PY'
+    "$([ "$cfg" = llama-3.1-8b ] && echo "${TRT[$in:$out]:-}")" "$rc" "$(( $(date +%s) - t0 ))" <<'PY'
 import json, sys
 f, name, cfg, n, i, o, q, kv, pol, budget, trt, rc, secs = sys.argv[1:]
 try:
