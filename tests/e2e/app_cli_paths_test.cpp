@@ -143,7 +143,7 @@ TEST_F(CliPaths, FlagErrorsAreFoundBeforeTheModelLoads) {
 
 TEST_F(CliPaths, OutputsAreCreatedNotOnlyPermissionCheckedBeforeTheRun) {
   std::ofstream(dir_ / "t.txt") << "some text to score\n";
-  for (const std::string flag : std::vector<std::string>{"--plot /proc/x.svg", "--details /proc/x.jsonl", "--plot /sys/x.svg"}) {
+  for (const std::string& flag : std::vector<std::string>{"--plot /proc/x.svg", "--details /proc/x.jsonl", "--plot /sys/x.svg"}) {
     CommandResult r = bash("$ORIGAMI eval ppl --model /nonexistent --text t.txt " + flag);
     EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.out;
     EXPECT_NE(r.out.find("cannot write"), std::string::npos) << flag << ": " << r.out;

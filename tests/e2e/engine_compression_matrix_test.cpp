@@ -454,7 +454,9 @@ TEST(EngineCompressionMatrix, EveryRegisteredPolicySurvivesPreemptionAndAbort) {
       }
     }
     EXPECT_GT(preemptions, 0) << info.name << ": the pool never ran short";
-    if ((*policy)->supports_prefill_chunk_compression()) EXPECT_EQ(chunked_runs, 1) << info.name;
+    if ((*policy)->supports_prefill_chunk_compression()) {
+      EXPECT_EQ(chunked_runs, 1) << info.name;
+    }
   }
 }
 

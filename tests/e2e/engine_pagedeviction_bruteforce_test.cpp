@@ -109,9 +109,10 @@ class BruteForceBackend : public CpuBackendWrapper {
         EXPECT_LE(got, job.num_entries / kBlock - 2);
         if (got < 1 || got > job.num_entries / kBlock - 2) continue;
         const std::vector<double>& m = block_means[j];
-        if (got != want_block[j])
+        if (got != want_block[j]) {
           EXPECT_LT(m[got] - m[want_block[j]], kRelTol * std::fabs(m[want_block[j]]))
               << "request " << job.request_id << ": block " << got << " evicted, brute force says " << want_block[j];
+        }
         for (size_t p = 0; p < evict_pages[j].size(); ++p)
           EXPECT_EQ(page((*job.src_blocks)[p]), evict_pages[j][p]) << "a block eviction wrote page " << p;
         for (auto& head : tracked) head.erase(head.begin() + got * kBlock, head.begin() + (got + 1) * kBlock);
@@ -143,10 +144,11 @@ class BruteForceBackend : public CpuBackendWrapper {
           }
           kept.push_back(src[from]);
           const bool in_top = std::find(order.begin(), order.begin() + kKeep, static_cast<int>(from)) != order.begin() + kKeep;
-          if (!in_top)
+          if (!in_top) {
             EXPECT_LT(std::fabs(s[from] - cut), kRelTol * std::fabs(cut))
                 << "request " << job.request_id << " head " << h << ": entry " << from << " (score " << s[from]
                 << ") kept below the cut " << cut;
+          }
           ++from;
         }
         tracked[h] = std::move(kept);
@@ -194,7 +196,9 @@ class BruteForceBackend : public CpuBackendWrapper {
       EXPECT_TRUE(std::equal(want.begin(), want.end(), table.blocks.begin())) << "request " << r.id;
       evicted_tables_.erase(ev);
     }
-    if (r.compression.compressed()) EXPECT_LE(static_cast<int>(table.blocks.size()), kMaxBlocks) << "request " << r.id;
+    if (r.compression.compressed()) {
+      EXPECT_LE(static_cast<int>(table.blocks.size()), kMaxBlocks) << "request " << r.id;
+    }
     for (size_t h = 0; h < tracked.size(); ++h) {
       const std::vector<Entry> now = read_entries(table.blocks, static_cast<int>(h), tracked[h]);
       for (size_t e = 0; e < now.size(); ++e)

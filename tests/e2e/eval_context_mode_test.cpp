@@ -111,7 +111,9 @@ TEST(EvalContextMode, EveryPolicyCompressesTheDocumentBeforeTheFirstQuestionToke
         if (e.compression) {
           if (!compressed) first_compression_entries = e.num_entries;
           compressed = true;
-          if (!question_seen) EXPECT_LE(e.num_entries, prompt_len) << "a compression before the question scored more than the document";
+          if (!question_seen) {
+            EXPECT_LE(e.num_entries, prompt_len) << "a compression before the question scored more than the document";
+          }
           continue;
         }
         if (e.end_position > prompt_len && !question_seen) {

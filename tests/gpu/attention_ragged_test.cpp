@@ -312,7 +312,9 @@ TEST(RaggedAttention, SplitMapFollowsBudgets) {
     EXPECT_EQ(std::accumulate(row.begin(), row.end(), 0), s * kGroups) << "s " << s;  // the uniform CTA count
     for (int a = 0; a < kGroups; ++a)
       for (int b = 0; b < kGroups; ++b)
-        if (kBudgets[a] > kBudgets[b]) EXPECT_GE(row[a], row[b]) << "s " << s;
+        if (kBudgets[a] > kBudgets[b]) {
+          EXPECT_GE(row[a], row[b]) << "s " << s;
+        }
   }
   EXPECT_EQ(tables.split_map(1)[0], std::vector<int>(kGroups, 1));
   // 8 x 4 CTAs by budgets 0.1 : 0.6 : 0.25 : 0.4 (sum 1.35): quotas 2.4, 14.2, 5.9, 9.5.

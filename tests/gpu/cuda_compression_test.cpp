@@ -626,11 +626,14 @@ TEST(CudaCompression, BlockEvictionMatchesCpu) {
     const int got = chosen[j];
     ASSERT_GE(got, 1) << "job " << j;
     ASSERT_LE(got, table_blocks[j] - 2) << "job " << j;
-    if (got != want)
+    if (got != want) {
       EXPECT_LT(std::fabs(means[got] - means[want]), 1e-4 * std::fabs(means[want]))
           << "job " << j << ": GPU chose block " << got << " (mean " << means[got] << "), CPU block " << want
           << " (mean " << means[want] << ")";
-    if (j == 1) EXPECT_EQ(got, 2);
+    }
+    if (j == 1) {
+      EXPECT_EQ(got, 2);
+    }
   }
   // Only the compaction's destination pages changed.
   std::vector<char> written(NB, 0);

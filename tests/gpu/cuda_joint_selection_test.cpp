@@ -245,9 +245,10 @@ void check_kernels(KeepAllocation allocation, bool per_head, int trial, bool pag
         sum += want[r][i];
         entries += static_cast<long long>(heads[r][i].scores.size());
         ++heads_in_scope;
-        if (page_aligned)  // whole pages, or every entry
+        if (page_aligned) {  // whole pages, or every entry
           EXPECT_TRUE(want[r][i] % bs == 0 || want[r][i] == static_cast<int>(heads[r][i].scores.size()))
               << "request " << r << " head " << i << " keeps " << want[r][i];
+        }
       }
       if (page_aligned) continue;  // floor(T / b) pages may hold less than T
       EXPECT_LE(std::min<long long>(static_cast<long long>(mean_keep[r]) * heads_in_scope, entries), sum)

@@ -223,7 +223,9 @@ TEST(CudaSamplingPenalties, EngineHonoursThemWithAndWithoutGraphs) {
     while (agree < cpu[i].tokens.size() && agree < graphs[i].tokens.size() && cpu[i].tokens[agree] == graphs[i].tokens[agree])
       ++agree;
     std::printf("[penalties] request %zu: CPU and CUDA agree for %zu/%zu tokens\n", i, agree, cpu[i].tokens.size());
-    if (params[i].is_greedy()) EXPECT_GE(agree, 1u) << "request " << i;
+    if (params[i].is_greedy()) {
+      EXPECT_GE(agree, 1u) << "request " << i;
+    }
   }
 }
 

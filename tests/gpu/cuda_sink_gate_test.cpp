@@ -199,7 +199,9 @@ TEST(CudaSinkGate, ScoresLandInTheirSlots) {
         written[at] = 1;
       }
     for (size_t i = 0; i < f.size(); ++i) {
-      if (!written[i]) EXPECT_TRUE(std::isnan(f[i])) << "F[" << i << "] written though no entry maps there";
+      if (!written[i]) {
+        EXPECT_TRUE(std::isnan(f[i])) << "F[" << i << "] written though no entry maps there";
+      }
     }
   }
 }

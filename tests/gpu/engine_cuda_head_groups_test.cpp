@@ -53,7 +53,9 @@ TEST(CudaHeadGroups, UniformBudgetsGiveTheOneGroupTokens) {
     base.kv_policy = policy;
     base.kv_budget = policy == "full" ? 0 : 64;
     const RunResult full = run(base, 100);
-    if (policy != "full") EXPECT_GT(full.compressions, 0);
+    if (policy != "full") {
+      EXPECT_GT(full.compressions, 0);
+    }
     for (int hp : {1, 2})
       for (bool graphs : {true, false}) {
         EngineConfig c = base;

@@ -267,6 +267,11 @@ inline std::vector<double> naive_scores(const ScoreRecipe& r, const std::vector<
     case Scorer::kKeyNorm: s = naive_key_norm_scores(keys, n, d); break;
     case Scorer::kKeyDiff: s = naive_keydiff(keys, n, d); break;
     case Scorer::kKara: s = naive_kara_scores(r, keys, n, d, q, g, scale); break;
+    case Scorer::kValueKeyNorm:
+      // ||v|| / ||k|| needs the values, which this twin is not given: PagedEviction's scorer has its
+      // own brute force. Every s stays NaN, so a comparison made with this twin fails at once.
+      s.assign(static_cast<size_t>(n), std::numeric_limits<double>::quiet_NaN());
+      break;
   }
   if (r.global_decay > 0) {
     for (int e = 0; e < std::min(num_scored, n); ++e) {

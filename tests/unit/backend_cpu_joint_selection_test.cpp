@@ -229,7 +229,9 @@ TEST(JointSelection, CompactionKeepsEveryHeadsBestUpToTheGroupsCount) {
         const int group_keep = *std::max_element(counts.begin(), counts.end());
         ASSERT_GT(group_keep, mean_keep);  // the counts are not uniform here
         ASSERT_LT(group_keep, n);
-        if (page_aligned) ASSERT_EQ(group_keep % bs, 0);  // whole pages (no head keeps all its entries)
+        if (page_aligned) {
+          ASSERT_EQ(group_keep % bs, 0);  // whole pages (no head keeps all its entries)
+        }
 
         CompressionJob job;
         job.request_id = 3;

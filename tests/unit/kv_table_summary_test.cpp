@@ -70,7 +70,9 @@ void expect_summary_of_tables(const KVSequence& r, const char* after) {
     }
     room = std::min(room, static_cast<int64_t>(r.kv.groups[g].blocks.size()) * kBlock - entries);
   }
-  if (kept.room_known()) EXPECT_EQ(kept.min_room, room) << "after " << after;
+  if (kept.room_known()) {
+    EXPECT_EQ(kept.min_room, room) << "after " << after;
+  }
   const TableSummary& entries = r.kv.entries_summary();
   EXPECT_EQ(entries.entries_sum, sum) << "after " << after;
   EXPECT_EQ(entries.max_entries, longest) << "after " << after;
@@ -183,7 +185,9 @@ TEST(TableSummary, EqualsAWalkAfterEveryOperation) {
           r.output_token_ids.insert(r.output_token_ids.end(), static_cast<size_t>(n), 7);
           if (!r.kv.compacted) kv.cache_full_blocks(r, r.kv.num_entries(0));
           (room ? fast_appends : page_appends) += 1;
-          if (room) EXPECT_EQ(r.kv.pages_version, version) << "seed " << seed;
+          if (room) {
+            EXPECT_EQ(r.kv.pages_version, version) << "seed " << seed;
+          }
         }
         expect_summary_of_tables(r, "an append");
       } else if (what < 7) {

@@ -49,9 +49,11 @@ TEST(SchedGroupReservation, AdmitsByEachGroupsOwnBudget) {
   h.step();
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   EXPECT_EQ(rs[0]->compression.reserved_blocks, (std::vector<int>{14, 26, 14, 26}));
-  for (Request* r : rs)
-    if (r->status == RequestStatus::kRunning)
+  for (Request* r : rs) {
+    if (r->status == RequestStatus::kRunning) {
       for (int g = 0; g < 4; ++g) EXPECT_EQ(r->compression.reserved_blocks[g], expected_reservation(*r, g, 16));
+    }
+  }
   h.run_to_completion();
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   EXPECT_EQ(h.peak_running, 3u);
@@ -120,11 +122,14 @@ TEST(SchedGroupReservation, RandomizedPoolsNeverExceedTheReservation) {
                          tangram(window + 2 + static_cast<int>(rng() % 12), shares, window, slack)));
     }
     const bool drained = drain(h, seed, [&] {
-      if (!prefix)
-        for (Request* r : h.sched.running())
-          for (int g = 0; g < 4 && !r->compression.reserved_blocks.empty(); ++g)
+      if (!prefix) {
+        for (Request* r : h.sched.running()) {
+          for (int g = 0; g < 4 && !r->compression.reserved_blocks.empty(); ++g) {
             ASSERT_LE(r->compression.reserved_blocks[static_cast<size_t>(g)], expected_reservation(*r, g, chunk))
                 << "seed " << seed << " request " << r->id << " group " << g;
+          }
+        }
+      }
     });
     if (!drained) return;
     EXPECT_EQ(h.num_preemptions, 0) << "seed " << seed;
@@ -181,9 +186,11 @@ int runtime_page_aligned_bound(const Request& r, int chunk) {
 // Every group's table of a compressed request holds exactly the pages of its entries (trimmed to
 // the reported count).
 void expect_trimmed(const Request& r, int seed) {
-  for (size_t g = 0; g < r.kv.groups.size(); ++g)
-    if (r.compression.compressed() && !r.compression.in_flight && !r.compression.pending && !r.compression.switched_early)
+  for (size_t g = 0; g < r.kv.groups.size(); ++g) {
+    if (r.compression.compressed() && !r.compression.in_flight && !r.compression.pending && !r.compression.switched_early) {
       ASSERT_EQ(static_cast<int>(r.kv.groups[g].blocks.size()), blocks(r.kv.num_entries(g))) << "seed " << seed;
+    }
+  }
 }
 
 // Runtime allocations (the backend chooses each group's count and reports it) on randomized tiny

@@ -216,7 +216,7 @@ TEST(JinjaLimits, RealChatTemplatesRenderLongConversations) {
     messages.push_back({{"role", "user"}, {"content", "question " + std::to_string(i) + " " + std::string(20000, 'q')}});
     messages.push_back({{"role", "assistant"}, {"content", "<think>\n" + std::string(5000, 't') + "\n</think>\n\n" + std::string(15000, 'a')}});
   }
-  for (const std::string path : {shared + "/tokenizers/qwen3/tokenizer_config.json",
+  for (const std::string& path : {shared + "/tokenizers/qwen3/tokenizer_config.json",
                                  shared + "/models/origami-tiny-qwen3/tokenizer_config.json"}) {
     SCOPED_TRACE(path);
     ChatTemplateOptions options;
