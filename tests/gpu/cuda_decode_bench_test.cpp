@@ -95,9 +95,34 @@ bool bench_fp8_split_k() { return env_int("ORIGAMI_BENCH_FP8_SPLIT_K", BackendOp
 // at its power cap lowers its clocks: serving reads caches the model wrote.
 bool bench_random_kv() { return env_is("ORIGAMI_BENCH_RANDOM_KV", "1"); }
 
-// ORIGAMI_BENCH_STEPS=N: decode steps timed at each shape (default 20). Long runs reach the clocks
-// a GPU holds under its power cap, as max-load serving does.
-int bench_steps() { return std::max(1, env_int("ORIGAMI_BENCH_STEPS", 20)); }
+// ORIGAMI_BENCH_STEPS=N: steps timed at each shape (at least 1; `fallback` unset). Long runs reach
+// the clocks a GPU holds under its power cap, as max-load serving does.
+int bench_steps(int fallback = 20) { return std::max(1, env_int("ORIGAMI_BENCH_STEPS", fallback)); }
+
+// The options of the eager benches (PrefillStep, ProfileOneStep) from the roofline's settings:
+// ORIGAMI_BENCH_QUANTIZATION, _FUSED_QUANTIZE (fused unless 0), _FAST_ACCUMULATION, _FP8_GEMV,
+// _FP8_SMALL_GEMM, _FP8_SPLIT_K.
+BackendOptions eager_bench_options() {
+  BackendOptions opt;
+  opt.enable_cuda_graphs = false;
+  if (env_is("ORIGAMI_BENCH_QUANTIZATION", "fp8")) opt.quantization = WeightQuantization::kFp8;
+  opt.fuse_fp8_quantize = !env_is("ORIGAMI_BENCH_FUSED_QUANTIZE", "0");
+  opt.fp8_fast_accumulation = bench_fast_accumulation();
+  opt.fp8_gemv_rows = bench_fp8_gemv_rows();
+  opt.fp8_small_gemm_rows = bench_fp8_small_gemm_rows();
+  opt.fp8_split_k = bench_fp8_split_k();
+  return opt;
+}
+
+// One more `step()` between cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off`.
+template <typename Step>
+void profile_one(const Step& step) {
+  ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
+  ORIGAMI_CUDA_CHECK(cudaProfilerStart());
+  step();
+  ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
+  ORIGAMI_CUDA_CHECK(cudaProfilerStop());
+}
 
 // Fills every layer's K and V of a full (one-group) pool with random values: a host pattern of 64
 // MiB uploaded once, then repeated by device copies that double the filled run.
@@ -186,13 +211,7 @@ double time_decode_steps(Backend& backend, const ModelConfig& c, int batch, int 
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step(context + i % 16);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
-  if (profile) {
-    ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
-    ORIGAMI_CUDA_CHECK(cudaProfilerStart());
-    step(context + 16);
-    ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
-    ORIGAMI_CUDA_CHECK(cudaProfilerStop());
-  }
+  if (profile) profile_one([&] { step(context + 16); });
   return ms;
 }
 
@@ -429,7 +448,8 @@ TEST(CudaDecodeBench, TensorParallelStep) {
 // --max-num-batched-tokens default) as prompts of ORIGAMI_BENCH_PREFILL_PROMPT tokens from position
 // 0 (default 1000; the last prompt takes what is left), beside ORIGAMI_BENCH_PREFILL_DECODES decode
 // rows at ORIGAMI_BENCH_CONTEXTS' first context (default 0 rows). Eager, as the engine runs steps
-// with prompt tokens. Prints PREFILL lines: ms a step and the step's FLOPs (projections of every
+// with prompt tokens, under eager_bench_options; ORIGAMI_BENCH_STEPS steps timed (default 10).
+// Prints PREFILL lines: ms a step and the step's FLOPs (projections of every
 // new token, causal attention inside each prompt, the LM head of the rows that sample) against
 // it. With ORIGAMI_CUDA_PROFILE=1 one more step runs between cudaProfilerStart / Stop for
 // `ncu --profile-from-start off`.
@@ -447,12 +467,8 @@ TEST(CudaDecodeBench, PrefillStep) {
   ASSERT_GT(prompt, 0);
   ASSERT_GE(decodes, 0);
   ASSERT_GT(block_size, 0);
-  BackendOptions opt;
-  opt.enable_cuda_graphs = false;
-  const bool fp8 = env_is("ORIGAMI_BENCH_QUANTIZATION", "fp8");
-  if (fp8) opt.quantization = WeightQuantization::kFp8;
-  opt.fuse_fp8_quantize = !env_is("ORIGAMI_BENCH_FUSED_QUANTIZE", "0");
-  opt.fp8_fast_accumulation = bench_fast_accumulation();
+  const BackendOptions opt = eager_bench_options();
+  const bool fp8 = opt.quantization == WeightQuantization::kFp8;
   auto backend = std::move(create_cuda_backend(opt)).value();
   ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
 
@@ -500,11 +516,10 @@ TEST(CudaDecodeBench, PrefillStep) {
     EXPECT_TRUE(st.is_ok()) << st.to_string();
   };
   for (int i = 0; i < 2; ++i) step();  // warm up
-  const int steps = env_int("ORIGAMI_BENCH_STEPS", 10);
+  const int steps = bench_steps(10);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
-                    std::max(steps, 1);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
 
   const double h = c.hidden_size, rows = tokens + decodes;
   const double proj = (c.q_size() + 2.0 * c.kv_size()) * h + h * c.q_size() + 3.0 * c.intermediate_size * h;
@@ -518,13 +533,7 @@ TEST(CudaDecodeBench, PrefillStep) {
               testing::bench_config_name().c_str(), fp8 ? " fp8" : "", bench_fast_accumulation() ? " fast-acc" : "",
               bench_kv_fp8() ? " kv-fp8" : "", tokens, prompt, lengths.size(), decodes, context, ms, flops / 1e12,
               flops / ms / 1e9, c.num_layers * 2.0 * proj * rows / 1e12, c.num_layers * attention / 1e12);
-  if (env_is("ORIGAMI_CUDA_PROFILE", "1")) {
-    ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
-    ORIGAMI_CUDA_CHECK(cudaProfilerStart());
-    step();
-    ORIGAMI_CUDA_CHECK(cudaDeviceSynchronize());
-    ORIGAMI_CUDA_CHECK(cudaProfilerStop());
-  }
+  if (env_is("ORIGAMI_CUDA_PROFILE", "1")) profile_one(step);
 }
 
 // One eager decode step (batch/context from ORIGAMI_BENCH_BATCHES/CONTEXTS, first entries) for ncu,
@@ -538,14 +547,7 @@ TEST(CudaDecodeBench, ProfileOneStep) {
   ASSERT_TRUE(config.has_value()) << config.status().to_string();
   const int batch = env_list("ORIGAMI_BENCH_BATCHES", {64})[0];
   const int context = env_list("ORIGAMI_BENCH_CONTEXTS", {1024})[0];
-  BackendOptions opt;
-  opt.enable_cuda_graphs = false;
-  if (env_is("ORIGAMI_BENCH_QUANTIZATION", "fp8")) opt.quantization = WeightQuantization::kFp8;
-  opt.fuse_fp8_quantize = !env_is("ORIGAMI_BENCH_FUSED_QUANTIZE", "0");
-  opt.fp8_fast_accumulation = bench_fast_accumulation();
-  opt.fp8_gemv_rows = bench_fp8_gemv_rows();
-  opt.fp8_small_gemm_rows = bench_fp8_small_gemm_rows();
-  opt.fp8_split_k = bench_fp8_split_k();
+  const BackendOptions opt = eager_bench_options();
   auto backend = std::move(create_cuda_backend(opt)).value();
   ASSERT_TRUE(backend->load_dummy(*config, 7).is_ok());
   const double ms = time_decode_steps(*backend, *config, batch, context, /*profile=*/true);
