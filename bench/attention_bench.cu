@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -84,7 +85,14 @@ int main(int argc, char** argv) {
     } else if (arg == "--interleaved-pages") {
       interleaved_pages = true;
     } else if (arg == "--pool-entries" && has_value) {
-      min_pool_entries = std::stoull(argv[++i]);
+      // Past parse_list's bound of 2^20 (an engine's pool holds millions of entries a layer).
+      const char* text = argv[++i];
+      char* end = nullptr;
+      min_pool_entries = std::strtoull(text, &end, 10);
+      if (!std::isdigit(static_cast<unsigned char>(text[0])) || *end != '\0' || min_pool_entries > (size_t(1) << 32)) {
+        std::fprintf(stderr, "--pool-entries: expected an entry count up to 2^32, got '%.100s'\n", text);
+        return 2;
+      }
     } else if (arg == "--no-prefill") {
       prefill = false;
     } else {
@@ -96,6 +104,10 @@ int main(int argc, char** argv) {
                    argv[i]);
       return 2;
     }
+  }
+  if (sequential_pages && interleaved_pages) {
+    std::fprintf(stderr, "--sequential-pages and --interleaved-pages are two page orders: give one\n");
+    return 2;
   }
   const int sms = print_device("");
 

@@ -31,6 +31,7 @@ export ORIGAMI_BENCH_BATCHES=$B ORIGAMI_BENCH_CONTEXTS=$C
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
   --format=csv,noheader,nounits -lms 500 > "$OUT/smi.csv" &
 SMI=$!
+: > "$OUT/phases.txt"  # this call's phases only (an OUT used before keeps the last call's)
 phase() {  # name, then the command; records its start and end times for the clocks table
   local name=$1; shift
   echo "$name $(date +%s.%N)" >> "$OUT/phases.txt"
