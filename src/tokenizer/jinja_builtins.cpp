@@ -380,7 +380,7 @@ Value dict_method(const Value& d, const std::string& name) {
       List out;
       for (const auto& [k, v] : d.entries().items) out.push_back(Value::tuple({k, v}));
       return Value::list(std::move(out));
-    });
+    }, &d);
   }
   if (name == "keys" || name == "values") {
     bool keys = name == "keys";
@@ -388,7 +388,7 @@ Value dict_method(const Value& d, const std::string& name) {
       List out;
       for (const auto& [k, v] : d.entries().items) out.push_back(keys ? k : v);
       return Value::list(std::move(out));
-    });
+    }, &d);
   }
   if (name == "get") {
     return Value::callable("dict.get", [d](CallArgs& a) {
@@ -396,7 +396,7 @@ Value dict_method(const Value& d, const std::string& name) {
       if (v) return *v;
       const Value& dflt = arg_at(a, 1, "default");
       return dflt.is_undefined() ? Value::none() : dflt;
-    });
+    }, &d);
   }
   return Value();
 }

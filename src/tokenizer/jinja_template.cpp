@@ -238,6 +238,11 @@ class Interpreter {
         if (!s.attr.empty()) {
           const Value* target = scope->lookup(s.targets[0]);
           if (!target || !target->is_namespace()) throw JinjaError("cannot assign attribute on non-namespace object");
+          if (v.reaches_namespace()) {
+            std::string what = v.is_namespace() ? "a namespace" : "a " + v.type_name() + " that holds a namespace";
+            throw JinjaError("cannot set namespace attribute '" + s.attr + "' to " + what +
+                             ": a namespace could then hold itself");
+          }
           target->entries().set(Value(s.attr), std::move(v));
         } else {
           unpack(s.targets, v, *scope);

@@ -38,6 +38,7 @@ const Value* CallArgs::get(size_t index, const std::string& name) const {
 
 Value::Value(const Value& other)
     : kind_(other.kind_),
+      holds_namespace_(other.holds_namespace_),
       depth_(other.depth_),
       int_(other.int_),
       float_(other.float_),
@@ -55,7 +56,11 @@ void Value::account_container(size_t storage_bytes, const Value* items, size_t c
   budget_charge(storage_bytes);
   uint32_t deepest = 0;
   const char* p = reinterpret_cast<const char*>(items);
-  for (size_t i = 0; i < count; ++i) deepest = std::max(deepest, reinterpret_cast<const Value*>(p + i * stride)->depth_);
+  for (size_t i = 0; i < count; ++i) {
+    const Value& item = *reinterpret_cast<const Value*>(p + i * stride);
+    deepest = std::max(deepest, item.depth_);
+    holds_namespace_ = holds_namespace_ || item.reaches_namespace();
+  }
   depth_ = deepest + 1;
   int limit = budget_max_nesting();
   if (limit > 0 && depth_ > static_cast<uint32_t>(limit)) {
@@ -80,6 +85,7 @@ Value Value::tuple(List items) {
 // A dict's depth is its values' (keys are hashable scalars in practice; a list key nests too).
 Value Value::dict(Dict d) {
   Value v(Kind::kDict);
+  for (const auto& [key, value] : d.items) v.holds_namespace_ = v.holds_namespace_ || key.reaches_namespace();
   v.account_container(d.items.capacity() * sizeof(d.items[0]), d.items.empty() ? nullptr : &d.items[0].second,
                       d.items.size(), sizeof(d.items[0]));
   v.dict_ = std::make_shared<Dict>(std::move(d));
@@ -88,14 +94,16 @@ Value Value::dict(Dict d) {
 
 Value Value::ns(Dict d) {
   Value v(Kind::kNamespace);
+  for (const auto& [key, value] : d.items) v.holds_namespace_ = v.holds_namespace_ || key.reaches_namespace();
   v.account_container(d.items.capacity() * sizeof(d.items[0]), d.items.empty() ? nullptr : &d.items[0].second,
                       d.items.size(), sizeof(d.items[0]));
   v.dict_ = std::make_shared<Dict>(std::move(d));
   return v;
 }
 
-Value Value::callable(std::string name, NativeFunction fn) {
+Value Value::callable(std::string name, NativeFunction fn, const Value* captured) {
   Value v(Kind::kCallable);
+  v.holds_namespace_ = captured != nullptr && captured->reaches_namespace();
   v.str_ = std::move(name);
   v.fn_ = std::make_shared<NativeFunction>(std::move(fn));
   return v;

@@ -1,7 +1,11 @@
 #pragma once
 // The dynamic value of the Jinja interpreter, modelled on the Python objects that Jinja2 templates
 // see: None, bool, int, float, str, list, tuple, dict (insertion-ordered), namespace, callables and
-// Jinja's Undefined. Lists and dicts are shared by reference, as in Python. During a render, every
+// Jinja's Undefined. Lists and dicts are shared by reference, as in Python. A namespace is the only
+// value a template can change after it is built, and an attribute may not be set to a value that
+// reaches a namespace (Value::reaches_namespace): so no value can come to hold itself (a reference
+// cycle, which would leak, and print or compare forever), and the nesting depth counted when a
+// container is built stays within one layer of namespace contents of the truth. During a render, every
 // string a value holds (on construction and on every copy) and every container's storage is
 // charged to the render's budget (jinja_budget.h).
 #include <cstdint>
@@ -49,7 +53,7 @@ struct CallArgs {
 
 using NativeFunction = std::function<Value(CallArgs&)>;
 
-enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kTuple, kDict, kNamespace, kCallable };
+enum class Kind : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kTuple, kDict, kNamespace, kCallable };
 
 class Value {
  public:
@@ -75,7 +79,8 @@ class Value {
   static Value tuple(List items);
   static Value dict(Dict d = {});
   static Value ns(Dict d = {});
-  static Value callable(std::string name, NativeFunction fn);
+  // `captured`: a value `fn` holds on to (a dict's methods hold the dict), for reaches_namespace().
+  static Value callable(std::string name, NativeFunction fn, const Value* captured = nullptr);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -103,6 +108,11 @@ class Value {
   Value call(CallArgs& args) const;
   const std::string& callable_name() const { return str_; }
 
+  // Whether this is a namespace or holds one (in a list, tuple, dict or captured by a callable).
+  // Known when the value is built: only namespaces change afterwards, and they may not be given
+  // a value that reaches a namespace.
+  bool reaches_namespace() const { return kind_ == Kind::kNamespace || holds_namespace_; }
+
   bool truthy() const;
   // str(value) as Python/Jinja prints it; Undefined prints as "".
   std::string to_str() const;
@@ -123,7 +133,8 @@ class Value {
   void account_container(size_t storage_bytes, const Value* items, size_t count, size_t stride);
 
   Kind kind_ = Kind::kUndefined;
-  uint32_t depth_ = 0;  // lists/dicts: 1 + the deepest element's depth (fits the padding after kind_)
+  bool holds_namespace_ = false;  // see reaches_namespace(); with kind_, fits before depth_
+  uint32_t depth_ = 0;  // lists/dicts: 1 + the deepest element's depth
   int64_t int_ = 0;
   double float_ = 0.0;
   std::string str_;

@@ -130,6 +130,38 @@ TEST(ChatTemplate, SyntaxErrorsNameLineAndColumn) {
   }
 }
 
+// A namespace is the one value a template can change, so it is the only way a value can come to
+// hold itself: that would leak the cycle and make printing, comparing or serialising it recurse
+// until the stack overflows. An attribute may hold anything but a namespace or a value reaching
+// one (a list, a dict as key or value, a dict's bound method); everything else still works.
+TEST(ChatTemplate, NamespacesCannotComeToHoldThemselves) {
+  const char* refused[] = {
+      "{% set ns = namespace(x=1) %}{% set ns.x = ns %}{{ ns }}",
+      "{% set ns = namespace(x=1) %}{% set ns.x = [1, [ns]] %}{{ ns.x|tojson }}",
+      "{% set ns = namespace(x=1) %}{% set ns.x = (ns, 2) %}",
+      "{% set ns = namespace(x=1) %}{% set ns.x = {'k': {'j': ns}} %}",
+      "{% set ns = namespace(x=1) %}{% set ns.x = {ns: 1} %}",
+      "{% set ns = namespace(x=1) %}{% set ns.x = {'k': ns}.items %}{{ ns.x() }}",
+      "{% set a = namespace(x=1) %}{% set b = namespace(x=a) %}{% set a.x = b %}{{ a == b }}",
+      "{% set a = namespace(x=1) %}{% set b = namespace(x=1) %}{% set a.x = b %}",  // no cycle yet, but b may change
+  };
+  for (const char* source : refused) {
+    Status s = render_error(source);
+    EXPECT_NE(s.message().find("could then hold itself"), std::string::npos) << source << " -> " << s.message();
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << source;
+  }
+  EXPECT_NE(render_error("{% set ns = namespace(x=1) %}{% set ns.y = [ns] %}").message().find("attribute 'y' to a list that holds a namespace"),
+            std::string::npos);
+  auto t = ChatTemplate::parse(
+      "{% set inner = namespace(n=0) %}{% set outer = namespace(inner=inner, log=[]) %}"
+      "{% for m in messages %}{% set inner.n = inner.n + 1 %}"
+      "{% set outer.log = outer.log + [{'role': m.role, 'seen': [inner.n]}] %}{% endfor %}"
+      "{{ outer.inner.n }} {{ outer.log|tojson }} {{ {'a': 1}.items()|list }}");
+  ASSERT_TRUE(t.has_value()) << t.status().message();
+  EXPECT_EQ(render_ok(*t, nlohmann::json::parse(R"([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])")),
+            R"(2 [{"role": "user", "seen": [1]}, {"role": "assistant", "seen": [2]}] [('a', 1)])");
+}
+
 TEST(ChatTemplate, RuntimeErrorsAreStatuses) {
   Status s = render_error("{{ raise_exception('Only user and assistant roles are supported!') }}");
   EXPECT_NE(s.message().find("Only user and assistant roles are supported!"), std::string::npos) << s.message();
