@@ -31,17 +31,18 @@ static __global__ void fill_random(__nv_bfloat16* p, size_t n, unsigned seed) {
   }
 }
 
-// Median over `iters` runs of body(i), each timed alone between two events on the default stream.
+// Median over `iters` runs of body(i), each timed alone between two events on `stream` (the
+// default stream unless given: body's work must be ordered after and before them there).
 template <typename F>
-static float median_ms(F&& body, int iters) {
+static float median_ms(F&& body, int iters, cudaStream_t stream = 0) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
   std::vector<float> t;
   for (int i = 0; i < iters; ++i) {
-    CK(cudaEventRecord(a));
+    CK(cudaEventRecord(a, stream));
     body(i);
-    CK(cudaEventRecord(b));
+    CK(cudaEventRecord(b, stream));
     CK(cudaEventSynchronize(b));
     float ms;
     CK(cudaEventElapsedTime(&ms, a, b));

@@ -48,6 +48,11 @@ Fp8Gemm::Plan& Fp8Gemm::plan(int m, int n, int k, Scaling scaling, int splits) {
   ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n));
   const int8_t fast = fast_accumulation_ ? 1 : 0;
   ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+  if (sm_count_target_ > 0) {
+    const int32_t target = sm_count_target_;
+    ORIGAMI_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target, sizeof target));
+  }
   if (outer) {
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     ORIGAMI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));

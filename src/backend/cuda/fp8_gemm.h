@@ -50,6 +50,9 @@ class Fp8Gemm {
   // before the first call).
   void set_fast_accumulation(bool fast) { fast_accumulation_ = fast; }
   bool fast_accumulation() const { return fast_accumulation_; }
+  // Plans made from now on target `sms` SMs (cuBLASLt's SM count target; 0: the device's), for
+  // products that run beside other kernels on a part of the GPU (sm_partition.h).
+  void set_sm_count_target(int sms) { sm_count_target_ = sms; }
   // Products of 1 to `rows` rows (at most kFp8GemvMaxRows; 0: none) by the FP8 GEMV (fp8_gemv.h)
   // instead of cuBLASLt, where it serves them (BackendOptions::fp8_gemv_rows).
   void set_gemv_rows(int rows) { gemv_rows_ = rows; }
@@ -120,6 +123,7 @@ class Fp8Gemm {
   bool fast_accumulation_ = false;
   int gemv_rows_ = 0;
   int small_gemm_rows_ = 0;
+  int sm_count_target_ = 0;
   Scaling forced_ = Scaling::kOuterVector;
   bool has_forced_ = false;
 };
