@@ -3,7 +3,9 @@
 # context (docs/benchmarks.md, "Full KV on one H200"): the cache's contents and the run's length,
 # both of which bear on the clocks a GPU at its power cap holds. One call: the decode step
 # (cuda_decode_bench_test Roofline, CUDA graphs) over a zero cache for 20 steps, over a random cache
-# for 20 steps, then over a random cache for POWER_STEPS steps, then, optionally, `origami bench`
+# for 20 steps, the same with the contexts spread as a max-load batch's (128 to 2 x context - 128,
+# longest first, then shuffled: ORIGAMI_BENCH_SPREAD), then over a random cache for POWER_STEPS
+# steps, then, optionally, `origami bench`
 # at the same batch (the max-load path, one wave), with nvidia-smi sampling clocks, power and the
 # throttle reasons every 500 ms. The table last: each phase's step time and the clocks and power
 # it ran at.
@@ -43,6 +45,10 @@ sleep 2  # an idle sample first
 phase zero_kv_20 env ORIGAMI_BENCH_STEPS=20 timeout 200 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*'
 phase random_kv_20 env ORIGAMI_BENCH_RANDOM_KV=1 ORIGAMI_BENCH_STEPS=20 timeout 200 \
   "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*'
+phase spread_desc_20 env ORIGAMI_BENCH_RANDOM_KV=1 ORIGAMI_BENCH_STEPS=20 ORIGAMI_BENCH_SPREAD=128 timeout 200 \
+  "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*'
+phase spread_shuf_20 env ORIGAMI_BENCH_RANDOM_KV=1 ORIGAMI_BENCH_STEPS=20 ORIGAMI_BENCH_SPREAD=128 \
+  ORIGAMI_BENCH_SPREAD_ORDER=shuffled timeout 200 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*'
 phase random_kv_long env ORIGAMI_BENCH_RANDOM_KV=1 ORIGAMI_BENCH_STEPS=${POWER_STEPS:-1000} timeout 300 \
   "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*Roofline*'
 if [ "${POWER_MAXLOAD:-0}" = 1 ]; then

@@ -55,12 +55,13 @@ inline std::string bench_config_name() {
 }
 
 // One decode step of tables.size() sequences at position `pos` (`pos` entries cached, one new
-// token each, token ids derived from the sequence and the position). The tables and `sampling`
-// must outlive the batch.
-inline ForwardBatch decode_step_batch(const std::vector<std::vector<BlockId>>& tables, int pos, int vocab_size,
-                                      const SamplingParams* sampling) {
+// token each, token ids derived from the sequence and the position); with `offsets`, sequence s
+// at pos + (*offsets)[s]. The tables, `sampling` and `offsets` must outlive the batch.
+inline ForwardBatch decode_step_batch(const std::vector<std::vector<BlockId>>& tables, int base_pos, int vocab_size,
+                                      const SamplingParams* sampling, const std::vector<int>* offsets = nullptr) {
   ForwardBatch fb;
   for (size_t s = 0; s < tables.size(); ++s) {
+    const int pos = base_pos + (offsets != nullptr ? (*offsets)[s] : 0);
     SequenceInput in;
     in.query_start = static_cast<int>(s);
     in.num_query_tokens = 1;

@@ -22,7 +22,10 @@
 // ORIGAMI_BENCH_BALANCED=0 turns the balanced FP8 decode attention off (BackendOptions::balanced_attention).
 // ORIGAMI_BENCH_RANDOM_KV=1 fills the cache with random values (zeros otherwise) and
 // ORIGAMI_BENCH_STEPS=N times N steps a shape (20 otherwise): both bear on the clocks a GPU at its
-// power cap holds (docs/benchmarks.md, "Full KV on one H200").
+// power cap holds (docs/benchmarks.md, "Full KV on one H200"). ORIGAMI_BENCH_SPREAD=N spreads the
+// decode steps' contexts evenly from 2 x context - N down to N (the same mean), as a max-load
+// batch's are, ORIGAMI_BENCH_SPREAD_ORDER=descending (default: the scheduler lists the oldest,
+// longest requests first), ascending or shuffled.
 #include <cuda_bf16.h>
 #include <cuda_profiler_api.h>
 #include <gtest/gtest.h>
@@ -32,6 +35,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -98,6 +103,46 @@ bool bench_random_kv() { return env_is("ORIGAMI_BENCH_RANDOM_KV", "1"); }
 // ORIGAMI_BENCH_STEPS=N: steps timed at each shape (at least 1; `fallback` unset). Long runs reach
 // the clocks a GPU holds under its power cap, as max-load serving does.
 int bench_steps(int fallback = 20) { return std::max(1, env_int("ORIGAMI_BENCH_STEPS", fallback)); }
+
+// Each sequence's context less the batch's mean `context` (ORIGAMI_BENCH_SPREAD; all zero unset).
+// A max-load batch holds requests at every point of their output, so its contexts run from the
+// prompt's length to prompt + output; the decode attention's CTAs then differ in length, and their
+// order decides the last wave's tail (longest first: ~0.2% over the work spread over every slot
+// where index order over a shuffled batch leaves ~5%, by a list-scheduling model). With
+// ORIGAMI_BENCH_SPREAD=N the contexts fall evenly from 2 x context - N to N in the order
+// ORIGAMI_BENCH_SPREAD_ORDER names: descending (default, the scheduler's oldest-first order),
+// ascending or shuffled (a fixed seed).
+// " spread=N,order" for the result lines when ORIGAMI_BENCH_SPREAD is set, else "".
+std::string bench_spread_tag() {
+  const int shortest = env_int("ORIGAMI_BENCH_SPREAD", 0);
+  if (shortest <= 0) return "";
+  const char* order = std::getenv("ORIGAMI_BENCH_SPREAD_ORDER");
+  return " spread=" + std::to_string(shortest) + "," + (order != nullptr ? order : "descending");
+}
+
+std::vector<int> bench_context_offsets(int batch, int context) {
+  std::vector<int> offsets(batch, 0);
+  const int shortest = env_int("ORIGAMI_BENCH_SPREAD", 0);
+  if (shortest <= 0 || batch < 2) return offsets;
+  if (shortest >= context) {
+    ADD_FAILURE() << "ORIGAMI_BENCH_SPREAD must be below the context (" << context << "), got " << shortest;
+    return offsets;
+  }
+  const int half_range = context - shortest;
+  for (int s = 0; s < batch; ++s)  // descending: +half_range for the first, -half_range for the last
+    offsets[s] = static_cast<int>(std::lround(half_range * (1.0 - 2.0 * s / (batch - 1))));
+  const char* order = std::getenv("ORIGAMI_BENCH_SPREAD_ORDER");
+  const std::string o = order != nullptr ? order : "descending";
+  if (o == "ascending") {
+    std::reverse(offsets.begin(), offsets.end());
+  } else if (o == "shuffled") {
+    std::mt19937 rng(12345);
+    std::shuffle(offsets.begin(), offsets.end(), rng);
+  } else if (o != "descending") {
+    ADD_FAILURE() << "ORIGAMI_BENCH_SPREAD_ORDER must be descending, ascending or shuffled, got '" << o << "'";
+  }
+  return offsets;
+}
 
 // The options of the eager benches (PrefillStep, ProfileOneStep) from the roofline's settings:
 // ORIGAMI_BENCH_QUANTIZATION, _FUSED_QUANTIZE (fused unless 0), _FAST_ACCUMULATION, _FP8_GEMV,
@@ -179,8 +224,14 @@ double time_decode_steps(Backend& backend, const ModelConfig& c, int batch, int 
     ADD_FAILURE() << "ORIGAMI_BENCH_BLOCK must be a page size of at least 1, got " << block_size;
     return -1.0;
   }
-  const int pages_per_seq = (context + 32) / block_size + 1;
-  const int num_blocks = 1 + batch * pages_per_seq;
+  // Each sequence's pages: its context (ORIGAMI_BENCH_SPREAD) and the steps' 16 + 16 more.
+  const std::vector<int> offsets = bench_context_offsets(batch, context);
+  std::vector<int> pages_of(batch);
+  int num_blocks = 1;
+  for (int s = 0; s < batch; ++s) {
+    pages_of[s] = (context + offsets[s] + 32) / block_size + 1;
+    num_blocks += pages_of[s];
+  }
   const size_t need = static_cast<size_t>(num_blocks) * block_size * static_cast<size_t>(kv_bytes_per_token(c));
   if (backend.available_kv_bytes(0) < need) return -1.0;
   KVLayout layout = KVLayout::full(c.num_layers, c.num_kv_heads, c.head_dim, block_size, num_blocks, DType::kBF16);
@@ -195,12 +246,13 @@ double time_decode_steps(Backend& backend, const ModelConfig& c, int batch, int 
     fill_kv_random(*cuda, layout);
   }
   std::vector<std::vector<BlockId>> tables(batch);
+  BlockId next_block = 1;
   for (int s = 0; s < batch; ++s)
-    for (int p = 0; p < pages_per_seq; ++p) tables[s].push_back(1 + s * pages_per_seq + p);
+    for (int p = 0; p < pages_of[s]; ++p) tables[s].push_back(next_block++);
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   auto step = [&](int pos) {
-    const ForwardBatch fb = testing::decode_step_batch(tables, pos, c.vocab_size, &greedy);
+    const ForwardBatch fb = testing::decode_step_batch(tables, pos, c.vocab_size, &greedy, &offsets);
     StepOutput out;
     const Status st = backend.execute(fb, &out);
     EXPECT_TRUE(st.is_ok()) << st.to_string();
@@ -344,7 +396,8 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
                               (small_rows > 0 ? " small" + std::to_string(small_rows) : "") +
                               (fp8 && !opt.fp8_split_k ? " no-split-k" : "") +
                               (fp8 && !opt.fp8_skip_slow_graph_buckets ? " all-buckets" : "") +
-                              (bench_kv_fp8() ? " kv-fp8" : "") + (bench_random_kv() ? " random-kv" : "");
+                              (bench_kv_fp8() ? " kv-fp8" : "") + (bench_random_kv() ? " random-kv" : "") +
+                              bench_spread_tag();
       for (int context : contexts)
         for (int batch : batches) {
           const double ms = time_decode_steps(*backend, c, batch, context);
