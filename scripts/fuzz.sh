@@ -8,8 +8,14 @@
 # build-fuzz/corpus/<name> (kept between runs), crashes to build-fuzz/artifacts/<name>/, logs
 # to $FUZZ_LOGS (default build-fuzz/logs). A summary table (executions, edges covered, corpus,
 # result) is printed last. Exits non-zero when a harness crashes, leaks, hangs or fails a check.
+# The kept corpus (tests/fuzz/corpus/<name>.tar.gz: inputs that reach the coverage long runs
+# found, minimized) is unpacked into build-fuzz/corpus/<name>, which the fuzzing starts from (its
+# first pass runs every input), so every run, CI's 20 seconds included, checks what long runs
+# reached; with SECONDS 0 it is replayed with the seeds.
 # Environment: FUZZ_RUNS=N stops each harness after N executions (whichever of time and runs is
-# first); FUZZ_ARGS adds libFuzzer flags; FUZZ_NO_BUILD=1 skips the build.
+# first); FUZZ_ARGS adds libFuzzer flags; FUZZ_NO_BUILD=1 skips the build; FUZZ_SAVE_CORPUS=1
+# rewrites the kept corpus from build-fuzz/corpus/<name> after the run (libFuzzer -merge=1: the
+# fewest inputs that keep the coverage), for a long run to hand on what it found.
 # A crash input becomes a regression: copy it to tests/fuzz/regressions/<name>/ and fix the parser.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,15 +73,24 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$artifacts"
   inputs=("$ROOT/tests/fuzz/seeds/$t")
   [ -d "$ROOT/tests/fuzz/regressions/$t" ] && inputs+=("$ROOT/tests/fuzz/regressions/$t")
+  # The kept corpus runs once either way: replayed here when there is no fuzzing to follow, else
+  # as the fuzzing's first pass over its corpus (libFuzzer runs every input before mutating; a
+  # failure there fails the harness as a replay failure would).
+  replayed=("${inputs[@]}")
+  kept="$ROOT/tests/fuzz/corpus/$t.tar.gz"
+  if [ -f "$kept" ]; then  # file names are content hashes: unpacking over an earlier run's corpus is safe
+    tar -xzf "$kept" -C "$corpus" --strip-components=1 || { echo "fuzz: cannot unpack $kept" >&2; exit 1; }
+    [ "$SECONDS_EACH" -le 0 ] && replayed+=("$corpus")
+  fi
   common=(-max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=2560 -malloc_limit_mb=2048
           -artifact_prefix="$artifacts" -print_final_stats=1)
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
   # Replay: every seed and regression once.
-  "$bin" "${common[@]}" -runs=0 "${inputs[@]}" > "$LOGS/$t.replay.log" 2>&1
+  "$bin" "${common[@]}" -runs=0 "${replayed[@]}" > "$LOGS/$t.replay.log" 2>&1
   rc=$?
-  n_replayed=$(find "${inputs[@]}" -type f | wc -l)
+  n_replayed=$(find "${replayed[@]}" -type f | wc -l)
   if [ $rc -ne 0 ]; then
     RESULT[$t]="REPLAY FAILED rc=$rc ($n_replayed inputs; see $LOGS/$t.replay.log)"
     failed=1
@@ -88,6 +103,8 @@ for t in "${targets[@]}"; do
   fi
   runs=(); [ -n "${FUZZ_RUNS:-}" ] && runs=(-runs="$FUZZ_RUNS")
   t0=$(date +%s)
+  # The corpus folder (the kept corpus unpacked into it) is libFuzzer's first argument: it starts
+  # from those inputs and writes new ones there.
   # shellcheck disable=SC2086
   "$bin" "${common[@]}" -dict="$(dict_for "$t")" -max_total_time="$SECONDS_EACH" "${runs[@]}" ${FUZZ_ARGS:-} \
     "$corpus" "${inputs[@]}" > "$LOGS/$t.log" 2>&1
@@ -106,6 +123,19 @@ for t in "${targets[@]}"; do
   fi
   RESULT[$t]="$(printf '%10s execs %6s/s %6s edges %7s features %5s corpus %4ss  %s' \
     "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$n_corpus" "$(( $(date +%s) - t0 ))" "$status")"
+  if [ "${FUZZ_SAVE_CORPUS:-0}" = 1 ] && [ $rc -eq 0 ]; then
+    minimized=$(mktemp -d); mkdir -p "$minimized/$t"
+    if ASAN_OPTIONS=detect_leaks=0 "$bin" -merge=1 -max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=2560 \
+         "$minimized/$t" "$corpus" > "$LOGS/$t.merge.log" 2>&1; then
+      mkdir -p "$ROOT/tests/fuzz/corpus"
+      tar -czf "$kept" -C "$minimized" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 "$t"
+      RESULT[$t]+="; kept $(find "$minimized/$t" -type f | wc -l) inputs"
+    else
+      RESULT[$t]+="; corpus merge FAILED (see $LOGS/$t.merge.log)"
+      failed=1
+    fi
+    rm -rf "$minimized"
+  fi
 done
 
 echo "================ fuzz summary (replayed seeds + regressions; then ${SECONDS_EACH}s each) ================"
