@@ -92,17 +92,14 @@ float stream_ms(cudaStream_t s, bool graph, F&& body) {
   return ms;
 }
 
-// The SMs a kernel on `s` ran on (record_sm_ids, three CTAs per SM of the GPU).
-std::set<int> sms_used(cudaStream_t s, int gpu_sms) {
-  const int ctas = 3 * gpu_sms;
-  int* d = nullptr;
-  CK(cudaMalloc(&d, ctas * sizeof(int)));
-  CK(record_sm_ids(d, ctas, s));
-  CK(cudaStreamSynchronize(s));
-  std::vector<int> ids(ctas);
-  CK(cudaMemcpy(ids.data(), d, ctas * sizeof(int), cudaMemcpyDeviceToHost));
-  CK(cudaFree(d));
-  return {ids.begin(), ids.end()};
+// The SMs a kernel on `s` ran on (sms_used, three CTAs per SM of the GPU); exits on an error.
+std::set<int> sms_used_or_exit(cudaStream_t s, int gpu_sms) {
+  auto used = sms_used(s, 3 * gpu_sms);
+  if (!used) {
+    std::fprintf(stderr, "%s\n", used.status().message().c_str());
+    std::exit(1);
+  }
+  return *used;
 }
 
 // Whether a graph captured on set 0's stream, forking to set 1's, can be built and replayed, and
@@ -194,7 +191,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "--attn-sms %d: %s\n", want, p.status().message().c_str());
       return 2;
     }
-    const std::set<int> a = sms_used(p->stream(0), sms), b = sms_used(p->stream(1), sms);
+    const std::set<int> a = sms_used_or_exit(p->stream(0), sms), b = sms_used_or_exit(p->stream(1), sms);
     bool disjoint = true;
     for (int sm : a) disjoint = disjoint && b.count(sm) == 0;
     std::printf("OVERLAP-SM asked %d: sets of %d + %d SMs; a kernel on each ran on %zu and %zu SMs, %s\n", want,

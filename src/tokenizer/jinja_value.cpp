@@ -82,9 +82,10 @@ Value Value::tuple(List items) {
   return v;
 }
 
-// A dict's depth is its values' (keys are hashable scalars in practice; a list key nests too).
-Value Value::dict(Dict d) {
-  Value v(Kind::kDict);
+// A dict's (or namespace's) depth is its values' (keys are hashable scalars in practice; a list
+// key nests too); whether it reaches a namespace counts keys and values.
+Value Value::keyed(Kind kind, Dict d) {
+  Value v(kind);
   for (const auto& [key, value] : d.items) v.holds_namespace_ = v.holds_namespace_ || key.reaches_namespace();
   v.account_container(d.items.capacity() * sizeof(d.items[0]), d.items.empty() ? nullptr : &d.items[0].second,
                       d.items.size(), sizeof(d.items[0]));
@@ -92,14 +93,9 @@ Value Value::dict(Dict d) {
   return v;
 }
 
-Value Value::ns(Dict d) {
-  Value v(Kind::kNamespace);
-  for (const auto& [key, value] : d.items) v.holds_namespace_ = v.holds_namespace_ || key.reaches_namespace();
-  v.account_container(d.items.capacity() * sizeof(d.items[0]), d.items.empty() ? nullptr : &d.items[0].second,
-                      d.items.size(), sizeof(d.items[0]));
-  v.dict_ = std::make_shared<Dict>(std::move(d));
-  return v;
-}
+Value Value::dict(Dict d) { return keyed(Kind::kDict, std::move(d)); }
+
+Value Value::ns(Dict d) { return keyed(Kind::kNamespace, std::move(d)); }
 
 Value Value::callable(std::string name, NativeFunction fn, const Value* captured) {
   Value v(Kind::kCallable);

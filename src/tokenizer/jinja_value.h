@@ -125,6 +125,8 @@ class Value {
 
  private:
   explicit Value(Kind k) : kind_(k) {}
+  // A dict or namespace holding `d`.
+  static Value keyed(Kind kind, Dict d);
   static std::string charged(std::string s) {
     budget_charge(s.size());
     return s;

@@ -104,6 +104,18 @@ bool bench_random_kv() { return env_is("ORIGAMI_BENCH_RANDOM_KV", "1"); }
 // the clocks a GPU holds under its power cap, as max-load serving does.
 int bench_steps(int fallback = 20) { return std::max(1, env_int("ORIGAMI_BENCH_STEPS", fallback)); }
 
+// ORIGAMI_BENCH_SPREAD_ORDER, "descending" unset (see bench_context_offsets).
+std::string bench_spread_order() {
+  const char* order = std::getenv("ORIGAMI_BENCH_SPREAD_ORDER");
+  return order != nullptr ? order : "descending";
+}
+
+// " spread=N,order" for the result lines when ORIGAMI_BENCH_SPREAD is set, else "".
+std::string bench_spread_tag() {
+  const int shortest = env_int("ORIGAMI_BENCH_SPREAD", 0);
+  return shortest > 0 ? " spread=" + std::to_string(shortest) + "," + bench_spread_order() : "";
+}
+
 // Each sequence's context less the batch's mean `context` (ORIGAMI_BENCH_SPREAD; all zero unset).
 // A max-load batch holds requests at every point of their output, so its contexts run from the
 // prompt's length to prompt + output; the decode attention's CTAs then differ in length, and their
@@ -112,14 +124,6 @@ int bench_steps(int fallback = 20) { return std::max(1, env_int("ORIGAMI_BENCH_S
 // ORIGAMI_BENCH_SPREAD=N the contexts fall evenly from 2 x context - N to N in the order
 // ORIGAMI_BENCH_SPREAD_ORDER names: descending (default, the scheduler's oldest-first order),
 // ascending or shuffled (a fixed seed).
-// " spread=N,order" for the result lines when ORIGAMI_BENCH_SPREAD is set, else "".
-std::string bench_spread_tag() {
-  const int shortest = env_int("ORIGAMI_BENCH_SPREAD", 0);
-  if (shortest <= 0) return "";
-  const char* order = std::getenv("ORIGAMI_BENCH_SPREAD_ORDER");
-  return " spread=" + std::to_string(shortest) + "," + (order != nullptr ? order : "descending");
-}
-
 std::vector<int> bench_context_offsets(int batch, int context) {
   std::vector<int> offsets(batch, 0);
   const int shortest = env_int("ORIGAMI_BENCH_SPREAD", 0);
@@ -131,8 +135,7 @@ std::vector<int> bench_context_offsets(int batch, int context) {
   const int half_range = context - shortest;
   for (int s = 0; s < batch; ++s)  // descending: +half_range for the first, -half_range for the last
     offsets[s] = static_cast<int>(std::lround(half_range * (1.0 - 2.0 * s / (batch - 1))));
-  const char* order = std::getenv("ORIGAMI_BENCH_SPREAD_ORDER");
-  const std::string o = order != nullptr ? order : "descending";
+  const std::string o = bench_spread_order();
   if (o == "ascending") {
     std::reverse(offsets.begin(), offsets.end());
   } else if (o == "shuffled") {

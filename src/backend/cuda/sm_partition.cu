@@ -4,6 +4,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace origami::cuda {
 namespace {
@@ -141,6 +142,19 @@ cudaError_t record_sm_ids(int* device_ids, int ctas, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   record_sm_ids_kernel<<<ctas, 32, static_cast<size_t>(smem), stream>>>(device_ids, 20'000);
   return cudaGetLastError();
+}
+
+Expected<std::set<int>> sms_used(cudaStream_t stream, int ctas) {
+  if (ctas < 1) return invalid_argument("sms_used: at least one CTA");
+  int* d_ids = nullptr;
+  cudaError_t err = cudaMalloc(&d_ids, ctas * sizeof(int));
+  std::vector<int> ids(ctas, -1);
+  if (err == cudaSuccess) err = record_sm_ids(d_ids, ctas, stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  if (err == cudaSuccess) err = cudaMemcpy(ids.data(), d_ids, ctas * sizeof(int), cudaMemcpyDeviceToHost);
+  if (d_ids != nullptr) cudaFree(d_ids);
+  if (err != cudaSuccess) return internal_error(std::string("sms_used: ") + cudaGetErrorString(err));
+  return std::set<int>(ids.begin(), ids.end());
 }
 
 SmPartition::~SmPartition() {

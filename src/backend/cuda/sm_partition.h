@@ -13,6 +13,7 @@
 
 #include <array>
 #include <memory>
+#include <set>
 
 #include "core/status.h"
 
@@ -46,5 +47,8 @@ class SmPartition {
 // an SM at a time) and holding it ~20 us, write the id of the SM they ran on to device_ids[cta].
 // Enough CTAs visit every SM the stream may use; tests and benchmarks check partitions with it.
 cudaError_t record_sm_ids(int* device_ids, int ctas, cudaStream_t stream);
+
+// record_sm_ids on `stream`, waited for: the distinct SMs its `ctas` CTAs ran on.
+Expected<std::set<int>> sms_used(cudaStream_t stream, int ctas);
 
 }  // namespace origami::cuda
