@@ -1,6 +1,7 @@
 #include "backend/cuda/sm_partition.h"
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <string>
 #include <utility>
@@ -9,40 +10,37 @@
 namespace origami::cuda {
 namespace {
 
-// The driver's green-context API as of CUDA 12.4 (the version the entry points are asked for).
-constexpr unsigned kDriverApiVersion = 12040;
-
+// The driver's green-context API, each entry point asked for at the version whose signature the
+// typedef names: most came in 12.4, cuGreenCtxStreamCreate in 12.5 (asking for it as of 12.4
+// finds nothing, as if the driver had no green contexts).
 struct DriverApi {
-  CUresult (*get_dev_resource)(CUdevice, CUdevResource*, CUdevResourceType) = nullptr;
-  CUresult (*split_by_count)(CUdevResource*, unsigned*, const CUdevResource*, CUdevResource*, unsigned,
-                             unsigned) = nullptr;
-  CUresult (*generate_desc)(CUdevResourceDesc*, CUdevResource*, unsigned) = nullptr;
-  CUresult (*green_ctx_create)(CUgreenCtx*, CUdevResourceDesc, CUdevice, unsigned) = nullptr;
-  CUresult (*green_ctx_stream_create)(CUstream*, CUgreenCtx, unsigned, int) = nullptr;
-  CUresult (*green_ctx_destroy)(CUgreenCtx) = nullptr;
+  PFN_cuDeviceGetDevResource_v12040 get_dev_resource = nullptr;
+  PFN_cuDevSmResourceSplitByCount_v12040 split_by_count = nullptr;
+  PFN_cuDevResourceGenerateDesc_v12040 generate_desc = nullptr;
+  PFN_cuGreenCtxCreate_v12040 green_ctx_create = nullptr;
+  PFN_cuGreenCtxStreamCreate_v12050 green_ctx_stream_create = nullptr;
+  PFN_cuGreenCtxDestroy_v12040 green_ctx_destroy = nullptr;
 };
 
 template <typename F>
-bool look_up(const char* symbol, F*& fn) {
+void look_up(const char* symbol, unsigned version, F& fn) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(symbol, &p, kDriverApiVersion, cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess || p == nullptr)
-    return false;
-  fn = reinterpret_cast<F*>(p);
-  return true;
+  if (cudaGetDriverEntryPointByVersion(symbol, &p, version, cudaEnableDefault, &found) == cudaSuccess &&
+      found == cudaDriverEntryPointSuccess)
+    fn = reinterpret_cast<F>(p);
 }
 
 // Looked up once; an entry left null means the driver lacks it.
 const DriverApi& driver_api() {
   static const DriverApi api = [] {
     DriverApi a;
-    look_up("cuDeviceGetDevResource", a.get_dev_resource);
-    look_up("cuDevSmResourceSplitByCount", a.split_by_count);
-    look_up("cuDevResourceGenerateDesc", a.generate_desc);
-    look_up("cuGreenCtxCreate", a.green_ctx_create);
-    look_up("cuGreenCtxStreamCreate", a.green_ctx_stream_create);
-    look_up("cuGreenCtxDestroy", a.green_ctx_destroy);
+    look_up("cuDeviceGetDevResource", 12040, a.get_dev_resource);
+    look_up("cuDevSmResourceSplitByCount", 12040, a.split_by_count);
+    look_up("cuDevResourceGenerateDesc", 12040, a.generate_desc);
+    look_up("cuGreenCtxCreate", 12040, a.green_ctx_create);
+    look_up("cuGreenCtxStreamCreate", 12050, a.green_ctx_stream_create);
+    look_up("cuGreenCtxDestroy", 12040, a.green_ctx_destroy);
     return a;
   }();
   return api;
@@ -79,7 +77,7 @@ Expected<SmPartition> SmPartition::split(int device, int first_sms) {
   const DriverApi& api = driver_api();
   if (api.get_dev_resource == nullptr || api.split_by_count == nullptr || api.generate_desc == nullptr ||
       api.green_ctx_create == nullptr || api.green_ctx_stream_create == nullptr || api.green_ctx_destroy == nullptr)
-    return Status(ErrorCode::kUnimplemented, "SM partition: the CUDA driver has no green contexts (needs 12.4 or later)");
+    return Status(ErrorCode::kUnimplemented, "SM partition: the CUDA driver has no green contexts (needs 12.5 or later)");
   // The primary context first: green contexts retain it, and creating it here keeps its start out
   // of what follows (the driver's advice).
   cudaError_t err = cudaSetDevice(device);
