@@ -151,6 +151,7 @@ nlohmann::json bench_json(const BenchFlags& f, const Engine& eng, const BenchTal
   j["fp8_split_k"] = f.engine.config.fp8_split_k;
   j["fused_attention_merge"] = f.engine.config.fused_attention_merge;
   j["balanced_attention"] = f.engine.config.balanced_attention;
+  j["mixed_decode_attention"] = f.engine.config.mixed_decode_attention;
   j["num_prompts"] = num_prompts;
   j["completed"] = t.reported - t.failed - t.aborted;
   j["failed"] = t.failed;

@@ -131,6 +131,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* flags) {
   cmd->add_flag("--balanced-attention,!--no-balanced-attention", c.balanced_attention,
                 "CUDA, FP8 KV cache: decode attention shares the batch's KV tiles evenly over one wave of CTAs "
                 "instead of fixed splits per sequence and head (on by default; off only to compare)");
+  cmd->add_flag("--mixed-decode-attention,!--no-mixed-decode-attention", c.mixed_decode_attention,
+                "CUDA, FP8 KV cache: steps with prompt tokens run the decode rows' attention in the decode kernels "
+                "and the prompts' in a second launch (on by default; off only to compare)");
   cmd->add_flag("--fp8-fused-quantize,!--no-fp8-fused-quantize", c.fp8_fused_quantize,
                 "CUDA, FP8 projections: the norms and the MLP activation quantize their output themselves (no "
                 "separate quantize kernel; the same results bit for bit; on by default)");

@@ -64,6 +64,11 @@ struct BackendOptions {
   // last CTA (AttentionPlan::stream_ctas), instead of fixed splits per unit in several waves. Needs
   // fused_attention_merge (its merge is the fused one). Off only to measure what it gains.
   bool balanced_attention = true;
+  // CUDA, FP8 KV cache: a mixed step (prompt tokens beside decode rows) whose first sequences
+  // decode runs their attention in the decode kernels and the rest in the 64-row kernel, two
+  // launches a layer (cuda/paged_attention.h, MixedAttentionPlan), instead of one 64-row launch in
+  // which each decode row fills 4 of 64 tile rows and every FP8 tile is converted to f16 first.
+  bool mixed_decode_attention = true;
   // CUDA, FP8 projections: products of up to this many rows (at most 16; 0 = never) that the GEMV
   // does not take run on a tensor-core GEMM for few rows (cuda/fp8_small_gemm.h: CTAs of 16 output
   // channels with K split over their warps) instead of cuBLASLt, whose 128-wide tiles leave most

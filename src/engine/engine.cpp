@@ -142,6 +142,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   backend_options.fp8_split_k = config.fp8_split_k;
   backend_options.fused_attention_merge = config.fused_attention_merge;
   backend_options.balanced_attention = config.balanced_attention;
+  backend_options.mixed_decode_attention = config.mixed_decode_attention;
   if (config.quantization == "fp8") {
     backend_options.quantization = WeightQuantization::kFp8;
   } else if (config.quantization != "none") {

@@ -45,6 +45,9 @@ struct EngineConfig {
   // FP8 decode attention over one resident wave of CTAs sharing the batch's KV tiles evenly
   // (BackendOptions::balanced_attention; CUDA). Off only to compare.
   bool balanced_attention = true;
+  // A mixed step's decode rows in the decode attention kernels, the prompt tokens in a second
+  // launch (BackendOptions::mixed_decode_attention; CUDA, FP8 KV cache). Off only to compare.
+  bool mixed_decode_attention = true;
 
   // Tokens per KV page. The command line's default is default_block_size() below; 16 here.
   int block_size = 16;

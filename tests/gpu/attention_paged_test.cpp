@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -192,14 +193,28 @@ std::vector<double> reference(const Case& c) {
 // a NaN output (an unwritten element) returns infinity. `bits`: the output as computed.
 // fused_merge: with split arrival counters (AttentionArgs::split_counters), launched twice on the
 // same counters (the first launch must leave them zero for the second); they must be zero after.
+// The launch run_on makes: the args of the case's buffers, a workspace of the size it asked for.
+using Launch = std::function<cudaError_t(const AttentionArgs&, void* workspace, size_t workspace_bytes)>;
+
+double run_on(const Case& c, size_t ws_bytes, const Launch& launch_fn, const std::vector<double>& ref,
+              std::vector<uint16_t>* bits, bool fused_merge);
+
 double run_and_compare(const Case& c, const AttentionPlan& plan, const std::vector<double>& ref,
                        std::vector<uint16_t>* bits = nullptr, bool fused_merge = false) {
+  return run_on(
+      c, paged_attention_workspace_bytes(plan, c.shape),
+      [&](const AttentionArgs& args, void* ws, size_t bytes) { return paged_attention(args, plan, ws, bytes, nullptr); },
+      ref, bits, fused_merge);
+}
+
+// run_and_compare's body for any launch.
+double run_on(const Case& c, size_t ws_bytes, const Launch& launch_fn, const std::vector<double>& ref,
+              std::vector<uint16_t>* bits, bool fused_merge) {
   DeviceBuffer<uint16_t> q(c.q), k(c.k_cache), v(c.v_cache);
   DeviceBuffer<uint8_t> k8(c.k_codes), v8(c.v_codes);
   DeviceBuffer<float> ks(c.k_scales), vs(c.v_scales);
   DeviceBuffer<int32_t> q_indptr(c.q_indptr), page_indptr(c.page_indptr), page_indices(c.page_indices), kv_len(c.kv_len);
   DeviceBuffer<uint16_t> out(ref.size());
-  const size_t ws_bytes = paged_attention_workspace_bytes(plan, c.shape);
   DeviceBuffer<unsigned char> ws(ws_bytes);
   if (cudaMemset(out.ptr, 0xff, ref.size() * 2) != cudaSuccess) return INFINITY;  // NaN poison
   if (ws_bytes && cudaMemset(ws.ptr, 0xff, ws_bytes) != cudaSuccess) return INFINITY;
@@ -224,10 +239,10 @@ double run_and_compare(const Case& c, const AttentionPlan& plan, const std::vect
   const long long num_counters = split_counter_count(c.shape);
   DeviceBuffer<int32_t> counters(std::vector<int32_t>(fused_merge ? num_counters : 1, 0));
   if (fused_merge) args.split_counters = counters.ptr;
-  cudaError_t launch = paged_attention(args, plan, ws.ptr, ws_bytes, nullptr);
+  cudaError_t launch = launch_fn(args, ws.ptr, ws_bytes);
   if (fused_merge && launch == cudaSuccess) {
     if (cudaMemset(out.ptr, 0xff, ref.size() * 2) != cudaSuccess) return INFINITY;
-    launch = paged_attention(args, plan, ws.ptr, ws_bytes, nullptr);
+    launch = launch_fn(args, ws.ptr, ws_bytes);
   }
   EXPECT_EQ(launch, cudaSuccess) << cudaGetErrorString(launch);
   const cudaError_t sync = cudaDeviceSynchronize();
@@ -432,6 +447,117 @@ TEST(PagedAttention, Fp8CacheMatchesCpuTwinOfTheDequantizedEntries) {
         check_case(decode, 2, group, head_dim, block_size, rng, true);
         check_case(mixed, 2, group, head_dim, block_size, rng, true);
       }
+}
+
+// The sequences [first, last) of `c` as a batch of their own over the same cache and pages: their
+// query rows, q_indptr from 0, page_indptr's values kept (offsets into the shared page_indices).
+Case sub_case(const Case& c, int first, int last) {
+  Case s = c;
+  s.seqs.assign(c.seqs.begin() + first, c.seqs.begin() + last);
+  const int t0 = c.q_indptr[first], t1 = c.q_indptr[last];
+  s.shape.num_seqs = last - first;
+  s.shape.num_tokens = t1 - t0;
+  s.q_indptr.clear();
+  for (int i = first; i <= last; ++i) s.q_indptr.push_back(c.q_indptr[i] - t0);
+  s.page_indptr.assign(c.page_indptr.begin() + first, c.page_indptr.begin() + last + 1);
+  s.kv_len.assign(c.kv_len.begin() + first, c.kv_len.begin() + last);
+  const size_t row = static_cast<size_t>(c.shape.num_heads) * c.shape.head_dim;
+  s.q.assign(c.q.begin() + t0 * row, c.q.begin() + t1 * row);
+  return s;
+}
+
+// A mixed batch in two launches (MixedAttentionPlan): `decode` one-token sequences first, then
+// `rest`. Against the CPU twin, and bit for bit what each part computes as a batch of its own
+// (the same kernel and plan over the same rows: only the q / out offsets and q_indptr's origin
+// differ), with the merge kernel and with the split counters.
+void check_mixed(const std::vector<SeqSpec>& decode, const std::vector<SeqSpec>& rest, int group, int head_dim,
+                 int block_size, bool fp8, std::mt19937& rng) {
+  std::vector<SeqSpec> seqs = decode;
+  seqs.insert(seqs.end(), rest.begin(), rest.end());
+  const Case c = make_case(seqs, 2, group, head_dim, block_size, rng, fp8);
+  const int k = static_cast<int>(decode.size()), n = static_cast<int>(seqs.size());
+  const int decode_len = *std::max_element(c.kv_len.begin(), c.kv_len.begin() + k);
+  const int rest_len = *std::max_element(c.kv_len.begin() + k, c.kv_len.end());
+  // fp8 true: the planner splits only FP8 batches (where it pays); the kernels run either cache.
+  const MixedAttentionPlan mixed = plan_mixed_attention(c.shape, k, decode_len, rest_len, true, num_sms());
+  ASSERT_EQ(mixed.decode_seqs, k);
+  ASSERT_EQ(mixed.decode.query_rows, 16) << "the decode rows take the decode kernels";
+  ASSERT_EQ(mixed.rest.query_rows, 64);
+  std::vector<int32_t> rest_q(c.q_indptr.begin() + k, c.q_indptr.end());
+  for (int32_t& x : rest_q) x -= k;
+  DeviceBuffer<int32_t> d_rest_q(rest_q);
+  const Case dc = sub_case(c, 0, k), rc = sub_case(c, k, n);
+  const auto ref = reference(c), dref = reference(dc), rref = reference(rc);
+  const size_t row = static_cast<size_t>(c.shape.num_heads) * c.shape.head_dim;
+  for (bool fused : {false, true}) {
+    std::vector<uint16_t> got, dbits, rbits;
+    const double err = run_on(
+        c, mixed_attention_workspace_bytes(mixed, c.shape),
+        [&](const AttentionArgs& args, void* ws, size_t bytes) {
+          return paged_attention_mixed(args, mixed, d_rest_q.ptr, ws, bytes, nullptr);
+        },
+        ref, &got, fused);
+    std::printf("  %s D=%3d group=%d block=%3d mixed %d decode + %d rest, decode splits %d items %d balanced %d, rest "
+                "splits %d%s  rel_err=%.2e\n",
+                fp8 ? "fp8 " : "bf16", head_dim, group, block_size, k, n - k, mixed.decode.num_splits,
+                mixed.decode.items_per_cta, mixed.decode.stream_ctas, mixed.rest.num_splits,
+                fused ? ", counters" : "", err);
+    EXPECT_LT(err, 1e-2) << (fp8 ? "fp8" : "bf16") << " D=" << head_dim << " group=" << group << " block=" << block_size;
+    EXPECT_LT(run_and_compare(dc, mixed.decode, dref, &dbits, fused), 1e-2);
+    EXPECT_LT(run_and_compare(rc, mixed.rest, rref, &rbits, fused), 1e-2);
+    ASSERT_EQ(got.size(), dbits.size() + rbits.size());
+    EXPECT_TRUE(std::equal(dbits.begin(), dbits.end(), got.begin()))
+        << "the decode rows differ from the decode part run alone";
+    EXPECT_TRUE(std::equal(rbits.begin(), rbits.end(), got.begin() + static_cast<long>(k * row)))
+        << "the rest's rows differ from the rest run alone";
+  }
+}
+
+TEST(PagedAttention, MixedBatchDecodeRowsInTheDecodeKernels) {
+  std::mt19937 rng(2718);
+  // Decode rows of lengths 1 to 4,097 (one to 65 tiles; the longest split), then chunked prefill
+  // on cached prefixes, whole prompts and a decode row after them (it stays in the 64-row launch).
+  std::vector<SeqSpec> decode;
+  for (int kv : {1, 7, 97, 1000, 4097, 64, 65, 2500, 300, 129}) decode.push_back({kv, 1});
+  const std::vector<SeqSpec> rest = {{97, 33}, {1000, 130}, {33, 1}, {300, 300}};
+  for (int head_dim : {64, 128})
+    for (int group : {1, 4, 8})
+      for (int block_size : {1, 16, 256})
+        for (bool fp8 : {false, true}) check_mixed(decode, rest, group, head_dim, block_size, fp8, rng);
+}
+
+// Where plan_mixed_attention splits: FP8 batches with at least kMixedDecodeMinSeqs leading decode
+// rows and prompt tokens after them; one launch otherwise, planned for the whole batch.
+TEST(PagedAttention, MixedPlanSplitsOnlyWhereItShould) {
+  const int sms = num_sms();
+  const AttentionShape mixed{12, 12 + 3 * 100, 32, 8, 128, 32};  // 12 decode rows, then 3 prompts of 101
+  const MixedAttentionPlan split = plan_mixed_attention(mixed, 9, 4096, 200, true, sms);
+  EXPECT_EQ(split.decode_seqs, 9);
+  EXPECT_EQ(split.decode.query_rows, 16);
+  EXPECT_EQ(split.decode.num_tile_slots, plan_paged_attention(mixed_decode_shape(mixed, 9), 4096, sms).num_tile_slots);
+  EXPECT_EQ(split.rest.num_tile_slots, plan_paged_attention(mixed_rest_shape(mixed, 9), 200, sms).num_tile_slots);
+  const AttentionPlan whole = plan_paged_attention(mixed, 4096, sms);
+  for (const MixedAttentionPlan& one :
+       {plan_mixed_attention(mixed, kMixedDecodeMinSeqs - 1, 4096, 200, true, sms),   // too few decode rows
+        plan_mixed_attention(mixed, 9, 4096, 200, false, sms),                        // bf16 cache
+        plan_mixed_attention(mixed, 0, 4096, 200, true, sms)}) {
+    EXPECT_EQ(one.decode_seqs, 0);
+    EXPECT_EQ(one.rest.num_tile_slots, whole.num_tile_slots);
+    EXPECT_EQ(one.rest.num_splits, whole.num_splits);
+    EXPECT_EQ(one.rest.query_rows, whole.query_rows);
+  }
+  // A decode batch (every sequence one token) and a prompt-only batch: one launch.
+  const AttentionShape decode{20, 20, 32, 8, 128, 32};
+  EXPECT_EQ(plan_mixed_attention(decode, 20, 1024, 1, true, sms).decode_seqs, 0);
+  const AttentionShape prefill{3, 300, 32, 8, 128, 32};
+  EXPECT_EQ(plan_mixed_attention(prefill, 0, 1, 100, true, sms).decode_seqs, 0);
+  // Ragged args and a missing rest_q_indptr are refused, not run.
+  AttentionArgs args;
+  args.shape = mixed;
+  EXPECT_EQ(paged_attention_mixed(args, split, nullptr, nullptr, 0, nullptr), cudaErrorInvalidValue);
+  args.ragged.num_tables = 2;
+  int32_t dummy = 0;
+  EXPECT_EQ(paged_attention_mixed(args, split, &dummy, nullptr, 0, nullptr), cudaErrorInvalidValue);
 }
 
 TEST(PagedAttention, OddGroupAndPageSize) {

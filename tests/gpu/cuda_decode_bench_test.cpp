@@ -503,8 +503,10 @@ TEST(CudaDecodeBench, TensorParallelStep) {
 // (ORIGAMI_BENCH_PREFILL=1): ORIGAMI_BENCH_PREFILL_TOKENS new prompt tokens (default 8192, the
 // --max-num-batched-tokens default) as prompts of ORIGAMI_BENCH_PREFILL_PROMPT tokens from position
 // 0 (default 1000; the last prompt takes what is left), beside ORIGAMI_BENCH_PREFILL_DECODES decode
-// rows at ORIGAMI_BENCH_CONTEXTS' first context (default 0 rows). Eager, as the engine runs steps
-// with prompt tokens, under eager_bench_options; ORIGAMI_BENCH_STEPS steps timed (default 10).
+// rows at ORIGAMI_BENCH_CONTEXTS' first context (default 0 rows), listed first as the scheduler
+// lists them; ORIGAMI_BENCH_MIXED=0 runs their attention with the prompts' in one 64-row launch
+// (--no-mixed-decode-attention). Eager, as the engine runs steps with prompt tokens, under
+// eager_bench_options; ORIGAMI_BENCH_STEPS steps timed (default 10).
 // Prints PREFILL lines: ms a step and the step's FLOPs (projections of every
 // new token, causal attention inside each prompt, the LM head of the rows that sample) against
 // it. With ORIGAMI_CUDA_PROFILE=1 one more step runs between cudaProfilerStart / Stop for
@@ -523,8 +525,10 @@ TEST(CudaDecodeBench, PrefillStep) {
   ASSERT_GT(prompt, 0);
   ASSERT_GE(decodes, 0);
   ASSERT_GT(block_size, 0);
-  const BackendOptions opt = eager_bench_options();
+  BackendOptions opt = eager_bench_options();
   const bool fp8 = opt.quantization == WeightQuantization::kFp8;
+  // ORIGAMI_BENCH_MIXED=0: the whole step in one 64-row attention launch (--no-mixed-decode-attention).
+  opt.mixed_decode_attention = !env_is("ORIGAMI_BENCH_MIXED", "0");
   auto backend = std::move(create_cuda_backend(opt)).value();
   ASSERT_TRUE(backend->load_dummy(c, 7).is_ok());
 
@@ -549,15 +553,8 @@ TEST(CudaDecodeBench, PrefillStep) {
   greedy.temperature = 0.0f;
   std::vector<int32_t> ids(static_cast<size_t>(std::max(prompt, 1)));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7919 + 11) % c.vocab_size);
+  // The decode rows first, as the scheduler lists running requests before those it admits.
   ForwardBatch fb;
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    SequenceInput in;
-    in.start_position = 0;
-    in.num_cached_entries = 0;
-    in.block_table = &tables[s];
-    in.sampling = &greedy;  // each prompt ends in this step: its last row samples
-    testing::append_sequence(fb, in, ids.data(), lengths[s]);
-  }
   for (int d = 0; d < decodes; ++d) {
     SequenceInput in;
     in.start_position = context;
@@ -565,6 +562,14 @@ TEST(CudaDecodeBench, PrefillStep) {
     in.block_table = &tables[lengths.size() + static_cast<size_t>(d)];
     in.sampling = &greedy;
     testing::append_sequence(fb, in, ids.data(), 1);
+  }
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    SequenceInput in;
+    in.start_position = 0;
+    in.num_cached_entries = 0;
+    in.block_table = &tables[s];
+    in.sampling = &greedy;  // each prompt ends in this step: its last row samples
+    testing::append_sequence(fb, in, ids.data(), lengths[s]);
   }
   auto step = [&] {
     StepOutput out;
@@ -584,10 +589,10 @@ TEST(CudaDecodeBench, PrefillStep) {
   attention += 4.0 * c.num_heads * c.head_dim * static_cast<double>(decodes) * (context + 1);
   const double sampled = static_cast<double>(lengths.size()) + decodes;
   const double flops = c.num_layers * (2.0 * proj * rows + attention) + 2.0 * c.vocab_size * h * sampled;
-  std::printf("PREFILL %s%s%s%s tokens=%d prompt=%d prompts=%zu decodes=%d context=%d: %.3f ms/step, %.1f TFLOP "
+  std::printf("PREFILL %s%s%s%s%s tokens=%d prompt=%d prompts=%zu decodes=%d context=%d: %.3f ms/step, %.1f TFLOP "
               "-> %.0f TFLOP/s (projections %.1f TFLOP, attention %.2f TFLOP)\n",
               testing::bench_config_name().c_str(), fp8 ? " fp8" : "", bench_fast_accumulation() ? " fast-acc" : "",
-              bench_kv_fp8() ? " kv-fp8" : "", tokens, prompt, lengths.size(), decodes, context, ms, flops / 1e12,
+              bench_kv_fp8() ? " kv-fp8" : "", opt.mixed_decode_attention ? "" : " one-launch", tokens, prompt, lengths.size(), decodes, context, ms, flops / 1e12,
               flops / ms / 1e9, c.num_layers * 2.0 * proj * rows / 1e12, c.num_layers * attention / 1e12);
   if (env_is("ORIGAMI_CUDA_PROFILE", "1")) profile_one(step);
 }

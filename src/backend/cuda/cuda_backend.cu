@@ -453,6 +453,7 @@ CudaBackend::InputLayout CudaBackend::input_layout(const Capacity& cap) const {
   l.page_indptr = take(static_cast<size_t>(cap.seqs) * num_groups_ + 1);  // [group][seq]
   l.kv_len = take(static_cast<size_t>(cap.seqs) * num_groups_);
   l.sample_rows = take(cap.seqs);
+  l.rest_q_indptr = take(cap.seqs + 1);
   l.page_indices = take(cap.pages);  // last, so a step copies only the pages it uses
   l.total = off;
   return l;
@@ -767,7 +768,7 @@ void CudaBackend::copy_block(int group, BlockId src, BlockId dst) {
   if (compressor_ != nullptr) compressor_->copy_scores(src, dst, stream_);  // F moves with its page
 }
 
-void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan,
+void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows, const MixedAttentionPlan& attention,
                               int uniform_splits, bool split_map, bool capture_queries, bool shard_greedy) {
   const ModelConfig& c = config_;
   const InputLayout in = input_layout(cap_);
@@ -891,7 +892,8 @@ void CudaBackend::record_step(int num_tokens, int num_seqs, int num_sample_rows,
       aa.ragged = ragged_.layer(li, uniform_splits, kv_page_elems_, split_map);
     }
     if (options_.fused_attention_merge) aa.split_counters = split_counters_;  // used from kFusedMergeMinSplits
-    ORIGAMI_CUDA_CHECK(paged_attention(aa, plan, attn_workspace_, attn_workspace_bytes_, stream_));
+    ORIGAMI_CUDA_CHECK(paged_attention_mixed(aa, attention, dev_inputs_ + in.rest_q_indptr, attn_workspace_,
+                                             attn_workspace_bytes_, stream_));
     bf16* attn_partial = projection_out(num_tokens);
     linear(attn_out_, num_tokens, c.q_size(), l.o, h, attn_partial);
     if (trace_ != nullptr) trace_partial(attn_out_, c.q_size(), l.o, num_tokens, attn_partial, traced(li, 0));
@@ -1293,6 +1295,26 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, La
       ++num_sample_rows;
     }
   }
+  // A mixed step (eager, one page table) whose first sequences decode: the attention runs them as
+  // a decode batch and the sequences after them in a second launch (MixedAttentionPlan), whose
+  // q_indptr counts from its own first token.
+  const AttentionShape shape{run_seqs, run_tokens, c.num_heads, c.num_kv_heads, c.head_dim, bs};
+  MixedAttentionPlan mixed;
+  if (!use_graph && kv_fp8_ && options_.mixed_decode_attention && ragged_.empty() && num_tokens > num_seqs) {
+    int decode_seqs = 0;
+    while (decode_seqs < num_seqs && batch.sequences[decode_seqs].num_query_tokens == 1) ++decode_seqs;
+    int decode_len = 1, rest_len = 1;  // the longest of each part (the page tables' fill wrote them)
+    for (int i = 0; i < num_seqs; ++i) {
+      int& longest = i < decode_seqs ? decode_len : rest_len;
+      longest = std::max(longest, static_cast<int>(hi[in.kv_len + i]));
+    }
+    mixed = plan_mixed_attention(shape, decode_seqs, decode_len, rest_len, true, num_sms_);
+    // The balanced decode kernel as for decode steps: with both options (it merges with the counters).
+    if (!options_.balanced_attention || !options_.fused_attention_merge) mixed.decode.stream_ctas = 0;
+    for (int i = 0; mixed.decode_seqs > 0 && i <= num_seqs - mixed.decode_seqs; ++i)
+      hi[in.rest_q_indptr + i] = hi[in.q_indptr + mixed.decode_seqs + i] - mixed.decode_seqs;
+  }
+  const int rest_q_values = mixed.decode_seqs > 0 ? num_seqs - mixed.decode_seqs + 1 : 0;
   // Exactly what the loops above wrote (and the kernels read): every region in layout order.
   const size_t group_tokens = static_cast<size_t>(G) * run_tokens, group_seqs = static_cast<size_t>(G) * run_seqs;
   const InputRange used[] = {
@@ -1304,6 +1326,7 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, La
       {in.page_indptr, in.page_indptr + group_seqs + 1},
       {in.kv_len, in.kv_len + group_seqs},
       {in.sample_rows, in.sample_rows + num_sample_rows},
+      {in.rest_q_indptr, in.rest_q_indptr + rest_q_values},
       {in.page_indices, in.page_indices + page_count},
   };
   ORIGAMI_RETURN_IF_ERROR(ensure_slot_capacity(slot, num_sample_rows));
@@ -1328,7 +1351,6 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, La
   // reads them (outside the graph: which tokens are pending changes every step).
   launch_gather_pending_tokens(dev_pending_, num_pending_, dev_tokens_, dev_inputs_ + in.tokens, stream_);
 
-  const AttentionShape shape{run_seqs, run_tokens, c.num_heads, c.num_kv_heads, c.head_dim, bs};
   // Head groups with non-uniform budgets: splits sized by the mean group length
   // (RaggedHeadTables::planning_length) within one resident wave, shared out by the split map.
   const int plan_len = use_graph ? graph_max_kv_len_ : max_kv_len;
@@ -1351,7 +1373,12 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, La
                          : 0;
   const bool balanced = plan.stream_ctas > 0;
   if (balanced) ++num_balanced_attention_steps_;
-  ORIGAMI_RETURN_IF_ERROR(ensure_attention_workspace(paged_attention_workspace_bytes(plan, shape)));
+  if (mixed.decode_seqs > 0) {
+    ++num_mixed_attention_steps_;
+  } else {
+    mixed.rest = plan;
+  }
+  ORIGAMI_RETURN_IF_ERROR(ensure_attention_workspace(mixed_attention_workspace_bytes(mixed, shape)));
   const int uniform_splits = uniform.num_splits;
   // Tensor parallelism: a step whose rows all decode greedily, with no logit adjustments or
   // log-probabilities, needs only each rank's best token, not the logits of every rank (at 256
@@ -1361,12 +1388,12 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, La
     // A graph per (bucket, variant): greedy-only sampling across ranks, the balanced attention.
     const int variant = (shard_greedy ? 1 : 0) | (balanced ? 2 : 0);
     graphs_.run(run_seqs, variant, stream_, [&] {
-      record_step(run_tokens, run_seqs, num_sample_rows, plan, uniform_splits, split_map, capture_queries,
+      record_step(run_tokens, run_seqs, num_sample_rows, mixed, uniform_splits, split_map, capture_queries,
                   shard_greedy);
     });
     ++num_graph_steps_;
   } else {
-    record_step(run_tokens, run_seqs, num_sample_rows, plan, uniform_splits, split_map, capture_queries,
+    record_step(run_tokens, run_seqs, num_sample_rows, mixed, uniform_splits, split_map, capture_queries,
                 shard_greedy);
   }
   if (num_sample_rows > 0)

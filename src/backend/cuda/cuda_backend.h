@@ -106,6 +106,8 @@ class CudaBackend : public Backend {
   int64_t num_graph_steps() const { return num_graph_steps_; }
   // Steps whose decode attention ran the balanced FP8 kernel (BackendOptions::balanced_attention).
   int64_t num_balanced_attention_steps() const { return num_balanced_attention_steps_; }
+  // Mixed steps whose decode rows ran the decode kernels (BackendOptions::mixed_decode_attention).
+  int64_t num_mixed_attention_steps() const { return num_mixed_attention_steps_; }
   // Steps whose inputs went over the copy stream while the step before ran (StepInputUpload).
   int64_t num_staged_uploads() const { return input_upload_.num_staged_uploads(); }
   int num_graphs() const { return graphs_.num_graphs(); }
@@ -190,6 +192,9 @@ class CudaBackend : public Backend {
   // Offsets (in int32 elements) of the step-input regions in the packed input buffer.
   struct InputLayout {
     size_t tokens, positions, slots, query_rows, q_indptr, page_indptr, kv_len, sample_rows, page_indices, total;
+    // A mixed step split in two attention launches (MixedAttentionPlan): the q_indptr of the
+    // sequences after the leading decode rows, from their first token.
+    size_t rest_q_indptr;
   };
 
   Status check_config(const ModelConfig& config) const;
@@ -206,7 +211,8 @@ class CudaBackend : public Backend {
   // split_map: that map (true) or plain splits, every head uniform_splits (RaggedHeadTables::use_split_map).
   // shard_greedy (tensor parallelism, every row greedy with no logit adjustments or log-probs):
   // each rank's argmax over its vocabulary shard, merged, instead of all-gathering the logits.
-  void record_step(int num_tokens, int num_seqs, int num_sample_rows, const AttentionPlan& plan, int uniform_splits,
+  // attention: its decode_seqs 0 and `rest` the step's plan, or a mixed step's two launches.
+  void record_step(int num_tokens, int num_seqs, int num_sample_rows, const MixedAttentionPlan& attention, int uniform_splits,
                    bool split_map, bool capture_queries, bool shard_greedy);
   // Greedy tokens of `rows` rows of logit_hidden_ into dev_tokens_ + r0 (the shard_greedy path).
   void sample_greedy_sharded(int rows, int r0);
@@ -372,6 +378,7 @@ class CudaBackend : public Backend {
   int graph_max_kv_len_ = 0;
   int64_t num_graph_steps_ = 0;
   int64_t num_balanced_attention_steps_ = 0;
+  int64_t num_mixed_attention_steps_ = 0;
 };
 
 }  // namespace origami::cuda

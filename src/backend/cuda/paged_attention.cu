@@ -1622,4 +1622,67 @@ cudaError_t paged_attention(const AttentionArgs& args, const AttentionPlan& plan
   return fp8 ? launch<128, true, false>(args, plan, ws, stream) : launch<128, false, false>(args, plan, ws, stream);
 }
 
+AttentionShape mixed_decode_shape(const AttentionShape& shape, int decode_seqs) {
+  AttentionShape d = shape;
+  d.num_seqs = d.num_tokens = decode_seqs;
+  return d;
+}
+
+AttentionShape mixed_rest_shape(const AttentionShape& shape, int decode_seqs) {
+  AttentionShape r = shape;
+  r.num_seqs -= decode_seqs;
+  r.num_tokens -= decode_seqs;
+  return r;
+}
+
+MixedAttentionPlan plan_mixed_attention(const AttentionShape& shape, int decode_seqs, int decode_max_kv_len,
+                                        int rest_max_kv_len, bool fp8, int num_sms) {
+  MixedAttentionPlan plan;
+  const int group = shape.num_kv_heads > 0 ? shape.num_heads / shape.num_kv_heads : 0;
+  const bool split = fp8 && decode_seqs >= kMixedDecodeMinSeqs && decode_seqs < shape.num_seqs &&
+                     shape.num_tokens - decode_seqs > shape.num_seqs - decode_seqs && group >= 1 &&
+                     group <= kNarrowRows;
+  if (!split) {
+    plan.rest = plan_paged_attention(shape, std::max(decode_max_kv_len, rest_max_kv_len), num_sms);
+    return plan;
+  }
+  plan.decode_seqs = decode_seqs;
+  plan.decode = plan_paged_attention(mixed_decode_shape(shape, decode_seqs), decode_max_kv_len, num_sms);
+  plan.rest = plan_paged_attention(mixed_rest_shape(shape, decode_seqs), rest_max_kv_len, num_sms);
+  return plan;
+}
+
+size_t mixed_attention_workspace_bytes(const MixedAttentionPlan& plan, const AttentionShape& shape) {
+  if (plan.decode_seqs == 0) return paged_attention_workspace_bytes(plan.rest, shape);
+  return std::max(paged_attention_workspace_bytes(plan.decode, mixed_decode_shape(shape, plan.decode_seqs)),
+                  paged_attention_workspace_bytes(plan.rest, mixed_rest_shape(shape, plan.decode_seqs)));
+}
+
+cudaError_t paged_attention_mixed(const AttentionArgs& args, const MixedAttentionPlan& plan,
+                                  const int32_t* rest_q_indptr, void* workspace, size_t workspace_bytes,
+                                  cudaStream_t stream) {
+  const int k = plan.decode_seqs;
+  if (k == 0) return paged_attention(args, plan.rest, workspace, workspace_bytes, stream);
+  const AttentionShape& s = args.shape;
+  if (k < 0 || k >= s.num_seqs || s.num_tokens - k < s.num_seqs - k || rest_q_indptr == nullptr ||
+      args.ragged.num_tables > 0)
+    return cudaErrorInvalidValue;
+  // The decode rows: sequences 0 .. k-1, tokens 0 .. k-1 (q_indptr[i] = i there), the arrays as given.
+  AttentionArgs decode = args;
+  decode.shape = mixed_decode_shape(s, k);
+  cudaError_t err = paged_attention(decode, plan.decode, workspace, workspace_bytes, stream);
+  if (err != cudaSuccess) return err;
+  // The rest: a batch of its own whose first token is the batch's token k. page_indptr keeps its
+  // values (offsets into page_indices, which is shared).
+  AttentionArgs rest = args;
+  rest.shape = mixed_rest_shape(s, k);
+  const long long row_elems = static_cast<long long>(s.num_heads) * s.head_dim;
+  rest.q = args.q + k * row_elems;
+  rest.out = args.out + k * row_elems;
+  rest.q_indptr = rest_q_indptr;
+  rest.page_indptr = args.page_indptr + k;
+  rest.kv_len = args.kv_len + k;
+  return paged_attention(rest, plan.rest, workspace, workspace_bytes, stream);
+}
+
 }  // namespace origami::cuda

@@ -177,6 +177,48 @@ long long split_counter_count(const AttentionShape& shape);
 // (num_seqs * num_kv_heads + stream_ctas) * group rows of head_dim + 1 floats.
 size_t paged_attention_workspace_bytes(const AttentionPlan& plan, const AttentionShape& shape);
 
+// Mixed batches: prompt tokens beside decode rows. One launch runs them all in the 64-row kernel,
+// where a decode row of a GQA group of 4 fills 4 of a tile's 64 rows and, over the FP8 cache, every
+// tile is converted to f16 before its products: that kernel reads FP8 KV at 36-46% of the copy
+// bandwidth where the decode kernels read it at 53-95% (docs/kernels.md, "Decode: the narrow
+// kernel"), and at max load most of a mixed step's KV bytes are its decode rows'. When the batch's
+// first `decode_seqs` sequences have one new token each (the scheduler lists the running requests
+// before those it admits, so their tokens are the batch's first), they run as a decode batch of
+// their own (narrow; FP8: streamed or balanced) and the sequences after them in a second launch.
+struct MixedAttentionPlan {
+  int decode_seqs = 0;   // leading one-token sequences run as a decode batch; 0: one launch, `rest`
+  AttentionPlan decode;  // for mixed_decode_shape(shape, decode_seqs)
+  AttentionPlan rest;    // for mixed_rest_shape(shape, decode_seqs), or the whole batch
+};
+
+// The fewest leading decode rows worth a launch of their own: each launch costs a few us a layer,
+// what the split saves grows with the decode rows' KV bytes. A first guess, to be measured.
+constexpr int kMixedDecodeMinSeqs = 8;
+
+// The two parts' shapes: the first decode_seqs sequences (one token each), and the rest.
+AttentionShape mixed_decode_shape(const AttentionShape& shape, int decode_seqs);
+AttentionShape mixed_rest_shape(const AttentionShape& shape, int decode_seqs);
+
+// Plans a batch whose first `decode_seqs` sequences have one new token each (0 where none or where
+// not known). Splits where the batch has tokens past them, at least kMixedDecodeMinSeqs of them,
+// a GQA group the decode kernels take, and an FP8 cache (`fp8`: over bf16 the 64-row kernel reads
+// at the decode kernels' bandwidth already); else `rest` is plan_paged_attention's plan for the
+// whole batch. decode_max_kv_len / rest_max_kv_len: the longest kv_len of each part.
+MixedAttentionPlan plan_mixed_attention(const AttentionShape& shape, int decode_seqs, int decode_max_kv_len,
+                                        int rest_max_kv_len, bool fp8, int num_sms);
+
+// Workspace for both launches (they run one after the other and share it).
+size_t mixed_attention_workspace_bytes(const MixedAttentionPlan& plan, const AttentionShape& shape);
+
+// Enqueues a mixed plan: with decode_seqs 0, paged_attention(args, plan.rest, ...); else the decode
+// rows' launch, then the rest's with q / out advanced past the decode rows' tokens, page_indptr /
+// kv_len past their sequences, and `rest_q_indptr` as its q_indptr: a device array of
+// num_seqs - decode_seqs + 1 values, q_indptr[decode_seqs + i] - decode_seqs. Not for ragged args
+// (their per-table arrays are num_seqs apart): cudaErrorInvalidValue.
+cudaError_t paged_attention_mixed(const AttentionArgs& args, const MixedAttentionPlan& plan,
+                                  const int32_t* rest_q_indptr, void* workspace, size_t workspace_bytes,
+                                  cudaStream_t stream);
+
 // Enqueues the attention (and the merge pass when plan.num_splits > 1). Returns
 // cudaErrorInvalidValue for an unsupported head_dim, bad sizes, a too-small workspace or a plan
 // made for a different shape; otherwise the launch status.
