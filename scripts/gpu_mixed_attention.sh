@@ -7,7 +7,8 @@
 # 32, fast accumulation; ORIGAMI_BENCH_MIXED 0 / 1 alternating, MIXED_ROUNDS rounds), then
 # optionally (MIXED_MAXLOAD=1) max-load 1000 -> 1000 both ways. Tables last.
 #   MIXED_TESTS 1 (default) / 0; MIXED_DECODES (default 470: an H100's full batch at 1000 -> 1000;
-#   950 on an H200), MIXED_CONTEXT (1500), MIXED_TOKENS (8192), MIXED_PROMPT (1000), MIXED_ROUNDS (2);
+#   950 on an H200), MIXED_CONTEXT (1500), MIXED_TOKENS (default 8192 - MIXED_DECODES: what the
+#   step budget leaves the prompts), MIXED_PROMPT (1000), MIXED_ROUNDS (2);
 #   MIXED_MAXLOAD 1: the max-load runs (MAXLOAD_TIMEOUT each, default 240 s; 3000 requests).
 # Logs go to $OUT (default /tmp/origami-gpu-mixed).
 set -uo pipefail
@@ -32,7 +33,8 @@ fi
 export ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_PREFILL=1 ORIGAMI_BENCH_CONFIG=llama-3.1-8b ORIGAMI_BENCH_QUANTIZATION=fp8
 export ORIGAMI_BENCH_KV_DTYPE=fp8 ORIGAMI_BENCH_BLOCK=32 ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FAST_ACCUMULATION=1
 export ORIGAMI_BENCH_PREFILL_DECODES=${MIXED_DECODES:-470} ORIGAMI_BENCH_CONTEXTS=${MIXED_CONTEXT:-1500}
-export ORIGAMI_BENCH_PREFILL_TOKENS=${MIXED_TOKENS:-8192} ORIGAMI_BENCH_PREFILL_PROMPT=${MIXED_PROMPT:-1000}
+export ORIGAMI_BENCH_PREFILL_TOKENS=${MIXED_TOKENS:-$((8192 - ${MIXED_DECODES:-470}))}
+export ORIGAMI_BENCH_PREFILL_PROMPT=${MIXED_PROMPT:-1000}
 for round in $(seq 1 "${MIXED_ROUNDS:-2}"); do
   for mixed in 0 1; do
     ORIGAMI_BENCH_MIXED=$mixed timeout 300 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*PrefillStep' \
