@@ -9,7 +9,8 @@
 #   MIXED_TESTS 1 (default) / 0; MIXED_DECODES (default 470: an H100's full batch at 1000 -> 1000;
 #   950 on an H200), MIXED_CONTEXT (1500), MIXED_TOKENS (default 8192 - MIXED_DECODES: what the
 #   step budget leaves the prompts), MIXED_PROMPT (1000), MIXED_ROUNDS (2);
-#   MIXED_MAXLOAD 1: the max-load runs (MAXLOAD_TIMEOUT each, default 240 s; 3000 requests).
+#   MIXED_MAXLOAD 1: the max-load runs (MAXLOAD_TIMEOUT each, default 240 s; 3000 requests), both
+#   ways or the one MIXED_MAXLOAD_FLAGS names (two calls when both do not fit in one).
 # Logs go to $OUT (default /tmp/origami-gpu-mixed).
 set -uo pipefail
 source "$(dirname "$0")/lib/gpu_common.sh"
@@ -35,7 +36,7 @@ export ORIGAMI_BENCH_KV_DTYPE=fp8 ORIGAMI_BENCH_BLOCK=32 ORIGAMI_BENCH_FUSED_QUA
 export ORIGAMI_BENCH_PREFILL_DECODES=${MIXED_DECODES:-470} ORIGAMI_BENCH_CONTEXTS=${MIXED_CONTEXT:-1500}
 export ORIGAMI_BENCH_PREFILL_TOKENS=${MIXED_TOKENS:-$((8192 - ${MIXED_DECODES:-470}))}
 export ORIGAMI_BENCH_PREFILL_PROMPT=${MIXED_PROMPT:-1000}
-for round in $(seq 1 "${MIXED_ROUNDS:-2}"); do
+for round in $(seq 1 "${MIXED_ROUNDS:-2}"); do  # MIXED_ROUNDS 0: no step bench
   for mixed in 0 1; do
     ORIGAMI_BENCH_MIXED=$mixed timeout 300 "$BUILD/tests/cuda_decode_bench_test" --gtest_filter='*PrefillStep' \
       > "$OUT/step_mixed${mixed}_round$round.log" 2>&1
@@ -43,12 +44,12 @@ for round in $(seq 1 "${MIXED_ROUNDS:-2}"); do
   done
 done
 # The decode rows alone, for what the mixed step adds to a decode step of the same rows.
-ORIGAMI_BENCH_PREFILL=0 ORIGAMI_BENCH_BATCHES=${MIXED_DECODES:-470} timeout 300 "$BUILD/tests/cuda_decode_bench_test" \
+[ "${MIXED_ROUNDS:-2}" != 0 ] && ORIGAMI_BENCH_PREFILL=0 ORIGAMI_BENCH_BATCHES=${MIXED_DECODES:-470} timeout 300 "$BUILD/tests/cuda_decode_bench_test" \
   --gtest_filter='*Roofline*' > "$OUT/decode_alone.log" 2>&1
-RESULT[decode_alone]="rc $? $(grep -h '^ROOFLINE' "$OUT/decode_alone.log" | sed 's/.*context=[0-9]*: //; s/ (weights.*//')"
+[ "${MIXED_ROUNDS:-2}" != 0 ] && RESULT[decode_alone]="rc $? $(grep -h '^ROOFLINE' "$OUT/decode_alone.log" | sed 's/.*context=[0-9]*: //; s/ (weights.*//')"
 
 if [ "${MIXED_MAXLOAD:-0}" = 1 ]; then
-  for flag in --no-mixed-decode-attention --mixed-decode-attention; do
+  for flag in ${MIXED_MAXLOAD_FLAGS:---no-mixed-decode-attention --mixed-decode-attention}; do
     name=mixed1k1k${flag//-/_}
     timeout "${MAXLOAD_TIMEOUT:-240}" "$BUILD/origami" bench --model "$SH/configs/llama-3.1-8b" --dummy-weights \
       --tokenizer "$BENCH_TOKENIZER" --device cuda --num-prompts 3000 --input-len 1000 --output-len 1000 \
