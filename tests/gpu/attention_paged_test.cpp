@@ -387,7 +387,7 @@ TEST(PagedAttention, BalancedFp8DecodeMatchesCpuTwin) {
   const std::vector<SeqSpec> seqs = {{1, 1}, {7, 1}, {97, 1}, {1000, 1}, {4097, 1}, {64, 1}, {65, 1}, {2500, 1}};
   for (int head_dim : {64, 128})
     for (int group : {1, 4, 8})
-      for (int block_size : {1, 16, 256}) check_balanced(seqs, 2, group, head_dim, block_size, rng);
+      for (int block_size : {1, 16, 24, 256}) check_balanced(seqs, 2, group, head_dim, block_size, rng);
 }
 
 // Where the planner (and the backend, per step) takes the balanced kernel: the shapes measured on
@@ -443,7 +443,7 @@ TEST(PagedAttention, Fp8CacheMatchesCpuTwinOfTheDequantizedEntries) {
   const std::vector<SeqSpec> mixed = {{7, 7}, {97, 33}, {1000, 130}, {300, 300}, {33, 1}};
   for (int head_dim : {64, 128})
     for (int group : {1, 4})
-      for (int block_size : {1, 16, 256}) {
+      for (int block_size : {1, 16, 24, 256}) {  // 24: the load path's page division off powers of two
         check_case(decode, 2, group, head_dim, block_size, rng, true);
         check_case(mixed, 2, group, head_dim, block_size, rng, true);
       }

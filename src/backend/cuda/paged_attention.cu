@@ -120,6 +120,24 @@ struct TileGeom {
                 "the narrow merge must fit in the KV tiles' space");
 };
 
+// Division by the page size as a multiply-high, add and shift (Granlund and Montgomery; exact for
+// numerators below 2^31, which entry indices are): the streamed kernel's load path divides four
+// entries a thread a tile, and a branch between a shift (pages of a power of two) and a division
+// (any other size) cost it 5-6 instructions a row and a branch-resolve stall (ncu, max load, H200).
+struct PageDivider {
+  unsigned mul = 1, shift = 0, size = 1;
+  static PageDivider make(int block_size) {
+    PageDivider d;
+    d.size = static_cast<unsigned>(block_size < 1 ? 1 : block_size);
+    while ((1u << d.shift) < d.size) ++d.shift;
+    d.mul = static_cast<unsigned>(((1ull << 32) * ((1ull << d.shift) - d.size)) / d.size + 1);
+    return d;
+  }
+  __device__ __forceinline__ int page(int e) const {
+    return static_cast<int>((__umulhi(static_cast<unsigned>(e), mul) + static_cast<unsigned>(e)) >> shift);
+  }
+};
+
 struct KernelParams {
   AttentionArgs a;
   int group;          // query heads per KV head
@@ -133,6 +151,7 @@ struct KernelParams {
   // null: the merge pass merges.
   int* split_counters;
   int unit_cost;      // the balanced kernel's fixed cost of a unit, in tiles (AttentionPlan::stream_unit_cost)
+  PageDivider pages;  // entry -> (page, entry in page) without a branch or a division
 };
 
 __device__ __forceinline__ int tile_start(const int32_t* q_indptr, int seq, int group, int rows) {
@@ -818,8 +837,16 @@ constexpr int kStreamQBufs = 3; // Q rows of the items in flight: at most 3 (iss
 // CTAs looked like the lever; measured (decode step, batch 472 / 256 / 64): 3 stages, 3 CTAs 23.75 /
 // 14.00 / 7.55 ms; 2 and 4 (128 registers) 25.46 / 14.31 / 7.72; 2 and 3 23.78 / 13.96 / 7.49; 4
 // and 2 26.62 / 15.14 / 7.71. The register cap costs more than the fourth CTA gains.
-constexpr int kStreamStages = 3;
-constexpr int kStreamMinBlocks = 3;
+// ORIGAMI_STREAM_STAGES / ORIGAMI_STREAM_MIN_BLOCKS override both for variant builds of the bench
+// (bench/attention_profile.sh): the balance measured on the H100 need not hold on another GPU.
+#ifndef ORIGAMI_STREAM_STAGES
+#define ORIGAMI_STREAM_STAGES 3
+#endif
+#ifndef ORIGAMI_STREAM_MIN_BLOCKS
+#define ORIGAMI_STREAM_MIN_BLOCKS 3
+#endif
+constexpr int kStreamStages = ORIGAMI_STREAM_STAGES;
+constexpr int kStreamMinBlocks = ORIGAMI_STREAM_MIN_BLOCKS;
 
 template <int D>
 struct StreamGeom {
@@ -1057,8 +1084,6 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
   // ~45 instructions a row a thread, a fifth of the kernel's issue slots at max load.)
   const unsigned page_rows = static_cast<unsigned>(
       (a.ragged.num_tables > 0 ? a.ragged.page_stride : static_cast<long long>(a.shape.num_kv_heads) * block_size * D) / D);
-  const bool pow2_pages = (block_size & (block_size - 1)) == 0;
-  const int page_shift = __ffs(block_size) - 1;
   // Scales four entries at a time (one 16-byte copy of four consecutive rows' scales) where four
   // entries never straddle a page and every such run starts 16-byte aligned: pages of a multiple
   // of 4 entries, rows of a page and of each head's slot counts multiples of 4, aligned bases.
@@ -1093,8 +1118,8 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
   }
   // Entry e of the item being loaded: its row of D codes in the pool.
   auto entry_row = [&](int e) {
-    const int page = pow2_pages ? e >> page_shift : e / block_size;
-    const int in_page = pow2_pages ? e & (block_size - 1) : e - page * block_size;
+    const int page = p.pages.page(e);
+    const int in_page = e - page * block_size;
     return static_cast<unsigned>(li.pages[page]) * page_rows + li.head_row + static_cast<unsigned>(in_page);
   };
   auto issue_next_tile = [&]() {
@@ -1124,12 +1149,16 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
       float* scales = stage_scales(l_stage);
       const int col = (tid % kPieces) * 16;
       const int base = li.kv_begin + l_tile * kTileKV;
+      // A fixed count of rows a thread (no remainder loop), and rows past the item's end look up
+      // its last entry (copied as zeros): no branch on the way to the copies, so the lookups of
+      // all the thread's rows are issued before the first copy waits on one.
+      constexpr int kRowsPerPass = kThreads / kPieces;
 #pragma unroll
-      for (int r = tid / kPieces; r < kTileKV; r += kThreads / kPieces) {
+      for (int i = 0; i < kTileKV / kRowsPerPass; ++i) {
+        const int r = tid / kPieces + i * kRowsPerPass;
         const int e = base + r;
         const bool valid = e < li.kv_end;
-        unsigned row = 0;
-        if (valid) row = entry_row(e);
+        const unsigned row = entry_row(valid ? e : li.kv_end - 1);
         const size_t off = static_cast<size_t>(row) * D + col;
         cp_async_16(codes + r * G::kCodeStride + col, a.k_codes + off, valid);
         cp_async_16(codes + G::kCodeTileBytes + r * G::kCodeStride + col, a.v_codes + off, valid);
@@ -1144,8 +1173,7 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
         const int r = 4 * (tid % (kTileKV / 4));
         const int e = base + r;
         const int live = min(4, max(0, li.kv_end - e));
-        unsigned row = 0;
-        if (live > 0) row = entry_row(e);
+        const unsigned row = entry_row(live > 0 ? e : li.kv_end - 1);
         const bool is_v = tid >= kTileKV / 4;
         cp_async_16_bytes(scales + (is_v ? kTileKV : 0) + r, (is_v ? a.v_scales : a.k_scales) + row, 4 * live);
       }
@@ -1340,6 +1368,7 @@ KernelParams kernel_params(const AttentionArgs& args, const AttentionPlan& plan,
   p.part_lse = p.part_o ? p.part_o + plan.num_splits * num_rows * D : nullptr;
   p.split_counters = nullptr;  // the decode launches set it (fused merge)
   p.unit_cost = plan.stream_unit_cost;
+  p.pages = PageDivider::make(s.block_size);
   return p;
 }
 
