@@ -22,6 +22,7 @@
 #include "backend/cuda/paged_attention.h"
 #include "backend/cuda/paged_attention_mma.cuh"
 #include "backend/cuda/programmatic_launch.h"
+#include "core/invariant_divider.h"
 
 namespace origami::cuda {
 namespace {
@@ -120,24 +121,6 @@ struct TileGeom {
                 "the narrow merge must fit in the KV tiles' space");
 };
 
-// Division by the page size as a multiply-high, add and shift (Granlund and Montgomery; exact for
-// numerators below 2^31, which entry indices are): the streamed kernel's load path divides four
-// entries a thread a tile, and a branch between a shift (pages of a power of two) and a division
-// (any other size) cost it 5-6 instructions a row and a branch-resolve stall (ncu, max load, H200).
-struct PageDivider {
-  unsigned mul = 1, shift = 0, size = 1;
-  static PageDivider make(int block_size) {
-    PageDivider d;
-    d.size = static_cast<unsigned>(block_size < 1 ? 1 : block_size);
-    while ((1u << d.shift) < d.size) ++d.shift;
-    d.mul = static_cast<unsigned>(((1ull << 32) * ((1ull << d.shift) - d.size)) / d.size + 1);
-    return d;
-  }
-  __device__ __forceinline__ int page(int e) const {
-    return static_cast<int>((__umulhi(static_cast<unsigned>(e), mul) + static_cast<unsigned>(e)) >> shift);
-  }
-};
-
 struct KernelParams {
   AttentionArgs a;
   int group;          // query heads per KV head
@@ -151,7 +134,7 @@ struct KernelParams {
   // null: the merge pass merges.
   int* split_counters;
   int unit_cost;      // the balanced kernel's fixed cost of a unit, in tiles (AttentionPlan::stream_unit_cost)
-  PageDivider pages;  // entry -> (page, entry in page) without a branch or a division
+  InvariantDivider page_divider;  // entry -> page without a branch or a division (core/invariant_divider.h)
 };
 
 __device__ __forceinline__ int tile_start(const int32_t* q_indptr, int seq, int group, int rows) {
@@ -1118,7 +1101,7 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
   }
   // Entry e of the item being loaded: its row of D codes in the pool.
   auto entry_row = [&](int e) {
-    const int page = p.pages.page(e);
+    const int page = p.page_divider.divide(e);
     const int in_page = e - page * block_size;
     return static_cast<unsigned>(li.pages[page]) * page_rows + li.head_row + static_cast<unsigned>(in_page);
   };
@@ -1368,7 +1351,7 @@ KernelParams kernel_params(const AttentionArgs& args, const AttentionPlan& plan,
   p.part_lse = p.part_o ? p.part_o + plan.num_splits * num_rows * D : nullptr;
   p.split_counters = nullptr;  // the decode launches set it (fused merge)
   p.unit_cost = plan.stream_unit_cost;
-  p.pages = PageDivider::make(s.block_size);
+  p.page_divider = InvariantDivider::make(s.block_size);
   return p;
 }
 
