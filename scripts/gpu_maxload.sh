@@ -17,7 +17,9 @@
 # Logs and JSON per run go to $OUT (default /tmp/origami-gpu); each run's row is printed when it
 # ends (MAXLOAD_ROW) and appended to $OUT/maxload_table.md; the whole table is printed last, with
 # TensorRT-LLM's published FP8 numbers (Llama-3.1-8B, TP 1, on the GPU this runs on: H100 SXM or
-# H200 SXM; none for others) beside the shapes they cover.
+# H200 SXM; none for others) beside the shapes they cover, and each run's mean SM clock (its
+# minimum), mean power and the throttle reasons nvidia-smi saw (every 500 ms, after the run's
+# first 2 s; scripts/lib/smi_phases.py).
 set -uo pipefail
 source "$(dirname "$0")/lib/gpu_common.sh"
 gpu_script_init /tmp/origami-gpu
@@ -37,6 +39,12 @@ case "$GPU_DEVICE" in
   *H200*) TRT=([128:2048]=26221 [128:4096]=18027 [1000:1000]=17744) ;;
 esac
 rows=()
+# Clocks and power over each run (the H200 holds its 700 W cap at max load, and its SM clocks drop
+# with it: docs/benchmarks.md, "The power cap"), one column of the table.
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+  --format=csv,noheader,nounits -lms 500 > "$OUT/smi.csv" 2>/dev/null &
+SMI=$!
+: > "$OUT/phases.txt"
 for run in $RUNS; do
   IFS=: read -r name cfg n in out quant kv pol budget extra <<< "$run"
   flags=(--quantization "$quant" --kv-cache-dtype "$kv")
@@ -53,12 +61,14 @@ for run in $RUNS; do
                                               --kv-policy-opt page_aligned=0)
   fi
   t0=$(date +%s)
+  echo "$name $(date +%s.%N)" >> "$OUT/phases.txt"
   timeout "${MAXLOAD_TIMEOUT:-420}" "$BUILD/origami" bench --model "$SH/configs/$cfg" --dummy-weights --tokenizer "$TOK" \
     --device cuda --num-prompts "$n" --input-len "$in" --output-len "$out" --max-num-seqs "${MAXLOAD_SEQS:-2048}" \
     --max-num-batched-tokens "${MAXLOAD_TOKENS:-8192}" --gpu-memory-utilization "${MAXLOAD_GPU_MEM:-0.9}" \
     "${flags[@]}" --quiet --json > "$OUT/maxload_$name.json" \
     2> "$OUT/maxload_$name.err"
   rc=$?
+  echo "end $(date +%s.%N)" >> "$OUT/phases.txt"
   tail -3 "$OUT/maxload_$name.err"
   rows+=("$(python3 - "$OUT/maxload_$name.json" "$name" "$cfg" "$n" "$in" "$out" "$quant" "$kv" "$pol" "$budget" \
     "$([ "$cfg" = llama-3.1-8b ] && echo "${TRT[$in:$out]:-}")" "$rc" "$(( $(date +%s) - t0 ))" <<'PY'
@@ -86,13 +96,14 @@ print(f"| {name} | {cfg} | {n} x ({i} -> {o}) | {q}/{kv} | {pol}{' ' + budget if
       f"{j.get('schedule_ms_per_step', 0):.3f} / {1e3 * j['execute_seconds'] / max(1, j['num_steps']):.2f} / "
       f"{1e3 * j['wall_seconds'] / max(1, j['num_steps']):.2f} ms |")
 PY
-)")
+) $(python3 "$ROOT/scripts/lib/smi_phases.py" --cell "$name" "$OUT/phases.txt" "$OUT/smi.csv" 2>/dev/null) |")
   # Each row as soon as its run ends (and in $OUT/maxload_table.md): a call whose limit is cut
   # short still reports the runs it finished.
   echo "MAXLOAD_ROW ${rows[-1]}"
   echo "${rows[-1]}" >> "$OUT/maxload_table.md"
 done
+kill $SMI 2>/dev/null
 echo
-echo "| run | model | workload | weights/KV | KV policy | output tok/s | while full tok/s | vs TensorRT-LLM FP8 | peak running | preemptions | scheduler / execute / wall per step |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| run | model | workload | weights/KV | KV policy | output tok/s | while full tok/s | vs TensorRT-LLM FP8 | peak running | preemptions | scheduler / execute / wall per step | SM clock (min) / power, throttle reasons |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

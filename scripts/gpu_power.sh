@@ -62,24 +62,4 @@ kill $SMI 2>/dev/null
 
 gpu_print_summary "power and the decode step (batch $B, context $C)" "$OUT/summary.txt"
 echo; echo "clocks and power per phase (nvidia-smi every 500 ms; the phase's samples after its first 2 s):"
-python3 - "$OUT/phases.txt" "$OUT/smi.csv" <<'PY'
-import sys, datetime
-marks = [l.split() for l in open(sys.argv[1])]
-phases = [(marks[i][0], float(marks[i][1]), float(marks[i + 1][1])) for i in range(0, len(marks) - 1, 2)]
-samples = []
-for line in open(sys.argv[2]):
-    f = [x.strip() for x in line.split(",")]
-    try:
-        t = datetime.datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
-        samples.append((t, float(f[1]), float(f[3]), f[5]))
-    except (ValueError, IndexError):
-        pass
-print("%-16s %8s %14s %14s %s" % ("phase", "samples", "SM MHz (min)", "power W", "throttle reasons seen"))
-for name, t0, t1 in phases:
-    s = [x for x in samples if t0 + 2 <= x[0] <= t1]
-    if not s:
-        print("%-16s %8d" % (name, 0)); continue
-    clk = [x[1] for x in s]; pw = [x[2] for x in s]
-    print("%-16s %8d %8.0f (%4.0f) %14.0f %s" % (name, len(s), sum(clk) / len(clk), min(clk), sum(pw) / len(pw),
-                                               " ".join(sorted(set(x[3] for x in s)))))
-PY
+python3 "$ROOT/scripts/lib/smi_phases.py" "$OUT/phases.txt" "$OUT/smi.csv"
