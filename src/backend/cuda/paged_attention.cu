@@ -1156,7 +1156,9 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
         const int r = 4 * (tid % (kTileKV / 4));
         const int e = base + r;
         const int live = min(4, max(0, li.kv_end - e));
-        const unsigned row = entry_row(live > 0 ? e : li.kv_end - 1);
+        // With nothing to copy the address must still be 16-byte aligned: the item's first entry
+        // starts a run of four (as every e here does), its last need not.
+        const unsigned row = entry_row(live > 0 ? e : li.kv_begin);
         const bool is_v = tid >= kTileKV / 4;
         cp_async_16_bytes(scales + (is_v ? kTileKV : 0) + r, (is_v ? a.v_scales : a.k_scales) + row, 4 * live);
       }
