@@ -17,6 +17,7 @@
 #include <cmath>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/dynamic_smem_limit.h"
 #include "backend/cuda/paged_attention.h"
@@ -30,7 +31,7 @@ namespace {
 using attn::cp_async_16;
 using attn::cp_async_4;
 using attn::cp_async_16_bytes;
-using attn::e4m3x2_to_f16x2;
+using attn::e4m3x4_to_f16x2x2;
 using attn::exp2_ftz;
 using attn::e4m3x4_to_f16x4;
 using attn::kE4M3ToF16Scale;
@@ -311,7 +312,9 @@ __device__ __forceinline__ void fp8_narrow_tile(const KernelParams& p, const uin
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const uint32_t w = *reinterpret_cast<const uint32_t*>(k_codes + (warp_kv0 + 8 * j + g) * kCodeStride + kk * 16 + 4 * t4);
-      mma_f16_16816(s[j], qf[kk], e4m3x2_to_f16x2(w), e4m3x2_to_f16x2(w >> 16));
+      uint32_t b0, b1;
+      e4m3x4_to_f16x2x2(w, b0, b1);
+      mma_f16_16816(s[j], qf[kk], b0, b1);
     }
   // Scale (q.k = scale (q.codes)), mask, online softmax (rows are shared by the 4 lanes of a quad).
   // Element i of a lane's accumulator is row g (i < 2) or g + 8; kRowElems: the elements in use.
@@ -360,11 +363,16 @@ __device__ __forceinline__ void fp8_narrow_tile(const KernelParams& p, const uin
     const uint32_t r1 = *reinterpret_cast<const uint32_t*>(v_codes + kCodeStride + 32 * jj);
     const uint32_t r2 = *reinterpret_cast<const uint32_t*>(v_codes + 8 * kCodeStride + 32 * jj);
     const uint32_t r3 = *reinterpret_cast<const uint32_t*>(v_codes + 9 * kCodeStride + 32 * jj);
+    // Bytes c and c + 1 of r0 and r1 in one word (r0.c, r1.c, r0.c+1, r1.c+1), so one permute
+    // feeds two n-tiles' conversions; likewise r2 and r3.
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int sel = c | ((4 + c) << 4);  // byte c of each word as one 16-bit pair
-      mma_f16_16816(o[4 * jj + c], pa, e4m3x2_to_f16x2(__byte_perm(r0, r1, sel)),
-                    e4m3x2_to_f16x2(__byte_perm(r2, r3, sel)));
+    for (int c = 0; c < 4; c += 2) {
+      const int sel = c | ((4 + c) << 4) | ((c + 1) << 8) | ((5 + c) << 12);
+      uint32_t lo0, lo1, hi0, hi1;
+      e4m3x4_to_f16x2x2(__byte_perm(r0, r1, sel), lo0, lo1);
+      e4m3x4_to_f16x2x2(__byte_perm(r2, r3, sel), hi0, hi1);
+      mma_f16_16816(o[4 * jj + c], pa, lo0, hi0);
+      mma_f16_16816(o[4 * jj + c + 1], pa, lo1, hi1);
     }
   }
 }
@@ -1135,21 +1143,31 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
       // A fixed count of rows a thread (no remainder loop), and rows past the item's end look up
       // its last entry (copied as zeros): no branch on the way to the copies, so the lookups of
       // all the thread's rows are issued before the first copy waits on one.
+      // The per-row scale copies are a version of the loop of their own (a uniform branch), so
+      // the usual case, scales in runs of four, issues none of their predicated instructions.
       constexpr int kRowsPerPass = kThreads / kPieces;
+      auto copy_rows = [&](auto with_row_scales) {
 #pragma unroll
-      for (int i = 0; i < kTileKV / kRowsPerPass; ++i) {
-        const int r = tid / kPieces + i * kRowsPerPass;
-        const int e = base + r;
-        const bool valid = e < li.kv_end;
-        const unsigned row = entry_row(valid ? e : li.kv_end - 1);
-        const size_t off = static_cast<size_t>(row) * D + col;
-        cp_async_16(codes + r * G::kCodeStride + col, a.k_codes + off, valid);
-        cp_async_16(codes + G::kCodeTileBytes + r * G::kCodeStride + col, a.v_codes + off, valid);
-        if (col == 0 && !scale_runs) {
-          cp_async_4(scales + r, a.k_scales + row, valid);
-          cp_async_4(scales + kTileKV + r, a.v_scales + row, valid);
+        for (int i = 0; i < kTileKV / kRowsPerPass; ++i) {
+          const int r = tid / kPieces + i * kRowsPerPass;
+          const int e = base + r;
+          const bool valid = e < li.kv_end;
+          const unsigned row = entry_row(valid ? e : li.kv_end - 1);
+          const size_t off = static_cast<size_t>(row) * D + col;
+          cp_async_16(codes + r * G::kCodeStride + col, a.k_codes + off, valid);
+          cp_async_16(codes + G::kCodeTileBytes + r * G::kCodeStride + col, a.v_codes + off, valid);
+          if constexpr (decltype(with_row_scales)::value) {
+            if (col == 0) {
+              cp_async_4(scales + r, a.k_scales + row, valid);
+              cp_async_4(scales + kTileKV + r, a.v_scales + row, valid);
+            }
+          }
         }
-      }
+      };
+      if (scale_runs)
+        copy_rows(std::false_type{});
+      else
+        copy_rows(std::true_type{});
       if (scale_runs && tid < 2 * (kTileKV / 4)) {
         // Thread i copies the scales of entries 4 (i % 16) .. + 3, of K (i < 16) or V; past
         // kv_end the copy reads fewer bytes and zero-fills the rest.

@@ -101,14 +101,16 @@ __device__ __forceinline__ void e4m3x4_to_f16x4(uint32_t w, uint32_t& lo, uint32
   hi = e4m3x2_hi_to_f16x2(__byte_perm(w, 0u, 0x3424));  // codes 2 and 3 likewise
 }
 
-// Two E4M3 codes (the low 16 bits of `v`, the lower code in the low half) as f16x2, exactly
-// their values (sm_89+ hardware conversion: one instruction for two codes, against four integer
-// ops for e4m3x4_to_f16x4's pair; it runs on a slower pipe, which the narrow decode kernel can
-// afford and the wide one, converting whole tiles between barriers, could not).
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
-  uint32_t out;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(out) : "h"(static_cast<unsigned short>(v)));
-  return out;
+// Four E4M3 codes (byte i of `w` is code i) as two f16x2: codes 0, 1 in `lo`, codes 2, 3 in `hi`
+// (the lower code in the low half), exactly their values (sm_89+ hardware conversion: one
+// instruction for two codes, against four integer ops for e4m3x4_to_f16x4's pair; it runs on a
+// slower pipe, which the narrow decode kernel can afford and the wide one, converting whole tiles
+// between barriers, could not). The halves are split inside the asm (mov.b32 {l, h}) so that
+// ptxas can read the high half in place, where a shift (w >> 16) first cost an instruction.
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
 }
 
 // 2^x on the special-function unit with subnormals flushed (ex2.approx.ftz). exp2f compiles to
