@@ -1107,6 +1107,10 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
     l_live = l_item < item_end;
     if (l_live) li = resolve_stream_item<D>(p, l_item);
   }
+  // This thread's 16-byte column of every row of K and V codes it copies: a row's address is then
+  // one wide multiply-add (row * D + column base) rather than a multiply and two 64-bit adds.
+  const unsigned char* k_col = a.k_codes + (tid % (D / 16)) * 16;
+  const unsigned char* v_col = a.v_codes + (tid % (D / 16)) * 16;
   // Entry e of the item being loaded: its row of D codes in the pool.
   auto entry_row = [&](int e) {
     const int page = p.page_divider.divide(e);
@@ -1153,9 +1157,8 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks) paged_decode_fp8_s
           const int e = base + r;
           const bool valid = e < li.kv_end;
           const unsigned row = entry_row(valid ? e : li.kv_end - 1);
-          const size_t off = static_cast<size_t>(row) * D + col;
-          cp_async_16(codes + r * G::kCodeStride + col, a.k_codes + off, valid);
-          cp_async_16(codes + G::kCodeTileBytes + r * G::kCodeStride + col, a.v_codes + off, valid);
+          cp_async_16(codes + r * G::kCodeStride + col, k_col + static_cast<size_t>(row) * D, valid);
+          cp_async_16(codes + G::kCodeTileBytes + r * G::kCodeStride + col, v_col + static_cast<size_t>(row) * D, valid);
           if constexpr (decltype(with_row_scales)::value) {
             if (col == 0) {
               cp_async_4(scales + r, a.k_scales + row, valid);
