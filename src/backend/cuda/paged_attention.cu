@@ -469,14 +469,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
     cp_async_16(sQ + r * G::kStride + col, src, valid);
   }
 
-  // Element offset of entry e's row of this head (page lookup). Page sizes are powers of two in
-  // practice: a shift and a mask instead of the ~20-instruction integer division per row, which
-  // cost the FP8 path (half the bytes per instruction of the bf16 one) measurable bandwidth.
-  const bool pow2_pages = (block_size & (block_size - 1)) == 0;
-  const int page_shift = __ffs(block_size) - 1;
+  // Element offset of entry e's row of this head (page lookup). The page division is a multiply-
+  // high, an add and a shift for any page size (InvariantDivider), with no branch between a shift
+  // and a division (the streamed kernel's measured gain: docs/kernels.md, "A branch-free load path").
   auto entry_offset = [&](int e) {
-    const int page = pow2_pages ? e >> page_shift : e / block_size;
-    const int in_page = pow2_pages ? e & (block_size - 1) : e - page * block_size;
+    const int page = p.page_divider.divide(e);
+    const int in_page = e - page * block_size;
     return pages[page] * page_stride + head_base + static_cast<long long>(in_page) * D;
   };
 
@@ -491,10 +489,16 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
       unsigned char* codes = stage_codes(stage);
       float* scales = stage_scales(stage);
       const int col = (tid % kPieces) * 16;
-      for (int r = tid / kPieces; r < kTileKV; r += kThreads / kPieces) {
+      // A fixed count of rows a thread, and rows past the tile's end look up its last entry
+      // (copied as zeros): no branch before the copies (as the streamed kernel's load path).
+      constexpr int kRowsPerPass = kThreads / kPieces;
+      static_assert(kTileKV % kRowsPerPass == 0);
+#pragma unroll
+      for (int i = 0; i < kTileKV / kRowsPerPass; ++i) {
+        const int r = tid / kPieces + i * kRowsPerPass;
         const int e = base + r;
         const bool valid = e < tile_kv_end;
-        const long long off = valid ? entry_offset(e) : 0;
+        const long long off = entry_offset(valid ? e : tile_kv_end - 1);
         cp_async_16(codes + r * G::kCodeStride + col, a.k_codes + off + col, valid);
         cp_async_16(codes + G::kCodeTileBytes + r * G::kCodeStride + col, a.v_codes + off + col, valid);
         if (col == 0) {
@@ -504,10 +508,14 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
       }
     } else {
       const int col = (tid % kChunksPerRow) * 8;
-      for (int r = tid / kChunksPerRow; r < kTileKV; r += kThreads / kChunksPerRow) {
+      constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+      static_assert(kThreads % kChunksPerRow == 0 && kTileKV % kRowsPerPass == 0);
+#pragma unroll
+      for (int i = 0; i < kTileKV / kRowsPerPass; ++i) {
+        const int r = tid / kChunksPerRow + i * kRowsPerPass;
         const int e = base + r;
         const bool valid = e < tile_kv_end;
-        const long long off = valid ? entry_offset(e) + col : 0;
+        const long long off = entry_offset(valid ? e : tile_kv_end - 1) + col;
         __nv_bfloat16* k_dst = stage_k(stage) + r * G::kStride + col;
         cp_async_16(k_dst, a.k_cache + off, valid);
         cp_async_16(k_dst + G::kTileElems, a.v_cache + off, valid);
