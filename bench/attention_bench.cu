@@ -26,6 +26,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/paged_attention.h"
@@ -140,6 +141,29 @@ int main(int argc, char** argv) {
   fill_value<<<1024, 256>>>(k_scales, head_vectors, 0.01f);
   fill_value<<<1024, 256>>>(v_scales, head_vectors, 0.02f);
   CK(cudaGetLastError());
+  // A launch's arguments over the pool (bf16 or FP8), with random queries and an output of its own
+  // (the caller frees args.q and args.out) for `seqs` sequences of `tokens` query tokens in all.
+  auto pool_args = [&](int seqs, int tokens, int block_size, bool fp8, unsigned seed) {
+    __nv_bfloat16 *q, *out;
+    CK(cudaMalloc(&q, size_t(tokens) * num_heads * D * 2));
+    CK(cudaMalloc(&out, size_t(tokens) * num_heads * D * 2));
+    fill_random<<<256, 256>>>(q, size_t(tokens) * num_heads * D, seed);
+    AttentionArgs args;
+    args.shape = {seqs, tokens, num_heads, num_kv_heads, D, block_size};
+    args.softmax_scale = 0.08838834764f;
+    args.q = q;
+    args.out = out;
+    if (fp8) {
+      args.k_codes = k_codes;
+      args.v_codes = v_codes;
+      args.k_scales = k_scales;
+      args.v_scales = v_scales;
+    } else {
+      args.k_cache = k_cache;
+      args.v_cache = v_cache;
+    }
+    return args;
+  };
 
   // Split counters for the largest batch (zero; every launch leaves them zero).
   const int max_batch = *std::max_element(batches.begin(), batches.end());
@@ -185,29 +209,11 @@ int main(int argc, char** argv) {
                         sizeof(int32_t) * batch * pages_per_seq, cudaMemcpyHostToDevice));
         }
         const DecodeRows decode_rows = upload_decode_rows(batch, ctx, pages_per_seq);
-        __nv_bfloat16 *q, *out;
-        CK(cudaMalloc(&q, size_t(batch) * num_heads * D * 2));
-        CK(cudaMalloc(&out, size_t(batch) * num_heads * D * 2));
-        fill_random<<<256, 256>>>(q, size_t(batch) * num_heads * D, 3);
-
-        AttentionArgs args;
-        args.shape = {batch, batch, num_heads, num_kv_heads, D, block_size};
-        args.softmax_scale = 0.08838834764f;
-        args.q = q;
-        args.out = out;
-        args.k_cache = k_cache;
-        args.v_cache = v_cache;
+        AttentionArgs args = pool_args(batch, batch, block_size, fp8, 3);
         args.q_indptr = decode_rows.q_indptr;
         args.page_indptr = decode_rows.page_indptr;
         args.kv_len = decode_rows.kv_len;
         args.split_counters = counters;
-        if (fp8) {
-          args.k_cache = args.v_cache = nullptr;
-          args.k_codes = k_codes;
-          args.v_codes = v_codes;
-          args.k_scales = k_scales;
-          args.v_scales = v_scales;
-        }
         AttentionPlan plan = with_query_rows(plan_paged_attention(args.shape, ctx, sms), args.shape, rows);
         if (forced_splits > 0) {  // --splits (no balanced grid: it shares tiles out instead)
           plan = with_kv_splits(plan, ctx, forced_splits);
@@ -239,45 +245,51 @@ int main(int argc, char** argv) {
                     gbs, 100.0 * gbs / copy_gbs, single_ms * 1e3);
         for (auto p : d_indices) CK(cudaFree(p));
         free_decode_rows(decode_rows);
-        CK(cudaFree(q));
-        CK(cudaFree(out));
+        CK(cudaFree(const_cast<__nv_bfloat16*>(args.q)));
+        CK(cudaFree(args.out));
         if (ws) CK(cudaFree(ws));
       }
 
-  // Prefill: one 4096-token causal prompt (FLOPs: 4 * heads * D * n^2 / 2).
+  // Prefill, for each cache: one 4096-token causal prompt, and eight of 1,000 (a max-load mixed
+  // step's prompt part at 1000 -> 1000); FLOPs 4 * heads * D * n^2 / 2 a prompt.
   if (prefill) {
-    const int n = 4096, block_size = 16;
-    std::vector<int32_t> ids(n / block_size);
-    std::iota(ids.begin(), ids.end(), 1);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    std::vector<int32_t> q_indptr = {0, n}, page_indptr = {0, n / block_size}, kv_len = {n};
-    int32_t *d_qi, *d_pi, *d_idx, *d_kv;
-    CK(cudaMalloc(&d_qi, 8)); CK(cudaMalloc(&d_pi, 8)); CK(cudaMalloc(&d_kv, 4));
-    CK(cudaMalloc(&d_idx, ids.size() * 4));
-    CK(cudaMemcpy(d_qi, q_indptr.data(), 8, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_pi, page_indptr.data(), 8, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_kv, kv_len.data(), 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_idx, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-    __nv_bfloat16 *q, *out;
-    CK(cudaMalloc(&q, size_t(n) * num_heads * D * 2));
-    CK(cudaMalloc(&out, size_t(n) * num_heads * D * 2));
-    fill_random<<<256, 256>>>(q, size_t(n) * num_heads * D, 4);
-    AttentionArgs args;
-    args.shape = {1, n, num_heads, num_kv_heads, D, block_size};
-    args.softmax_scale = 0.08838834764f;
-    args.q = q; args.out = out; args.k_cache = k_cache; args.v_cache = v_cache;
-    args.q_indptr = d_qi; args.page_indptr = d_pi; args.page_indices = d_idx; args.kv_len = d_kv;
-    const AttentionPlan plan = plan_paged_attention(args.shape, n, sms);
-    const size_t ws_bytes = paged_attention_workspace_bytes(plan, args.shape);
-    void* ws = nullptr;
-    if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
-    auto body = [&](int) { CK(paged_attention(args, plan, ws, ws_bytes, nullptr)); };
-    for (int i = 0; i < 3; ++i) body(i);
-    CK(cudaDeviceSynchronize());
-    const float ms = median_ms(body, 20);
-    const double flops = 4.0 * num_heads * D * double(n) * n / 2;
-    std::printf("prefill 1 x %d tokens causal: %.3f ms, %.1f TFLOP/s (splits %d)\n", n, ms, flops / ms / 1e9,
-                plan.num_splits);
+    const int block_size = 16;
+    for (bool fp8 : caches)
+      for (const auto& [prompts, n] : {std::pair{1, 4096}, std::pair{8, 1000}}) {
+        const int pages_each = (n + block_size - 1) / block_size, tokens = prompts * n;
+        std::vector<int32_t> ids(static_cast<size_t>(prompts) * pages_each);
+        std::iota(ids.begin(), ids.end(), 1);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        std::vector<int32_t> q_indptr{0}, page_indptr{0}, kv_len;
+        for (int i = 0; i < prompts; ++i) {
+          q_indptr.push_back(q_indptr.back() + n);
+          page_indptr.push_back(page_indptr.back() + pages_each);
+          kv_len.push_back(n);
+        }
+        int32_t *d_qi, *d_pi, *d_idx, *d_kv;
+        CK(cudaMalloc(&d_qi, q_indptr.size() * 4)); CK(cudaMalloc(&d_pi, page_indptr.size() * 4));
+        CK(cudaMalloc(&d_kv, kv_len.size() * 4)); CK(cudaMalloc(&d_idx, ids.size() * 4));
+        CK(cudaMemcpy(d_qi, q_indptr.data(), q_indptr.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_pi, page_indptr.data(), page_indptr.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_kv, kv_len.data(), kv_len.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_idx, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+        AttentionArgs args = pool_args(prompts, tokens, block_size, fp8, 4);
+        args.q_indptr = d_qi; args.page_indptr = d_pi; args.page_indices = d_idx; args.kv_len = d_kv;
+        const AttentionPlan plan = plan_paged_attention(args.shape, n, sms);
+        const size_t ws_bytes = paged_attention_workspace_bytes(plan, args.shape);
+        void* ws = nullptr;
+        if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
+        auto body = [&](int) { CK(paged_attention(args, plan, ws, ws_bytes, nullptr)); };
+        for (int i = 0; i < 3; ++i) body(i);
+        CK(cudaDeviceSynchronize());
+        const float ms = median_ms(body, 20);
+        const double flops = 4.0 * num_heads * D * double(n) * n / 2 * prompts;
+        std::printf("prefill %s %d x %d tokens causal: %.3f ms, %.1f TFLOP/s (splits %d)\n", fp8 ? "fp8" : "bf16",
+                    prompts, n, ms, flops / ms / 1e9, plan.num_splits);
+        for (void* b : {static_cast<void*>(d_qi), static_cast<void*>(d_pi), static_cast<void*>(d_kv),
+                        static_cast<void*>(d_idx), static_cast<void*>(const_cast<__nv_bfloat16*>(args.q)), static_cast<void*>(args.out), ws})
+          if (b != nullptr) CK(cudaFree(b));
+      }
   }
   CK(cudaFree(counters));
   CK(cudaDeviceSynchronize());

@@ -113,8 +113,16 @@ struct TileGeom {
   static constexpr int kCodeStride = D + 16;                     // bytes per row of codes
   static constexpr int kCodeTileBytes = kTileKV * kCodeStride;   // one K (or V) tile of codes
   static constexpr int kStageBytes = 2 * kCodeTileBytes + 2 * kTileKV * static_cast<int>(sizeof(float));
-  static constexpr int kCodeStages = 3;
-  static constexpr int kSmemBytes = kBf16Bytes + (kFp8 ? kCodeStages * kStageBytes : 0);
+  // FP8 wide: one stage of codes beside the f16 tiles, and the converted tile's scales kept apart
+  // from it, so the next tile's codes land in the one stage while the MMAs read the f16 tiles.
+  // That fits three CTAs an SM (71.6 KB at D 128, 168 registers) where three stages fitted two:
+  // prefill is latency-bound at two CTAs (ncu: 1.96 warps a scheduler, 0.6 eligible), and its KV
+  // tiles mostly come from L2 (each prompt's tiles are read by all its query tiles), so one tile
+  // in flight covers the load. FP8 narrow: three stages of codes (two tiles in flight).
+  static constexpr int kCodeStages = kFp8 && !kNarrow ? 1 : 3;
+  static constexpr int kWideScaleBytes = kFp8 && !kNarrow ? 2 * kTileKV * static_cast<int>(sizeof(float)) : 0;
+  static constexpr int kCodesOffset = kBf16Bytes + kWideScaleBytes;
+  static constexpr int kSmemBytes = kCodesOffset + (kFp8 ? kCodeStages * kStageBytes : 0);
   // Narrow: each warp's (max, sum) per row and unnormalised output, after the KV loop, in the
   // space the KV tiles used.
   static constexpr int kMergeBytes = kWarps * kNarrowRows * (D + 2) * static_cast<int>(sizeof(float));
@@ -440,7 +448,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   // f16 K, V tiles are "stage 0".
   auto stage_k = [&](int st) { return sQ + G::kQElems + 2 * st * G::kTileElems; };
   // FP8: stage st's K codes, V codes (kCodeTileBytes on), K scales and V scales (kTileKV on).
-  auto stage_codes = [&](int st) { return smem_raw + G::kBf16Bytes + st * G::kStageBytes; };
+  auto stage_codes = [&](int st) { return smem_raw + G::kCodesOffset + st * G::kStageBytes; };
+  // FP8 wide: the converted tile's K scales, then its V scales (kTileKV each).
+  float* const wide_scales = reinterpret_cast<float*>(smem_raw + G::kBf16Bytes);
   auto stage_scales = [&](int st) { return reinterpret_cast<float*>(stage_codes(st) + 2 * G::kCodeTileBytes); };
 
   const int tid = threadIdx.x;
@@ -525,7 +535,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
 
   if (num_kv_tiles > 0) load_kv_tile(0, 0);
   cp_async_commit();
-  if constexpr (kFp8) {
+  if constexpr (kFp8 && kNarrow) {
     if (num_kv_tiles > 1) load_kv_tile(1, 1);
     cp_async_commit();
   }
@@ -553,10 +563,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
   uint32_t qf[kNarrow ? D / 16 : 1][4];
 
   for (int t = 0; t < num_kv_tiles; ++t) {
-    if constexpr (kFp8) {
+    if constexpr (kFp8 && kNarrow) {
       if (t + 2 < num_kv_tiles) load_kv_tile(t + 2, (t + 2) % G::kCodeStages);
       cp_async_commit();
       cp_async_wait<2>();
+    } else if constexpr (kFp8) {
+      cp_async_wait<0>();  // tile t in the one stage (loaded during tile t - 1's MMAs)
     } else {
       if (t + 1 < num_kv_tiles) load_kv_tile(t + 1, (t + 1) & 1);
       cp_async_commit();
@@ -598,21 +610,28 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const KernelP
       k_scale = stage_scales(t % G::kCodeStages);
       v_scale = k_scale + kTileKV;
       if constexpr (!kNarrow) {
-        // Every warp converts its share of the stage's codes into the f16 tiles.
-        constexpr int kPieces = D / 16;
+        // Every warp converts its share of the stage's codes into the f16 tiles, eight codes a
+        // thread at a time: eight neighbouring threads store 128 contiguous bytes of a row, which
+        // hit distinct banks (sixteen codes a thread stored two 16-byte pieces 32 bytes apart, a
+        // two-way conflict each: ncu counted half the stores' wavefronts as conflicts).
+        constexpr int kPieces = D / 8;
         for (int c = tid; c < 2 * kTileKV * kPieces; c += kThreads) {
           const int kv = c / (kTileKV * kPieces), rem = c % (kTileKV * kPieces);
-          const int r = rem / kPieces, col = (rem % kPieces) * 16;
-          const uint4 raw = *reinterpret_cast<const uint4*>(k_codes + kv * G::kCodeTileBytes + r * G::kCodeStride + col);
-          const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-          uint32_t out[8];
-#pragma unroll
-          for (int q = 0; q < 4; ++q) e4m3x4_to_f16x4(w[q], out[2 * q], out[2 * q + 1]);
-          uint4* dst = reinterpret_cast<uint4*>(stage_k(0) + kv * G::kTileElems + r * G::kStride + col);
-          dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
-          dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+          const int r = rem / kPieces, col = (rem % kPieces) * 8;
+          const uint2 raw = *reinterpret_cast<const uint2*>(k_codes + kv * G::kCodeTileBytes + r * G::kCodeStride + col);
+          uint4 out;
+          e4m3x4_to_f16x4(raw.x, out.x, out.y);
+          e4m3x4_to_f16x4(raw.y, out.z, out.w);
+          *reinterpret_cast<uint4*>(stage_k(0) + kv * G::kTileElems + r * G::kStride + col) = out;
         }
+        // The scales move out of the stage with their codes.
+        for (int c = tid; c < 2 * kTileKV; c += kThreads) wide_scales[c] = k_scale[c];
         __syncthreads();
+        // The one stage is free: the next tile's codes land while this one's MMAs run.
+        if (t + 1 < num_kv_tiles) load_kv_tile(t + 1, 0);
+        cp_async_commit();
+        k_scale = wide_scales;
+        v_scale = wide_scales + kTileKV;
       }
     }
     if constexpr (kNarrow && kFp8) {
