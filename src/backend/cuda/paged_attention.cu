@@ -84,8 +84,9 @@ __device__ __forceinline__ int splits_started(int kv_len, int chunk, int num_spl
 // Shared memory: the Q tile, then
 // - bf16 cache: two stages of (K, V) bf16 tiles, filled by cp.async;
 // - FP8 cache, wide: one (K, V) pair of f16 tiles that the MMAs read (converted from the codes
-//   after they land, all warps sharing the work: every warp needs every entry), and three stages
-//   of (K, V) code tiles and their per-entry scales;
+//   after they land, all warps sharing the work: every warp needs every entry), the converted
+//   tile's scales, and one stage of (K, V) code tiles and their per-entry scales, where the next
+//   tile lands while the MMAs read the f16 tiles (TileGeom: three CTAs an SM);
 // - FP8 cache, narrow: the three stages of codes only. Each warp builds its MMA fragments from
 //   its own 16 entries' codes in registers (one 32-bit load and two hardware conversions per
 //   four codes, fp8_narrow_tile): no f16 tiles, no second barrier per tile. K: the head dimension is permuted identically in
@@ -97,8 +98,8 @@ __device__ __forceinline__ int splits_started(int kv_len, int chunk, int num_spl
 // The codes' rows are padded by 16 bytes so those loads hit 32 distinct banks.
 // The codes become f16 exactly (wide: times 2^-8; kNarrowOScale), the MMAs run in f16 (Q converted once per CTA,
 // exact for |q| in [2^-14, 65504], saturated beyond), K scales multiply the fp32 scores, V
-// scales the probabilities. Three stages of codes keep two tiles in flight per CTA (with two, a
-// wide CTA had too little in flight to cover memory latency).
+// scales the probabilities. The narrow kernel's three stages of codes keep two tiles in flight
+// per CTA.
 // FP8 decode batches with a group of at most kStreamRows take paged_decode_fp8_stream_kernel
 // (below), which runs this narrow kernel's tile math over a stream of work items per CTA.
 template <int D, bool kFp8, bool kNarrow>
