@@ -41,9 +41,7 @@ esac
 rows=()
 # Clocks and power over each run (the H200 holds its 700 W cap at max load, and its SM clocks drop
 # with it: docs/benchmarks.md, "The power cap"), one column of the table.
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
-  --format=csv,noheader,nounits -lms 500 > "$OUT/smi.csv" 2>/dev/null &
-SMI=$!
+gpu_smi_start "$OUT/smi.csv"
 : > "$OUT/phases.txt"
 for run in $RUNS; do
   IFS=: read -r name cfg n in out quant kv pol budget extra <<< "$run"
@@ -102,7 +100,7 @@ PY
   echo "MAXLOAD_ROW ${rows[-1]}"
   echo "${rows[-1]}" >> "$OUT/maxload_table.md"
 done
-kill $SMI 2>/dev/null
+kill "$GPU_SMI_PID" 2>/dev/null
 echo
 echo "| run | model | workload | weights/KV | KV policy | output tok/s | while full tok/s | vs TensorRT-LLM FP8 | peak running | preemptions | scheduler / execute / wall per step | SM clock (min) / power, throttle reasons |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"

@@ -26,13 +26,10 @@ gpu_build "$BUILD" "$OUT/build.log" "${targets[@]}" || exit 1
 RESULT[build]="rc $GPU_BUILD_RC, ${GPU_BUILD_SECONDS} s"
 
 B=${POWER_BATCH:-896} C=${POWER_CONTEXT:-1152}
-export ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=${ORIGAMI_BENCH_CONFIG:-llama-3.1-8b} ORIGAMI_BENCH_QUANTIZATION=fp8
-export ORIGAMI_BENCH_KV_DTYPE=fp8 ORIGAMI_BENCH_BLOCK=32 ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FAST_ACCUMULATION=1
+gpu_fp8_bench_env "${ORIGAMI_BENCH_CONFIG:-llama-3.1-8b}"
 export ORIGAMI_BENCH_BATCHES=$B ORIGAMI_BENCH_CONTEXTS=$C
 
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
-  --format=csv,noheader,nounits -lms 500 > "$OUT/smi.csv" &
-SMI=$!
+gpu_smi_start "$OUT/smi.csv"
 : > "$OUT/phases.txt"  # this call's phases only (an OUT used before keeps the last call's)
 phase() {  # name, then the command; records its start and end times for the clocks table
   local name=$1; shift
@@ -58,7 +55,7 @@ if [ "${POWER_MAXLOAD:-0}" = 1 ]; then
     --kv-cache-dtype fp8 --query-slots -1 --reserve-full-kv --fp8-fast-accumulation --quiet --json > '$OUT/maxload.json'"
   RESULT[maxload]+=" $(python3 -c "import json, sys; j = json.load(open(sys.argv[1])); print('device %.3f ms/step, while full %.0f tok/s, %d at once' % (j['device_ms_per_step'], j['full_batch_tokens_per_second'], j['peak_running_requests']))" "$OUT/maxload.json" 2>/dev/null)"
 fi
-kill $SMI 2>/dev/null
+kill "$GPU_SMI_PID" 2>/dev/null
 
 gpu_print_summary "power and the decode step (batch $B, context $C)" "$OUT/summary.txt"
 echo; echo "clocks and power per phase (nvidia-smi every 500 ms; the phase's samples after its first 2 s):"

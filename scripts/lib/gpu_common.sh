@@ -53,6 +53,22 @@ gpu_cmake_args() {
   return 0
 }
 
+# Starts nvidia-smi in the background, sampling every 500 ms into $1 the columns
+# scripts/lib/smi_phases.py reads (timestamp, SM and memory clocks, power, temperature, throttle
+# reasons); GPU_SMI_PID is its pid, to kill when the measured phases end.
+gpu_smi_start() {
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv,noheader,nounits -lms 500 > "$1" 2>/dev/null &
+  GPU_SMI_PID=$!
+}
+
+# cuda_decode_bench_test's settings for the max-load comparison with TensorRT-LLM: model config $1
+# (default llama-3.1-8b), FP8 weights + FP8 KV, pages of 32, fused quantization, fast accumulation.
+gpu_fp8_bench_env() {
+  export ORIGAMI_CUDA_BENCH=1 ORIGAMI_BENCH_CONFIG=${1:-llama-3.1-8b} ORIGAMI_BENCH_QUANTIZATION=fp8
+  export ORIGAMI_BENCH_KV_DTYPE=fp8 ORIGAMI_BENCH_BLOCK=32 ORIGAMI_BENCH_FUSED_QUANTIZE=1 ORIGAMI_BENCH_FAST_ACCUMULATION=1
+}
+
 # Prints the associative array RESULT sorted by key under a title ($1), keeping it in file $2.
 gpu_print_summary() {
   {

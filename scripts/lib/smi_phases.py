@@ -7,7 +7,8 @@
 
 PHASES: lines "name <start epoch s>" then "end <end epoch s>", as the scripts write them.
 SMI_CSV: nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,
-clocks_event_reasons.active --format=csv,noheader,nounits -lms 500. A phase's first 2 s are left out
+clocks_event_reasons.active --format=csv,noheader,nounits -lms 500, as gpu_common.sh's gpu_smi_start
+writes it. A phase's first 2 s are left out
 (start-up: allocation, graph capture), so a phase shorter than that has no samples.
 """
 import datetime
