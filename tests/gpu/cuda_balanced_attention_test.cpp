@@ -89,11 +89,7 @@ Decoded decode(Backend& backend, const std::vector<std::vector<int32_t>>& prompt
   return d;
 }
 
-int64_t balanced_steps(Backend& b) {
-  auto* cuda = dynamic_cast<CudaBackend*>(&b);
-  EXPECT_NE(cuda, nullptr) << "not the CUDA backend";
-  return cuda != nullptr ? cuda->num_balanced_attention_steps() : -1;
-}
+int64_t balanced_steps(Backend& b) { return testing::cuda_step_count(b, &CudaBackend::num_balanced_attention_steps); }
 
 TEST(BalancedAttention, DecodeFollowsTheSplitKernel) {
   const testing::Model m = testing::load_model(testing::shared_dir() + "/models/origami-tiny-qwen3");

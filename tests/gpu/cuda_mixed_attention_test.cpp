@@ -81,11 +81,7 @@ std::vector<float> mixed_steps(Backend& backend) {
   return logits;
 }
 
-int64_t mixed_attention_steps(Backend& b) {
-  auto* cuda = dynamic_cast<CudaBackend*>(&b);
-  EXPECT_NE(cuda, nullptr) << "not the CUDA backend";
-  return cuda != nullptr ? cuda->num_mixed_attention_steps() : -1;
-}
+int64_t mixed_attention_steps(Backend& b) { return testing::cuda_step_count(b, &CudaBackend::num_mixed_attention_steps); }
 
 TEST(MixedAttention, DecodeRowsInTheDecodeKernelsFollowOneLaunch) {
   const testing::Model m = testing::load_model(testing::shared_dir() + "/models/origami-tiny-qwen3");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_factory.h"
 #include "backend/cuda/cuda_check.h"
 #include "model/config.h"
@@ -206,6 +207,14 @@ inline std::vector<float> teacher_forced_logits(Backend& backend, const std::vec
   const Status st = backend.execute(batch, &out);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   return out.all_logits.empty() ? std::vector<float>{} : out.all_logits[0];
+}
+
+// One of the CUDA backend's step counters (e.g. &CudaBackend::num_mixed_attention_steps) of `b`;
+// -1, failing the test, when `b` is another backend.
+inline int64_t cuda_step_count(Backend& b, int64_t (CudaBackend::*count)() const) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&b);
+  EXPECT_NE(cuda, nullptr) << "not the CUDA backend";
+  return cuda != nullptr ? (cuda->*count)() : -1;
 }
 
 }  // namespace origami::cuda::testing
