@@ -125,16 +125,31 @@ __global__ void qk_norm_rope_kernel(RopeArgs a) {
 // y = groups of warps-per-block heads, so every head of every token has its own warp (more
 // parallelism for small batches than one block per token). Same arithmetic as above. With
 // a.kv.slot_mapping set, k and v heads also go into the paged cache (RopeArgs), in the lane
-// layout kv_fp8_store_row_warp takes.
+// layout kv_fp8_store_row_warp takes. The block's heads share one token, so its D / 2 rotations
+// (sin, cos) are made once a block into shared memory: the same sincosf of the same product each
+// warp made for itself before (ncu at 8,192 rows: the kernel was compute-bound, issue slots 88%
+// busy, the sincosf most of it), so the same bits.
 template <int D>
 __global__ void qk_norm_rope_warp_kernel(RopeArgs a) {
   wait_for_previous_grid();  // programmatic_launch.h: before any memory of the step
   allow_next_grid();
   constexpr int kPer = D / 32, kHalfPer = kPer / 2;
+  __shared__ float2 rotation[D / 2];  // (sin, cos) of this token's position at frequency i
   const int t = blockIdx.x;
   const int lane = threadIdx.x & 31;
-  const int h = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int warps = blockDim.x >> 5;
+  const int h = blockIdx.y * warps + (threadIdx.x >> 5);
   const int total_heads = a.num_heads + 2 * a.num_kv_heads;
+  // Uniform over the block: whether any of its heads is a q or k head (the rest are v, copied).
+  if (blockIdx.y * warps < a.num_heads + a.num_kv_heads) {
+    const float pos = static_cast<float>(a.positions[t]);
+    for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {
+      float sn, cs;
+      sincosf(pos * a.inv_freq[i], &sn, &cs);
+      rotation[i] = make_float2(sn, cs);
+    }
+    __syncthreads();
+  }
   if (h >= total_heads) return;
   const bf16* src = a.qkv + static_cast<size_t>(t) * a.qkv_stride + static_cast<size_t>(h) * D;
   const bool is_q = h < a.num_heads, is_v = h >= a.num_heads + a.num_kv_heads;
@@ -145,15 +160,12 @@ __global__ void qk_norm_rope_warp_kernel(RopeArgs a) {
     for (int k = 0; k < kPer; ++k) out[k] = src[lane + 32 * k];
   } else {
     const bf16* norm = is_q ? a.q_norm : a.k_norm;
-    float x[kPer], nw[kPer], freq[kHalfPer];
+    float x[kPer], nw[kPer];
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       x[k] = __bfloat162float(src[lane + 32 * k]);
       nw[k] = norm != nullptr ? __bfloat162float(norm[lane + 32 * k]) : 1.0f;
     }
-#pragma unroll
-    for (int k = 0; k < kHalfPer; ++k) freq[k] = a.inv_freq[lane + 32 * k];
-    const float pos = static_cast<float>(a.positions[t]);
     if (norm != nullptr) {
       float sum_sq = 0.0f;
 #pragma unroll
@@ -165,8 +177,8 @@ __global__ void qk_norm_rope_warp_kernel(RopeArgs a) {
     }
 #pragma unroll
     for (int k = 0; k < kHalfPer; ++k) {
-      float sn, cs;
-      sincosf(pos * freq[k], &sn, &cs);
+      const float2 r = rotation[lane + 32 * k];
+      const float sn = r.x, cs = r.y;
       const float x1 = x[k], x2 = x[k + kHalfPer];
       out[k] = __float2bfloat16(x1 * cs - x2 * sn);  // element lane + 32 k
       out[k + kHalfPer] = __float2bfloat16(x2 * cs + x1 * sn);  // element lane + 32 k + D / 2
