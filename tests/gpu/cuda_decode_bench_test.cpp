@@ -22,7 +22,8 @@
 // ORIGAMI_BENCH_BALANCED=0 turns the balanced FP8 decode attention off (BackendOptions::balanced_attention).
 // ORIGAMI_BENCH_RANDOM_KV=1 fills the cache with random values (zeros otherwise) and
 // ORIGAMI_BENCH_STEPS=N times N steps a shape (20 otherwise): both bear on the clocks a GPU at its
-// power cap holds (docs/benchmarks.md, "Full KV on one H200"). ORIGAMI_BENCH_SPREAD=N spreads the
+// power cap holds (docs/benchmarks.md, "Full KV on one H200"). ORIGAMI_BENCH_TEMPERATURE=100 samples
+// at temperature 1 instead of greedily. ORIGAMI_BENCH_SPREAD=N spreads the
 // decode steps' contexts evenly from 2 x context - N down to N (the same mean), as a max-load
 // batch's are, ORIGAMI_BENCH_SPREAD_ORDER=descending (default: the scheduler lists the oldest,
 // longest requests first), ascending or shuffled.
@@ -103,6 +104,14 @@ bool bench_random_kv() { return env_is("ORIGAMI_BENCH_RANDOM_KV", "1"); }
 // ORIGAMI_BENCH_STEPS=N: steps timed at each shape (at least 1; `fallback` unset). Long runs reach
 // the clocks a GPU holds under its power cap, as max-load serving does.
 int bench_steps(int fallback = 20) { return std::max(1, env_int("ORIGAMI_BENCH_STEPS", fallback)); }
+
+// ORIGAMI_BENCH_TEMPERATURE=T (percent, e.g. 100 for 1.0): the steps sample at temperature T / 100
+// instead of greedily, as an OpenAI client's default request does (temperature 1): the sampler's
+// passes over each logits row are then part of the step. 0 or unset: greedy.
+float bench_temperature() { return std::max(0, env_int("ORIGAMI_BENCH_TEMPERATURE", 0)) / 100.0f; }
+std::string bench_temperature_tag() {
+  return bench_temperature() > 0 ? " T=" + std::to_string(env_int("ORIGAMI_BENCH_TEMPERATURE", 0)) + "%" : "";
+}
 
 // ORIGAMI_BENCH_SPREAD_ORDER, "descending" unset (see bench_context_offsets).
 std::string bench_spread_order() {
@@ -252,10 +261,10 @@ double time_decode_steps(Backend& backend, const ModelConfig& c, int batch, int 
   BlockId next_block = 1;
   for (int s = 0; s < batch; ++s)
     for (int p = 0; p < pages_of[s]; ++p) tables[s].push_back(next_block++);
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
+  SamplingParams sampling;
+  sampling.temperature = bench_temperature();
   auto step = [&](int pos) {
-    const ForwardBatch fb = testing::decode_step_batch(tables, pos, c.vocab_size, &greedy, &offsets);
+    const ForwardBatch fb = testing::decode_step_batch(tables, pos, c.vocab_size, &sampling, &offsets);
     StepOutput out;
     const Status st = backend.execute(fb, &out);
     EXPECT_TRUE(st.is_ok()) << st.to_string();
@@ -400,7 +409,7 @@ TEST(CudaDecodeBench, RooflineAndBreakdown) {
                               (fp8 && !opt.fp8_split_k ? " no-split-k" : "") +
                               (fp8 && !opt.fp8_skip_slow_graph_buckets ? " all-buckets" : "") +
                               (bench_kv_fp8() ? " kv-fp8" : "") + (bench_random_kv() ? " random-kv" : "") +
-                              bench_spread_tag();
+                              bench_spread_tag() + bench_temperature_tag();
       for (int context : contexts)
         for (int batch : batches) {
           const double ms = time_decode_steps(*backend, c, batch, context);

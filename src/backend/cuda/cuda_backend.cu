@@ -1255,15 +1255,8 @@ Status CudaBackend::forward(const ForwardBatch& batch, const StepShape& step, La
     hi[in.q_indptr + i + 1] = s.query_start + s.num_query_tokens;
     if (use_graph || s.logits_mode != LogitsMode::kNone) {
       RowSamplingParams& rp = host_params_[num_sample_rows];
-      const SamplingParams* sp = s.sampling;
-      rp.greedy = sp == nullptr || sp->is_greedy() || s.logits_mode == LogitsMode::kNone ? 1 : 0;
-      if (sp != nullptr) {
-        rp.temperature = sp->temperature;
-        rp.top_k = sp->top_k;
-        rp.top_p = sp->top_p;
-        rp.min_p = sp->min_p;
-      }
-      rp.u = sampling_uniform(s.seed, static_cast<uint64_t>(s.sample_index));
+      rp = row_sampling_params(s.sampling, sampling_uniform(s.seed, static_cast<uint64_t>(s.sample_index)));
+      if (s.logits_mode == LogitsMode::kNone) rp.greedy = 1;
       rp.logprob_token = s.logits_mode == LogitsMode::kNone ? -1 : s.logprob_token;
       rp.num_top_logprobs = s.logits_mode == LogitsMode::kNone ? -1 : s.num_top_logprobs;
       rp.adjust_begin = static_cast<int>(num_adjust);

@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "backend/cuda/row_loads.cuh"
+
 namespace origami::cuda {
 
 // (logit, id) beats (other logit, other id): larger logit, ties to the lower id.
@@ -20,14 +22,14 @@ __device__ __forceinline__ void block_row_argmax(const float* __restrict__ row, 
                                                  float* best_logit, int* best_id) {
   float best = -INFINITY;
   int id = 0x7fffffff;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float x = row[i];
+  // argmax_beats is a total order on (logit, id), so the visiting order does not change the result.
+  for_each_row_value(row, n, [&](float x, int i) {
     const float l = isnan(x) ? -INFINITY : x;
     if (argmax_beats(l, i, best, id)) {
       best = l;
       id = i;
     }
-  }
+  });
   for (int off = 16; off > 0; off >>= 1) {
     const float v = __shfl_xor_sync(0xffffffffu, best, off);
     const int other = __shfl_xor_sync(0xffffffffu, id, off);

@@ -3,16 +3,30 @@
 // radix select over a 56-bit key (32 bits of orderable logit, 24 bits of inverted id), 8 bits
 // a pass, with histograms in shared memory. Probability mass is summed in 2^-40 fixed point
 // with integer atomics, so results do not depend on thread scheduling.
+//
+// Speed (docs/benchmarks.md, "Sampling on the GPU"): a sampled row once took 1.7 ms (temperature
+// alone) to 3.4 ms (min-p) on one SM, a third of a batch-1 decode step, where greedy took 35 us.
+// What it costs now, and why: the 64-bit shared-memory atomics ran as compare-and-swap loops on
+// the few hot buckets of the first passes (add_amount: two 32-bit words); one atomic a token
+// (BinCache: a thread's last two buckets summed in registers); seven passes over the row where
+// the bucket soon fits in shared memory (kStagedCap); a pass for the total mass the first
+// histogram already holds (radix_select's fraction); and a 256-step serial scan a pass
+// (choose_digit: one warp).
+#include <cooperative_groups.h>
+
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/programmatic_launch.h"
 #include "backend/cuda/row_argmax.cuh"
+#include "backend/cuda/row_loads.cuh"
 #include "backend/cuda/sampling_kernels.h"
 #include "sampling/sampler.h"
 
 namespace origami::cuda {
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr int kThreads = 1024;
 constexpr int kIdBits = 24;
@@ -47,12 +61,95 @@ __device__ __forceinline__ float row_prob(const RowContext& c, float logit) {
 
 __device__ __forceinline__ unsigned long long to_fixed(float e) { return __float2ull_rn(e * kMassScale); }
 
+// The (logit, id) pairs a radix select keeps in shared memory once the tokens left in its bucket
+// fit: its later passes read them there instead of the whole row (32 KB of 8-byte pairs).
+constexpr int kStagedCap = 4096;
+
 // Shared state of one block.
 struct SelectSmem {
-  unsigned long long hist[1 << kDigitBits];
+  // Amount (count or fixed-point mass) per digit, as two 32-bit words: add_amount says why.
+  unsigned int hist_lo[1 << kDigitBits];
+  unsigned int hist_hi[1 << kDigitBits];
+  unsigned int count[1 << kDigitBits];       // tokens per digit: whether the next bucket fits the stage
   unsigned long long above;
+  unsigned long long total;     // the amount of every token (pass 0's histogram), for a fraction target
+  unsigned long long at_least;  // the amount of tokens whose key is >= the selected key
   uint64_t prefix;
+  int num_staged;  // pairs in staged_*: the tokens matching `prefix` so far; -1 = none (read the row)
+  int stage_next;  // the next pass copies its bucket's tokens into staged_*
   unsigned long long reduce[kThreads / 32];
+  float staged_logit[kStagedCap];
+  int staged_id[kStagedCap];
+};
+
+// hist[d] += a. Shared memory has no 64-bit atomic add (it runs as a compare-and-swap loop, which
+// contended bins turn into retries), so the sum is kept as two 32-bit words: the low word's
+// atomic returns its old value, a wrap carries one into the high word. Exact while a row's sum
+// stays below 2^64, as the 64-bit sums needed too: at most 2^40 a token, below 2^58 for 152K.
+__device__ __forceinline__ void add_amount(SelectSmem& s, int d, unsigned long long a) {
+  const unsigned int lo = static_cast<unsigned int>(a), hi = static_cast<unsigned int>(a >> 32);
+  const unsigned int old = atomicAdd(&s.hist_lo[d], lo);
+  const unsigned int carried = hi + (old + lo < old ? 1u : 0u);
+  if (carried != 0) atomicAdd(&s.hist_hi[d], carried);
+}
+__device__ __forceinline__ unsigned long long hist_amount(const SelectSmem& s, int d) {
+  return (static_cast<unsigned long long>(s.hist_hi[d]) << 32) | s.hist_lo[d];
+}
+
+// A thread's last kSlots histogram bins, summed in registers and added to the shared histogram
+// when a bin is evicted or the pass ends. Why: a row's keys fall in a few bins of the first
+// passes (a digit is the sign and top exponent bits of the logit), and shared-memory atomics on
+// one address serialize. The sums are integers, so when they reach shared memory does not change
+// the histogram. Measured on a temperature-1 row of 128K (H200): two slots 191 us, four 315 us
+// (their compares cost more than the atomics they save), a warp's lanes summing by bucket before
+// one atomic each (labeled partition and reduce) 251 us.
+struct BinCache {
+  static constexpr int kSlots = 2;
+  int digit[kSlots];
+  unsigned long long amount[kSlots];
+  unsigned int count[kSlots];
+  int next = 0;  // the slot a miss evicts (round robin)
+
+  __device__ __forceinline__ BinCache() {
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      digit[k] = -1;
+      amount[k] = 0;
+      count[k] = 0;
+    }
+  }
+
+  __device__ __forceinline__ void add(int d, unsigned long long a, SelectSmem& s) {
+    bool hit = false;
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k)
+      if (digit[k] == d) {
+        amount[k] += a;
+        ++count[k];
+        hit = true;
+      }
+    if (hit) return;
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k)
+      if (k == next) {  // unrolled compares keep the slots in registers
+        if (digit[k] >= 0) {
+          add_amount(s, digit[k], amount[k]);
+          atomicAdd(&s.count[digit[k]], count[k]);
+        }
+        digit[k] = d;
+        amount[k] = a;
+        count[k] = 1;
+      }
+    next = (next + 1) % kSlots;
+  }
+  __device__ __forceinline__ void flush(SelectSmem& s) {
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k)
+      if (digit[k] >= 0) {
+        add_amount(s, digit[k], amount[k]);
+        atomicAdd(&s.count[digit[k]], count[k]);
+      }
+  }
 };
 
 __device__ unsigned long long block_sum_u64(unsigned long long v, SelectSmem& s) {
@@ -66,56 +163,141 @@ __device__ unsigned long long block_sum_u64(unsigned long long v, SelectSmem& s)
 }
 
 // Mass (by_mass) or count of tokens whose key is >= `threshold`.
-__device__ unsigned long long amount_at_least(const RowContext& c, uint64_t threshold, bool by_mass, SelectSmem& s) {
+__device__ __noinline__ unsigned long long amount_at_least(const RowContext& c, uint64_t threshold, bool by_mass, SelectSmem& s) {
   unsigned long long local = 0;
-  for (int i = threadIdx.x; i < c.vocab; i += kThreads) {
-    const float l = clean_logit(c.logits[i]);
+  for_each_row_value(c.logits, c.vocab, [&](float x, int i) {
+    const float l = clean_logit(x);
     if (make_key(l, i) >= threshold) local += by_mass ? to_fixed(row_prob(c, l)) : 1ull;
-  }
+  });
   return block_sum_u64(local, s);
 }
 
+// The digit a radix pass chooses, by the first warp: the highest digit d whose bucket is not empty
+// and whose amount, added to what lies above it, reaches the target (> with `strict`, else >=);
+// when none does (rounding), digit 0 with everything above it. The same choice as scanning the
+// 256 buckets from the top one by one, without a serial chain of 256 shared-memory reads: lane L
+// holds digits 255 - 8L .. 248 - 8L, a warp scan gives each lane what lies above its digits, and
+// the first lane whose digits cross finds the digit among its eight. With fraction >= 0 (pass 0)
+// the target is fraction x the total first. Updates s.above, s.prefix, s.stage_next (and
+// s.total, s.at_least); `target` is updated in every lane.
+__device__ __forceinline__ void choose_digit(SelectSmem& s, int pass, uint64_t prefix, int shift, bool strict,
+                                             double fraction, unsigned long long& target) {
+  constexpr int kPerLane = (1 << kDigitBits) / 32;
+  const int lane = threadIdx.x & 31;
+  unsigned long long amount[kPerLane];
+  unsigned long long mine = 0;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    amount[j] = hist_amount(s, (1 << kDigitBits) - 1 - kPerLane * lane - j);
+    mine += amount[j];
+  }
+  unsigned long long inclusive = mine;  // this lane's digits and every higher one
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long up = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += up;
+  }
+  if (pass == 0 && fraction >= 0.0) {
+    const unsigned long long total = __shfl_sync(0xffffffffu, inclusive, 31);
+    target = static_cast<unsigned long long>(fraction * static_cast<double>(total));
+    if (lane == 0) s.total = total;
+  }
+  unsigned long long running = s.above + (inclusive - mine);
+  int found = -1;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    if (found >= 0) continue;
+    const unsigned long long next = running + amount[j];
+    if (amount[j] != 0 && (strict ? next > target : next >= target)) {
+      found = j;
+    } else {
+      running = next;
+    }
+  }
+  const unsigned int crossing = __ballot_sync(0xffffffffu, found >= 0);
+  // The first crossing lane holds the highest crossing digit; with none, lane 31 holds digit 0
+  // and `running` is everything.
+  const int owner = crossing != 0 ? __ffs(crossing) - 1 : 31;
+  if (lane == owner) {
+    const int chosen = (1 << kDigitBits) - 1 - kPerLane * lane - (found >= 0 ? found : kPerLane - 1);
+    // `running` is the amount strictly above the chosen bucket.
+    s.above = running;
+    s.prefix = prefix | (static_cast<uint64_t>(chosen) << shift);
+    // Stage the chosen bucket in the next pass if it fits and is not staged yet.
+    s.stage_next = s.num_staged < 0 && s.count[chosen] <= kStagedCap;
+    // After the last pass the bucket is one key: what lies above it, plus its own amount.
+    if (pass == kNumPasses - 1) s.at_least = running + hist_amount(s, chosen);
+  }
+}
+
+// A radix select's result: the key, and amounts the caller would otherwise take another pass for.
+struct Selected {
+  uint64_t key;
+  unsigned long long at_least;  // amount of tokens with key >= `key` (amount_at_least(c, key, ...))
+  unsigned long long total;     // amount of every token: valid when the target was a fraction
+};
+
 // The key of the first token, in descending key order, at which the running amount (count, or
-// fixed-point mass) reaches `target`: running >= target, or running > target when `strict`.
-__device__ uint64_t radix_select(const RowContext& c, unsigned long long target, bool by_mass, bool strict,
-                                 SelectSmem& s) {
+// fixed-point mass) reaches the target: running >= target, or running > target when `strict`.
+// The target is `target`, or with fraction >= 0 (fraction x total) for the total amount of the row,
+// which the first pass's histogram gives (it covers every token), as one more pass would.
+// Each pass histograms the next 8 bits of the keys that match the digits chosen so far; once the
+// chosen bucket holds at most kStagedCap tokens, the next pass also copies them into shared
+// memory and the passes after it read only those (a 152K row is read ~3 times, not 7). The
+// histograms are integer sums, so the result does not depend on which tokens are staged where.
+__device__ __noinline__ Selected radix_select(const RowContext& c, unsigned long long target, bool by_mass,
+                                              bool strict, SelectSmem& s, double fraction = -1.0) {
+  __syncthreads();  // every thread has read the previous select's result out of `s`
   if (threadIdx.x == 0) {
     s.above = 0;
     s.prefix = 0;
+    s.num_staged = -1;
+    s.stage_next = c.vocab <= kStagedCap;
   }
   for (int pass = 0; pass < kNumPasses; ++pass) {
     const int shift = kKeyBits - (pass + 1) * kDigitBits;
-    for (int b = threadIdx.x; b < (1 << kDigitBits); b += kThreads) s.hist[b] = 0;
+    for (int b = threadIdx.x; b < (1 << kDigitBits); b += kThreads) {
+      s.hist_lo[b] = 0;
+      s.hist_hi[b] = 0;
+      s.count[b] = 0;
+    }
     __syncthreads();
     const uint64_t prefix = s.prefix;
     const int prefix_shift = shift + kDigitBits;
-    for (int i = threadIdx.x; i < c.vocab; i += kThreads) {
-      const float l = clean_logit(c.logits[i]);
-      const uint64_t key = make_key(l, i);
-      if (prefix_shift < kKeyBits && (key >> prefix_shift) != (prefix >> prefix_shift)) continue;
-      const int digit = static_cast<int>((key >> shift) & ((1u << kDigitBits) - 1u));
-      atomicAdd(&s.hist[digit], by_mass ? to_fixed(row_prob(c, l)) : 1ull);
-    }
+    const int num_staged = s.num_staged;
+    const bool stage = s.stage_next != 0;
+    __syncthreads();  // every thread has read num_staged before the stage refills it
+    if (stage && threadIdx.x == 0) s.num_staged = 0;
     __syncthreads();
-    if (threadIdx.x == 0) {
-      unsigned long long running = s.above;
-      int chosen = 0;
-      for (int d = (1 << kDigitBits) - 1; d >= 0; --d) {
-        const unsigned long long next = running + s.hist[d];
-        if (s.hist[d] != 0 && (strict ? next > target : next >= target)) {
-          chosen = d;
-          break;
-        }
-        running = next;
-        chosen = d;  // falls to the lowest digit if the target is never reached (rounding)
+    BinCache bins;
+    auto visit = [&](float l, int i) {
+      const uint64_t key = make_key(l, i);
+      if (prefix_shift < kKeyBits && (key >> prefix_shift) != (prefix >> prefix_shift)) return;
+      const int digit = static_cast<int>((key >> shift) & ((1u << kDigitBits) - 1u));
+      const unsigned long long a = by_mass ? to_fixed(row_prob(c, l)) : 1ull;
+      bins.add(digit, a, s);
+      if (stage) {
+        // One slot reservation a warp: the lanes staging now share one atomic.
+        const cg::coalesced_group g = cg::coalesced_threads();
+        int slot = 0;
+        if (g.thread_rank() == 0) slot = atomicAdd(&s.num_staged, static_cast<int>(g.size()));
+        slot = g.shfl(slot, 0) + static_cast<int>(g.thread_rank());
+        s.staged_logit[slot] = l;
+        s.staged_id[slot] = i;
       }
-      // `running` is the amount strictly above the chosen bucket.
-      s.above = running;
-      s.prefix = prefix | (static_cast<uint64_t>(chosen) << shift);
+    };
+    if (num_staged >= 0 && !stage) {
+      for (int j = threadIdx.x; j < num_staged; j += kThreads) visit(s.staged_logit[j], s.staged_id[j]);
+    } else {
+      for_each_row_value(c.logits, c.vocab, [&](float x, int i) { visit(clean_logit(x), i); });
     }
+    bins.flush(s);
+    __syncthreads();
+    if (threadIdx.x < 32) choose_digit(s, pass, prefix, shift, strict, fraction, target);
     __syncthreads();
   }
-  return s.prefix;
+  const Selected out{s.prefix, s.at_least, s.total};
+  return out;
 }
 
 // adjusted_logit() of sampling/logit_adjustments.cpp, each step one correctly rounded operation
@@ -155,24 +337,46 @@ __device__ int select_token(const float* __restrict__ logits, int vocab, const R
   if (p.min_p > 0.0f) {
     // p >= min_p * p_max  <=>  e >= min_p with e = p / p_max = exp(l/T - max/T).
     unsigned long long local = 0;
-    for (int i = threadIdx.x; i < vocab; i += kThreads)
-      if (row_prob(c, clean_logit(logits[i])) >= p.min_p) ++local;
+    for_each_row_value(logits, vocab, [&](float x, int) {
+      if (row_prob(c, clean_logit(x)) >= p.min_p) ++local;
+    });
     num_kept = static_cast<int>(block_sum_u64(local, s));
   }
   const int k = p.top_k > 0 && p.top_k < num_kept ? p.top_k : num_kept;
-  if (k < vocab) keep = radix_select(c, static_cast<unsigned long long>(k), false, false, s);
+  if (k < vocab) keep = radix_select(c, static_cast<unsigned long long>(k), false, false, s).key;
+  // The mass the draw runs over (tokens with key >= keep), where already known; without a top-k or
+  // min-p cut it is the whole row's, which the next select's first pass sums.
+  bool kept_known = false;
+  unsigned long long kept_mass = 0;
   if (p.top_p < 1.0f) {
-    const unsigned long long survivors = amount_at_least(c, keep, true, s);
-    const unsigned long long target =
-        static_cast<unsigned long long>(static_cast<double>(p.top_p) * static_cast<double>(survivors));
-    const uint64_t cut = radix_select(c, target, true, false, s);
-    if (cut > keep) keep = cut;
+    Selected cut;
+    unsigned long long survivors;
+    if (keep == 0) {
+      cut = radix_select(c, 0, true, false, s, static_cast<double>(p.top_p));
+      survivors = cut.total;
+    } else {
+      survivors = amount_at_least(c, keep, true, s);
+      const unsigned long long target =
+          static_cast<unsigned long long>(static_cast<double>(p.top_p) * static_cast<double>(survivors));
+      cut = radix_select(c, target, true, false, s);
+    }
+    kept_known = true;
+    if (cut.key > keep) {
+      keep = cut.key;
+      kept_mass = cut.at_least;
+    } else {
+      kept_mass = survivors;
+    }
+  } else if (keep != 0) {
+    kept_known = true;
+    kept_mass = amount_at_least(c, keep, true, s);
   }
-  const unsigned long long kept_mass = amount_at_least(c, keep, true, s);
-  const unsigned long long target =
-      static_cast<unsigned long long>(static_cast<double>(p.u) * static_cast<double>(kept_mass));
-  const uint64_t drawn = radix_select(c, target, true, true, s);
-  return key_id(drawn);
+  const Selected drawn =
+      kept_known
+          ? radix_select(c, static_cast<unsigned long long>(static_cast<double>(p.u) * static_cast<double>(kept_mass)),
+                         true, true, s)
+          : radix_select(c, 0, true, true, s, static_cast<double>(p.u));
+  return key_id(drawn.key);
 }
 
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* __restrict__ logits_all, int vocab,
@@ -216,6 +420,19 @@ __global__ void gather_pending_tokens_kernel(const int2* __restrict__ pairs, int
 }
 
 }  // namespace
+
+RowSamplingParams row_sampling_params(const SamplingParams* sp, float u) {
+  RowSamplingParams rp;
+  rp.greedy = sp == nullptr || sp->is_greedy() ? 1 : 0;
+  if (sp != nullptr) {
+    rp.temperature = sp->temperature;
+    rp.top_k = sp->top_k;
+    rp.top_p = sp->top_p;
+    rp.min_p = sp->min_p;
+  }
+  rp.u = u;
+  return rp;
+}
 
 void launch_sample_rows(float* logits, int num_rows, int vocab, int row_stride, const RowSamplingParams* params,
                         int32_t* tokens, cudaStream_t stream, const LogitAdjustment* adjustments,

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "sampling/logit_adjustments.h"
+#include "sampling/sampling_params.h"
 
 namespace origami::cuda {
 
@@ -33,6 +34,10 @@ struct RowSamplingParams {
   float repetition_penalty = 1.0f;
   float presence_penalty = 0.0f;
 };
+
+// A row's filters and draw: the request's temperature, top-k, top-p and min-p (`sp` null: greedy)
+// and its uniform `u`; the logprob and adjustment fields keep their defaults.
+RowSamplingParams row_sampling_params(const SamplingParams* sp, float u);
 
 // logits [num_rows, row_stride] fp32 (the first `vocab` columns are used), params [num_rows]
 // (device), tokens [num_rows] (device). Enqueues one kernel; no allocation, graph-capturable.
