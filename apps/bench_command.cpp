@@ -43,7 +43,20 @@ struct BenchFlags {
   bool quiet = false;
   uint64_t dataset_seed = 0;
   double time_limit = 0.0;  // seconds; 0: none
+  // How every random prompt (and every --input request without its own) samples: greedy by
+  // default, as TensorRT-LLM's trtllm-bench does; vLLM's throughput benchmark samples at
+  // temperature 1, where the sampler's passes over each logits row join the step.
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
 };
+
+// The sampling flags on a request's parameters.
+void apply_sampling_flags(const BenchFlags& f, SamplingParams* p) {
+  p->temperature = f.temperature;
+  p->top_p = f.top_p;
+  p->top_k = f.top_k;
+}
 
 // Random prompts of exactly input_len tokens, outputs of exactly output_len (ignore_eos).
 std::vector<BatchItem> random_dataset(const BenchFlags& f, int vocab_size) {
@@ -53,7 +66,7 @@ std::vector<BatchItem> random_dataset(const BenchFlags& f, int vocab_size) {
   for (auto& item : items) {
     item.prompt_token_ids.resize(f.input_len);
     for (auto& t : item.prompt_token_ids) t = token(rng);
-    item.sampling.temperature = 0.0f;
+    apply_sampling_flags(f, &item.sampling);
     item.sampling.max_tokens = f.output_len;
     item.sampling.ignore_eos = true;
   }
@@ -62,7 +75,7 @@ std::vector<BatchItem> random_dataset(const BenchFlags& f, int vocab_size) {
 
 bool file_dataset(const BenchFlags& f, const PromptBuilder& builder, std::vector<BatchItem>* items) {
   SamplingParams defaults;
-  defaults.temperature = 0.0f;
+  apply_sampling_flags(f, &defaults);
   defaults.max_tokens = f.output_len;
   Expected<std::vector<JsonlRequest>> requests = read_jsonl_requests(input_source(f.input_path), builder, defaults);
   if (!requests) {
@@ -180,6 +193,9 @@ nlohmann::json bench_json(const BenchFlags& f, const Engine& eng, const BenchTal
   j["peak_kv_blocks"] = m.peak_kv_blocks_used;
   j["kv_blocks_total"] = m.num_kv_blocks_total;
   j["block_size"] = f.engine.config.block_size;
+  j["temperature"] = f.temperature;
+  j["top_p"] = f.top_p;
+  j["top_k"] = f.top_k;
   j["num_steps"] = m.num_steps;
   j["num_pipelined_steps"] = m.num_pipelined_steps;
   j["num_preemptions"] = m.num_preemptions;
@@ -239,6 +255,12 @@ std::string bench_report(const BenchFlags& f, const nlohmann::json& j) {
     appendf(&out, "interrupted         by %s: %lld of %lld requests did not finish; the metrics cover the %lld that completed\n",
             j["interrupted_by"].get<std::string>().c_str(), integer("interrupted"), integer("num_prompts"), integer("completed"));
   appendf(&out, "input / output tok  %lld / %lld\n", integer("input_tokens"), integer("output_tokens"));
+  const char* where = f.input_path.empty() ? "" : " (--input lines may set their own)";
+  if (num("temperature") > 0)
+    appendf(&out, "sampling            temperature %g, top-p %g, top-k %lld%s\n", num("temperature"), num("top_p"),
+            integer("top_k"), where);
+  else
+    appendf(&out, "sampling            greedy%s\n", where);
   appendf(&out, "wall time           %.3f s\n", num("wall_seconds"));
   appendf(&out, "output throughput   %.1f tok/s (TPS)\n", num("output_tokens_per_second"));
   appendf(&out, "total throughput    %.1f tok/s\n", num("total_tokens_per_second"));
@@ -298,6 +320,13 @@ int run_bench(BenchFlags& f) {
   // limit would silently mean no limit.
   if (f.time_limit != 0.0 && !std::isfinite(f.time_limit)) {
     print_error("--time-limit must be a finite number of seconds");
+    return kExitUsage;
+  }
+  // --temperature / --top-p / --top-k as the engine checks a request's (one place says what is valid).
+  SamplingParams sampling;
+  apply_sampling_flags(f, &sampling);
+  if (Status st = sampling.validate(); !st.is_ok()) {
+    print_error("--temperature / --top-p / --top-k: " + st.message());
     return kExitUsage;
   }
   // Ranges (CLI11 checks them while parsing): --num-prompts in [1, 10^6], lengths >= 1. What
@@ -387,6 +416,11 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--time-limit", flags->time_limit,
                   "Stop after this many seconds: abort the unfinished requests and report the finished ones")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", flags->temperature, "Sampling temperature of every request (0 = greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", flags->top_p, "Nucleus sampling threshold of every request, in (0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--top-k", flags->top_k, "Keep each request's k most likely tokens (0 = off)")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print the results as one JSON object");
   cmd->add_flag("--quiet", flags->quiet, "No progress bar");
   cmd->callback([flags] { set_exit_code(run_bench(*flags)); });

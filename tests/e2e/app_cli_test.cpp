@@ -111,6 +111,26 @@ TEST(Cli, BenchReportsTheRateWhileTheBatchIsFull) {
   EXPECT_EQ(one["full_batch_tokens_per_second"].get<double>(), 0.0);
 }
 
+// --temperature / --top-p / --top-k set how every request samples (greedy by default, as before),
+// appear in the report, and bad values are refused before the model loads, naming the field.
+TEST(Cli, BenchSamplesAsItsFlagsSay) {
+  const std::string flags = "--num-prompts 4 --input-len 16 --output-len 8";
+  nlohmann::json greedy = bench_report(flags);
+  nlohmann::json sampled = bench_report(flags + " --temperature 1 --top-p 0.9 --top-k 40");
+  ASSERT_FALSE(greedy.empty() || sampled.empty());
+  EXPECT_EQ(greedy["temperature"], 0.0);
+  EXPECT_EQ(sampled["temperature"], 1.0);
+  EXPECT_NEAR(sampled["top_p"].get<double>(), 0.9, 1e-6);
+  EXPECT_EQ(sampled["top_k"], 40);
+  EXPECT_EQ(sampled["output_tokens"], 32);
+  EXPECT_EQ(sampled["failed"], 0);
+  for (const char* bad : {"--temperature -1", "--top-p 0", "--top-p 1.5", "--top-k -2", "--temperature nan"}) {
+    const CommandResult r = run_command("bench --model " + tiny_qwen3_dir() + " " + flags + " " + bad + " --quiet", true);
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_NE(r.out.find("is invalid"), std::string::npos) << bad << ": " << r.out;
+  }
+}
+
 TEST(Cli, BadFlagsGiveAnErrorAndNonZeroExit) {
   EXPECT_NE(run_command("generate --model " + tiny_qwen3_dir() + " --prompt hi --temperature -1").exit_code, 0);
   EXPECT_NE(run_command("generate --model /nonexistent --prompt hi").exit_code, 0);
