@@ -57,6 +57,7 @@ struct BenchServeFlags {
   bool multiturn = false;
   MultiturnWorkload turns;
   std::string answer_ids = "returned";  // --answer-ids (checked by the parser)
+  double temperature = 0.0;  // --temperature of every request (0: greedy)
   // The flags of the single-turn workload that were given (refused with --multiturn).
   std::vector<std::string> single_turn_flags_given;
 };
@@ -76,6 +77,12 @@ int run_bench_serve(const BenchServeFlags& f) {
   turns.max_concurrency = f.max_concurrency;
   turns.seed = f.dataset_seed;
   turns.answer_ids = f.answer_ids == "retokenized" ? AnswerIds::kRetokenized : AnswerIds::kReturned;
+  turns.temperature = f.temperature;
+  // As the server checks a request's (SamplingParams::validate); refused here, not once a request.
+  if (!std::isfinite(f.temperature) || f.temperature < 0.0) {
+    print_error("--temperature must be finite and >= 0 (0 = greedy)");
+    return 2;
+  }
   if (f.multiturn) {
     if (const std::string e = check_multiturn_workload(turns); !e.empty()) {
       print_error(e);
@@ -97,15 +104,15 @@ int run_bench_serve(const BenchServeFlags& f) {
   }
   if (f.multiturn) return run_multiturn_bench(target, f.base_url, model, vocab, turns, f.json, f.quiet);
 
-  // The prompts `origami bench` draws (same generator, same order), greedy, exactly output_len
-  // tokens each (ignore_eos).
+  // The prompts `origami bench` draws (same generator, same order), greedy unless --temperature,
+  // exactly output_len tokens each (ignore_eos).
   std::mt19937_64 rng(f.dataset_seed);
   std::uniform_int_distribution<int32_t> token(0, vocab - 1);
   std::vector<std::string> bodies(f.num_prompts);
   for (auto& body : bodies) {
     std::vector<int32_t> ids(f.input_len);
     for (auto& t : ids) t = token(rng);
-    body = nlohmann::json{{"model", model}, {"prompt", ids}, {"max_tokens", f.output_len}, {"temperature", 0.0},
+    body = nlohmann::json{{"model", model}, {"prompt", ids}, {"max_tokens", f.output_len}, {"temperature", f.temperature},
                           {"ignore_eos", true}, {"stream", true}, {"stream_options", {{"include_usage", true}}}}.dump();
   }
   // Poisson arrivals: exponential gaps of mean 1/rate (all at t = 0 when the rate is inf).
@@ -167,6 +174,7 @@ int run_bench_serve(const BenchServeFlags& f) {
   j["num_prompts"] = f.num_prompts;
   j["input_len"] = f.input_len;
   j["output_len"] = f.output_len;
+  j["temperature"] = f.temperature;
   j["request_rate"] = std::isfinite(f.request_rate) ? nlohmann::json(f.request_rate) : nlohmann::json("inf");
   j["max_concurrency"] = f.max_concurrency;
   j["completed"] = completed;
@@ -236,6 +244,8 @@ void register_bench_serve_command(CLI::App& bench) {
                   "request field return_token_ids) or retokenized (the server's /tokenize of its text, as a text "
                   "client resends it)")
       ->check(CLI::IsMember({"returned", "retokenized"}))
+      ->capture_default_str();
+  cmd->add_option("--temperature", flags->temperature, "Sampling temperature of every request (0 = greedy)")
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print the results as one JSON object");
   cmd->add_flag("--quiet", flags->quiet, "No progress bar");

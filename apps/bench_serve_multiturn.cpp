@@ -78,7 +78,7 @@ net::awaitable<void> run_conversation(const Target& target, const std::string& m
         random_tokens(w.seed, kQuestionStream, static_cast<uint64_t>(conversation) * kMaxTurns + t, w.question_len, vocab);
     history.insert(history.end(), question.begin(), question.end());
     nlohmann::json request = {{"model", model}, {"prompt", history}, {"max_tokens", w.output_len},
-                              {"temperature", 0.0}, {"ignore_eos", true}, {"stream", true},
+                              {"temperature", w.temperature}, {"ignore_eos", true}, {"stream", true},
                               {"stream_options", {{"include_usage", true}}}};
     if (w.answer_ids == AnswerIds::kReturned) request["return_token_ids"] = true;
     const std::string body = request.dump();
@@ -230,6 +230,7 @@ int run_multiturn_bench(const Target& target, const std::string& base_url, const
   }
   nlohmann::json j;
   j["workload"] = "multiturn";
+  j["temperature"] = w.temperature;
   j["base_url"] = base_url;
   j["model"] = model;
   j["conversations"] = w.conversations;

@@ -33,6 +33,7 @@ struct MultiturnWorkload {
   int max_concurrency = 0;  // conversations in flight; 0: all at once
   uint64_t seed = 0;
   AnswerIds answer_ids = AnswerIds::kReturned;
+  double temperature = 0.0;  // every turn's sampling temperature (0: greedy)
 };
 
 // Most conversations and turns of one run: bounds on what the client holds and sends.

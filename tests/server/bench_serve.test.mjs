@@ -27,6 +27,14 @@ test('bench serve: single-turn and multi-turn workloads', { timeout: 300000 }, a
     assert.equal(single.completed, 3, JSON.stringify(single));
     assert.equal(single.failed, 0);
     assert.equal(single.output_tokens, 12);
+    assert.equal(single.temperature, 0);
+    // --temperature: every request samples (the server accepts it; the report names it).
+    const sampled = benchServe(server.url, ['--num-prompts', '3', '--input-len', '16', '--output-len', '4',
+                                            '--temperature', '0.8']);
+    assert.equal(sampled.completed, 3, JSON.stringify(sampled));
+    assert.equal(sampled.failed, 0);
+    assert.equal(sampled.temperature, 0.8);
+    assert.throws(() => benchServe(server.url, ['--num-prompts', '1', '--temperature', '-1']), /--temperature must be/);
 
     const r = benchServe(server.url, [...multiturnArgs, '--answer-ids', 'retokenized']);
     assert.equal(r.answer_ids, 'retokenized');
