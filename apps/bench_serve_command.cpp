@@ -78,9 +78,12 @@ int run_bench_serve(const BenchServeFlags& f) {
   turns.seed = f.dataset_seed;
   turns.answer_ids = f.answer_ids == "retokenized" ? AnswerIds::kRetokenized : AnswerIds::kReturned;
   turns.temperature = f.temperature;
-  // As the server checks a request's (SamplingParams::validate); refused here, not once a request.
-  if (!std::isfinite(f.temperature) || f.temperature < 0.0) {
-    print_error("--temperature must be finite and >= 0 (0 = greedy)");
+  // The server's own check of a request's temperature (SamplingParams::validate, on the float it
+  // parses: a double beyond float's range is inf there), made here once, not on every request.
+  SamplingParams sampling;
+  sampling.temperature = static_cast<float>(f.temperature);
+  if (Status st = sampling.validate(); !st.is_ok()) {
+    print_error("--temperature must be one the server takes: " + st.message());
     return 2;
   }
   if (f.multiturn) {
