@@ -162,7 +162,9 @@ __device__ unsigned long long block_sum_u64(unsigned long long v, SelectSmem& s)
   return total;
 }
 
-// Mass (by_mass) or count of tokens whose key is >= `threshold`.
+// Mass (by_mass) or count of tokens whose key is >= `threshold`. Not inlined (nor radix_select):
+// one copy serves every call site of select_token; inlined into each, the 1,024-thread kernel
+// (64 registers a thread) spilled ~2 KB a thread (-Xptxas -v), none as calls.
 __device__ __noinline__ unsigned long long amount_at_least(const RowContext& c, uint64_t threshold, bool by_mass, SelectSmem& s) {
   unsigned long long local = 0;
   for_each_row_value(c.logits, c.vocab, [&](float x, int i) {
