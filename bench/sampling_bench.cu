@@ -1,5 +1,6 @@
 // Next-token selection on the GPU (sampling_kernels.h, one launch over a batch's logits rows):
 // time per launch for greedy and for the samplers users run (temperature alone, top-p, top-k),
+// then the log-probabilities launched beside it (logprob_kernels.h: the sampled token's, top 5, top 20),
 // at decode batch sizes and vocabularies of the models served (Llama-3: 128,256, Qwen3: 151,936).
 // Logits are Gaussian (sigma 3) with a few outliers on top, as a language model's rows look; each
 // row is read where the LM head left it (L2 when it fits). Also prints how many row-reads' worth
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/logprob_kernels.h"
 #include "backend/cuda/sampling_kernels.h"
 #include "bench_util.cuh"
 #include "sampling/sampler.h"
@@ -85,6 +87,27 @@ int main(int argc, char** argv) {
         const double row_read_us = static_cast<double>(rows) * vocab * sizeof(float) / (copy_gbs / 2 * 1e3);
         std::printf("%-18s %7d %5d %10.1f %12.1f\n", m.name, vocab, rows, ms * 1e3, ms * 1e3 / row_read_us);
       }
+      // Log-probabilities beside the sampler (logprob_kernels.h): of the sampled token, and the top k
+      // as the OpenAI API's top_logprobs asks.
+      float* d_logprobs = nullptr;
+      origami::TopLogprob* d_top = nullptr;
+      CK(cudaMalloc(&d_logprobs, rows * sizeof(float)));
+      CK(cudaMalloc(&d_top, static_cast<size_t>(rows) * origami::kMaxTopLogprobs * sizeof(origami::TopLogprob)));
+      for (int top : {0, 5, origami::kMaxTopLogprobs}) {
+        std::vector<RowSamplingParams> params(rows);
+        for (RowSamplingParams& p : params) p.num_top_logprobs = top;
+        CK(cudaMemcpy(d_params, params.data(), rows * sizeof(RowSamplingParams), cudaMemcpyHostToDevice));
+        auto launch = [&] {
+          origami::cuda::launch_row_logprobs(d_logits, rows, vocab, vocab, d_params, d_tokens, d_logprobs, d_top, 0);
+        };
+        for (int w = 0; w < 3; ++w) launch();
+        const float ms = median_ms([&](int) { launch(); }, iters);
+        const double row_read_us = static_cast<double>(rows) * vocab * sizeof(float) / (copy_gbs / 2 * 1e3);
+        const std::string name = "logprobs top " + std::to_string(top);
+        std::printf("%-18s %7d %5d %10.1f %12.1f\n", name.c_str(), vocab, rows, ms * 1e3, ms * 1e3 / row_read_us);
+      }
+      CK(cudaFree(d_logprobs));
+      CK(cudaFree(d_top));
       CK(cudaFree(d_logits));
       CK(cudaFree(d_params));
       CK(cudaFree(d_tokens));

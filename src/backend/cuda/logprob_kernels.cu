@@ -1,23 +1,33 @@
 // log softmax(logits) per row: max-shifted, the exponentials summed in double (as the CPU twin
 // does) with a fixed reduction tree, so a row's result does not depend on the batch; then the
-// row token's value and, for rows that ask, the top k by k block-wide argmax passes, each
-// taking the best entry after the previous one in (logit desc, id asc) order.
+// row token's value and, for rows that ask, the top k: the k-th largest (logit desc, id asc) by a
+// block radix select (radix_select.cuh), the k tokens at or above it gathered and ordered.
+//
+// Why this shape (docs/kernels.md, "Sampling"): the kernel read each row with one 4-byte load a
+// thread at a time and took the top k by k block-wide argmax passes, 22 passes over a 128K row for
+// top_logprobs = 20, where the sampler beside it takes ~3. Now two 16-byte loads a thread
+// (row_loads.cuh) and ~5-6 passes for any k.
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/logprob_kernels.h"
 #include "backend/cuda/programmatic_launch.h"
+#include "backend/cuda/radix_select.cuh"
+#include "backend/cuda/row_loads.cuh"
 
 namespace origami::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 
 __device__ __forceinline__ float clean(float x) { return isnan(x) ? -INFINITY : x; }
 
-// (v, i) comes before (w, j): larger logit, ties to the lower id.
-__device__ __forceinline__ bool precedes(float v, int i, float w, int j) { return v > w || (v == w && i < j); }
+// A key whose unsigned order is (logit desc, id asc) with NaN as -inf: radix_select's order key of
+// the cleaned logit over the id inverted (its index part orders ties to the larger index).
+__device__ __forceinline__ unsigned long long top_key(float x, int id) {
+  return radix_select::order_key(clean(x), 0x7fffffff - id);
+}
 
 __global__ void __launch_bounds__(kThreads) row_logprobs_kernel(const float* __restrict__ logits_all, int vocab,
                                                                 int row_stride, const RowSamplingParams* params,
@@ -27,10 +37,10 @@ __global__ void __launch_bounds__(kThreads) row_logprobs_kernel(const float* __r
   allow_next_grid();
   __shared__ float red_max[kWarps];
   __shared__ double red_sum[kWarps];
-  __shared__ float red_v[kWarps];
-  __shared__ int red_i[kWarps];
-  __shared__ float pick_v;
-  __shared__ int pick_i;
+  __shared__ radix_select::RadixSmem radix;
+  __shared__ unsigned long long found_key[kMaxTopLogprobs];
+  __shared__ float found_logit[kMaxTopLogprobs];
+  __shared__ int num_found;
   const int row = blockIdx.x;
   const int forced = params[row].logprob_token;
   const int num_top = min(params[row].num_top_logprobs, kMaxTopLogprobs);
@@ -41,7 +51,7 @@ __global__ void __launch_bounds__(kThreads) row_logprobs_kernel(const float* __r
   const int token = forced >= 0 ? forced : sampled[row];
   const float* logits = logits_all + static_cast<size_t>(row) * row_stride;
   float m = -INFINITY;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) m = fmaxf(m, clean(logits[i]));
+  for_each_row_value(logits, vocab, [&](float x, int) { m = fmaxf(m, clean(x)); });
   for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
   if ((threadIdx.x & 31) == 0) red_max[threadIdx.x >> 5] = m;
   __syncthreads();
@@ -50,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) row_logprobs_kernel(const float* __r
   double log_total = 0.0;
   if (m != -INFINITY) {
     double sum = 0.0;
-    for (int i = threadIdx.x; i < vocab; i += kThreads) sum += exp(static_cast<double>(clean(logits[i])) - m);
+    for_each_row_value(logits, vocab, [&](float x, int) { sum += exp(static_cast<double>(clean(x)) - m); });
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
     if ((threadIdx.x & 31) == 0) red_sum[threadIdx.x >> 5] = sum;
     __syncthreads();
@@ -65,47 +75,40 @@ __global__ void __launch_bounds__(kThreads) row_logprobs_kernel(const float* __r
   if (threadIdx.x == 0)
     logprobs[row] = token >= 0 && token < vocab ? logprob_of(logits[token]) : NAN;  // < 0: no token sampled
 
-  TopLogprob* top = top_all + static_cast<size_t>(row) * kMaxTopLogprobs;
-  float prev_v = INFINITY;
-  int prev_i = -1;  // (+inf, -1) precedes every entry
-  for (int k = 0; k < min(num_top, vocab); ++k) {
-    float best_v = -INFINITY;
-    int best_i = -1;
-    for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const float v = clean(logits[i]);
-      if (precedes(prev_v, prev_i, v, i) && (best_i < 0 || precedes(v, i, best_v, best_i))) {
-        best_v = v;
-        best_i = i;
+  const int k = min(num_top, vocab);
+  if (k <= 0) return;
+  // Keys are unique (the id is part of them), so exactly k tokens have a key >= the k-th largest.
+  const radix_select::KthKey kth = radix_select::block_kth_key(
+      k, [&](auto f) { for_each_row_value(logits, vocab, [&](float x, int i) { f(top_key(x, i)); }); }, radix);
+  if (threadIdx.x == 0) num_found = 0;
+  __syncthreads();
+  for_each_row_value(logits, vocab, [&](float x, int i) {
+    const unsigned long long key = top_key(x, i);
+    if (key < kth.key) return;
+    const int slot = atomicAdd(&num_found, 1);
+    if (slot < kMaxTopLogprobs) {
+      found_key[slot] = key;
+      found_logit[slot] = clean(x);
+    }
+  });
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    // Insertion sort of at most kMaxTopLogprobs entries, largest key first.
+    const int n = min(num_found, k);
+    for (int a = 1; a < n; ++a)
+      for (int b = a; b > 0 && found_key[b] > found_key[b - 1]; --b) {
+        const unsigned long long tk = found_key[b];
+        found_key[b] = found_key[b - 1];
+        found_key[b - 1] = tk;
+        const float tl = found_logit[b];
+        found_logit[b] = found_logit[b - 1];
+        found_logit[b - 1] = tl;
       }
+    TopLogprob* top = top_all + static_cast<size_t>(row) * kMaxTopLogprobs;
+    for (int j = 0; j < n; ++j) {
+      top[j].token = 0x7fffffff - static_cast<int>(static_cast<uint32_t>(found_key[j]));
+      top[j].logprob = logprob_of(found_logit[j]);
     }
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best_v, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
-      if (oi >= 0 && (best_i < 0 || precedes(ov, oi, best_v, best_i))) {
-        best_v = ov;
-        best_i = oi;
-      }
-    }
-    if ((threadIdx.x & 31) == 0) {
-      red_v[threadIdx.x >> 5] = best_v;
-      red_i[threadIdx.x >> 5] = best_i;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 0; w < kWarps; ++w) {
-        if (red_i[w] >= 0 && (best_i < 0 || precedes(red_v[w], red_i[w], best_v, best_i))) {
-          best_v = red_v[w];
-          best_i = red_i[w];
-        }
-      }
-      pick_v = best_v;
-      pick_i = best_i;
-      top[k].token = best_i;
-      top[k].logprob = logprob_of(best_v);
-    }
-    __syncthreads();
-    prev_v = pick_v;
-    prev_i = pick_i;
   }
 }
 
