@@ -247,8 +247,14 @@ struct Selected {
 // chosen bucket holds at most kStagedCap tokens, the next pass also copies them into shared
 // memory and the passes after it read only those (a 152K row is read ~3 times, not 7). The
 // histograms are integer sums, so the result does not depend on which tokens are staged where.
+//
+// `floor`: a key the answer is known to be at or above (an earlier cut: the target is below the
+// amount of the keys >= floor, so the running amount crosses it there). Keys below it are skipped
+// before their mass is computed: they would only add to buckets at or below the crossing one,
+// which the choice never reads past, and to its count (staging it sooner).
 __device__ __noinline__ Selected radix_select(const RowContext& c, unsigned long long target, bool by_mass,
-                                              bool strict, SelectSmem& s, double fraction = -1.0) {
+                                              bool strict, SelectSmem& s, double fraction = -1.0,
+                                              uint64_t floor = 0) {
   __syncthreads();  // every thread has read the previous select's result out of `s`
   if (threadIdx.x == 0) {
     s.above = 0;
@@ -274,6 +280,7 @@ __device__ __noinline__ Selected radix_select(const RowContext& c, unsigned long
     BinCache bins;
     auto visit = [&](float l, int i) {
       const uint64_t key = make_key(l, i);
+      if (key < floor) return;
       if (prefix_shift < kKeyBits && (key >> prefix_shift) != (prefix >> prefix_shift)) return;
       const int digit = static_cast<int>((key >> shift) & ((1u << kDigitBits) - 1u));
       const unsigned long long a = by_mass ? to_fixed(row_prob(c, l)) : 1ull;
@@ -360,7 +367,7 @@ __device__ int select_token(const float* __restrict__ logits, int vocab, const R
       survivors = amount_at_least(c, keep, true, s);
       const unsigned long long target =
           static_cast<unsigned long long>(static_cast<double>(p.top_p) * static_cast<double>(survivors));
-      cut = radix_select(c, target, true, false, s);
+      cut = radix_select(c, target, true, false, s, -1.0, keep);
     }
     kept_known = true;
     if (cut.key > keep) {
@@ -376,7 +383,7 @@ __device__ int select_token(const float* __restrict__ logits, int vocab, const R
   const Selected drawn =
       kept_known
           ? radix_select(c, static_cast<unsigned long long>(static_cast<double>(p.u) * static_cast<double>(kept_mass)),
-                         true, true, s)
+                         true, true, s, -1.0, keep)
           : radix_select(c, 0, true, true, s, static_cast<double>(p.u));
   return key_id(drawn.key);
 }
