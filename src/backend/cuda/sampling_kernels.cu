@@ -47,9 +47,23 @@ __device__ __forceinline__ int key_id(uint64_t key) {
   return static_cast<int>((1u << kIdBits) - 1u - static_cast<uint32_t>(key & ((1u << kIdBits) - 1u)));
 }
 
-struct RowContext {
-  const float* logits;
+// A row is shared out over the CTAs of a thread-block cluster (launch_sample_rows picks 1-8 CTAs a
+// row: small batches would leave all but a few SMs idle); each CTA reads entries [begin, end).
+struct RowShare {
+  const float* logits;  // the whole row
   int vocab;
+  int begin, end;
+};
+
+// Visits this CTA's entries of the row (global ids).
+template <typename F>
+__device__ __forceinline__ void for_each_share_value(const RowShare& r, F&& f) {
+  const int begin = r.begin;
+  for_each_row_value(r.logits + begin, r.end - begin, [&](float x, int i) { f(x, begin + i); });
+}
+
+struct RowContext {
+  RowShare share;
   float inv_t;    // 1 / temperature
   float m_over_t; // max logit / temperature
 };
@@ -78,6 +92,9 @@ struct SelectSmem {
   int num_staged;  // pairs in staged_*: the tokens matching `prefix` so far; -1 = none (read the row)
   int stage_next;  // the next pass copies its bucket's tokens into staged_*
   unsigned long long reduce[kThreads / 32];
+  unsigned long long cluster_value;  // this CTA's part of a cluster-wide sum, read by the others
+  float arg_logit;                   // this CTA's argmax, read by the others
+  int arg_id;
   float staged_logit[kStagedCap];
   int staged_id[kStagedCap];
 };
@@ -94,6 +111,20 @@ __device__ __forceinline__ void add_amount(SelectSmem& s, int d, unsigned long l
 }
 __device__ __forceinline__ unsigned long long hist_amount(const SelectSmem& s, int d) {
   return (static_cast<unsigned long long>(s.hist_hi[d]) << 32) | s.hist_lo[d];
+}
+// The cluster's amount and count of digit d: every CTA's histogram, read over distributed shared
+// memory (between the cluster barriers that end a pass's counting and its choice).
+__device__ __forceinline__ unsigned long long cluster_hist_amount(SelectSmem& s, int d) {
+  cg::cluster_group cluster = cg::this_cluster();
+  unsigned long long sum = 0;
+  for (unsigned int r = 0; r < cluster.num_blocks(); ++r) sum += hist_amount(*cluster.map_shared_rank(&s, r), d);
+  return sum;
+}
+__device__ __forceinline__ unsigned int cluster_hist_count(SelectSmem& s, int d) {
+  cg::cluster_group cluster = cg::this_cluster();
+  unsigned int sum = 0;
+  for (unsigned int r = 0; r < cluster.num_blocks(); ++r) sum += cluster.map_shared_rank(&s, r)->count[d];
+  return sum;
 }
 
 // A thread's last kSlots histogram bins, summed in registers and added to the shared histogram
@@ -152,13 +183,23 @@ struct BinCache {
   }
 };
 
-__device__ unsigned long long block_sum_u64(unsigned long long v, SelectSmem& s) {
+// The sum of v over every thread of the cluster (each CTA's sum in its shared memory, read by all
+// over distributed shared memory), returned to every thread.
+__device__ unsigned long long cluster_sum_u64(unsigned long long v, SelectSmem& s) {
+  cg::cluster_group cluster = cg::this_cluster();
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   __syncthreads();
   if ((threadIdx.x & 31) == 0) s.reduce[threadIdx.x >> 5] = v;
   __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long mine = 0;
+    for (int w = 0; w < kThreads / 32; ++w) mine += s.reduce[w];
+    s.cluster_value = mine;
+  }
+  cluster.sync();
   unsigned long long total = 0;
-  for (int w = 0; w < kThreads / 32; ++w) total += s.reduce[w];
+  for (unsigned int r = 0; r < cluster.num_blocks(); ++r) total += *cluster.map_shared_rank(&s.cluster_value, r);
+  cluster.sync();  // every CTA has read the others' values before any writes its next one
   return total;
 }
 
@@ -167,11 +208,11 @@ __device__ unsigned long long block_sum_u64(unsigned long long v, SelectSmem& s)
 // (64 registers a thread) spilled ~2 KB a thread (-Xptxas -v), none as calls.
 __device__ __noinline__ unsigned long long amount_at_least(const RowContext& c, uint64_t threshold, bool by_mass, SelectSmem& s) {
   unsigned long long local = 0;
-  for_each_row_value(c.logits, c.vocab, [&](float x, int i) {
+  for_each_share_value(c.share, [&](float x, int i) {
     const float l = clean_logit(x);
     if (make_key(l, i) >= threshold) local += by_mass ? to_fixed(row_prob(c, l)) : 1ull;
   });
-  return block_sum_u64(local, s);
+  return cluster_sum_u64(local, s);
 }
 
 // The digit a radix pass chooses, by the first warp: the highest digit d whose bucket is not empty
@@ -190,7 +231,7 @@ __device__ __forceinline__ void choose_digit(SelectSmem& s, int pass, uint64_t p
   unsigned long long mine = 0;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
-    amount[j] = hist_amount(s, (1 << kDigitBits) - 1 - kPerLane * lane - j);
+    amount[j] = cluster_hist_amount(s, (1 << kDigitBits) - 1 - kPerLane * lane - j);
     mine += amount[j];
   }
   unsigned long long inclusive = mine;  // this lane's digits and every higher one
@@ -226,9 +267,9 @@ __device__ __forceinline__ void choose_digit(SelectSmem& s, int pass, uint64_t p
     s.above = running;
     s.prefix = prefix | (static_cast<uint64_t>(chosen) << shift);
     // Stage the chosen bucket in the next pass if it fits and is not staged yet.
-    s.stage_next = s.num_staged < 0 && s.count[chosen] <= kStagedCap;
+    s.stage_next = s.num_staged < 0 && cluster_hist_count(s, chosen) <= kStagedCap;
     // After the last pass the bucket is one key: what lies above it, plus its own amount.
-    if (pass == kNumPasses - 1) s.at_least = running + hist_amount(s, chosen);
+    if (pass == kNumPasses - 1) s.at_least = running + amount[found >= 0 ? found : kPerLane - 1];
   }
 }
 
@@ -260,7 +301,7 @@ __device__ __noinline__ Selected radix_select(const RowContext& c, unsigned long
     s.above = 0;
     s.prefix = 0;
     s.num_staged = -1;
-    s.stage_next = c.vocab <= kStagedCap;
+    s.stage_next = c.share.vocab <= kStagedCap;
   }
   for (int pass = 0; pass < kNumPasses; ++pass) {
     const int shift = kKeyBits - (pass + 1) * kDigitBits;
@@ -298,12 +339,12 @@ __device__ __noinline__ Selected radix_select(const RowContext& c, unsigned long
     if (num_staged >= 0 && !stage) {
       for (int j = threadIdx.x; j < num_staged; j += kThreads) visit(s.staged_logit[j], s.staged_id[j]);
     } else {
-      for_each_row_value(c.logits, c.vocab, [&](float x, int i) { visit(clean_logit(x), i); });
+      for_each_share_value(c.share, [&](float x, int i) { visit(clean_logit(x), i); });
     }
     bins.flush(s);
-    __syncthreads();
+    cg::this_cluster().sync();  // every CTA's histogram of this pass is complete
     if (threadIdx.x < 32) choose_digit(s, pass, prefix, shift, strict, fraction, target);
-    __syncthreads();
+    cg::this_cluster().sync();  // every CTA has read the others' histograms before they are reset
   }
   const Selected out{s.prefix, s.at_least, s.total};
   return out;
@@ -323,13 +364,29 @@ __device__ __forceinline__ float adjusted_logit_rn(float logit, const LogitAdjus
 }
 
 // The row's token (valid in thread 0); every thread of the block calls it.
-__device__ int select_token(const float* __restrict__ logits, int vocab, const RowSamplingParams& p, SelectSmem& s,
-                            float* red_val, int* red_idx) {
-  // Argmax: the largest logit, ties to the lowest id; NaN counts as -inf.
+__device__ int select_token(const RowShare& share, const RowSamplingParams& p, SelectSmem& s, float* red_val,
+                            int* red_idx) {
+  cg::cluster_group cluster = cg::this_cluster();
+  // Argmax: the largest logit, ties to the lowest id; NaN counts as -inf. Each CTA's over its
+  // share, then the best of the cluster's (argmax_beats is a total order, so the same token).
   float best;
   int best_id;
-  block_row_argmax(logits, vocab, red_val, red_idx, &best, &best_id);
+  block_row_argmax(share.logits + share.begin, share.end - share.begin, red_val, red_idx, &best, &best_id);
   if (threadIdx.x == 0) {
+    s.arg_logit = best;
+    s.arg_id = best_id == 0x7fffffff ? best_id : best_id + share.begin;  // 0x7fffffff: an empty share
+  }
+  cluster.sync();
+  if (threadIdx.x == 0) {
+    best = -INFINITY;
+    best_id = 0x7fffffff;
+    for (unsigned int r = 0; r < cluster.num_blocks(); ++r) {
+      const SelectSmem& other = *cluster.map_shared_rank(&s, r);
+      if (argmax_beats(other.arg_logit, other.arg_id, best, best_id)) {
+        best = other.arg_logit;
+        best_id = other.arg_id;
+      }
+    }
     red_val[0] = best;
     // No finite maximum (all NaN / -inf, or a +inf): the row is unusable; the engine fails the
     // request on kNonFiniteLogits (sampling/sampler.h) instead of decoding token 0.
@@ -338,18 +395,19 @@ __device__ int select_token(const float* __restrict__ logits, int vocab, const R
   __syncthreads();
   const float max_logit = red_val[0];
   if (p.greedy || !isfinite(max_logit)) return red_idx[0];
+  const int vocab = share.vocab;
 
-  RowContext c{logits, vocab, 1.0f / p.temperature, max_logit / p.temperature};
+  RowContext c{share, 1.0f / p.temperature, max_logit / p.temperature};
   // The cut of every filter is a key threshold: tokens with key >= keep are kept.
   uint64_t keep = 0;
   int num_kept = vocab;
   if (p.min_p > 0.0f) {
     // p >= min_p * p_max  <=>  e >= min_p with e = p / p_max = exp(l/T - max/T).
     unsigned long long local = 0;
-    for_each_row_value(logits, vocab, [&](float x, int) {
+    for_each_share_value(share, [&](float x, int) {
       if (row_prob(c, clean_logit(x)) >= p.min_p) ++local;
     });
-    num_kept = static_cast<int>(block_sum_u64(local, s));
+    num_kept = static_cast<int>(cluster_sum_u64(local, s));
   }
   const int k = p.top_k > 0 && p.top_k < num_kept ? p.top_k : num_kept;
   if (k < vocab) keep = radix_select(c, static_cast<unsigned long long>(k), false, false, s).key;
@@ -397,27 +455,39 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* __restrict
   __shared__ SelectSmem s;
   __shared__ float red_val[kThreads / 32];
   __shared__ int red_idx[kThreads / 32];
-  const int row = blockIdx.x;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int ranks = static_cast<int>(cluster.num_blocks());
+  const int row = static_cast<int>(blockIdx.x) / ranks;
   float* logits = logits_all + static_cast<size_t>(row) * row_stride;
+  // This CTA's share: whole 16-byte vectors where the row is aligned.
+  const int chunk = ((vocab + ranks - 1) / ranks + 3) & ~3;
+  const int begin = min(vocab, static_cast<int>(cluster.block_rank()) * chunk);
+  const RowShare share{logits, vocab, begin, min(vocab, begin + chunk)};
   const RowSamplingParams p = params[row];
-  // Tokens within a row's slice are distinct, so each logit has one writer.
+  // Each CTA adjusts the tokens of its own share (the only ones it reads), so no CTA reads another's
+  // writes to the row. Tokens within a row's slice are distinct, so each logit has one writer.
   const bool adjusted = p.adjust_count > 0 && adjustments != nullptr;
+  auto mine = [&](int token) { return token >= share.begin && token < share.end; };
   if (adjusted) {
     for (int j = threadIdx.x; j < p.adjust_count; j += kThreads) {
       const LogitAdjustment a = adjustments[p.adjust_begin + j];
+      if (!mine(a.token)) continue;
       const float raw = logits[a.token];
       saved_logits[p.adjust_begin + j] = raw;
       logits[a.token] = adjusted_logit_rn(raw, a, p.repetition_penalty, p.presence_penalty);
     }
     __syncthreads();
   }
-  const int token = select_token(logits, vocab, p, s, red_val, red_idx);
-  if (threadIdx.x == 0) tokens[row] = token;
+  const int token = select_token(share, p, s, red_val, red_idx);
+  if (threadIdx.x == 0 && cluster.block_rank() == 0) tokens[row] = token;
   if (adjusted) {
-    __syncthreads();  // every read of the adjusted row is done
-    for (int j = threadIdx.x; j < p.adjust_count; j += kThreads)
-      logits[adjustments[p.adjust_begin + j].token] = saved_logits[p.adjust_begin + j];
+    __syncthreads();  // every read of the adjusted share is done
+    for (int j = threadIdx.x; j < p.adjust_count; j += kThreads) {
+      const int t = adjustments[p.adjust_begin + j].token;
+      if (mine(t)) logits[t] = saved_logits[p.adjust_begin + j];
+    }
   }
+  cluster.sync();  // no CTA leaves while another may still read its shared memory
 }
 
 __global__ void gather_pending_tokens_kernel(const int2* __restrict__ pairs, int n, const int32_t* __restrict__ sampled,
@@ -428,6 +498,24 @@ __global__ void gather_pending_tokens_kernel(const int2* __restrict__ pairs, int
   tokens[p.x] = sampled[p.y];
 }
 
+}  // namespace
+
+int sampling_ctas_per_row(int num_rows, int num_sms) {
+  int ctas = 1;
+  while (ctas < 8 && static_cast<long long>(num_rows) * ctas * 2 <= num_sms) ctas *= 2;
+  return ctas;
+}
+
+namespace {
+// The current device's SM count, asked once per device.
+int multiprocessor_count() {
+  static int counts[64] = {};
+  int device = 0;
+  ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= 64) return 132;
+  if (counts[device] == 0) ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
+  return counts[device];
+}
 }  // namespace
 
 RowSamplingParams row_sampling_params(const SamplingParams* sp, float u) {
@@ -447,8 +535,9 @@ void launch_sample_rows(float* logits, int num_rows, int vocab, int row_stride, 
                         int32_t* tokens, cudaStream_t stream, const LogitAdjustment* adjustments,
                         float* saved_logits) {
   if (num_rows == 0) return;
-  ORIGAMI_CUDA_CHECK(launch_programmatic(sample_rows_kernel, num_rows, kThreads, 0, stream, logits, vocab, row_stride,
-                                         params, tokens, adjustments, saved_logits));
+  const unsigned ctas = sampling_ctas_per_row(num_rows, multiprocessor_count());
+  ORIGAMI_CUDA_CHECK(launch_programmatic_clusters(sample_rows_kernel, num_rows * ctas, kThreads, 0, stream, ctas, logits,
+                                                  vocab, row_stride, params, tokens, adjustments, saved_logits));
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 
