@@ -112,18 +112,35 @@ __device__ __forceinline__ void add_amount(SelectSmem& s, int d, unsigned long l
 __device__ __forceinline__ unsigned long long hist_amount(const SelectSmem& s, int d) {
   return (static_cast<unsigned long long>(s.hist_hi[d]) << 32) | s.hist_lo[d];
 }
+// CTAs sharing this row: 1 when launched without a cluster (launch_sample_rows does so for one CTA
+// a row). Why the one-CTA paths below: a cluster barrier and distributed-shared-memory reads of
+// the CTA's own histogram cost 7% of a 256-row launch against __syncthreads and plain shared loads.
+__device__ __forceinline__ unsigned int row_ctas() { return cg::this_cluster().num_blocks(); }
+
+// Every thread of the row's CTAs has arrived (a block barrier for one CTA).
+__device__ __forceinline__ void row_barrier() {
+  if (row_ctas() == 1)
+    __syncthreads();
+  else
+    cg::this_cluster().sync();
+}
+
 // The cluster's amount and count of digit d: every CTA's histogram, read over distributed shared
 // memory (between the cluster barriers that end a pass's counting and its choice).
 __device__ __forceinline__ unsigned long long cluster_hist_amount(SelectSmem& s, int d) {
   cg::cluster_group cluster = cg::this_cluster();
+  const unsigned int ctas = cluster.num_blocks();
+  if (ctas == 1) return hist_amount(s, d);
   unsigned long long sum = 0;
-  for (unsigned int r = 0; r < cluster.num_blocks(); ++r) sum += hist_amount(*cluster.map_shared_rank(&s, r), d);
+  for (unsigned int r = 0; r < ctas; ++r) sum += hist_amount(*cluster.map_shared_rank(&s, r), d);
   return sum;
 }
 __device__ __forceinline__ unsigned int cluster_hist_count(SelectSmem& s, int d) {
   cg::cluster_group cluster = cg::this_cluster();
+  const unsigned int ctas = cluster.num_blocks();
+  if (ctas == 1) return s.count[d];
   unsigned int sum = 0;
-  for (unsigned int r = 0; r < cluster.num_blocks(); ++r) sum += cluster.map_shared_rank(&s, r)->count[d];
+  for (unsigned int r = 0; r < ctas; ++r) sum += cluster.map_shared_rank(&s, r)->count[d];
   return sum;
 }
 
@@ -191,6 +208,12 @@ __device__ unsigned long long cluster_sum_u64(unsigned long long v, SelectSmem& 
   __syncthreads();
   if ((threadIdx.x & 31) == 0) s.reduce[threadIdx.x >> 5] = v;
   __syncthreads();
+  const unsigned int ctas = cluster.num_blocks();
+  if (ctas == 1) {
+    unsigned long long total = 0;
+    for (int w = 0; w < kThreads / 32; ++w) total += s.reduce[w];
+    return total;
+  }
   if (threadIdx.x == 0) {
     unsigned long long mine = 0;
     for (int w = 0; w < kThreads / 32; ++w) mine += s.reduce[w];
@@ -198,7 +221,7 @@ __device__ unsigned long long cluster_sum_u64(unsigned long long v, SelectSmem& 
   }
   cluster.sync();
   unsigned long long total = 0;
-  for (unsigned int r = 0; r < cluster.num_blocks(); ++r) total += *cluster.map_shared_rank(&s.cluster_value, r);
+  for (unsigned int r = 0; r < ctas; ++r) total += *cluster.map_shared_rank(&s.cluster_value, r);
   cluster.sync();  // every CTA has read the others' values before any writes its next one
   return total;
 }
@@ -342,9 +365,9 @@ __device__ __noinline__ Selected radix_select(const RowContext& c, unsigned long
       for_each_share_value(c.share, [&](float x, int i) { visit(clean_logit(x), i); });
     }
     bins.flush(s);
-    cg::this_cluster().sync();  // every CTA's histogram of this pass is complete
+    row_barrier();  // every CTA's histogram of this pass is complete
     if (threadIdx.x < 32) choose_digit(s, pass, prefix, shift, strict, fraction, target);
-    cg::this_cluster().sync();  // every CTA has read the others' histograms before they are reset
+    row_barrier();  // every CTA has read the others' histograms before they are reset
   }
   const Selected out{s.prefix, s.at_least, s.total};
   return out;
@@ -372,21 +395,26 @@ __device__ int select_token(const RowShare& share, const RowSamplingParams& p, S
   float best;
   int best_id;
   block_row_argmax(share.logits + share.begin, share.end - share.begin, red_val, red_idx, &best, &best_id);
-  if (threadIdx.x == 0) {
-    s.arg_logit = best;
-    s.arg_id = best_id == 0x7fffffff ? best_id : best_id + share.begin;  // 0x7fffffff: an empty share
+  const unsigned int ctas = cluster.num_blocks();
+  if (ctas > 1) {
+    if (threadIdx.x == 0) {
+      s.arg_logit = best;
+      s.arg_id = best_id == 0x7fffffff ? best_id : best_id + share.begin;  // 0x7fffffff: an empty share
+    }
+    cluster.sync();
   }
-  cluster.sync();
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && ctas > 1) {
     best = -INFINITY;
     best_id = 0x7fffffff;
-    for (unsigned int r = 0; r < cluster.num_blocks(); ++r) {
+    for (unsigned int r = 0; r < ctas; ++r) {
       const SelectSmem& other = *cluster.map_shared_rank(&s, r);
       if (argmax_beats(other.arg_logit, other.arg_id, best, best_id)) {
         best = other.arg_logit;
         best_id = other.arg_id;
       }
     }
+  }
+  if (threadIdx.x == 0) {
     red_val[0] = best;
     // No finite maximum (all NaN / -inf, or a +inf): the row is unusable; the engine fails the
     // request on kNonFiniteLogits (sampling/sampler.h) instead of decoding token 0.
@@ -487,7 +515,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* __restrict
       if (mine(t)) logits[t] = saved_logits[p.adjust_begin + j];
     }
   }
-  cluster.sync();  // no CTA leaves while another may still read its shared memory
+  if (ranks > 1) cluster.sync();  // no CTA leaves while another may still read its shared memory
 }
 
 __global__ void gather_pending_tokens_kernel(const int2* __restrict__ pairs, int n, const int32_t* __restrict__ sampled,
@@ -536,8 +564,13 @@ void launch_sample_rows(float* logits, int num_rows, int vocab, int row_stride, 
                         float* saved_logits) {
   if (num_rows == 0) return;
   const unsigned ctas = sampling_ctas_per_row(num_rows, multiprocessor_count());
-  ORIGAMI_CUDA_CHECK(launch_programmatic_clusters(sample_rows_kernel, num_rows * ctas, kThreads, 0, stream, ctas, logits,
-                                                  vocab, row_stride, params, tokens, adjustments, saved_logits));
+  if (ctas == 1)
+    ORIGAMI_CUDA_CHECK(launch_programmatic(sample_rows_kernel, num_rows, kThreads, 0, stream, logits, vocab, row_stride,
+                                           params, tokens, adjustments, saved_logits));
+  else
+    ORIGAMI_CUDA_CHECK(launch_programmatic_clusters(sample_rows_kernel, num_rows * ctas, kThreads, 0, stream, ctas,
+                                                    logits, vocab, row_stride, params, tokens, adjustments,
+                                                    saved_logits));
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 
