@@ -49,6 +49,10 @@ __device__ __forceinline__ int key_id(uint64_t key) {
 
 // A row is shared out over the CTAs of a thread-block cluster (launch_sample_rows picks 1-8 CTAs a
 // row: small batches would leave all but a few SMs idle); each CTA reads entries [begin, end).
+// The kernels below take `kSplit`: false where one CTA has the whole row (launched without a
+// cluster). Why two instances: the split one's cluster barriers, distributed-shared-memory reads
+// and offsets cost a 256-row launch 7% (430 -> 460 us, H200), spilling more registers, even with
+// one CTA a row.
 struct RowShare {
   const float* logits;  // the whole row
   int vocab;
@@ -56,10 +60,14 @@ struct RowShare {
 };
 
 // Visits this CTA's entries of the row (global ids).
-template <typename F>
+template <bool kSplit, typename F>
 __device__ __forceinline__ void for_each_share_value(const RowShare& r, F&& f) {
-  const int begin = r.begin;
-  for_each_row_value(r.logits + begin, r.end - begin, [&](float x, int i) { f(x, begin + i); });
+  if constexpr (kSplit) {
+    const int begin = r.begin;
+    for_each_row_value(r.logits + begin, r.end - begin, [&](float x, int i) { f(x, begin + i); });
+  } else {
+    for_each_row_value(r.logits, r.vocab, f);
+  }
 }
 
 struct RowContext {
@@ -112,35 +120,31 @@ __device__ __forceinline__ void add_amount(SelectSmem& s, int d, unsigned long l
 __device__ __forceinline__ unsigned long long hist_amount(const SelectSmem& s, int d) {
   return (static_cast<unsigned long long>(s.hist_hi[d]) << 32) | s.hist_lo[d];
 }
-// CTAs sharing this row: 1 when launched without a cluster (launch_sample_rows does so for one CTA
-// a row). Why the one-CTA paths below: a cluster barrier and distributed-shared-memory reads of
-// the CTA's own histogram cost 7% of a 256-row launch against __syncthreads and plain shared loads.
-__device__ __forceinline__ unsigned int row_ctas() { return cg::this_cluster().num_blocks(); }
-
-// Every thread of the row's CTAs has arrived (a block barrier for one CTA).
+// Every thread of the row's CTAs has arrived.
+template <bool kSplit>
 __device__ __forceinline__ void row_barrier() {
-  if (row_ctas() == 1)
-    __syncthreads();
-  else
+  if constexpr (kSplit)
     cg::this_cluster().sync();
+  else
+    __syncthreads();
 }
 
 // The cluster's amount and count of digit d: every CTA's histogram, read over distributed shared
 // memory (between the cluster barriers that end a pass's counting and its choice).
+template <bool kSplit>
 __device__ __forceinline__ unsigned long long cluster_hist_amount(SelectSmem& s, int d) {
+  if constexpr (!kSplit) return hist_amount(s, d);
   cg::cluster_group cluster = cg::this_cluster();
-  const unsigned int ctas = cluster.num_blocks();
-  if (ctas == 1) return hist_amount(s, d);
   unsigned long long sum = 0;
-  for (unsigned int r = 0; r < ctas; ++r) sum += hist_amount(*cluster.map_shared_rank(&s, r), d);
+  for (unsigned int r = 0; r < cluster.num_blocks(); ++r) sum += hist_amount(*cluster.map_shared_rank(&s, r), d);
   return sum;
 }
+template <bool kSplit>
 __device__ __forceinline__ unsigned int cluster_hist_count(SelectSmem& s, int d) {
+  if constexpr (!kSplit) return s.count[d];
   cg::cluster_group cluster = cg::this_cluster();
-  const unsigned int ctas = cluster.num_blocks();
-  if (ctas == 1) return s.count[d];
   unsigned int sum = 0;
-  for (unsigned int r = 0; r < ctas; ++r) sum += cluster.map_shared_rank(&s, r)->count[d];
+  for (unsigned int r = 0; r < cluster.num_blocks(); ++r) sum += cluster.map_shared_rank(&s, r)->count[d];
   return sum;
 }
 
@@ -200,20 +204,21 @@ struct BinCache {
   }
 };
 
-// The sum of v over every thread of the cluster (each CTA's sum in its shared memory, read by all
-// over distributed shared memory), returned to every thread.
+// The sum of v over every thread of the row's CTAs (with kSplit, each CTA's sum in its shared
+// memory, read by all over distributed shared memory), returned to every thread.
+template <bool kSplit>
 __device__ unsigned long long cluster_sum_u64(unsigned long long v, SelectSmem& s) {
-  cg::cluster_group cluster = cg::this_cluster();
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   __syncthreads();
   if ((threadIdx.x & 31) == 0) s.reduce[threadIdx.x >> 5] = v;
   __syncthreads();
-  const unsigned int ctas = cluster.num_blocks();
-  if (ctas == 1) {
+  if constexpr (!kSplit) {
     unsigned long long total = 0;
     for (int w = 0; w < kThreads / 32; ++w) total += s.reduce[w];
     return total;
   }
+  cg::cluster_group cluster = cg::this_cluster();
+  const unsigned int ctas = cluster.num_blocks();
   if (threadIdx.x == 0) {
     unsigned long long mine = 0;
     for (int w = 0; w < kThreads / 32; ++w) mine += s.reduce[w];
@@ -229,13 +234,14 @@ __device__ unsigned long long cluster_sum_u64(unsigned long long v, SelectSmem& 
 // Mass (by_mass) or count of tokens whose key is >= `threshold`. Not inlined (nor radix_select):
 // one copy serves every call site of select_token; inlined into each, the 1,024-thread kernel
 // (64 registers a thread) spilled ~2 KB a thread (-Xptxas -v), none as calls.
+template <bool kSplit>
 __device__ __noinline__ unsigned long long amount_at_least(const RowContext& c, uint64_t threshold, bool by_mass, SelectSmem& s) {
   unsigned long long local = 0;
-  for_each_share_value(c.share, [&](float x, int i) {
+  for_each_share_value<kSplit>(c.share, [&](float x, int i) {
     const float l = clean_logit(x);
     if (make_key(l, i) >= threshold) local += by_mass ? to_fixed(row_prob(c, l)) : 1ull;
   });
-  return cluster_sum_u64(local, s);
+  return cluster_sum_u64<kSplit>(local, s);
 }
 
 // The digit a radix pass chooses, by the first warp: the highest digit d whose bucket is not empty
@@ -246,6 +252,7 @@ __device__ __noinline__ unsigned long long amount_at_least(const RowContext& c, 
 // the first lane whose digits cross finds the digit among its eight. With fraction >= 0 (pass 0)
 // the target is fraction x the total first. Updates s.above, s.prefix, s.stage_next (and
 // s.total, s.at_least); `target` is updated in every lane.
+template <bool kSplit>
 __device__ __forceinline__ void choose_digit(SelectSmem& s, int pass, uint64_t prefix, int shift, bool strict,
                                              double fraction, unsigned long long& target) {
   constexpr int kPerLane = (1 << kDigitBits) / 32;
@@ -254,7 +261,7 @@ __device__ __forceinline__ void choose_digit(SelectSmem& s, int pass, uint64_t p
   unsigned long long mine = 0;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
-    amount[j] = cluster_hist_amount(s, (1 << kDigitBits) - 1 - kPerLane * lane - j);
+    amount[j] = cluster_hist_amount<kSplit>(s, (1 << kDigitBits) - 1 - kPerLane * lane - j);
     mine += amount[j];
   }
   unsigned long long inclusive = mine;  // this lane's digits and every higher one
@@ -290,9 +297,9 @@ __device__ __forceinline__ void choose_digit(SelectSmem& s, int pass, uint64_t p
     s.above = running;
     s.prefix = prefix | (static_cast<uint64_t>(chosen) << shift);
     // Stage the chosen bucket in the next pass if it fits and is not staged yet.
-    s.stage_next = s.num_staged < 0 && cluster_hist_count(s, chosen) <= kStagedCap;
+    s.stage_next = s.num_staged < 0 && cluster_hist_count<kSplit>(s, chosen) <= kStagedCap;
     // After the last pass the bucket is one key: what lies above it, plus its own amount.
-    if (pass == kNumPasses - 1) s.at_least = running + amount[found >= 0 ? found : kPerLane - 1];
+    if (pass == kNumPasses - 1) s.at_least = running + cluster_hist_amount<kSplit>(s, chosen);
   }
 }
 
@@ -316,6 +323,7 @@ struct Selected {
 // amount of the keys >= floor, so the running amount crosses it there). Keys below it are skipped
 // before their mass is computed: they would only add to buckets at or below the crossing one,
 // which the choice never reads past, and to its count (staging it sooner).
+template <bool kSplit>
 __device__ __noinline__ Selected radix_select(const RowContext& c, unsigned long long target, bool by_mass,
                                               bool strict, SelectSmem& s, double fraction = -1.0,
                                               uint64_t floor = 0) {
@@ -362,12 +370,12 @@ __device__ __noinline__ Selected radix_select(const RowContext& c, unsigned long
     if (num_staged >= 0 && !stage) {
       for (int j = threadIdx.x; j < num_staged; j += kThreads) visit(s.staged_logit[j], s.staged_id[j]);
     } else {
-      for_each_share_value(c.share, [&](float x, int i) { visit(clean_logit(x), i); });
+      for_each_share_value<kSplit>(c.share, [&](float x, int i) { visit(clean_logit(x), i); });
     }
     bins.flush(s);
-    row_barrier();  // every CTA's histogram of this pass is complete
-    if (threadIdx.x < 32) choose_digit(s, pass, prefix, shift, strict, fraction, target);
-    row_barrier();  // every CTA has read the others' histograms before they are reset
+    row_barrier<kSplit>();  // every CTA's histogram of this pass is complete
+    if (threadIdx.x < 32) choose_digit<kSplit>(s, pass, prefix, shift, strict, fraction, target);
+    row_barrier<kSplit>();  // every CTA has read the others' histograms before they are reset
   }
   const Selected out{s.prefix, s.at_least, s.total};
   return out;
@@ -387,6 +395,7 @@ __device__ __forceinline__ float adjusted_logit_rn(float logit, const LogitAdjus
 }
 
 // The row's token (valid in thread 0); every thread of the block calls it.
+template <bool kSplit>
 __device__ int select_token(const RowShare& share, const RowSamplingParams& p, SelectSmem& s, float* red_val,
                             int* red_idx) {
   cg::cluster_group cluster = cg::this_cluster();
@@ -395,15 +404,15 @@ __device__ int select_token(const RowShare& share, const RowSamplingParams& p, S
   float best;
   int best_id;
   block_row_argmax(share.logits + share.begin, share.end - share.begin, red_val, red_idx, &best, &best_id);
-  const unsigned int ctas = cluster.num_blocks();
-  if (ctas > 1) {
+  const unsigned int ctas = kSplit ? cluster.num_blocks() : 1u;
+  if (kSplit) {
     if (threadIdx.x == 0) {
       s.arg_logit = best;
       s.arg_id = best_id == 0x7fffffff ? best_id : best_id + share.begin;  // 0x7fffffff: an empty share
     }
     cluster.sync();
   }
-  if (threadIdx.x == 0 && ctas > 1) {
+  if (kSplit && threadIdx.x == 0) {
     best = -INFINITY;
     best_id = 0x7fffffff;
     for (unsigned int r = 0; r < ctas; ++r) {
@@ -432,13 +441,13 @@ __device__ int select_token(const RowShare& share, const RowSamplingParams& p, S
   if (p.min_p > 0.0f) {
     // p >= min_p * p_max  <=>  e >= min_p with e = p / p_max = exp(l/T - max/T).
     unsigned long long local = 0;
-    for_each_share_value(share, [&](float x, int) {
+    for_each_share_value<kSplit>(share, [&](float x, int) {
       if (row_prob(c, clean_logit(x)) >= p.min_p) ++local;
     });
-    num_kept = static_cast<int>(cluster_sum_u64(local, s));
+    num_kept = static_cast<int>(cluster_sum_u64<kSplit>(local, s));
   }
   const int k = p.top_k > 0 && p.top_k < num_kept ? p.top_k : num_kept;
-  if (k < vocab) keep = radix_select(c, static_cast<unsigned long long>(k), false, false, s).key;
+  if (k < vocab) keep = radix_select<kSplit>(c, static_cast<unsigned long long>(k), false, false, s).key;
   // The mass the draw runs over (tokens with key >= keep), where already known; without a top-k or
   // min-p cut it is the whole row's, which the next select's first pass sums.
   bool kept_known = false;
@@ -447,13 +456,13 @@ __device__ int select_token(const RowShare& share, const RowSamplingParams& p, S
     Selected cut;
     unsigned long long survivors;
     if (keep == 0) {
-      cut = radix_select(c, 0, true, false, s, static_cast<double>(p.top_p));
+      cut = radix_select<kSplit>(c, 0, true, false, s, static_cast<double>(p.top_p));
       survivors = cut.total;
     } else {
-      survivors = amount_at_least(c, keep, true, s);
+      survivors = amount_at_least<kSplit>(c, keep, true, s);
       const unsigned long long target =
           static_cast<unsigned long long>(static_cast<double>(p.top_p) * static_cast<double>(survivors));
-      cut = radix_select(c, target, true, false, s, -1.0, keep);
+      cut = radix_select<kSplit>(c, target, true, false, s, -1.0, keep);
     }
     kept_known = true;
     if (cut.key > keep) {
@@ -464,16 +473,17 @@ __device__ int select_token(const RowShare& share, const RowSamplingParams& p, S
     }
   } else if (keep != 0) {
     kept_known = true;
-    kept_mass = amount_at_least(c, keep, true, s);
+    kept_mass = amount_at_least<kSplit>(c, keep, true, s);
   }
   const Selected drawn =
       kept_known
-          ? radix_select(c, static_cast<unsigned long long>(static_cast<double>(p.u) * static_cast<double>(kept_mass)),
+          ? radix_select<kSplit>(c, static_cast<unsigned long long>(static_cast<double>(p.u) * static_cast<double>(kept_mass)),
                          true, true, s, -1.0, keep)
-          : radix_select(c, 0, true, true, s, static_cast<double>(p.u));
+          : radix_select<kSplit>(c, 0, true, true, s, static_cast<double>(p.u));
   return key_id(drawn.key);
 }
 
+template <bool kSplit>
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* __restrict__ logits_all, int vocab,
                                                                int row_stride, const RowSamplingParams* params,
                                                                int32_t* tokens, const LogitAdjustment* adjustments,
@@ -484,12 +494,12 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* __restrict
   __shared__ float red_val[kThreads / 32];
   __shared__ int red_idx[kThreads / 32];
   cg::cluster_group cluster = cg::this_cluster();
-  const int ranks = static_cast<int>(cluster.num_blocks());
+  const int ranks = kSplit ? static_cast<int>(cluster.num_blocks()) : 1;
   const int row = static_cast<int>(blockIdx.x) / ranks;
   float* logits = logits_all + static_cast<size_t>(row) * row_stride;
   // This CTA's share: whole 16-byte vectors where the row is aligned.
   const int chunk = ((vocab + ranks - 1) / ranks + 3) & ~3;
-  const int begin = min(vocab, static_cast<int>(cluster.block_rank()) * chunk);
+  const int begin = kSplit ? min(vocab, static_cast<int>(cluster.block_rank()) * chunk) : 0;
   const RowShare share{logits, vocab, begin, min(vocab, begin + chunk)};
   const RowSamplingParams p = params[row];
   // Each CTA adjusts the tokens of its own share (the only ones it reads), so no CTA reads another's
@@ -506,8 +516,8 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* __restrict
     }
     __syncthreads();
   }
-  const int token = select_token(share, p, s, red_val, red_idx);
-  if (threadIdx.x == 0 && cluster.block_rank() == 0) tokens[row] = token;
+  const int token = select_token<kSplit>(share, p, s, red_val, red_idx);
+  if (threadIdx.x == 0 && (!kSplit || cluster.block_rank() == 0)) tokens[row] = token;
   if (adjusted) {
     __syncthreads();  // every read of the adjusted share is done
     for (int j = threadIdx.x; j < p.adjust_count; j += kThreads) {
@@ -515,7 +525,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* __restrict
       if (mine(t)) logits[t] = saved_logits[p.adjust_begin + j];
     }
   }
-  if (ranks > 1) cluster.sync();  // no CTA leaves while another may still read its shared memory
+  if constexpr (kSplit) cluster.sync();  // no CTA leaves while another may still read its shared memory
 }
 
 __global__ void gather_pending_tokens_kernel(const int2* __restrict__ pairs, int n, const int32_t* __restrict__ sampled,
@@ -565,10 +575,10 @@ void launch_sample_rows(float* logits, int num_rows, int vocab, int row_stride, 
   if (num_rows == 0) return;
   const unsigned ctas = sampling_ctas_per_row(num_rows, multiprocessor_count());
   if (ctas == 1)
-    ORIGAMI_CUDA_CHECK(launch_programmatic(sample_rows_kernel, num_rows, kThreads, 0, stream, logits, vocab, row_stride,
+    ORIGAMI_CUDA_CHECK(launch_programmatic(sample_rows_kernel<false>, num_rows, kThreads, 0, stream, logits, vocab, row_stride,
                                            params, tokens, adjustments, saved_logits));
   else
-    ORIGAMI_CUDA_CHECK(launch_programmatic_clusters(sample_rows_kernel, num_rows * ctas, kThreads, 0, stream, ctas,
+    ORIGAMI_CUDA_CHECK(launch_programmatic_clusters(sample_rows_kernel<true>, num_rows * ctas, kThreads, 0, stream, ctas,
                                                     logits, vocab, row_stride, params, tokens, adjustments,
                                                     saved_logits));
   ORIGAMI_CUDA_CHECK_LAUNCH();
