@@ -101,6 +101,10 @@ struct SelectSmem {
   int stage_next;  // the next pass copies its bucket's tokens into staged_*
   unsigned long long reduce[kThreads / 32];
   unsigned long long cluster_value;  // this CTA's part of a cluster-wide sum, read by the others
+  unsigned long long cluster_total;  // the cluster-wide sum, from warp 0 to the CTA
+  // A split row's histogram summed over the cluster's CTAs, per digit (merge_cluster_histograms).
+  unsigned long long merged_amount[1 << kDigitBits];
+  unsigned int merged_count[1 << kDigitBits];
   float arg_logit;                   // this CTA's argmax, read by the others
   int arg_id;
   float staged_logit[kStagedCap];
@@ -129,23 +133,43 @@ __device__ __forceinline__ void row_barrier() {
     __syncthreads();
 }
 
-// The cluster's amount and count of digit d: every CTA's histogram, read over distributed shared
-// memory (between the cluster barriers that end a pass's counting and its choice).
-template <bool kSplit>
-__device__ __forceinline__ unsigned long long cluster_hist_amount(SelectSmem& s, int d) {
-  if constexpr (!kSplit) return hist_amount(s, d);
+// Cluster-wide histograms, for a split row: every CTA's histogram summed per digit into its own
+// shared memory, thread d reading digit d of every CTA over distributed shared memory (between the
+// cluster barriers that end a pass's counting and its choice). Why all threads, not the choosing
+// warp: its lanes would chain 8 digits x 8 CTAs of remote loads one after the other (~35 us of a
+// 120 us row at 8 CTAs, H200).
+constexpr int kMaxClusterCtas = 8;
+__device__ __forceinline__ void merge_cluster_histograms(SelectSmem& s) {
   cg::cluster_group cluster = cg::this_cluster();
-  unsigned long long sum = 0;
-  for (unsigned int r = 0; r < cluster.num_blocks(); ++r) sum += hist_amount(*cluster.map_shared_rank(&s, r), d);
-  return sum;
+  const unsigned int ctas = cluster.num_blocks();
+  for (int d = threadIdx.x; d < (1 << kDigitBits); d += kThreads) {
+    unsigned long long amount = 0;
+    unsigned int count = 0;
+#pragma unroll
+    for (unsigned int r = 0; r < kMaxClusterCtas; ++r) {
+      if (r < ctas) {
+        const SelectSmem& other = *cluster.map_shared_rank(&s, r);
+        amount += hist_amount(other, d);
+        count += other.count[d];
+      }
+    }
+    s.merged_amount[d] = amount;
+    s.merged_count[d] = count;
+  }
 }
 template <bool kSplit>
-__device__ __forceinline__ unsigned int cluster_hist_count(SelectSmem& s, int d) {
-  if constexpr (!kSplit) return s.count[d];
-  cg::cluster_group cluster = cg::this_cluster();
-  unsigned int sum = 0;
-  for (unsigned int r = 0; r < cluster.num_blocks(); ++r) sum += cluster.map_shared_rank(&s, r)->count[d];
-  return sum;
+__device__ __forceinline__ unsigned long long cluster_hist_amount(const SelectSmem& s, int d) {
+  if constexpr (kSplit)
+    return s.merged_amount[d];
+  else
+    return hist_amount(s, d);
+}
+template <bool kSplit>
+__device__ __forceinline__ unsigned int cluster_hist_count(const SelectSmem& s, int d) {
+  if constexpr (kSplit)
+    return s.merged_count[d];
+  else
+    return s.count[d];
 }
 
 // A thread's last kSlots histogram bins, summed in registers and added to the shared histogram
@@ -218,17 +242,20 @@ __device__ unsigned long long cluster_sum_u64(unsigned long long v, SelectSmem& 
     return total;
   }
   cg::cluster_group cluster = cg::this_cluster();
-  const unsigned int ctas = cluster.num_blocks();
   if (threadIdx.x == 0) {
     unsigned long long mine = 0;
     for (int w = 0; w < kThreads / 32; ++w) mine += s.reduce[w];
     s.cluster_value = mine;
   }
   cluster.sync();
-  unsigned long long total = 0;
-  for (unsigned int r = 0; r < ctas; ++r) total += *cluster.map_shared_rank(&s.cluster_value, r);
+  if (threadIdx.x < 32) {  // lane r reads CTA r's sum
+    const unsigned int lane = threadIdx.x;
+    unsigned long long total = lane < cluster.num_blocks() ? *cluster.map_shared_rank(&s.cluster_value, lane) : 0ull;
+    for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    if (lane == 0) s.cluster_total = total;
+  }
   cluster.sync();  // every CTA has read the others' values before any writes its next one
-  return total;
+  return s.cluster_total;
 }
 
 // Mass (by_mass) or count of tokens whose key is >= `threshold`. Not inlined (nor radix_select):
@@ -374,6 +401,10 @@ __device__ __noinline__ Selected radix_select(const RowContext& c, unsigned long
     }
     bins.flush(s);
     row_barrier<kSplit>();  // every CTA's histogram of this pass is complete
+    if constexpr (kSplit) {
+      merge_cluster_histograms(s);
+      __syncthreads();
+    }
     if (threadIdx.x < 32) choose_digit<kSplit>(s, pass, prefix, shift, strict, fraction, target);
     row_barrier<kSplit>();  // every CTA has read the others' histograms before they are reset
   }
@@ -412,14 +443,20 @@ __device__ int select_token(const RowShare& share, const RowSamplingParams& p, S
     }
     cluster.sync();
   }
-  if (kSplit && threadIdx.x == 0) {
+  if (kSplit && threadIdx.x < 32) {  // lane r reads CTA r's argmax; the warp keeps the best
     best = -INFINITY;
     best_id = 0x7fffffff;
-    for (unsigned int r = 0; r < ctas; ++r) {
-      const SelectSmem& other = *cluster.map_shared_rank(&s, r);
-      if (argmax_beats(other.arg_logit, other.arg_id, best, best_id)) {
-        best = other.arg_logit;
-        best_id = other.arg_id;
+    if (threadIdx.x < ctas) {
+      const SelectSmem& other = *cluster.map_shared_rank(&s, threadIdx.x);
+      best = other.arg_logit;
+      best_id = other.arg_id;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      const float v = __shfl_xor_sync(0xffffffffu, best, off);
+      const int id = __shfl_xor_sync(0xffffffffu, best_id, off);
+      if (argmax_beats(v, id, best, best_id)) {
+        best = v;
+        best_id = id;
       }
     }
   }
