@@ -239,7 +239,8 @@ TEST(CudaKernels, SamplingMatchesCpuSampler) {
 // radix select's buckets then hold tens of thousands of tokens, so its passes read the whole row
 // longer before the bucket fits the shared-memory stage (sampling_kernels.cu, kStagedCap), and
 // the draw among exact ties goes by id. An odd vocabulary as the row stride leaves rows off the
-// 16-byte boundary, which the vector loads must step around (row_loads.cuh).
+// 16-byte boundary, which the vector loads must step around (row_loads.cuh), and cuts the rows'
+// shares over a cluster's CTAs off it too.
 TEST(CudaKernels, SamplingOverTiedLogitsMatchesCpuSampler) {
   std::mt19937 rng(13);
   struct Config {
@@ -248,8 +249,9 @@ TEST(CudaKernels, SamplingOverTiedLogitsMatchesCpuSampler) {
     float top_p;
   };
   const Config configs[] = {{0.0f, 0, 1.0f}, {1.0f, 0, 1.0f}, {0.7f, 0, 0.9f}, {1.0f, 50, 1.0f}, {1.0f, 5000, 0.99f}};
-  for (int vocab : {128257, 151936}) {
-    const int rows = 8;
+  // 1 and 8 rows share each row over a cluster of 8 CTAs, 100 rows run one CTA a row
+  // (sampling_ctas_per_row): the tokens must not depend on it.
+  for (const auto& [vocab, rows] : {std::pair{128257, 8}, std::pair{151936, 1}, std::pair{128257, 100}}) {
     std::vector<float> logits(static_cast<size_t>(rows) * vocab);
     std::normal_distribution<float> dist(0.0f, 2.0f);
     for (float& x : logits) x = std::round(dist(rng) * 4.0f) / 4.0f;
@@ -262,6 +264,9 @@ TEST(CudaKernels, SamplingOverTiedLogitsMatchesCpuSampler) {
       if (cfg.temperature == 0.0f) EXPECT_EQ(got.tokens[0], 0) << "greedy over equal logits takes the lowest id";
     }
   }
+  EXPECT_EQ(sampling_ctas_per_row(1, 132), 8);
+  EXPECT_EQ(sampling_ctas_per_row(64, 132), 2);
+  EXPECT_EQ(sampling_ctas_per_row(67, 132), 1);
 }
 
 // Tensor parallelism's greedy path: each shard's argmax, merged, picks what the CPU's argmax over

@@ -52,4 +52,26 @@ cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 
+// The same, with the grid in thread-block clusters of `cluster_blocks` CTAs along x (grid.x a
+// multiple of it; 1-8 are portable): CTAs of a cluster run at once and share their shared memory.
+template <typename... Params, typename... Args>
+cudaError_t launch_programmatic_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                         cudaStream_t stream, unsigned cluster_blocks, Args&&... args) {
+  cudaLaunchAttribute attr[2] = {};
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster_blocks;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = programmatic_launch_enabled() ? 2 : 1;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
 }  // namespace origami::cuda

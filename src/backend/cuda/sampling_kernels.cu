@@ -47,9 +47,31 @@ __device__ __forceinline__ int key_id(uint64_t key) {
   return static_cast<int>((1u << kIdBits) - 1u - static_cast<uint32_t>(key & ((1u << kIdBits) - 1u)));
 }
 
-struct RowContext {
-  const float* logits;
+// A row is shared out over the CTAs of a thread-block cluster (launch_sample_rows picks 1-8 CTAs a
+// row: small batches would leave all but a few SMs idle); each CTA reads entries [begin, end).
+// The kernels below take `kSplit`: false where one CTA has the whole row (launched without a
+// cluster). Why two instances: the split one's cluster barriers, distributed-shared-memory reads
+// and offsets cost a 256-row launch 7% (430 -> 460 us, H200), spilling more registers, even with
+// one CTA a row.
+struct RowShare {
+  const float* logits;  // the whole row
   int vocab;
+  int begin, end;
+};
+
+// Visits this CTA's entries of the row (global ids).
+template <bool kSplit, typename F>
+__device__ __forceinline__ void for_each_share_value(const RowShare& r, F&& f) {
+  if constexpr (kSplit) {
+    const int begin = r.begin;
+    for_each_row_value(r.logits + begin, r.end - begin, [&](float x, int i) { f(x, begin + i); });
+  } else {
+    for_each_row_value(r.logits, r.vocab, f);
+  }
+}
+
+struct RowContext {
+  RowShare share;
   float inv_t;    // 1 / temperature
   float m_over_t; // max logit / temperature
 };
@@ -78,6 +100,13 @@ struct SelectSmem {
   int num_staged;  // pairs in staged_*: the tokens matching `prefix` so far; -1 = none (read the row)
   int stage_next;  // the next pass copies its bucket's tokens into staged_*
   unsigned long long reduce[kThreads / 32];
+  unsigned long long cluster_value;  // this CTA's part of a cluster-wide sum, read by the others
+  unsigned long long cluster_total;  // the cluster-wide sum, from warp 0 to the CTA
+  // A split row's histogram summed over the cluster's CTAs, per digit (merge_cluster_histograms).
+  unsigned long long merged_amount[1 << kDigitBits];
+  unsigned int merged_count[1 << kDigitBits];
+  float arg_logit;                   // this CTA's argmax, read by the others
+  int arg_id;
   float staged_logit[kStagedCap];
   int staged_id[kStagedCap];
 };
@@ -94,6 +123,53 @@ __device__ __forceinline__ void add_amount(SelectSmem& s, int d, unsigned long l
 }
 __device__ __forceinline__ unsigned long long hist_amount(const SelectSmem& s, int d) {
   return (static_cast<unsigned long long>(s.hist_hi[d]) << 32) | s.hist_lo[d];
+}
+// Every thread of the row's CTAs has arrived.
+template <bool kSplit>
+__device__ __forceinline__ void row_barrier() {
+  if constexpr (kSplit)
+    cg::this_cluster().sync();
+  else
+    __syncthreads();
+}
+
+// Cluster-wide histograms, for a split row: every CTA's histogram summed per digit into its own
+// shared memory, thread d reading digit d of every CTA over distributed shared memory (between the
+// cluster barriers that end a pass's counting and its choice). Why all threads, not the choosing
+// warp: its lanes would chain 8 digits x 8 CTAs of remote loads one after the other (~35 us of a
+// 120 us row at 8 CTAs, H200).
+constexpr int kMaxClusterCtas = 8;
+__device__ __forceinline__ void merge_cluster_histograms(SelectSmem& s) {
+  cg::cluster_group cluster = cg::this_cluster();
+  const unsigned int ctas = cluster.num_blocks();
+  for (int d = threadIdx.x; d < (1 << kDigitBits); d += kThreads) {
+    unsigned long long amount = 0;
+    unsigned int count = 0;
+#pragma unroll
+    for (unsigned int r = 0; r < kMaxClusterCtas; ++r) {
+      if (r < ctas) {
+        const SelectSmem& other = *cluster.map_shared_rank(&s, r);
+        amount += hist_amount(other, d);
+        count += other.count[d];
+      }
+    }
+    s.merged_amount[d] = amount;
+    s.merged_count[d] = count;
+  }
+}
+template <bool kSplit>
+__device__ __forceinline__ unsigned long long cluster_hist_amount(const SelectSmem& s, int d) {
+  if constexpr (kSplit)
+    return s.merged_amount[d];
+  else
+    return hist_amount(s, d);
+}
+template <bool kSplit>
+__device__ __forceinline__ unsigned int cluster_hist_count(const SelectSmem& s, int d) {
+  if constexpr (kSplit)
+    return s.merged_count[d];
+  else
+    return s.count[d];
 }
 
 // A thread's last kSlots histogram bins, summed in registers and added to the shared histogram
@@ -152,26 +228,47 @@ struct BinCache {
   }
 };
 
-__device__ unsigned long long block_sum_u64(unsigned long long v, SelectSmem& s) {
+// The sum of v over every thread of the row's CTAs (with kSplit, each CTA's sum in its shared
+// memory, read by all over distributed shared memory), returned to every thread.
+template <bool kSplit>
+__device__ unsigned long long cluster_sum_u64(unsigned long long v, SelectSmem& s) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   __syncthreads();
   if ((threadIdx.x & 31) == 0) s.reduce[threadIdx.x >> 5] = v;
   __syncthreads();
-  unsigned long long total = 0;
-  for (int w = 0; w < kThreads / 32; ++w) total += s.reduce[w];
-  return total;
+  if constexpr (!kSplit) {
+    unsigned long long total = 0;
+    for (int w = 0; w < kThreads / 32; ++w) total += s.reduce[w];
+    return total;
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  if (threadIdx.x == 0) {
+    unsigned long long mine = 0;
+    for (int w = 0; w < kThreads / 32; ++w) mine += s.reduce[w];
+    s.cluster_value = mine;
+  }
+  cluster.sync();
+  if (threadIdx.x < 32) {  // lane r reads CTA r's sum
+    const unsigned int lane = threadIdx.x;
+    unsigned long long total = lane < cluster.num_blocks() ? *cluster.map_shared_rank(&s.cluster_value, lane) : 0ull;
+    for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    if (lane == 0) s.cluster_total = total;
+  }
+  cluster.sync();  // every CTA has read the others' values before any writes its next one
+  return s.cluster_total;
 }
 
 // Mass (by_mass) or count of tokens whose key is >= `threshold`. Not inlined (nor radix_select):
 // one copy serves every call site of select_token; inlined into each, the 1,024-thread kernel
 // (64 registers a thread) spilled ~2 KB a thread (-Xptxas -v), none as calls.
+template <bool kSplit>
 __device__ __noinline__ unsigned long long amount_at_least(const RowContext& c, uint64_t threshold, bool by_mass, SelectSmem& s) {
   unsigned long long local = 0;
-  for_each_row_value(c.logits, c.vocab, [&](float x, int i) {
+  for_each_share_value<kSplit>(c.share, [&](float x, int i) {
     const float l = clean_logit(x);
     if (make_key(l, i) >= threshold) local += by_mass ? to_fixed(row_prob(c, l)) : 1ull;
   });
-  return block_sum_u64(local, s);
+  return cluster_sum_u64<kSplit>(local, s);
 }
 
 // The digit a radix pass chooses, by the first warp: the highest digit d whose bucket is not empty
@@ -182,6 +279,7 @@ __device__ __noinline__ unsigned long long amount_at_least(const RowContext& c, 
 // the first lane whose digits cross finds the digit among its eight. With fraction >= 0 (pass 0)
 // the target is fraction x the total first. Updates s.above, s.prefix, s.stage_next (and
 // s.total, s.at_least); `target` is updated in every lane.
+template <bool kSplit>
 __device__ __forceinline__ void choose_digit(SelectSmem& s, int pass, uint64_t prefix, int shift, bool strict,
                                              double fraction, unsigned long long& target) {
   constexpr int kPerLane = (1 << kDigitBits) / 32;
@@ -190,7 +288,7 @@ __device__ __forceinline__ void choose_digit(SelectSmem& s, int pass, uint64_t p
   unsigned long long mine = 0;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
-    amount[j] = hist_amount(s, (1 << kDigitBits) - 1 - kPerLane * lane - j);
+    amount[j] = cluster_hist_amount<kSplit>(s, (1 << kDigitBits) - 1 - kPerLane * lane - j);
     mine += amount[j];
   }
   unsigned long long inclusive = mine;  // this lane's digits and every higher one
@@ -226,9 +324,9 @@ __device__ __forceinline__ void choose_digit(SelectSmem& s, int pass, uint64_t p
     s.above = running;
     s.prefix = prefix | (static_cast<uint64_t>(chosen) << shift);
     // Stage the chosen bucket in the next pass if it fits and is not staged yet.
-    s.stage_next = s.num_staged < 0 && s.count[chosen] <= kStagedCap;
+    s.stage_next = s.num_staged < 0 && cluster_hist_count<kSplit>(s, chosen) <= kStagedCap;
     // After the last pass the bucket is one key: what lies above it, plus its own amount.
-    if (pass == kNumPasses - 1) s.at_least = running + hist_amount(s, chosen);
+    if (pass == kNumPasses - 1) s.at_least = running + cluster_hist_amount<kSplit>(s, chosen);
   }
 }
 
@@ -252,6 +350,7 @@ struct Selected {
 // amount of the keys >= floor, so the running amount crosses it there). Keys below it are skipped
 // before their mass is computed: they would only add to buckets at or below the crossing one,
 // which the choice never reads past, and to its count (staging it sooner).
+template <bool kSplit>
 __device__ __noinline__ Selected radix_select(const RowContext& c, unsigned long long target, bool by_mass,
                                               bool strict, SelectSmem& s, double fraction = -1.0,
                                               uint64_t floor = 0) {
@@ -260,7 +359,7 @@ __device__ __noinline__ Selected radix_select(const RowContext& c, unsigned long
     s.above = 0;
     s.prefix = 0;
     s.num_staged = -1;
-    s.stage_next = c.vocab <= kStagedCap;
+    s.stage_next = c.share.vocab <= kStagedCap;
   }
   for (int pass = 0; pass < kNumPasses; ++pass) {
     const int shift = kKeyBits - (pass + 1) * kDigitBits;
@@ -298,12 +397,16 @@ __device__ __noinline__ Selected radix_select(const RowContext& c, unsigned long
     if (num_staged >= 0 && !stage) {
       for (int j = threadIdx.x; j < num_staged; j += kThreads) visit(s.staged_logit[j], s.staged_id[j]);
     } else {
-      for_each_row_value(c.logits, c.vocab, [&](float x, int i) { visit(clean_logit(x), i); });
+      for_each_share_value<kSplit>(c.share, [&](float x, int i) { visit(clean_logit(x), i); });
     }
     bins.flush(s);
-    __syncthreads();
-    if (threadIdx.x < 32) choose_digit(s, pass, prefix, shift, strict, fraction, target);
-    __syncthreads();
+    row_barrier<kSplit>();  // every CTA's histogram of this pass is complete
+    if constexpr (kSplit) {
+      merge_cluster_histograms(s);
+      __syncthreads();
+    }
+    if (threadIdx.x < 32) choose_digit<kSplit>(s, pass, prefix, shift, strict, fraction, target);
+    row_barrier<kSplit>();  // every CTA has read the others' histograms before they are reset
   }
   const Selected out{s.prefix, s.at_least, s.total};
   return out;
@@ -323,12 +426,40 @@ __device__ __forceinline__ float adjusted_logit_rn(float logit, const LogitAdjus
 }
 
 // The row's token (valid in thread 0); every thread of the block calls it.
-__device__ int select_token(const float* __restrict__ logits, int vocab, const RowSamplingParams& p, SelectSmem& s,
-                            float* red_val, int* red_idx) {
-  // Argmax: the largest logit, ties to the lowest id; NaN counts as -inf.
+template <bool kSplit>
+__device__ int select_token(const RowShare& share, const RowSamplingParams& p, SelectSmem& s, float* red_val,
+                            int* red_idx) {
+  cg::cluster_group cluster = cg::this_cluster();
+  // Argmax: the largest logit, ties to the lowest id; NaN counts as -inf. Each CTA's over its
+  // share, then the best of the cluster's (argmax_beats is a total order, so the same token).
   float best;
   int best_id;
-  block_row_argmax(logits, vocab, red_val, red_idx, &best, &best_id);
+  block_row_argmax(share.logits + share.begin, share.end - share.begin, red_val, red_idx, &best, &best_id);
+  const unsigned int ctas = kSplit ? cluster.num_blocks() : 1u;
+  if (kSplit) {
+    if (threadIdx.x == 0) {
+      s.arg_logit = best;
+      s.arg_id = best_id == 0x7fffffff ? best_id : best_id + share.begin;  // 0x7fffffff: an empty share
+    }
+    cluster.sync();
+  }
+  if (kSplit && threadIdx.x < 32) {  // lane r reads CTA r's argmax; the warp keeps the best
+    best = -INFINITY;
+    best_id = 0x7fffffff;
+    if (threadIdx.x < ctas) {
+      const SelectSmem& other = *cluster.map_shared_rank(&s, threadIdx.x);
+      best = other.arg_logit;
+      best_id = other.arg_id;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      const float v = __shfl_xor_sync(0xffffffffu, best, off);
+      const int id = __shfl_xor_sync(0xffffffffu, best_id, off);
+      if (argmax_beats(v, id, best, best_id)) {
+        best = v;
+        best_id = id;
+      }
+    }
+  }
   if (threadIdx.x == 0) {
     red_val[0] = best;
     // No finite maximum (all NaN / -inf, or a +inf): the row is unusable; the engine fails the
@@ -338,21 +469,22 @@ __device__ int select_token(const float* __restrict__ logits, int vocab, const R
   __syncthreads();
   const float max_logit = red_val[0];
   if (p.greedy || !isfinite(max_logit)) return red_idx[0];
+  const int vocab = share.vocab;
 
-  RowContext c{logits, vocab, 1.0f / p.temperature, max_logit / p.temperature};
+  RowContext c{share, 1.0f / p.temperature, max_logit / p.temperature};
   // The cut of every filter is a key threshold: tokens with key >= keep are kept.
   uint64_t keep = 0;
   int num_kept = vocab;
   if (p.min_p > 0.0f) {
     // p >= min_p * p_max  <=>  e >= min_p with e = p / p_max = exp(l/T - max/T).
     unsigned long long local = 0;
-    for_each_row_value(logits, vocab, [&](float x, int) {
+    for_each_share_value<kSplit>(share, [&](float x, int) {
       if (row_prob(c, clean_logit(x)) >= p.min_p) ++local;
     });
-    num_kept = static_cast<int>(block_sum_u64(local, s));
+    num_kept = static_cast<int>(cluster_sum_u64<kSplit>(local, s));
   }
   const int k = p.top_k > 0 && p.top_k < num_kept ? p.top_k : num_kept;
-  if (k < vocab) keep = radix_select(c, static_cast<unsigned long long>(k), false, false, s).key;
+  if (k < vocab) keep = radix_select<kSplit>(c, static_cast<unsigned long long>(k), false, false, s).key;
   // The mass the draw runs over (tokens with key >= keep), where already known; without a top-k or
   // min-p cut it is the whole row's, which the next select's first pass sums.
   bool kept_known = false;
@@ -361,13 +493,13 @@ __device__ int select_token(const float* __restrict__ logits, int vocab, const R
     Selected cut;
     unsigned long long survivors;
     if (keep == 0) {
-      cut = radix_select(c, 0, true, false, s, static_cast<double>(p.top_p));
+      cut = radix_select<kSplit>(c, 0, true, false, s, static_cast<double>(p.top_p));
       survivors = cut.total;
     } else {
-      survivors = amount_at_least(c, keep, true, s);
+      survivors = amount_at_least<kSplit>(c, keep, true, s);
       const unsigned long long target =
           static_cast<unsigned long long>(static_cast<double>(p.top_p) * static_cast<double>(survivors));
-      cut = radix_select(c, target, true, false, s, -1.0, keep);
+      cut = radix_select<kSplit>(c, target, true, false, s, -1.0, keep);
     }
     kept_known = true;
     if (cut.key > keep) {
@@ -378,16 +510,17 @@ __device__ int select_token(const float* __restrict__ logits, int vocab, const R
     }
   } else if (keep != 0) {
     kept_known = true;
-    kept_mass = amount_at_least(c, keep, true, s);
+    kept_mass = amount_at_least<kSplit>(c, keep, true, s);
   }
   const Selected drawn =
       kept_known
-          ? radix_select(c, static_cast<unsigned long long>(static_cast<double>(p.u) * static_cast<double>(kept_mass)),
+          ? radix_select<kSplit>(c, static_cast<unsigned long long>(static_cast<double>(p.u) * static_cast<double>(kept_mass)),
                          true, true, s, -1.0, keep)
-          : radix_select(c, 0, true, true, s, static_cast<double>(p.u));
+          : radix_select<kSplit>(c, 0, true, true, s, static_cast<double>(p.u));
   return key_id(drawn.key);
 }
 
+template <bool kSplit>
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* __restrict__ logits_all, int vocab,
                                                                int row_stride, const RowSamplingParams* params,
                                                                int32_t* tokens, const LogitAdjustment* adjustments,
@@ -397,27 +530,39 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* __restrict
   __shared__ SelectSmem s;
   __shared__ float red_val[kThreads / 32];
   __shared__ int red_idx[kThreads / 32];
-  const int row = blockIdx.x;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int ranks = kSplit ? static_cast<int>(cluster.num_blocks()) : 1;
+  const int row = static_cast<int>(blockIdx.x) / ranks;
   float* logits = logits_all + static_cast<size_t>(row) * row_stride;
+  // This CTA's share: whole 16-byte vectors where the row is aligned.
+  const int chunk = ((vocab + ranks - 1) / ranks + 3) & ~3;
+  const int begin = kSplit ? min(vocab, static_cast<int>(cluster.block_rank()) * chunk) : 0;
+  const RowShare share{logits, vocab, begin, min(vocab, begin + chunk)};
   const RowSamplingParams p = params[row];
-  // Tokens within a row's slice are distinct, so each logit has one writer.
+  // Each CTA adjusts the tokens of its own share (the only ones it reads), so no CTA reads another's
+  // writes to the row. Tokens within a row's slice are distinct, so each logit has one writer.
   const bool adjusted = p.adjust_count > 0 && adjustments != nullptr;
+  auto mine = [&](int token) { return token >= share.begin && token < share.end; };
   if (adjusted) {
     for (int j = threadIdx.x; j < p.adjust_count; j += kThreads) {
       const LogitAdjustment a = adjustments[p.adjust_begin + j];
+      if (!mine(a.token)) continue;
       const float raw = logits[a.token];
       saved_logits[p.adjust_begin + j] = raw;
       logits[a.token] = adjusted_logit_rn(raw, a, p.repetition_penalty, p.presence_penalty);
     }
     __syncthreads();
   }
-  const int token = select_token(logits, vocab, p, s, red_val, red_idx);
-  if (threadIdx.x == 0) tokens[row] = token;
+  const int token = select_token<kSplit>(share, p, s, red_val, red_idx);
+  if (threadIdx.x == 0 && (!kSplit || cluster.block_rank() == 0)) tokens[row] = token;
   if (adjusted) {
-    __syncthreads();  // every read of the adjusted row is done
-    for (int j = threadIdx.x; j < p.adjust_count; j += kThreads)
-      logits[adjustments[p.adjust_begin + j].token] = saved_logits[p.adjust_begin + j];
+    __syncthreads();  // every read of the adjusted share is done
+    for (int j = threadIdx.x; j < p.adjust_count; j += kThreads) {
+      const int t = adjustments[p.adjust_begin + j].token;
+      if (mine(t)) logits[t] = saved_logits[p.adjust_begin + j];
+    }
   }
+  if constexpr (kSplit) cluster.sync();  // no CTA leaves while another may still read its shared memory
 }
 
 __global__ void gather_pending_tokens_kernel(const int2* __restrict__ pairs, int n, const int32_t* __restrict__ sampled,
@@ -428,6 +573,24 @@ __global__ void gather_pending_tokens_kernel(const int2* __restrict__ pairs, int
   tokens[p.x] = sampled[p.y];
 }
 
+}  // namespace
+
+int sampling_ctas_per_row(int num_rows, int num_sms) {
+  int ctas = 1;
+  while (ctas < 8 && static_cast<long long>(num_rows) * ctas * 2 <= num_sms) ctas *= 2;
+  return ctas;
+}
+
+namespace {
+// The current device's SM count, asked once per device.
+int multiprocessor_count() {
+  static int counts[64] = {};
+  int device = 0;
+  ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= 64) return 132;
+  if (counts[device] == 0) ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
+  return counts[device];
+}
 }  // namespace
 
 RowSamplingParams row_sampling_params(const SamplingParams* sp, float u) {
@@ -447,8 +610,14 @@ void launch_sample_rows(float* logits, int num_rows, int vocab, int row_stride, 
                         int32_t* tokens, cudaStream_t stream, const LogitAdjustment* adjustments,
                         float* saved_logits) {
   if (num_rows == 0) return;
-  ORIGAMI_CUDA_CHECK(launch_programmatic(sample_rows_kernel, num_rows, kThreads, 0, stream, logits, vocab, row_stride,
-                                         params, tokens, adjustments, saved_logits));
+  const unsigned ctas = sampling_ctas_per_row(num_rows, multiprocessor_count());
+  if (ctas == 1)
+    ORIGAMI_CUDA_CHECK(launch_programmatic(sample_rows_kernel<false>, num_rows, kThreads, 0, stream, logits, vocab, row_stride,
+                                           params, tokens, adjustments, saved_logits));
+  else
+    ORIGAMI_CUDA_CHECK(launch_programmatic_clusters(sample_rows_kernel<true>, num_rows * ctas, kThreads, 0, stream, ctas,
+                                                    logits, vocab, row_stride, params, tokens, adjustments,
+                                                    saved_logits));
   ORIGAMI_CUDA_CHECK_LAUNCH();
 }
 
