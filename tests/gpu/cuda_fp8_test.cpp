@@ -309,13 +309,19 @@ double perplexity(const std::vector<float>& logits, const std::vector<int32_t>& 
 // the CPU's fp32 input of a GEMM differ by bf16 rounding (2^-9), the E4M3 code (steps of 2^-4 to
 // 2^-3) flips for a few percent of the elements, each flip a whole step. So the CUDA FP8 logits
 // are compared with the emulation against FP8's own effect: they must be closer to the
-// emulation than the emulation is to full precision, with the same perplexity within 1%.
+// emulation than the emulation is to full precision.
+// Perplexity is held to what users of FP8 expect, within 1% of full precision (CPU fp32), for the
+// CUDA path and for the emulation, not to the emulation's own perplexity: that moves with the
+// order of the emulation's fp32 sums alone. The same code built on two hosts (-march=native)
+// gave 28.595 and 28.474 on these 256 tokens, with CUDA FP8 at 28.779 both times (+0.64% and
+// +1.07% against the emulation, +0.60% against fp32): two FP8 roundings of differently rounded
+// inputs each sit a fraction of a percent from fp32, on either side.
 // Fast accumulation is outside the emulation (the CPU promotes every sum to fp32, as the default
 // GEMMs do; the tensor cores' ~14-bit accumulator is not modelled, its error is bounded per GEMM
 // in Fp8Gemm.FastAccumulationMatchesCpuReferenceWithinItsModel): its logits must still be closer
 // to the emulation than the emulation is to full precision, and its perplexity is reported, not
-// held to the emulation's 1% (the H100 measured +1.65% against the emulation where the promoted
-// sums give +0.64%: the reason the option is off by default, docs/fidelity.md).
+// held to 1% (the H100 measured +1.6% against fp32 where the promoted sums give +0.6%: the reason
+// the option is off by default, docs/fidelity.md).
 void expect_teacher_forced_logits_match_cpu(bool fast_accumulation) {
   const Model m = load(tiny_dir());
   const int vocab = m.config.vocab_size;
@@ -331,8 +337,9 @@ void expect_teacher_forced_logits_match_cpu(bool fast_accumulation) {
               "CUDA bf16 vs CPU fp32 %.3e; perplexity CUDA FP8 %.4f, CPU FP8 %.4f, CPU fp32 %.4f\n",
               fast_accumulation ? ", fast accumulation" : "", ids.size(), err, fp8_effect, bf16_err, ppl_g, ppl_c, ppl_f);
   EXPECT_LT(err, fp8_effect);
+  EXPECT_LT(std::fabs(ppl_c / ppl_f - 1), 0.01) << "the CPU FP8 emulation against fp32";
   if (!fast_accumulation) {
-    EXPECT_LT(std::fabs(ppl_g / ppl_c - 1), 0.01);
+    EXPECT_LT(std::fabs(ppl_g / ppl_f - 1), 0.01) << "CUDA FP8 against fp32";
   }
 }
 
