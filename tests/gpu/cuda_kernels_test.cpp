@@ -267,7 +267,9 @@ TEST(CudaKernels, SamplingOverTiedLogitsMatchesCpuSampler) {
         const SampledRows got = sample_on_gpu_and_cpu(logits, rows, vocab,
                                                       sampling_params(cfg.temperature, cfg.top_k, cfg.top_p, 0.0f), rng());
         mismatches += got.mismatches;
-        if (cfg.temperature == 0.0f) EXPECT_EQ(got.tokens[0], 0) << "greedy over equal logits takes the lowest id";
+        if (cfg.temperature == 0.0f) {
+          EXPECT_EQ(got.tokens[0], 0) << "greedy over equal logits takes the lowest id";
+        }
       }
       EXPECT_LE(mismatches, 1) << "vocab " << vocab << " rows " << rows << " T " << cfg.temperature << " k "
                                << cfg.top_k << " p " << cfg.top_p;
