@@ -126,11 +126,13 @@ TEST(Fp8FusedQuantize, AddRmsnormMatchesUnfusedBitForBit) {
 
 // silu(gate) * up, quantized: fused == unfused for the codes and scales. Intermediate sizes: one
 // warp (128), Llama-3-8B (14336), Qwen3-32B (25600), and the fallback kernel's: too wide for
-// the register-resident one (33000) and not a multiple of 8 (100).
+// the register-resident one (33000, register-resident when its rows are shared out over CTAs)
+// and not a multiple of 8 (100). Rows: 1 and 7 share each row over a cluster of 8 CTAs, 20 over 4,
+// 64 over 2, 1024 run one CTA a row (cluster_rows.h, 132 SMs).
 TEST(Fp8FusedQuantize, SiluAndMulMatchesUnfusedBitForBit) {
   std::mt19937 rng(23);
   DeviceBuffer<float> fixed(std::vector<float>{kStaticScale});
-  for (int rows : testing::test_sizes({1, 7, 64, 1024}, {1, 7, 64}))
+  for (int rows : testing::test_sizes({1, 7, 20, 64, 1024}, {1, 7, 20, 64}))
     for (int inter : {128, 14336, 25600, 33000, 100}) {
       const size_t n = static_cast<size_t>(rows) * inter;
       std::vector<float> gate_up = testing::random_bf16_values(2 * n, rng, 2.0f);

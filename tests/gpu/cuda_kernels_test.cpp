@@ -8,6 +8,7 @@
 #include <random>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cuda/cluster_rows.h"
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/logprob_kernels.h"
@@ -250,7 +251,7 @@ TEST(CudaKernels, SamplingOverTiedLogitsMatchesCpuSampler) {
   };
   const Config configs[] = {{0.0f, 0, 1.0f}, {1.0f, 0, 1.0f}, {0.7f, 0, 0.9f}, {1.0f, 50, 1.0f}, {1.0f, 5000, 0.99f}};
   // 1 and 8 rows share each row over a cluster of 8 CTAs, 20 rows over 4, 40 over 2, 100 rows run
-  // one CTA a row (sampling_ctas_per_row): the tokens must not depend on it. A 7-token row over 8
+  // one CTA a row (cluster_ctas_per_row): the tokens must not depend on it. A 7-token row over 8
   // CTAs leaves some of them no tokens.
   for (const auto& [vocab, rows] : {std::pair{128257, 8}, std::pair{151936, 1}, std::pair{151936, 20},
                                     std::pair{128257, 40}, std::pair{7, 1}, std::pair{128257, 100}}) {
@@ -275,9 +276,9 @@ TEST(CudaKernels, SamplingOverTiedLogitsMatchesCpuSampler) {
                                << cfg.top_k << " p " << cfg.top_p;
     }
   }
-  EXPECT_EQ(sampling_ctas_per_row(1, 132), 8);
-  EXPECT_EQ(sampling_ctas_per_row(64, 132), 2);
-  EXPECT_EQ(sampling_ctas_per_row(67, 132), 1);
+  EXPECT_EQ(cluster_ctas_per_row(1, 132), 8);
+  EXPECT_EQ(cluster_ctas_per_row(64, 132), 2);
+  EXPECT_EQ(cluster_ctas_per_row(67, 132), 1);
 }
 
 // Tensor parallelism's greedy path: each shard's argmax, merged, picks what the CPU's argmax over

@@ -16,6 +16,7 @@
 
 #include <cmath>
 
+#include "backend/cuda/cluster_rows.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/programmatic_launch.h"
 #include "backend/cuda/row_argmax.cuh"
@@ -48,7 +49,7 @@ __device__ __forceinline__ int key_id(uint64_t key) {
 }
 
 // A row is shared out over the CTAs of a thread-block cluster (launch_sample_rows picks 1-8 CTAs a
-// row: small batches would leave all but a few SMs idle); each CTA reads entries [begin, end).
+// row, cluster_rows.h: small batches would leave all but a few SMs idle); each CTA reads entries [begin, end).
 // The kernels below take `kSplit`: false where one CTA has the whole row (launched without a
 // cluster). Why two instances: the split one's cluster barriers, distributed-shared-memory reads
 // and offsets cost a 256-row launch 7% (430 -> 460 us, H200), spilling more registers, even with
@@ -575,24 +576,6 @@ __global__ void gather_pending_tokens_kernel(const int2* __restrict__ pairs, int
 
 }  // namespace
 
-int sampling_ctas_per_row(int num_rows, int num_sms) {
-  int ctas = 1;
-  while (ctas < 8 && static_cast<long long>(num_rows) * ctas * 2 <= num_sms) ctas *= 2;
-  return ctas;
-}
-
-namespace {
-// The current device's SM count, asked once per device.
-int multiprocessor_count() {
-  static int counts[64] = {};
-  int device = 0;
-  ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= 64) return 132;
-  if (counts[device] == 0) ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
-  return counts[device];
-}
-}  // namespace
-
 RowSamplingParams row_sampling_params(const SamplingParams* sp, float u) {
   RowSamplingParams rp;
   rp.greedy = sp == nullptr || sp->is_greedy() ? 1 : 0;
@@ -610,7 +593,7 @@ void launch_sample_rows(float* logits, int num_rows, int vocab, int row_stride, 
                         int32_t* tokens, cudaStream_t stream, const LogitAdjustment* adjustments,
                         float* saved_logits) {
   if (num_rows == 0) return;
-  const unsigned ctas = sampling_ctas_per_row(num_rows, multiprocessor_count());
+  const unsigned ctas = cluster_ctas_per_row(num_rows, current_device_sm_count());
   if (ctas == 1)
     ORIGAMI_CUDA_CHECK(launch_programmatic(sample_rows_kernel<false>, num_rows, kThreads, 0, stream, logits, vocab, row_stride,
                                            params, tokens, adjustments, saved_logits));

@@ -35,11 +35,6 @@ struct RowSamplingParams {
   float presence_penalty = 0.0f;
 };
 
-// CTAs that share out one logits row (a thread-block cluster): the most of 1, 2, 4, 8 whose CTAs
-// (num_rows x the count, one an SM) fit the GPU's `num_sms`, so a small batch's rows do not each
-// run on one SM while the rest idle. The token is the same for any count.
-int sampling_ctas_per_row(int num_rows, int num_sms);
-
 // A row's filters and draw: the request's temperature, top-k, top-p and min-p (`sp` null: greedy)
 // and its uniform `u`; the logprob and adjustment fields keep their defaults.
 RowSamplingParams row_sampling_params(const SamplingParams* sp, float u);
