@@ -196,6 +196,14 @@ struct BinCache {
     }
   }
 
+  // Slot k's sums into the shared histogram (an empty slot adds nothing).
+  __device__ __forceinline__ void spill(int k, SelectSmem& s) const {
+    if (digit[k] >= 0) {
+      add_amount(s, digit[k], amount[k]);
+      atomicAdd(&s.count[digit[k]], count[k]);
+    }
+  }
+
   __device__ __forceinline__ void add(int d, unsigned long long a, SelectSmem& s) {
     bool hit = false;
 #pragma unroll
@@ -209,10 +217,7 @@ struct BinCache {
 #pragma unroll
     for (int k = 0; k < kSlots; ++k)
       if (k == next) {  // unrolled compares keep the slots in registers
-        if (digit[k] >= 0) {
-          add_amount(s, digit[k], amount[k]);
-          atomicAdd(&s.count[digit[k]], count[k]);
-        }
+        spill(k, s);
         digit[k] = d;
         amount[k] = a;
         count[k] = 1;
@@ -221,11 +226,7 @@ struct BinCache {
   }
   __device__ __forceinline__ void flush(SelectSmem& s) {
 #pragma unroll
-    for (int k = 0; k < kSlots; ++k)
-      if (digit[k] >= 0) {
-        add_amount(s, digit[k], amount[k]);
-        atomicAdd(&s.count[digit[k]], count[k]);
-      }
+    for (int k = 0; k < kSlots; ++k) spill(k, s);
   }
 };
 
