@@ -15,6 +15,19 @@ __device__ __forceinline__ bool argmax_beats(float v, int id, float other_v, int
   return v > other_v || (v == other_v && id < other_id);
 }
 
+// The best (best, id) of the warp's lanes by argmax_beats, in every lane (a total order, so every
+// lane ends with the same pair).
+__device__ __forceinline__ void warp_argmax(float& best, int& id) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, off);
+    const int other = __shfl_xor_sync(0xffffffffu, id, off);
+    if (argmax_beats(v, other, best, id)) {
+      best = v;
+      id = other;
+    }
+  }
+}
+
 // The best of row[0, n) by argmax_beats, valid in thread 0: *best_logit (NaN read as -inf) and
 // *best_id (0x7fffffff when every entry is -inf or NaN). `red_val` / `red_idx` hold one entry per
 // warp of the block.
@@ -30,14 +43,7 @@ __device__ __forceinline__ void block_row_argmax(const float* __restrict__ row, 
       id = i;
     }
   });
-  for (int off = 16; off > 0; off >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, best, off);
-    const int other = __shfl_xor_sync(0xffffffffu, id, off);
-    if (argmax_beats(v, other, best, id)) {
-      best = v;
-      id = other;
-    }
-  }
+  warp_argmax(best, id);
   if ((threadIdx.x & 31) == 0) {
     red_val[threadIdx.x >> 5] = best;
     red_idx[threadIdx.x >> 5] = id;

@@ -453,14 +453,7 @@ __device__ int select_token(const RowShare& share, const RowSamplingParams& p, S
       best = other.arg_logit;
       best_id = other.arg_id;
     }
-    for (int off = 16; off > 0; off >>= 1) {
-      const float v = __shfl_xor_sync(0xffffffffu, best, off);
-      const int id = __shfl_xor_sync(0xffffffffu, best_id, off);
-      if (argmax_beats(v, id, best, best_id)) {
-        best = v;
-        best_id = id;
-      }
-    }
+    warp_argmax(best, best_id);
   }
   if (threadIdx.x == 0) {
     red_val[0] = best;
