@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include "backend/cuda/cuda_check.h"
 
 namespace origami::cuda {
@@ -13,18 +15,20 @@ int cluster_ctas_per_row(int num_rows, int num_sms) {
 }
 
 int current_device_sm_count() {
+  // Atomics: tensor parallelism's rank threads ask at once (each for its own device).
   constexpr int kMaxDevices = 64;
-  static int counts[kMaxDevices] = {};
+  static std::atomic<int> counts[kMaxDevices] = {};
   int device = 0;
   ORIGAMI_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= kMaxDevices) {
-    int n = 0;
-    ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached) {
+    const int known = counts[device].load(std::memory_order_relaxed);
+    if (known > 0) return known;
   }
-  if (counts[device] == 0)
-    ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
-  return counts[device];
+  int n = 0;
+  ORIGAMI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  if (cached) counts[device].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 }  // namespace origami::cuda
