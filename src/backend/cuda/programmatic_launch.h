@@ -18,6 +18,8 @@
 // (set_programmatic_launch() for tests).
 #include <cuda_runtime.h>
 
+#include <utility>
+
 namespace origami::cuda {
 
 bool programmatic_launch_enabled();
@@ -35,43 +37,41 @@ __device__ __forceinline__ void allow_next_grid() {
 #endif
 }
 
-// Launches `kernel` on `stream`, as a programmatic dependent of the previous kernel when enabled.
-template <typename... Params, typename... Args>
-cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                Args&&... args) {
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = programmatic_launch_enabled() ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
-}
-
-// The same, with the grid in thread-block clusters of `cluster_blocks` CTAs along x (grid.x a
-// multiple of it; 1-8 are portable): CTAs of a cluster run at once and share their shared memory.
+// Launches `kernel` on `stream`, as a programmatic dependent of the previous kernel when enabled,
+// with the grid in thread-block clusters of `cluster_blocks` CTAs along x when it is above 1 (grid.x
+// a multiple of it; 1-8 are portable): CTAs of a cluster run at once and share their shared memory.
 template <typename... Params, typename... Args>
 cudaError_t launch_programmatic_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                                          cudaStream_t stream, unsigned cluster_blocks, Args&&... args) {
   cudaLaunchAttribute attr[2] = {};
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster_blocks;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  unsigned num_attrs = 0;
+  if (cluster_blocks > 1) {
+    attr[num_attrs].id = cudaLaunchAttributeClusterDimension;
+    attr[num_attrs].val.clusterDim.x = cluster_blocks;
+    attr[num_attrs].val.clusterDim.y = 1;
+    attr[num_attrs].val.clusterDim.z = 1;
+    ++num_attrs;
+  }
+  if (programmatic_launch_enabled()) {
+    attr[num_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[num_attrs].val.programmaticStreamSerializationAllowed = 1;
+    ++num_attrs;
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attr;
-  config.numAttrs = programmatic_launch_enabled() ? 2 : 1;
+  config.numAttrs = num_attrs;
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
+// The same without clusters: one CTA is its own.
+template <typename... Params, typename... Args>
+cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                Args&&... args) {
+  return launch_programmatic_clusters(kernel, grid, block, smem, stream, 1u, std::forward<Args>(args)...);
 }
 
 }  // namespace origami::cuda
